@@ -1,0 +1,14 @@
+# One warning policy for every target in the project.
+add_compile_options(-Wall -Wextra -Wpedantic -Wshadow -Wconversion -Wno-sign-conversion
+                    -Wnon-virtual-dtor -Wold-style-cast -Wcast-align -Wnull-dereference
+                    -Wimplicit-fallthrough -Wformat=2)
+if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+  add_compile_options(-Wno-missing-field-initializers)
+endif()
+if(VRDMA_WERROR)
+  add_compile_options(-Werror)
+endif()
+if(VRDMA_SANITIZE)
+  add_compile_options(-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer)
+  add_link_options(-fsanitize=address,undefined)
+endif()

@@ -1,0 +1,128 @@
+// The nicdrv engine API: one verbs-shaped interface that every provider (soft, verbs, pv)
+// implements and every other module uses.
+//
+// Ownership: objects are handed out as std::shared_ptr. A child keeps its parents alive
+// (an MR keeps its PD, a QP its PD and CQs, everything its Device), so destruction order is
+// always safe; an object is destroyed when its last owner lets go. Providers fill every call
+// they lack with Errc::not_supported naming the device (see ProviderBase in provider.hpp).
+//
+// Threading: every object may be used from any thread. Posting and polling on one QP/CQ from
+// several threads at once is safe but serialises on that object.
+//
+// Errors: every fallible call returns Result<T> (vrdma/common/result.hpp) with an Errc and a
+// sentence. Post calls report the index of the first work request that was not posted.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "vrdma/common/result.hpp"
+#include "vrdma/nicdrv/types.hpp"
+
+namespace vrdma::nicdrv {
+
+class Device;
+class ProtectionDomain;
+
+class MemoryRegion {
+ public:
+  virtual ~MemoryRegion() = default;
+  [[nodiscard]] virtual std::uint32_t lkey() const noexcept = 0;
+  [[nodiscard]] virtual std::uint32_t rkey() const noexcept = 0;
+  [[nodiscard]] virtual std::uint64_t addr() const noexcept = 0;
+  [[nodiscard]] virtual std::uint64_t length() const noexcept = 0;
+  [[nodiscard]] virtual Access access() const noexcept = 0;
+};
+
+class AddressHandle {
+ public:
+  virtual ~AddressHandle() = default;
+  [[nodiscard]] virtual const AhAttr& attr() const noexcept = 0;
+};
+
+class CompletionQueue {
+ public:
+  virtual ~CompletionQueue() = default;
+  // Moves up to out.size() completions into `out`, oldest first; returns how many.
+  // Fails only if the CQ overflowed (completions were produced with no room: an application
+  // error, as ibv's IBV_EVENT_CQ_ERR).
+  virtual Result<std::size_t> poll(std::span<WorkCompletion> out) = 0;
+  // Arms the CQ: the next completion (or the next solicited one) makes event_fd() readable.
+  virtual Status req_notify(bool solicited_only = false) = 0;
+  // A non-blocking eventfd to wait on with epoll/poll; read it (or call ack_events) to clear.
+  [[nodiscard]] virtual int event_fd() const noexcept = 0;
+  // Clears the event fd; returns the number of events consumed.
+  virtual std::uint64_t ack_events() noexcept = 0;
+  [[nodiscard]] virtual std::uint32_t capacity() const noexcept = 0;
+};
+
+class SharedReceiveQueue {
+ public:
+  virtual ~SharedReceiveQueue() = default;
+  virtual Status post_recv(std::span<const RecvWr> wrs, std::size_t* bad_index = nullptr) = 0;
+  [[nodiscard]] virtual std::uint32_t max_wr() const noexcept = 0;
+};
+
+class QueuePair {
+ public:
+  virtual ~QueuePair() = default;
+  [[nodiscard]] virtual std::uint32_t qp_num() const noexcept = 0;
+  [[nodiscard]] virtual QpType type() const noexcept = 0;
+  // ibv_modify_qp: checks the transition and the attribute mask exactly as IBA 11.2.5
+  // (table of required and optional attributes per transition); a wrong mask is invalid_argument.
+  virtual Status modify(const QpAttr& attr, QpAttrMask mask) = 0;
+  virtual Result<QpAttr> query() const = 0;
+  [[nodiscard]] virtual QpState state() const noexcept = 0;
+  virtual Status post_send(std::span<const SendWr> wrs, std::size_t* bad_index = nullptr) = 0;
+  virtual Status post_recv(std::span<const RecvWr> wrs, std::size_t* bad_index = nullptr) = 0;
+
+  // Live migration: the QP's complete state (attributes, PSNs, posted and unacknowledged work,
+  // responder resources, timers) as a versioned, provider-defined blob. The QP must be quiesced
+  // (Device::quiesce) for the export to be a consistent point. import_state() on a QP created
+  // with the same QPN (QpCreateOptions::requested_qpn) in RESET restores it.
+  virtual Result<std::vector<std::uint8_t>> export_state() const = 0;
+  virtual Status import_state(std::span<const std::uint8_t> blob) = 0;
+};
+
+// Handles that must be identical after a migration are requested explicitly.
+struct MrOptions {
+  std::uint32_t requested_key = 0;  // 0: the provider picks; else lkey == rkey == this value
+};
+struct QpOptions {
+  std::uint32_t requested_qpn = 0;  // 0: the provider picks
+};
+
+class ProtectionDomain {
+ public:
+  virtual ~ProtectionDomain() = default;
+  // Registers [addr, addr+length) in place (never copied). Remote rights require local_write
+  // for remote_write/remote_atomic, as in IBA 10.6.3.1.
+  virtual Result<std::shared_ptr<MemoryRegion>> reg_mr(void* addr, std::size_t length, Access access,
+                                                       const MrOptions& opts = {}) = 0;
+  virtual Result<std::shared_ptr<QueuePair>> create_qp(const QpInitAttr& attr, const QpOptions& opts = {}) = 0;
+  virtual Result<std::shared_ptr<AddressHandle>> create_ah(const AhAttr& attr) = 0;
+  virtual Result<std::shared_ptr<SharedReceiveQueue>> create_srq(std::uint32_t max_wr, std::uint32_t max_sge) = 0;
+  [[nodiscard]] virtual std::uint32_t handle() const noexcept = 0;
+};
+
+class Device : public std::enable_shared_from_this<Device> {
+ public:
+  virtual ~Device() = default;
+  [[nodiscard]] virtual const std::string& name() const noexcept = 0;
+  virtual Result<DeviceAttr> query_device() const = 0;
+  virtual Result<PortAttr> query_port(std::uint8_t port = 1) const = 0;
+  virtual Result<std::vector<GidEntry>> gid_table(std::uint8_t port = 1) const = 0;
+  virtual Result<GidEntry> query_gid(std::uint32_t index, std::uint8_t port = 1) const = 0;
+  virtual Result<std::shared_ptr<ProtectionDomain>> alloc_pd() = 0;
+  virtual Result<std::shared_ptr<CompletionQueue>> create_cq(std::uint32_t cqe) = 0;
+
+  // Live migration: stop sending and answering at a consistent point (every in-flight
+  // packet either acknowledged or remembered for retransmission) / start again.
+  virtual Status quiesce() = 0;
+  virtual Status resume() = 0;
+};
+
+}  // namespace vrdma::nicdrv

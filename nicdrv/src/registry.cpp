@@ -1,0 +1,68 @@
+#include "vrdma/nicdrv/registry.hpp"
+
+#include <string>
+
+#include "providers.hpp"
+
+namespace vrdma::nicdrv {
+
+std::string_view DeviceOptions::get(std::string_view key, std::string_view dflt) const {
+  auto it = params.find(key);
+  return it == params.end() ? dflt : std::string_view(it->second);
+}
+
+bool DeviceOptions::flag(std::string_view key) const {
+  auto v = get(key);
+  return v == "1" || v == "true" || v == "yes" || v == "on";
+}
+
+const std::vector<Provider>& providers() {
+  static const std::vector<Provider> all = [] {
+    std::vector<Provider> v;
+    for (auto* make : detail::kBuiltinProviders) v.push_back(make());
+    return v;
+  }();
+  return all;
+}
+
+Result<std::shared_ptr<Device>> open_device(std::string_view name, const DeviceOptions& opts) {
+  auto colon = name.find(':');
+  if (colon == std::string_view::npos)
+    return make_error(Errc::invalid_argument, "device name '" + std::string(name) +
+                                                  "' has no provider prefix; use soft:<ip|ifname> or verbs:<ibdev>");
+  auto prefix = name.substr(0, colon);
+  auto rest = name.substr(colon + 1);
+  DeviceOptions merged;
+  if (auto q = rest.find('?'); q != std::string_view::npos) {
+    auto query = rest.substr(q + 1);
+    rest = rest.substr(0, q);
+    while (!query.empty()) {
+      auto amp = query.find('&');
+      auto kv = query.substr(0, amp);
+      auto eq = kv.find('=');
+      if (eq == std::string_view::npos)
+        merged.params[std::string(kv)] = "1";
+      else
+        merged.params[std::string(kv.substr(0, eq))] = std::string(kv.substr(eq + 1));
+      query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
+    }
+  }
+  for (const auto& [k, v] : opts.params) merged.params[k] = v;
+  std::string known;
+  for (const auto& p : providers()) {
+    if (p.prefix == prefix) return p.open(rest, merged);
+    known += (known.empty() ? "" : ", ") + p.prefix;
+  }
+  return make_error(Errc::no_device, "no provider '" + std::string(prefix) + "' in this build (providers: " +
+                                         (known.empty() ? std::string("none") : known) + ")");
+}
+
+std::vector<DeviceInfo> list_devices() {
+  std::vector<DeviceInfo> out;
+  for (const auto& p : providers())
+    if (p.list)
+      for (auto& d : p.list()) out.push_back(std::move(d));
+  return out;
+}
+
+}  // namespace vrdma::nicdrv

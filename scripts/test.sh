@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The whole test suite: a normal build, an ASan+UBSan build, and the libFuzzer targets (clang).
+# Needs root for the network-namespace tests (they say so and skip otherwise).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/setup.sh
+start=$(date +%s)
+echo "== build (RelWithDebInfo)"
+./scripts/build.sh build
+echo "== tests"
+ctest --test-dir build --output-on-failure -j 1 --timeout 600
+echo "== build (ASan+UBSan)"
+./scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=Debug -DVRDMA_SANITIZE=ON
+echo "== tests under ASan+UBSan"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ctest --test-dir build-asan --output-on-failure -j 1 --timeout 900 -LE bench
+echo "== fuzzers (clang libFuzzer, bounded time)"
+CC=clang CXX=clang++ ./scripts/build.sh build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DVRDMA_FUZZ=ON
+ctest --test-dir build-fuzz --output-on-failure -j 1 -L fuzz
+echo "== whole suite done in $(( $(date +%s) - start )) s"
