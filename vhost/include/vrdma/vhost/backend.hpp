@@ -1,0 +1,77 @@
+// The vhost-user backend (device side): serves one frontend at a time on a UNIX socket and
+// drives a Device.
+//
+// Threading model: everything runs on the EventLoop's thread: reading and dispatching
+// messages, kick eventfds and the device's queue handling. So GET_VRING_BASE is handled
+// between two queue callbacks, never during one: once its reply is sent, the ring is stopped
+// and nothing writes to it (the vhost-user stop protocol). A memory-table change swaps the
+// whole table between callbacks. When the frontend goes away (or breaks the protocol beyond
+// repair) the session is dropped, the device is reset, and the server accepts the next
+// connection (frontend reconnect; inflight tracking resumes the rings).
+//
+// Errors: each bad message is logged as one sentence. With REPLY_ACK and need_reply the
+// frontend gets a non-zero ack and the session continues; a request that needs a reply and
+// cannot get one, or a broken stream, closes the connection. The process stays up.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "vrdma/common/result.hpp"
+#include "vrdma/vhost/channel.hpp"
+#include "vrdma/vhost/device.hpp"
+#include "vrdma/vhost/event_loop.hpp"
+
+namespace vrdma::vhost {
+
+struct BackendOptions {
+  bool packed = true;         // offer VIRTIO_F_RING_PACKED
+  bool event_idx = true;      // offer VIRTIO_F_RING_EVENT_IDX
+  bool indirect = true;       // offer VIRTIO_F_RING_INDIRECT_DESC
+  bool inflight = true;       // offer VHOST_USER_PROTOCOL_F_INFLIGHT_SHMFD
+  bool mem_slots = true;      // offer VHOST_USER_PROTOCOL_F_CONFIGURE_MEM_SLOTS
+  int recv_timeout_ms = 2000; // a frontend stalled mid-message is dropped after this
+};
+
+class BackendSession;
+
+// Counters a test or operator can read (loop thread only).
+struct BackendStats {
+  std::uint64_t connections = 0;
+  std::uint64_t messages = 0;
+  std::uint64_t rejected = 0;  // messages refused with an error
+  std::uint64_t kicks = 0;
+};
+
+class BackendServer {
+ public:
+  // Listens on `path`; the device and loop must outlive the server.
+  static Result<std::unique_ptr<BackendServer>> listen(const std::string& path, Device& dev, EventLoop& loop,
+                                                       BackendOptions opts = {});
+  // Serves an already-connected socket (socketpair tests, fuzzing); no listener.
+  static Result<std::unique_ptr<BackendServer>> adopt(UniqueFd conn, Device& dev, EventLoop& loop,
+                                                      BackendOptions opts = {});
+  ~BackendServer();
+  BackendServer(const BackendServer&) = delete;
+  BackendServer& operator=(const BackendServer&) = delete;
+
+  [[nodiscard]] const BackendStats& stats() const { return stats_; }
+  [[nodiscard]] bool connected() const { return session_ != nullptr; }
+
+ private:
+  BackendServer(Device& dev, EventLoop& loop, BackendOptions opts);
+  void on_accept();
+  Status start_session(UniqueFd conn);
+  void on_message();
+  void drop_session(const std::string& why);
+
+  Device& dev_;
+  EventLoop& loop_;
+  BackendOptions opts_;
+  UniqueFd listener_;
+  Channel chan_;
+  std::unique_ptr<BackendSession> session_;
+  BackendStats stats_;
+};
+
+}  // namespace vrdma::vhost

@@ -1,0 +1,69 @@
+// The narrow interface between the vhost-user backend and a device model (STYLE.md: the
+// protocol library owns the protocol; a device says which queues, features and config it has
+// and handles queue events; it never sees a vhost-user message).
+//
+// Threads: every Device call is made on the backend's event-loop thread, one at a time.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "vrdma/common/result.hpp"
+#include "vrdma/vhost/features.hpp"
+#include "vrdma/vhost/guest_memory.hpp"
+#include "vrdma/vhost/virtqueue.hpp"
+
+namespace vrdma::vhost {
+
+// A device's handle on one running virtqueue, valid for the duration of one callback.
+class Queue {
+ public:
+  Queue(std::uint16_t index, Ring& ring, GuestView view) : index_(index), ring_(ring), view_(std::move(view)) {}
+
+  // Next available request; nullopt when the ring is empty or broken.
+  std::optional<DescChain> pop();
+  // Returns the request to the driver with `written` bytes of device-written data.
+  Status push(const DescChain& c, std::uint32_t written);
+  // Guest memory for reading requests and writing replies (dirty-logged when logging is on).
+  [[nodiscard]] const GuestView& memory() const { return view_; }
+  [[nodiscard]] std::uint16_t index() const { return index_; }
+  [[nodiscard]] std::uint32_t pushed() const { return pushed_; }
+
+ private:
+  std::uint16_t index_;
+  Ring& ring_;
+  GuestView view_;
+  std::uint32_t pushed_ = 0;
+};
+
+struct DeviceInfo {
+  std::uint16_t num_queues = 1;
+  std::uint16_t max_queue_size = 1024;
+  VirtioFeatures features;  // device-specific bits; ring and transport bits are added by the backend
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  [[nodiscard]] virtual DeviceInfo info() const = 0;
+  // Config space (virtio §4.1.4.3 device-specific configuration), read by GET_CONFIG.
+  [[nodiscard]] virtual std::vector<std::uint8_t> config() const { return {}; }
+  virtual Status write_config(std::uint32_t /*offset*/, std::span<const std::uint8_t> /*data*/) {
+    return make_error(Errc::not_supported, "device config space is read-only");
+  }
+  virtual void features_acked(VirtioFeatures /*acked*/) {}
+  // The queue was kicked (or just started): handle what is available. The backend notifies the
+  // driver afterwards if anything was pushed and the driver wants an interrupt.
+  virtual void queue_ready(Queue& q) = 0;
+  // GET_VRING_BASE: when this returns the device must hold no reference into the queue and
+  // write nothing more for it (finish or drop in-flight requests first).
+  virtual void queue_stopped(std::uint16_t /*index*/) {}
+  virtual void reset() {}
+  // Device state for VHOST_USER_PROTOCOL_F_DEVICE_STATE (migration through QEMU's stream).
+  virtual Result<std::vector<std::uint8_t>> save_state() { return std::vector<std::uint8_t>{}; }
+  virtual Status load_state(std::span<const std::uint8_t> /*blob*/) { return {}; }
+};
+
+}  // namespace vrdma::vhost

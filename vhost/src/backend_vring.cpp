@@ -1,0 +1,215 @@
+// Backend session: vring setup, start, stop (GET_VRING_BASE), kicks and calls.
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include "backend_session.hpp"
+#include "vrdma/common/log.hpp"
+
+namespace vrdma::vhost {
+
+std::optional<DescChain> Queue::pop() {
+  auto r = ring_.pop(view_);
+  if (!r) {
+    log::error("virtqueue {}: {}; the queue is stopped until the device is reset", index_, r.error().message);
+    return std::nullopt;
+  }
+  return std::move(*r);
+}
+
+Status Queue::push(const DescChain& c, std::uint32_t written) {
+  VRDMA_TRY(ring_.push(view_, c, written));
+  ++pushed_;
+  return {};
+}
+
+Result<BackendSession::Vring*> BackendSession::vring(std::uint32_t index, std::string_view what) {
+  if (index >= vrings_.size())
+    return make_error(Errc::invalid_argument,
+                      fmt::format("{} names vring {}, but the device has {} queues", what, index, vrings_.size()));
+  return &vrings_[index];
+}
+
+BackendSession::Reply BackendSession::set_vring_num(Message& m) {
+  const auto s = m.get<VringState>();
+  auto v = vring(s.index, "SET_VRING_NUM");
+  if (!v) return std::move(v).error();
+  if ((*v)->ring) return make_error(Errc::bad_state, fmt::format("SET_VRING_NUM on running vring {}", s.index));
+  if (s.num == 0 || s.num > info_.max_queue_size)
+    return make_error(Errc::invalid_argument,
+                      fmt::format("SET_VRING_NUM {} for vring {} is outside 1..{}", s.num, s.index, info_.max_queue_size));
+  (*v)->num = static_cast<std::uint16_t>(s.num);
+  return std::optional<Message>{};
+}
+
+BackendSession::Reply BackendSession::set_vring_addr(Message& m) {
+  const auto a = m.get<VringAddr>();
+  auto v = vring(a.index, "SET_VRING_ADDR");
+  if (!v) return std::move(v).error();
+  if ((*v)->ring) {
+    // QEMU re-sends the addresses of running rings to switch used-ring logging on and off.
+    const auto& o = (*v)->addr;
+    if (o.desc_uaddr != a.desc_uaddr || o.avail_uaddr != a.avail_uaddr || o.used_uaddr != a.used_uaddr)
+      return make_error(Errc::bad_state, fmt::format("SET_VRING_ADDR moves running vring {}", a.index));
+  }
+  (*v)->addr = a;
+  (*v)->addr_set = true;
+  return std::optional<Message>{};
+}
+
+BackendSession::Reply BackendSession::set_vring_base(Message& m) {
+  const auto s = m.get<VringState>();
+  auto v = vring(s.index, "SET_VRING_BASE");
+  if (!v) return std::move(v).error();
+  if ((*v)->ring) return make_error(Errc::bad_state, fmt::format("SET_VRING_BASE on running vring {}", s.index));
+  if (s.num > 0xffff) return make_error(Errc::invalid_argument, fmt::format("SET_VRING_BASE {:#x} exceeds 16 bits", s.num));
+  (*v)->base = s.num;
+  return std::optional<Message>{};
+}
+
+BackendSession::Reply BackendSession::get_vring_base(Message& m) {
+  const auto s = m.get<VringState>();
+  auto v = vring(s.index, "GET_VRING_BASE");
+  if (!v) return std::move(v).error();
+  stop(static_cast<std::uint16_t>(s.index));
+  Message r = make_reply(m);
+  r.set(VringState{s.index, (*v)->base});
+  return std::optional(std::move(r));
+}
+
+BackendSession::Reply BackendSession::set_vring_kick(Message& m) {
+  const auto u = m.get<std::uint64_t>();
+  const auto index = static_cast<std::uint32_t>(u & kVringIndexMask);
+  auto v = vring(index, "SET_VRING_KICK");
+  if (!v) return std::move(v).error();
+  if ((u & kVringNoFd) != 0)
+    return make_error(Errc::not_supported, "SET_VRING_KICK without an fd asks for polling, which this backend lacks");
+  UniqueFd fd = m.take_fd(0);
+  const int fl = ::fcntl(fd.get(), F_GETFL);
+  if (fl < 0 || ::fcntl(fd.get(), F_SETFL, fl | O_NONBLOCK) != 0)
+    return make_error(Errc::invalid_argument, "SET_VRING_KICK fd cannot be made non-blocking");
+  if ((*v)->ring) stop(static_cast<std::uint16_t>(index));  // a new kick fd restarts the ring at its base
+  (*v)->kick = std::move(fd);
+  try_start(static_cast<std::uint16_t>(index));
+  return std::optional<Message>{};
+}
+
+BackendSession::Reply BackendSession::set_vring_call(Message& m) {
+  const auto u = m.get<std::uint64_t>();
+  auto v = vring(static_cast<std::uint32_t>(u & kVringIndexMask), "SET_VRING_CALL");
+  if (!v) return std::move(v).error();
+  (*v)->call = (u & kVringNoFd) != 0 ? UniqueFd{} : m.take_fd(0);
+  return std::optional<Message>{};
+}
+
+BackendSession::Reply BackendSession::set_vring_err(Message& m) {
+  const auto u = m.get<std::uint64_t>();
+  auto v = vring(static_cast<std::uint32_t>(u & kVringIndexMask), "SET_VRING_ERR");
+  if (!v) return std::move(v).error();
+  (*v)->err = (u & kVringNoFd) != 0 ? UniqueFd{} : m.take_fd(0);
+  return std::optional<Message>{};
+}
+
+BackendSession::Reply BackendSession::set_vring_enable(Message& m) {
+  const auto s = m.get<VringState>();
+  auto v = vring(s.index, "SET_VRING_ENABLE");
+  if (!v) return std::move(v).error();
+  if (s.num > 1) return make_error(Errc::invalid_argument, fmt::format("SET_VRING_ENABLE value {} is not 0 or 1", s.num));
+  (*v)->enabled = s.num == 1;
+  if ((*v)->enabled && (*v)->ring) process(static_cast<std::uint16_t>(s.index));
+  return std::optional<Message>{};
+}
+
+void BackendSession::try_start(std::uint16_t i) {
+  Vring& v = vrings_[i];
+  if (v.ring || !v.kick || !v.addr_set || v.num == 0) return;
+  RingSetup s;
+  s.size = v.num;
+  s.packed = acked_.has(VirtioFeature::ring_packed);
+  s.event_idx = acked_.has(VirtioFeature::ring_event_idx);
+  s.indirect = acked_.has(VirtioFeature::ring_indirect_desc);
+  const RingSetup sizes = s;
+  auto desc = mem_->uaddr_to_gpa(v.addr.desc_uaddr, desc_area_size(sizes));
+  auto drv = mem_->uaddr_to_gpa(v.addr.avail_uaddr, driver_area_size(sizes));
+  auto devc = mem_->uaddr_to_gpa(v.addr.used_uaddr, device_area_size(sizes));
+  if (!desc || !drv || !devc) {
+    log::error("vring {}: ring addresses are not inside guest memory ({}); the ring stays stopped", i,
+               !desc ? desc.error().message : !drv ? drv.error().message : devc.error().message);
+    return;
+  }
+  s.desc = *desc;
+  s.driver = *drv;
+  s.device = *devc;
+  InflightRegion inf;
+  if (inflight_ && !s.packed && i < inflight_->num_queues() && v.num <= inflight_->queue_size())
+    inf = inflight_->queue(i);
+  auto ring = make_ring(s, v.base, view(), inf);
+  if (!ring) {
+    log::error("vring {}: {}; the ring stays stopped", i, ring.error().message);
+    return;
+  }
+  v.ring = std::move(*ring);
+  v.reported_broken = false;
+  if (!protocol_negotiated()) v.enabled = true;
+  auto st = loop_.add(v.kick.get(), EPOLLIN, [this, i](std::uint32_t) {
+    std::uint64_t n;
+    while (::read(vrings_[i].kick.get(), &n, sizeof n) > 0) {
+    }
+    ++stats_.kicks;
+    process(i);
+  });
+  if (!st.ok()) {
+    log::error("vring {}: cannot watch its kick fd: {}", i, st.error().message);
+    v.ring.reset();
+    return;
+  }
+  log::debug("vring {} started: size {} {} base {:#x}", i, s.size, s.packed ? "packed" : "split", v.base);
+  process(i);  // buffers may already be waiting (reconnect, migration)
+}
+
+void BackendSession::stop(std::uint16_t i) {
+  Vring& v = vrings_[i];
+  if (!v.ring) return;
+  if (v.kick) loop_.remove(v.kick.get());
+  dev_.queue_stopped(i);
+  v.base = v.ring->base();
+  v.ring.reset();
+  v.kick.reset();
+  log::debug("vring {} stopped at base {:#x}", i, v.base);
+}
+
+void BackendSession::stop_all() {
+  for (std::size_t i = 0; i < vrings_.size(); ++i) stop(static_cast<std::uint16_t>(i));
+}
+
+void BackendSession::process(std::uint16_t i) {
+  Vring& v = vrings_[i];
+  if (!v.ring || !v.enabled || v.ring->broken()) return;
+  Queue q(i, *v.ring, view());
+  dev_.queue_ready(q);
+  if (q.pushed() > 0) notify(i);
+  if (v.ring->broken() && !v.reported_broken) {
+    v.reported_broken = true;
+    status_ |= 0x40;  // VIRTIO_CONFIG_S_NEEDS_RESET
+    if (v.err) {
+      const std::uint64_t one = 1;
+      [[maybe_unused]] auto w = ::write(v.err.get(), &one, sizeof one);
+    }
+  }
+}
+
+void BackendSession::notify(std::uint16_t i) {
+  Vring& v = vrings_[i];
+  auto want = v.ring->should_notify(view());
+  if (!want) {
+    log::error("vring {}: cannot read the driver's notification state: {}", i, want.error().message);
+    return;
+  }
+  if (*want && v.call) {
+    const std::uint64_t one = 1;
+    [[maybe_unused]] auto w = ::write(v.call.get(), &one, sizeof one);
+  }
+}
+
+}  // namespace vrdma::vhost
