@@ -66,22 +66,23 @@ class PackedRing final : public Ring {
   }
 
  private:
-  [[nodiscard]] bool is_avail(std::uint16_t flags) const {
-    return ((flags & kPackedAvail) != 0) == avail_wrap_ && ((flags & kPackedUsed) != 0) != avail_wrap_;
+  [[nodiscard]] static bool is_avail(std::uint16_t flags, bool wrap) {
+    return ((flags & kPackedAvail) != 0) == wrap && ((flags & kPackedUsed) != 0) != wrap;
   }
 
   Result<std::optional<DescChain>> pop_inner(const GuestView& g) {
     auto flags = g.load_u16_acquire(s_.desc + std::uint64_t{avail_} * sizeof(PackedDesc) + 14);
     if (!flags) return std::move(flags).error();
-    if (!is_avail(*flags)) return std::optional<DescChain>{};
+    if (!is_avail(*flags, avail_wrap_)) return std::optional<DescChain>{};
     DescChain c;
     std::uint16_t i = avail_;
     std::uint16_t id = 0;
+    bool wrap = avail_wrap_;  // flips where the chain crosses the end of the ring (§2.8.1)
     for (std::uint32_t n = 0;; ++n) {
       if (n >= s_.size) return make_error(Errc::protocol_error, "packed descriptor chain is longer than the queue");
       auto d = g.read_obj<PackedDesc>(s_.desc + std::uint64_t{i} * sizeof(PackedDesc));
       if (!d) return std::move(d).error();
-      if (n > 0 && !is_avail(d->flags))
+      if (n > 0 && !is_avail(d->flags, wrap))
         return make_error(Errc::protocol_error, "packed descriptor chain continues into a descriptor not made available");
       ++c.slots;
       id = d->id;
@@ -93,7 +94,12 @@ class PackedRing final : public Ring {
       } else {
         VRDMA_TRY(append_buf(c, d->addr, d->len, (d->flags & kDescWrite) != 0));
       }
-      i = static_cast<std::uint16_t>(i + 1 == s_.size ? 0 : i + 1);
+      if (i + 1 == s_.size) {
+        i = 0;
+        wrap = !wrap;
+      } else {
+        ++i;
+      }
       if ((d->flags & kDescNext) == 0) break;
     }
     if (id >= s_.size)

@@ -1,0 +1,80 @@
+// Driver side of a virtqueue (what a guest's virtio driver does), in frontend-owned memory:
+// used by the frontend (libpvverbs, tests) to post buffers to a backend.
+//
+// Who owns what: this side produces descriptors and the avail ring (split) or the avail
+// flags (packed), and only reads the used ring. It publishes a descriptor before the avail
+// index (or the first descriptor's flags) with release ordering, and reads used entries
+// after an acquire load. Not thread-safe: one thread drives one queue.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "vrdma/common/result.hpp"
+#include "vrdma/vhost/guest_ram.hpp"
+
+namespace vrdma::vhost {
+
+struct DriverBuf {
+  std::uint64_t gpa;
+  std::uint32_t len;
+  bool writable;
+};
+
+struct UsedBuf {
+  std::uint16_t id;
+  std::uint32_t len;
+};
+
+class DriverQueue {
+ public:
+  static constexpr std::uint16_t kMaxIndirect = 64;
+
+  // Places the rings (and per-slot indirect tables) in `ram`.
+  static Result<DriverQueue> create(GuestRam& ram, std::uint16_t size, bool packed, bool event_idx);
+
+  // Adds one chain (readable buffers first). With `indirect`, the chain goes into an indirect
+  // table and takes one ring slot. Errc::would_block when the ring is full. Returns its id.
+  Result<std::uint16_t> add(std::span<const DriverBuf> bufs, bool indirect = false);
+  // Makes everything added so far visible to the device (split: the avail index).
+  void publish();
+  // Does the device want a kick for what was published since the last kick?
+  bool needs_kick();
+  // The next used buffer, if any.
+  std::optional<UsedBuf> get_used();
+
+  [[nodiscard]] std::uint16_t size() const { return size_; }
+  [[nodiscard]] std::uint16_t free_slots() const { return free_; }
+  [[nodiscard]] bool packed() const { return packed_; }
+  // Ring addresses: guest-physical, and as frontend-virtual addresses for SET_VRING_ADDR.
+  [[nodiscard]] std::uint64_t desc_gpa() const { return desc_; }
+  [[nodiscard]] std::uint64_t driver_gpa() const { return driver_; }
+  [[nodiscard]] std::uint64_t device_gpa() const { return device_; }
+  [[nodiscard]] std::uint64_t uaddr(std::uint64_t gpa) const;
+  // Initial SET_VRING_BASE value (packed rings start with wrap counter 1).
+  [[nodiscard]] std::uint32_t initial_base() const { return packed_ ? 0x8000u : 0u; }
+
+ private:
+  Result<std::uint16_t> add_split(std::span<const DriverBuf> bufs, bool indirect);
+  Result<std::uint16_t> add_packed(std::span<const DriverBuf> bufs, bool indirect);
+  std::optional<UsedBuf> used_split();
+  std::optional<UsedBuf> used_packed();
+  void write_indirect(std::uint16_t id, std::span<const DriverBuf> bufs, bool packed_layout);
+
+  GuestRam* ram_ = nullptr;
+  std::uint16_t size_ = 0;
+  bool packed_ = false, event_idx_ = false;
+  std::uint64_t desc_ = 0, driver_ = 0, device_ = 0, indirect_ = 0;
+  std::uint16_t free_ = 0;
+  // split
+  std::uint16_t free_head_ = 0, avail_idx_ = 0, published_ = 0, kicked_ = 0, last_used_ = 0;
+  // packed
+  std::uint16_t next_avail_ = 0, next_used_ = 0;
+  bool avail_wrap_ = true, used_wrap_ = true;
+  std::vector<std::uint16_t> free_ids_;
+  std::vector<std::uint16_t> chain_len_;  // per id: descriptors (split) or slots (packed)
+};
+
+}  // namespace vrdma::vhost
