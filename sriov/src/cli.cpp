@@ -234,6 +234,7 @@ void cmd_assign(Ctx& x, const AssignArgs& a) {
   o.filter.numa_node = a.numa;
   o.filter.need_rdma = !a.passthrough;
   o.bind = a.passthrough ? BindMode::vfio : BindMode::keep;
+  o.persistent = true;
   if (!a.mac.empty()) o.net.mac = take(parse_mac(a.mac));
   o.net.vlan = a.vlan;
   o.net.qos = a.qos;

@@ -81,8 +81,7 @@ Result<Allocation> assign_vf(const SysfsRoot& sysfs, Ledger& ledger, const Alloc
     auto st = bind_native_driver(sysfs, a->vf);
     if (!st.ok()) return undo(st.error());
   }
-  bool persistent = req.owner_pid == 0;
-  auto st = ledger.activate(a->vf, persistent);
+  auto st = ledger.activate(a->vf, opts.persistent || req.owner_pid == 0);
   if (!st.ok()) return undo(st.error());
   a->state = AllocState::active;
   log::info("VF {} (VF {} of PF {}) assigned to {} '{}'", a->vf.str(), a->vf_index, a->pf.str(),

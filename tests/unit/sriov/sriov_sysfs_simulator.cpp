@@ -183,7 +183,11 @@ void SriovSysfsSimulator::add_personality(Fn& fn) {
     write_file(ib / "ports/1/phys_state", "5: LinkUp");
     write_file(ib / "ports/1/gids/0", "fe80:0000:0000:0000:005e:00ff:fe00:0001");
     write_file(ib / "ports/1/gids/1", "fe80:0000:0000:0000:005e:00ff:fe00:0001");
-    if (fn.rdma == SimRdma::roce) {
+    if (fn.rdma == SimRdma::roce_v2_only) {
+      // irdma on E810 offers RoCE v2 only.
+      write_file(ib / "ports/1/gid_attrs/types/0", "RoCE v2");
+      write_file(ib / "ports/1/gid_attrs/ndevs/0", fn.ifname);
+    } else if (fn.rdma == SimRdma::roce) {
       // RoCE devices list one GID per type and address (IB/RoCE v1 and RoCE v2 pairs).
       write_file(ib / "ports/1/gid_attrs/types/0", "IB/RoCE v1");
       write_file(ib / "ports/1/gid_attrs/types/1", "RoCE v2");
@@ -345,7 +349,7 @@ void SriovSysfsSimulator::add_standard_nics() {
           "qedr1", SimRdma::iwarp, ""});
   // Intel E810-C: irdma RoCE v2 on the PF; iavf VFs carry no RDMA function.
   add_pf({"0000:5e:00.0", "0000:5d:00.0", 0x8086, 0x1593, 0x1889, "ice", "iavf", 128, 8, 1, 0, 40, "ens2f0",
-          "irdma0", SimRdma::roce, ""});
+          "irdma0", SimRdma::roce_v2_only, ""});
   // Mellanox ConnectX-5: mlx5_core PF and VFs, each with an mlx5_ib RoCE device.
   add_pf({"0000:af:00.0", "0000:ae:00.0", 0x15b3, 0x1017, 0x1018, "mlx5_core", "mlx5_core", 8, 2, 1, 1, 50,
           "ens3f0np0", "mlx5_0", SimRdma::roce, "mlx5_"});

@@ -21,7 +21,7 @@
 
 namespace vrdma::sriov::test {
 
-enum class SimRdma { none, roce, iwarp };
+enum class SimRdma { none, roce, roce_v2_only, iwarp };
 
 struct SimPfSpec {
   std::string bdf;             // "0000:3b:00.0"

@@ -32,6 +32,9 @@ struct AssignOptions {
   PoolFilter filter;
   VfConfig net;                  // applied through the PF netdev when not empty
   BindMode bind = BindMode::keep;
+  // Held until released (a guest assigned by the CLI) rather than until req.owner_pid exits
+  // (a backend's own allocation). The pid still guards the reservation until activation.
+  bool persistent = false;
 };
 
 // Reserve → configure → bind → active; any failure after the reservation releases the row again
