@@ -5,7 +5,7 @@
 // are explicit big-endian byte offsets; there are no compiler bitfields.
 //
 // A RoCEv2 packet as carried in a UDP datagram to port 4791:
-//   BTH (12) [RDETH/DETH (8)] [RETH (16)] [AtomicETH (28)] [AETH (4)] [AtomicAckETH (8)]
+//   BTH (12) [DETH (8)] [RETH (16)] [AtomicETH (28)] [AETH (4)] [AtomicAckETH (8)]
 //   [ImmDt (4)] payload pad(0..3) ICRC (4)
 #pragma once
 
@@ -24,6 +24,12 @@ inline constexpr std::size_t kBthLen = 12, kDethLen = 8, kRethLen = 16, kAtomicE
 inline constexpr std::uint16_t kDefaultPkey = 0xffff;
 inline constexpr std::uint32_t kPsnMask = 0xffffff;
 inline constexpr std::uint32_t kQpnMask = 0xffffff;
+inline constexpr std::size_t kMaxPayload = 4096;  // largest IBA path MTU (9.6.1.2); parse() rejects more
+
+// Pad bytes that make payload + pad a multiple of 4 (IBA 9.2 PadCnt).
+constexpr std::uint8_t pad_for(std::size_t payload_len) noexcept {
+  return static_cast<std::uint8_t>((4u - (payload_len & 3u)) & 3u);
+}
 
 // Opcodes (IBA table 38). Bits 7:5 transport (000 RC, 011 UD), bits 4:0 operation.
 enum class Opcode : std::uint8_t {
@@ -85,7 +91,7 @@ inline const OpcodeInfo& info(Opcode op) noexcept { return opcode_table()[static
 struct Bth {
   Opcode opcode = Opcode::rc_send_only;
   bool solicited = false;     // SE
-  bool mig_req = true;        // M (APM; rxe sets it)
+  bool mig_req = true;        // M (APM migration state; note Linux rxe sends 0)
   std::uint8_t pad = 0;       // 0..3 bytes of pad after the payload
   std::uint8_t tver = 0;
   std::uint16_t pkey = kDefaultPkey;
@@ -93,12 +99,14 @@ struct Bth {
   std::uint32_t dest_qp = 0;  // 24 bits
   bool ack_req = false;       // A
   std::uint32_t psn = 0;      // 24 bits
+  bool operator==(const Bth&) const = default;
 };
 
 struct Reth {
   std::uint64_t va = 0;
   std::uint32_t rkey = 0;
   std::uint32_t dma_len = 0;
+  bool operator==(const Reth&) const = default;
 };
 
 // AETH syndrome (IBA 9.7.5.1 table 42).
@@ -120,6 +128,7 @@ struct Aeth {
   static Aeth make(AckType t, std::uint8_t value, std::uint32_t msn) noexcept {
     return Aeth{static_cast<std::uint8_t>((static_cast<unsigned>(t) << 5) | (value & 0x1f)), msn & 0xffffff};
   }
+  bool operator==(const Aeth&) const = default;
 };
 
 struct AtomicEth {
@@ -127,11 +136,13 @@ struct AtomicEth {
   std::uint32_t rkey = 0;
   std::uint64_t swap_add = 0;
   std::uint64_t compare = 0;
+  bool operator==(const AtomicEth&) const = default;
 };
 
 struct Deth {
   std::uint32_t qkey = 0;
   std::uint32_t src_qp = 0;  // 24 bits
+  bool operator==(const Deth&) const = default;
 };
 
 // A packet's headers, as built by the sender or decoded by parse().
@@ -143,6 +154,7 @@ struct Headers {
   std::uint64_t atomic_ack = 0;  // AtomicAckETH: original remote data
   std::uint32_t imm = 0;         // ImmDt, host order
   Deth deth;
+  bool operator==(const Headers&) const = default;
 };
 
 // ---- IPv4/UDP context needed for the ICRC (A17.3.3) ------------------------------------------
@@ -151,23 +163,27 @@ struct Headers {
 struct Ipv4Context {
   std::uint32_t src_be = 0;      // network order
   std::uint32_t dst_be = 0;      // network order
-  std::uint16_t ip_id = 0;       // identification field as on the wire
+  std::uint16_t ip_id = 0;       // identification field (host-order value of the wire field)
   bool dont_fragment = true;
   std::uint16_t udp_src_port = kRoceV2Port;
   std::uint16_t udp_dst_port = kRoceV2Port;
 };
 
 // ICRC over `ib_packet` = BTH .. end of pad (without the 4 ICRC bytes). The result is the value
-// to store in the packet's last 4 bytes, written little-endian (as Linux rxe and Wireshark do).
+// to store in the packet's last 4 bytes, written little-endian (as Linux rxe does; Wireshark
+// shows those 4 bytes as a big-endian number).
 std::uint32_t icrc(const Ipv4Context& ip, std::span<const std::uint8_t> ib_packet) noexcept;
 
 // ---- Encode -----------------------------------------------------------------------------------
 // Writes the headers the opcode calls for into out[0..hdr_len); sets bth.pad from payload_len.
-// Returns hdr_len. `out` must hold at least info(h.bth.opcode).hdr_len bytes.
+// Returns hdr_len. `out` must hold at least info(h.bth.opcode).hdr_len bytes. Returns 0 and
+// writes nothing if the opcode is not in the table, `out` is too small, or payload_len is over
+// kMaxPayload or non-zero on an opcode that carries no payload.
 std::size_t encode_headers(Headers& h, std::size_t payload_len, std::span<std::uint8_t> out) noexcept;
 
 // Finishes a packet laid out as [headers | payload | pad]: writes pad bytes (zero) and the
-// ICRC. `pkt` must have room for pad + 4. Returns the total packet length.
+// ICRC. `pkt` must have room for pad + 4. Returns the total packet length (0 if pkt is too
+// small or hdr_plus_payload does not cover a BTH).
 std::size_t finish_packet(const Ipv4Context& ip, std::span<std::uint8_t> pkt, std::size_t hdr_plus_payload) noexcept;
 
 // ---- Parse ------------------------------------------------------------------------------------
