@@ -9,6 +9,7 @@
 namespace vrdma::nicdrv::detail {
 
 using ProviderMaker = Provider (*)();
-inline constexpr std::array<ProviderMaker, 0> kBuiltinProviders{};
+Provider make_soft_provider();
+inline constexpr std::array<ProviderMaker, 1> kBuiltinProviders{&make_soft_provider};
 
 }  // namespace vrdma::nicdrv::detail

@@ -87,9 +87,23 @@ class QueuePair {
   virtual Status import_state(std::span<const std::uint8_t> blob) = 0;
 };
 
+// Told of every byte range the engine itself writes into a region (RDMA WRITE and READ-response
+// data, received SENDs, atomic results): how the vhost backend keeps the migration dirty log
+// exact. Called on the engine thread; must be cheap and must not call back into nicdrv.
+class WriteObserver {
+ public:
+  virtual ~WriteObserver() = default;
+  virtual void on_write(std::uint64_t addr, std::uint64_t len) noexcept = 0;
+};
+
 // Handles that must be identical after a migration are requested explicitly.
 struct MrOptions {
   std::uint32_t requested_key = 0;  // 0: the provider picks; else lkey == rkey == this value
+  std::shared_ptr<WriteObserver> observer;  // optional
+  // The address work requests and peers use for the region's first byte (ibv_reg_mr_iova);
+  // 0 means the host address itself. Lets a backend register guest memory under guest
+  // addresses, which stay the same when the guest migrates.
+  std::uint64_t iova = 0;
 };
 struct QpOptions {
   std::uint32_t requested_qpn = 0;  // 0: the provider picks

@@ -1,0 +1,51 @@
+// The soft provider: our userspace RoCEv2 engine (IBA vol 1 + Annex A17) over a UDP socket.
+//
+// Open it through the registry as "soft:<IPv4 or ifname>[?options]". Options:
+//   busy_poll=1        the engine thread spins instead of sleeping in epoll (lowest latency)
+//   port=N             UDP port to bind and send to (default 4791; tests only)
+//   mtu=N              cap the port's active MTU (256..4096)
+//   verify_icrc=0      accept packets without checking the ICRC (default: check)
+//
+// Tests can put a deterministic fault-injecting link between the engine and its socket.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string_view>
+
+#include "vrdma/common/result.hpp"
+#include "vrdma/nicdrv/device.hpp"
+#include "vrdma/nicdrv/registry.hpp"
+
+namespace vrdma::nicdrv::soft {
+
+// Seeded, deterministic faults applied to packets the engine transmits. Each probability is in
+// parts per million; the same seed and traffic give the same decisions.
+struct FaultConfig {
+  std::uint64_t seed = 1;
+  std::uint32_t drop_ppm = 0;
+  std::uint32_t duplicate_ppm = 0;
+  std::uint32_t reorder_ppm = 0;   // hold a packet back and send it after the next one
+  std::uint32_t corrupt_ppm = 0;   // flip one byte (the receiver's ICRC check must catch it)
+  // Drop every packet whose sequence number (count of packets sent so far, from 0) is listed.
+  std::uint64_t drop_first_n = 0;  // drop the first N packets outright
+};
+
+struct EngineStats {
+  std::uint64_t tx_packets = 0, rx_packets = 0;
+  std::uint64_t tx_bytes = 0, rx_bytes = 0;
+  std::uint64_t rx_dropped_icrc = 0, rx_dropped_malformed = 0, rx_dropped_no_qp = 0, rx_dropped_qkey = 0;
+  std::uint64_t retransmits = 0, timeouts = 0, rnr_naks_sent = 0, rnr_naks_received = 0;
+  std::uint64_t seq_naks_sent = 0, seq_naks_received = 0, duplicates_received = 0;
+  std::uint64_t acks_sent = 0;
+  std::uint64_t faults_dropped = 0, faults_duplicated = 0, faults_reordered = 0, faults_corrupted = 0;
+};
+
+// Opens a soft device (what the registry's "soft:" prefix calls).
+Result<std::shared_ptr<Device>> open(std::string_view spec, const DeviceOptions& opts);
+
+// Test and diagnostics hooks on a device opened by this provider (invalid_argument otherwise).
+Status set_faults(Device& dev, const FaultConfig& cfg);
+Result<EngineStats> stats(const Device& dev);
+
+}  // namespace vrdma::nicdrv::soft

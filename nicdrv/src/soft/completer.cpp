@@ -1,0 +1,349 @@
+// Completer (IBA 9.7.5.2, 9.9): ACKs, NAKs, READ and atomic responses; the local ACK timeout
+// and the RNR timer; completions in posting order; the error flush (IBA 10.3.1, 11.6.2).
+#include <algorithm>
+
+#include "soft/engine.hpp"
+#include "vrdma/common/log.hpp"
+
+namespace vrdma::nicdrv::soft {
+namespace {
+
+using wire::Opcode;
+
+bool is_rd_atomic(WrOpcode op) {
+  return op == WrOpcode::rdma_read || op == WrOpcode::atomic_cmp_and_swp || op == WrOpcode::atomic_fetch_and_add;
+}
+
+WcOpcode wc_opcode(WrOpcode op) {
+  switch (op) {
+    case WrOpcode::send:
+    case WrOpcode::send_with_imm: return WcOpcode::send;
+    case WrOpcode::rdma_write:
+    case WrOpcode::rdma_write_with_imm: return WcOpcode::rdma_write;
+    case WrOpcode::rdma_read: return WcOpcode::rdma_read;
+    case WrOpcode::atomic_cmp_and_swp: return WcOpcode::comp_swap;
+    case WrOpcode::atomic_fetch_and_add: return WcOpcode::fetch_add;
+  }
+  return WcOpcode::send;
+}
+
+}  // namespace
+
+void SoftDevice::retire_completed(SoftQp& qp) {
+  while (qp.sq_head != qp.sq_tail) {
+    SendWqe& w = qp.wqe(qp.sq_head);
+    if (!w.started || !w.done) break;
+    if (is_rd_atomic(w.opcode) && w.npkts > 0 && qp.rd_atomic_outstanding > 0) --qp.rd_atomic_outstanding;
+    if (w.signaled || w.status != WcStatus::success) {
+      WorkCompletion wc;
+      wc.wr_id = w.wr_id;
+      wc.status = w.status;
+      wc.opcode = wc_opcode(w.opcode);
+      wc.qp_num = qp.qp_num();
+      wc.byte_len = w.opcode == WrOpcode::rdma_read ? w.length : is_rd_atomic(w.opcode) ? 8 : w.length;
+      qp.scq->push(wc, false);
+    }
+    ++qp.sq_head;
+    if (qp.sq_next < qp.sq_head) qp.sq_next = qp.sq_head;
+  }
+}
+
+void SoftDevice::complete_send(SoftQp& qp, SendWqe& w, WcStatus status) {
+  w.started = true;
+  w.done = true;
+  w.status = status;
+  retire_completed(qp);
+  if (status != WcStatus::success && qp.type() == QpType::rc) move_to_error(qp);
+}
+
+void SoftDevice::move_to_error(SoftQp& qp) {
+  if (qp.state() != QpState::err) {
+    log::debug("soft {}: QP {} moves to ERR", name_, qp.qp_num());
+    qp.set_state(QpState::err);
+  }
+  qp.retx_deadline = {};
+  qp.rnr_wait = false;
+  qp.flush_pending = true;
+  mark_active(qp);
+}
+
+void SoftDevice::flush_queues(SoftQp& qp) {
+  qp.flush_pending = false;
+  // Send queue: whatever has not completed is flushed, in order (IBA 10.3.1).
+  while (qp.sq_head != qp.sq_tail) {
+    SendWqe& w = qp.wqe(qp.sq_head);
+    if (!(w.done && w.status != WcStatus::success)) w.status = WcStatus::wr_flush_err;
+    w.started = w.done = true;
+    retire_completed(qp);
+  }
+  qp.sq_next = qp.sq_head;
+  qp.rd_atomic_outstanding = 0;
+  auto flush_recv = [&](const RecvWqe& r) {
+    WorkCompletion wc;
+    wc.wr_id = r.wr_id;
+    wc.status = WcStatus::wr_flush_err;
+    wc.opcode = WcOpcode::recv;
+    wc.qp_num = qp.qp_num();
+    qp.rcq->push(wc, false);
+  };
+  if (qp.have_recv) {
+    flush_recv(qp.cur_recv);
+    qp.have_recv = false;
+  }
+  for (const auto& r : qp.rq) flush_recv(r);
+  qp.rq.clear();
+  qp.read_jobs.clear();
+  qp.in_send = qp.in_write = false;
+}
+
+bool SoftDevice::seek(SoftQp& qp, std::uint32_t psn) {
+  for (std::uint64_t i = qp.sq_head; i != qp.sq_tail; ++i) {
+    SendWqe& w = qp.wqe(i);
+    if (!w.started) break;
+    if (w.done || w.npkts == 0) continue;
+    std::int32_t k = wire::psn_diff(psn, w.first_psn);
+    if (k < 0) psn = w.first_psn, k = 0;
+    if (static_cast<std::uint32_t>(k) < w.npkts) {
+      if (w.opcode == WrOpcode::rdma_read) {
+        // Data already received in order stays; ask for the rest.
+        psn = wire::psn_add(w.first_psn, std::min<std::uint32_t>(w.resp_pkts, static_cast<std::uint32_t>(k)));
+        w.resp_pkts = static_cast<std::uint32_t>(wire::psn_diff(psn, w.first_psn));
+      }
+      qp.sq_next = i;
+      qp.send_psn = psn;
+      mark_active(qp);
+      return true;
+    }
+  }
+  // Nothing outstanding at or after psn: carry on with requests not yet started.
+  std::uint64_t i = qp.sq_head;
+  while (i != qp.sq_tail && qp.wqe(i).started) ++i;
+  qp.sq_next = i;
+  qp.send_psn = qp.next_new_psn;
+  return false;
+}
+
+void SoftDevice::go_back_n(SoftQp& qp, std::uint32_t psn) {
+  if (seek(qp, psn)) {
+    log::debug("soft {}: QP {} go-back-N to PSN {:#x} (una {:#x}, next {:#x})", name_, qp.qp_num(), qp.send_psn,
+               qp.una_psn, qp.next_new_psn);
+    ++st.retransmits;
+    qp.retx_pending = true;
+  }
+}
+
+// Cumulative acknowledgement of every PSN up to and including `psn` (IBA 9.7.5.2.1).
+static void ack_to(SoftDevice& d, SoftQp& qp, std::uint32_t psn) {
+  // Ignore ACKs for PSNs never sent or older than what is already acknowledged.
+  if (!wire::psn_lt(psn, qp.next_new_psn)) return;
+  if (wire::psn_lt(psn, wire::psn_add(qp.una_psn, wire::kPsnMask))) return;
+  std::uint32_t una = wire::psn_add(psn, 1);
+  for (std::uint64_t i = qp.sq_head; i != qp.sq_tail; ++i) {
+    SendWqe& w = qp.wqe(i);
+    if (!w.started) break;
+    if (w.done) continue;
+    std::uint32_t last = wire::psn_add(w.first_psn, w.npkts - 1);
+    if (w.opcode == WrOpcode::rdma_read || w.opcode == WrOpcode::atomic_cmp_and_swp ||
+        w.opcode == WrOpcode::atomic_fetch_and_add) {
+      if (wire::psn_le(w.first_psn, psn)) {
+        // A later PSN is acknowledged but this response is missing: an implied NAK (9.7.5.2.3).
+        std::uint32_t missing = wire::psn_add(w.first_psn, w.resp_pkts);
+        una = missing;
+        if (!qp.retx_pending) d.go_back_n(qp, missing);
+      }
+      break;
+    }
+    if (wire::psn_le(last, psn)) {
+      w.done = true;
+      w.status = WcStatus::success;
+      continue;
+    }
+    break;
+  }
+  if (wire::psn_lt(qp.una_psn, una)) {
+    qp.una_psn = una;
+    qp.retry_left = qp.attr.retry_cnt;
+    qp.retx_pending = false;
+    qp.retx_deadline = wire::psn_lt(qp.una_psn, qp.next_new_psn) ? d.retx_interval(qp) : TimePoint{};
+  }
+  d.retire_completed(qp);
+  if (qp.sq_next != qp.sq_tail) d.mark_active(qp);
+}
+
+// True if a READ/atomic posted before w still waits for its response: then a response for w
+// means that one's response was lost (responses come in request order), an implied NAK.
+static bool earlier_response_missing(SoftQp& qp, const SendWqe& w) {
+  for (std::uint64_t i = qp.sq_head; i != qp.sq_tail && &qp.wqe(i) != &w; ++i)
+    if (!qp.wqe(i).done) return true;
+  return false;
+}
+
+// The WQE whose PSN range holds psn, or nullptr.
+static SendWqe* wqe_for_psn(SoftQp& qp, std::uint32_t psn) {
+  for (std::uint64_t i = qp.sq_head; i != qp.sq_tail; ++i) {
+    SendWqe& w = qp.wqe(i);
+    if (!w.started) break;
+    std::int32_t k = wire::psn_diff(psn, w.first_psn);
+    if (k >= 0 && static_cast<std::uint32_t>(k) < std::max<std::uint32_t>(w.npkts, 1)) return &w;
+  }
+  return nullptr;
+}
+
+void SoftDevice::completer_packet(SoftQp& qp, const wire::Packet& pkt) {
+  const auto& h = pkt.hdr;
+  const std::uint32_t psn = h.bth.psn;
+  switch (h.bth.opcode) {
+    case Opcode::rc_acknowledge: {
+      switch (h.aeth.type()) {
+        case wire::AckType::ack:
+          ack_to(*this, qp, psn);
+          return;
+        case wire::AckType::rnr_nak: {
+          ++st.rnr_naks_received;
+          ack_to(*this, qp, wire::psn_add(psn, wire::kPsnMask));
+          SendWqe* w = wqe_for_psn(qp, psn);
+          if (w == nullptr || w->done) return;
+          if (qp.rnr_left == 0) {
+            complete_send(qp, *w, WcStatus::rnr_retry_exc_err);
+            return;
+          }
+          if (qp.rnr_left != 7) --qp.rnr_left;  // 7 means retry forever (IBA 9.7.5.2.8)
+          qp.rnr_wait = true;
+          qp.rnr_psn = psn;
+          qp.rnr_deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(rnr_timer(h.aeth.value()));
+          qp.retx_deadline = {};
+          return;
+        }
+        case wire::AckType::nak: {
+          ack_to(*this, qp, wire::psn_add(psn, wire::kPsnMask));
+          auto code = static_cast<wire::NakCode>(h.aeth.value());
+          if (code == wire::NakCode::psn_seq_error) {
+            ++st.seq_naks_received;
+            go_back_n(qp, psn);
+            return;
+          }
+          SendWqe* w = wqe_for_psn(qp, psn);
+          if (w == nullptr || w->done) return;
+          WcStatus s = code == wire::NakCode::invalid_request       ? WcStatus::rem_inv_req_err
+                       : code == wire::NakCode::remote_access_error ? WcStatus::rem_access_err
+                       : code == wire::NakCode::remote_op_error     ? WcStatus::rem_op_err
+                                                                    : WcStatus::rem_inv_rd_req_err;
+          // The NAKed request and everything before it in the queue: complete in order.
+          for (std::uint64_t i = qp.sq_head; i != qp.sq_tail && &qp.wqe(i) != w; ++i) {
+            SendWqe& e = qp.wqe(i);
+            if (!e.done) e.status = WcStatus::wr_flush_err, e.done = true;
+          }
+          complete_send(qp, *w, s);
+          return;
+        }
+        case wire::AckType::reserved:
+          return;
+      }
+      return;
+    }
+    case Opcode::rc_read_response_first:
+    case Opcode::rc_read_response_middle:
+    case Opcode::rc_read_response_last:
+    case Opcode::rc_read_response_only: {
+      SendWqe* w = wqe_for_psn(qp, psn);
+      if (w == nullptr || w->done || w->opcode != WrOpcode::rdma_read) return;  // stale duplicate
+      std::uint32_t expected = wire::psn_add(w->first_psn, w->resp_pkts);
+      if (psn != expected) {
+        if (wire::psn_lt(expected, psn) && !qp.retx_pending) go_back_n(qp, expected);  // a response was lost
+        return;
+      }
+      // Responses implicitly acknowledge everything before the READ (9.7.5.2.1).
+      ack_to(*this, qp, wire::psn_add(w->first_psn, wire::kPsnMask));
+      if (earlier_response_missing(qp, *w)) return;
+      const std::uint32_t mtu = qp.pmtu();
+      const std::uint32_t off = w->resp_pkts * mtu;
+      const bool last = h.bth.opcode == Opcode::rc_read_response_last || h.bth.opcode == Opcode::rc_read_response_only;
+      const auto len = static_cast<std::uint32_t>(pkt.payload.size());
+      bool size_ok = last ? (off + len == w->length && len <= mtu) : (len == mtu && off + len < w->length);
+      if (!size_ok || (last != (w->resp_pkts + 1 == w->npkts))) {
+        complete_send(qp, *w, WcStatus::bad_resp_err);
+        return;
+      }
+      WcStatus s = scatter(*qp.pd, w->sge.data(), w->num_sge, off, pkt.payload.data(), len);
+      if (s != WcStatus::success) {
+        complete_send(qp, *w, s);
+        return;
+      }
+      ++w->resp_pkts;
+      if (wire::psn_lt(qp.una_psn, wire::psn_add(psn, 1))) {
+        qp.una_psn = wire::psn_add(psn, 1);
+        qp.retry_left = qp.attr.retry_cnt;
+        qp.retx_pending = false;
+        qp.retx_deadline = wire::psn_lt(qp.una_psn, qp.next_new_psn) ? retx_interval(qp) : TimePoint{};
+      }
+      if (last) {
+        w->done = true;
+        w->status = WcStatus::success;
+        retire_completed(qp);
+        mark_active(qp);  // a READ slot freed: more READs/atomics may start
+      }
+      return;
+    }
+    case Opcode::rc_atomic_acknowledge: {
+      SendWqe* w = wqe_for_psn(qp, psn);
+      if (w == nullptr || w->done ||
+          (w->opcode != WrOpcode::atomic_cmp_and_swp && w->opcode != WrOpcode::atomic_fetch_and_add))
+        return;
+      ack_to(*this, qp, wire::psn_add(psn, wire::kPsnMask));
+      if (earlier_response_missing(qp, *w)) return;
+      std::uint64_t orig = h.atomic_ack;  // host order
+      WcStatus s = scatter(*qp.pd, w->sge.data(), w->num_sge, 0, reinterpret_cast<const std::uint8_t*>(&orig), 8);
+      if (s != WcStatus::success) {
+        complete_send(qp, *w, s);
+        return;
+      }
+      w->resp_pkts = 1;
+      w->done = true;
+      w->status = WcStatus::success;
+      if (wire::psn_lt(qp.una_psn, wire::psn_add(psn, 1))) {
+        qp.una_psn = wire::psn_add(psn, 1);
+        qp.retry_left = qp.attr.retry_cnt;
+        qp.retx_pending = false;
+        qp.retx_deadline = wire::psn_lt(qp.una_psn, qp.next_new_psn) ? retx_interval(qp) : TimePoint{};
+      }
+      retire_completed(qp);
+      mark_active(qp);
+      return;
+    }
+    default:
+      return;
+  }
+}
+
+void SoftDevice::timers_run(SoftQp& qp, TimePoint now) {
+  if (qp.type() != QpType::rc || (qp.state() != QpState::rts && qp.state() != QpState::sqd)) return;
+  if (qp.rnr_wait && now >= qp.rnr_deadline) {
+    qp.rnr_wait = false;
+    qp.retx_pending = false;
+    go_back_n(qp, qp.rnr_psn);
+    qp.retx_deadline = retx_interval(qp);
+  }
+  if (qp.retx_deadline != TimePoint{} && now >= qp.retx_deadline) {
+    if (!wire::psn_lt(qp.una_psn, qp.next_new_psn)) {
+      qp.retx_deadline = {};
+      return;
+    }
+    ++st.timeouts;
+    log::debug("soft {}: QP {} local ACK timeout, una {:#x} send {:#x} next {:#x}, {} retries left", name_, qp.qp_num(),
+               qp.una_psn, qp.send_psn, qp.next_new_psn, qp.retry_left);
+    if (qp.retry_left == 0) {
+      SendWqe* w = wqe_for_psn(qp, qp.una_psn);
+      if (w == nullptr && qp.sq_head != qp.sq_tail) w = &qp.wqe(qp.sq_head);
+      log::debug("soft {}: QP {} retry count exceeded at PSN {}", name_, qp.qp_num(), qp.una_psn);
+      if (w != nullptr) complete_send(qp, *w, WcStatus::retry_exc_err);
+      else move_to_error(qp);
+      return;
+    }
+    --qp.retry_left;
+    qp.retx_pending = false;
+    go_back_n(qp, qp.una_psn);
+    qp.retx_deadline = retx_interval(qp);
+  }
+}
+
+}  // namespace vrdma::nicdrv::soft

@@ -1,0 +1,425 @@
+// Internals of the soft RoCEv2 engine.
+//
+// Threading model: each SoftDevice owns one engine thread. All protocol state (QPs, MR table,
+// responder resources, timers) is guarded by SoftDevice::mu_. API calls take mu_ briefly to post
+// or modify; the engine thread takes it for each round of work and drops it only to sleep in
+// epoll. CQs have their own lock so that polling never waits for the engine.
+//
+// Roles, one file each (as Linux rxe): requester.cpp builds and (re)transmits request packets,
+// responder.cpp executes incoming requests and answers, completer.cpp handles ACKs, NAKs and
+// responses and runs the retransmit/RNR timers; qp_state.cpp is the IBA QP state machine.
+#pragma once
+
+#include <sys/uio.h>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "soft/wire.hpp"
+#include "vrdma/common/fd.hpp"
+#include "vrdma/nicdrv/device.hpp"
+#include "vrdma/nicdrv/soft.hpp"
+
+namespace vrdma::nicdrv::soft {
+
+using Clock = std::chrono::steady_clock;
+using TimePoint = Clock::time_point;
+
+class SoftDevice;
+class SoftPd;
+class SoftQp;
+
+inline constexpr std::size_t kMaxSge = 16;
+inline constexpr std::size_t kTxSlots = 64;
+inline constexpr std::size_t kRxSlots = 64;
+inline constexpr std::size_t kPktBuf = 4096 + 128;
+inline constexpr std::uint32_t kSendWindowPkts = 512;  // unacknowledged packets in flight per QP
+
+// ---- Link: where packets go. UdpLink is the real socket; FaultLink wraps it for tests. -----------
+struct TxPacket {
+  std::uint32_t dst_ip_be = 0;
+  std::uint8_t* data = nullptr;
+  std::uint32_t len = 0;
+};
+struct RxPacket {
+  std::uint8_t* data = nullptr;
+  std::uint32_t cap = 0;
+  std::uint32_t len = 0;
+  std::uint32_t src_ip_be = 0;
+  std::uint16_t src_port = 0;
+};
+
+class Link {
+ public:
+  virtual ~Link() = default;
+  // Sends every packet (blocking briefly on a full socket buffer); returns how many went out.
+  virtual std::size_t send(std::span<TxPacket> pkts) = 0;
+  // Receives what is queued without blocking.
+  virtual std::size_t recv(std::span<RxPacket> pkts) = 0;
+  [[nodiscard]] virtual int fd() const = 0;
+};
+
+std::unique_ptr<Link> make_udp_link(UniqueFd sock, std::uint16_t port, EngineStats& stats);
+std::unique_ptr<Link> make_fault_link(std::unique_ptr<Link> inner, const FaultConfig& cfg, EngineStats& stats);
+
+// ---- Objects ------------------------------------------------------------------------------------
+class SoftMr final : public MemoryRegion {
+ public:
+  SoftMr(std::shared_ptr<SoftPd> pd, std::uint8_t* base, std::uint64_t len, Access acc, std::uint32_t key,
+         std::shared_ptr<WriteObserver> obs, std::uint64_t iova)
+      : pd_(std::move(pd)), base_(base), len_(len), acc_(acc), key_(key), obs_(std::move(obs)),
+        iova_(iova != 0 ? iova : reinterpret_cast<std::uint64_t>(base)) {}
+  ~SoftMr() override;
+  std::uint32_t lkey() const noexcept override { return key_; }
+  std::uint32_t rkey() const noexcept override { return key_; }
+  std::uint64_t addr() const noexcept override { return iova_; }
+  std::uint64_t length() const noexcept override { return len_; }
+  Access access() const noexcept override { return acc_; }
+
+  // Host pointer for [va, va+len) if it lies inside the region, else nullptr.
+  [[nodiscard]] std::uint8_t* at(std::uint64_t va, std::uint64_t len) const noexcept {
+    std::uint64_t start = addr();
+    if (va < start || len > len_ || va - start > len_ - len) return nullptr;
+    return base_ + (va - start);
+  }
+  [[nodiscard]] const SoftPd* pd() const noexcept { return pd_.get(); }
+  // Every engine write into the region goes through here (so the observer sees it).
+  void write(std::uint8_t* dst, const void* src, std::size_t len) const noexcept {
+    std::memcpy(dst, src, len);
+    if (obs_) obs_->on_write(reinterpret_cast<std::uint64_t>(dst), len);
+  }
+  void wrote(const std::uint8_t* dst, std::size_t len) const noexcept {
+    if (obs_) obs_->on_write(reinterpret_cast<std::uint64_t>(dst), len);
+  }
+
+ private:
+  std::shared_ptr<SoftPd> pd_;
+  std::uint8_t* base_;
+  std::uint64_t len_;
+  Access acc_;
+  std::uint32_t key_;
+  std::shared_ptr<WriteObserver> obs_;
+  std::uint64_t iova_;
+};
+
+class SoftCq final : public CompletionQueue, public std::enable_shared_from_this<SoftCq> {
+ public:
+  SoftCq(std::shared_ptr<SoftDevice> dev, std::uint32_t cqe, UniqueFd efd);
+  Result<std::size_t> poll(std::span<WorkCompletion> out) override;
+  Status req_notify(bool solicited_only) override;
+  int event_fd() const noexcept override { return efd_.get(); }
+  std::uint64_t ack_events() noexcept override;
+  std::uint32_t capacity() const noexcept override { return cap_; }
+  // Engine side: appends a completion; `solicited` marks a solicited receive.
+  void push(const WorkCompletion& wc, bool solicited);
+  [[nodiscard]] const SoftDevice* device() const noexcept { return dev_.get(); }
+
+ private:
+  std::shared_ptr<SoftDevice> dev_;
+  std::uint32_t cap_;
+  UniqueFd efd_;
+  std::mutex mu_;
+  std::vector<WorkCompletion> ring_;
+  std::size_t head_ = 0, count_ = 0;
+  bool overflow_ = false;
+  int armed_ = 0;  // 0 off, 1 any, 2 solicited only
+};
+
+class SoftAh final : public AddressHandle {
+ public:
+  SoftAh(std::shared_ptr<SoftPd> pd, const AhAttr& a) : pd_(std::move(pd)), attr_(a) {}
+  const AhAttr& attr() const noexcept override { return attr_; }
+
+ private:
+  std::shared_ptr<SoftPd> pd_;
+  AhAttr attr_;
+};
+
+struct RecvWqe {
+  std::uint64_t wr_id = 0;
+  std::uint32_t num_sge = 0;
+  std::array<Sge, kMaxSge> sge{};
+};
+
+class SoftSrq final : public SharedReceiveQueue, public std::enable_shared_from_this<SoftSrq> {
+ public:
+  SoftSrq(std::shared_ptr<SoftPd> pd, std::uint32_t max_wr, std::uint32_t max_sge)
+      : pd_(std::move(pd)), max_wr_(max_wr), max_sge_(max_sge) {}
+  Status post_recv(std::span<const RecvWr> wrs, std::size_t* bad_index) override;
+  std::uint32_t max_wr() const noexcept override { return max_wr_; }
+  [[nodiscard]] const SoftPd* pd() const noexcept { return pd_.get(); }
+  std::deque<RecvWqe> queue;  // guarded by SoftDevice::mu_
+
+ private:
+  std::shared_ptr<SoftPd> pd_;
+  std::uint32_t max_wr_, max_sge_;
+};
+
+class SoftPd final : public ProtectionDomain, public std::enable_shared_from_this<SoftPd> {
+ public:
+  SoftPd(std::shared_ptr<SoftDevice> dev, std::uint32_t handle) : dev_(std::move(dev)), handle_(handle) {}
+  Result<std::shared_ptr<MemoryRegion>> reg_mr(void* addr, std::size_t length, Access access,
+                                               const MrOptions& opts) override;
+  Result<std::shared_ptr<QueuePair>> create_qp(const QpInitAttr& attr, const QpOptions& opts) override;
+  Result<std::shared_ptr<AddressHandle>> create_ah(const AhAttr& attr) override;
+  Result<std::shared_ptr<SharedReceiveQueue>> create_srq(std::uint32_t max_wr, std::uint32_t max_sge) override;
+  std::uint32_t handle() const noexcept override { return handle_; }
+  [[nodiscard]] SoftDevice& dev() const { return *dev_; }
+
+ private:
+  std::shared_ptr<SoftDevice> dev_;
+  std::uint32_t handle_;
+};
+
+// ---- Queue pair state ---------------------------------------------------------------------------
+struct SendWqe {
+  std::uint64_t wr_id = 0;
+  WrOpcode opcode = WrOpcode::send;
+  bool signaled = false;
+  bool solicited = false;
+  bool fence = false;
+  std::uint32_t imm = 0;
+  std::uint64_t remote_addr = 0;
+  std::uint32_t rkey = 0;
+  std::uint64_t compare_add = 0, swap = 0;
+  std::uint32_t ud_dst_ip_be = 0, ud_qpn = 0, ud_qkey = 0;
+  std::uint32_t num_sge = 0;
+  std::array<Sge, kMaxSge> sge{};
+  std::vector<std::uint8_t> inline_data;  // capacity reserved at QP creation; never grows on post
+  bool is_inline = false;
+  std::uint32_t length = 0;
+  // Progress (engine thread).
+  bool started = false;         // PSNs assigned
+  std::uint32_t first_psn = 0;
+  std::uint32_t npkts = 0;      // PSNs this request consumes
+  std::uint32_t resp_pkts = 0;  // READ: response packets received in order so far
+  bool done = false;            // READ/atomic data arrived (completes when it reaches the head)
+  WcStatus status = WcStatus::success;
+};
+
+// Responder's memory of a READ or atomic request, for duplicate replay (IBA 9.7.5.1.4/9.7.5.2.6).
+struct RdAtomicResource {
+  bool valid = false;
+  bool atomic = false;
+  std::uint32_t first_psn = 0, last_psn = 0;
+  std::uint64_t va = 0;
+  std::uint32_t rkey = 0, length = 0;
+  std::uint64_t orig = 0;  // atomic: value returned the first time
+};
+
+// An outgoing READ response being streamed.
+struct ReadJob {
+  std::uint32_t first_psn = 0;  // PSN of the request
+  std::uint32_t next_psn = 0;   // next response PSN to send
+  std::uint32_t npkts = 0;
+  std::uint64_t va = 0;
+  std::uint32_t rkey = 0, length = 0;
+  std::uint32_t msn = 0;
+};
+
+class SoftQp final : public QueuePair {
+ public:
+  SoftQp(std::shared_ptr<SoftPd> pd, const QpInitAttr& init, std::uint32_t qpn);
+  ~SoftQp() override;
+  std::uint32_t qp_num() const noexcept override { return qpn_; }
+  QpType type() const noexcept override { return type_; }
+  Status modify(const QpAttr& attr, QpAttrMask mask) override;
+  Result<QpAttr> query() const override;
+  QpState state() const noexcept override { return state_.load(std::memory_order_acquire); }
+  Status post_send(std::span<const SendWr> wrs, std::size_t* bad_index) override;
+  Status post_recv(std::span<const RecvWr> wrs, std::size_t* bad_index) override;
+  Result<std::vector<std::uint8_t>> export_state() const override;
+  Status import_state(std::span<const std::uint8_t> blob) override;
+
+  // ---- everything below is guarded by SoftDevice::mu_ ----
+  SoftDevice& dev;
+  std::shared_ptr<SoftPd> pd;
+  std::shared_ptr<SoftCq> scq, rcq;
+  std::shared_ptr<SoftSrq> srq;
+  const std::uint32_t qpn_;
+  const QpType type_;
+  bool sq_sig_all;
+  QpCap cap;
+  QpAttr attr;  // current attributes (qp_state mirrors state_)
+  std::atomic<QpState> state_{QpState::reset};
+
+  // Send queue: a ring of cap.max_send_wr entries; [sq_head, sq_tail) posted,
+  // [sq_head, sq_next) transmitted at least partly, sq_next.. waiting to be sent.
+  std::vector<SendWqe> sq;
+  std::uint64_t sq_head = 0, sq_next = 0, sq_tail = 0;
+  std::uint32_t send_psn = 0;    // PSN of the next packet to transmit
+  std::uint32_t una_psn = 0;     // oldest unacknowledged PSN
+  std::uint32_t next_new_psn = 0;  // first PSN of the next request not yet started
+  std::uint32_t rd_atomic_outstanding = 0;
+  std::uint32_t retry_left = 7, rnr_left = 7;
+  TimePoint retx_deadline{};     // armed while packets are unacknowledged
+  TimePoint rnr_deadline{};      // armed after an RNR NAK
+  bool rnr_wait = false;
+  std::uint32_t rnr_psn = 0;
+  bool retx_pending = false;     // a go-back-N was requested; stops repeated requests per gap
+
+  // Receive queue.
+  std::deque<RecvWqe> rq;
+  std::uint32_t rq_max = 0;
+
+  // Responder.
+  std::uint32_t e_psn = 0;       // expected PSN
+  std::uint32_t msn = 0;
+  bool nak_sent = false;
+  bool in_send = false, in_write = false;
+  RecvWqe cur_recv{};
+  bool have_recv = false;
+  std::uint32_t recv_offset = 0;
+  std::uint64_t write_va = 0;
+  std::uint32_t write_rkey = 0, write_left = 0, write_total = 0;
+  std::vector<RdAtomicResource> rd_res;
+  std::size_t rd_res_next = 0;
+  std::deque<ReadJob> read_jobs;
+  bool ack_pending = false;
+  std::uint32_t ack_psn = 0;
+
+  bool flush_pending = false;    // entered ERR: flush both queues
+  bool queued = false;           // on SoftDevice::active
+
+  [[nodiscard]] std::uint32_t pmtu() const noexcept { return mtu_bytes(attr.path_mtu); }
+  [[nodiscard]] std::uint32_t dst_ip() const noexcept { return attr.ah_attr.dgid.ipv4(); }
+  [[nodiscard]] bool sq_empty() const noexcept { return sq_head == sq_tail; }
+  SendWqe& wqe(std::uint64_t idx) { return sq[idx % sq.size()]; }
+  void set_state(QpState s) noexcept {
+    attr.qp_state = s;
+    state_.store(s, std::memory_order_release);
+  }
+};
+
+// ---- The device ---------------------------------------------------------------------------------
+class SoftDevice final : public Device {
+ public:
+  SoftDevice(std::string name, std::string netdev, std::uint32_t ip_be, std::uint8_t mac[6], Mtu active_mtu,
+             std::unique_ptr<Link> link, UniqueFd wake_fd, bool busy_poll, bool verify_icrc, std::uint16_t port);
+  ~SoftDevice() override;
+  const std::string& name() const noexcept override { return name_; }
+  Result<DeviceAttr> query_device() const override;
+  Result<PortAttr> query_port(std::uint8_t port) const override;
+  Result<std::vector<GidEntry>> gid_table(std::uint8_t port) const override;
+  Result<GidEntry> query_gid(std::uint32_t index, std::uint8_t port) const override;
+  Result<std::shared_ptr<ProtectionDomain>> alloc_pd() override;
+  Result<std::shared_ptr<CompletionQueue>> create_cq(std::uint32_t cqe) override;
+  Status quiesce() override;
+  Status resume() override;
+
+  void start();
+  void set_link(std::unique_ptr<Link> l) { link_ = std::move(l); }
+  void stop();
+  // Wake the engine thread (called after posting work).
+  void kick() noexcept;
+  void set_faults(const FaultConfig& cfg);
+  EngineStats stats_snapshot() const;
+
+  // ---- guarded by mu_ ----
+  mutable std::mutex mu_;
+  std::unordered_map<std::uint32_t, SoftMr*> mrs;
+  std::unordered_map<std::uint32_t, SoftQp*> qps;
+  std::vector<SoftQp*> active;  // QPs with send work; deduplicated by SoftQp::queued
+  EngineStats st;
+  std::uint32_t next_key = 0x100;
+  std::uint32_t next_qpn = 0x11;
+  std::uint32_t next_pd = 1;
+  bool quiesced = false;
+
+  // Engine helpers (engine thread or API caller, with mu_ held).
+  SoftMr* find_mr(std::uint32_t key) {
+    auto it = mrs.find(key);
+    return it == mrs.end() ? nullptr : it->second;
+  }
+  void mark_active(SoftQp& qp);
+  void move_to_error(SoftQp& qp);
+  // Allocates a TX slot for a packet to dst; flushes when the batch is full. Returns the buffer.
+  std::uint8_t* tx_alloc(std::uint32_t dst_ip_be);
+  void tx_commit(std::size_t len);
+  void tx_flush();
+  [[nodiscard]] wire::Ipv4Context ip_ctx(std::uint32_t dst_ip_be) const noexcept {
+    wire::Ipv4Context c;
+    c.src_be = ip_be_;
+    c.dst_be = dst_ip_be;
+    c.udp_src_port = port_;
+    c.udp_dst_port = port_;
+    return c;
+  }
+  [[nodiscard]] std::uint32_t ip_be() const noexcept { return ip_be_; }
+  [[nodiscard]] Mtu active_mtu() const noexcept { return active_mtu_; }
+
+  // Builds one packet: pkt_begin encodes the headers and returns where `payload_len` bytes of
+  // payload go; the caller fills them and calls pkt_end (which pads and writes the ICRC).
+  std::uint8_t* pkt_begin(std::uint32_t dst_ip_be, wire::Headers& h, std::size_t payload_len);
+  void pkt_end();
+  void pkt_abort() noexcept { pkt_open_ = false; }
+  void send_packet(std::uint32_t dst_ip_be, wire::Headers& h, std::span<const std::uint8_t> payload);
+  // Local memory through a scatter/gather list (lkeys checked against the QP's PD).
+  WcStatus gather(const SoftQp& qp, const Sge* sge, std::uint32_t n, std::uint32_t offset, std::uint8_t* dst,
+                  std::uint32_t len);
+  WcStatus scatter(const SoftPd& pd, const Sge* sge, std::uint32_t n, std::uint32_t offset,
+                   const std::uint8_t* src, std::uint32_t len);
+  std::vector<SoftQp*> acks;  // QPs with an ACK to send at the end of the receive batch
+  void send_ack(SoftQp& qp, wire::AckType type, std::uint8_t value, std::uint32_t psn);
+
+  // Role entry points (requester.cpp, responder.cpp, completer.cpp).
+  void requester_run(SoftQp& qp, std::size_t budget);
+  void responder_packet(SoftQp& qp, const wire::Packet& pkt, std::uint32_t src_ip_be);
+  void responder_ud_packet(SoftQp& qp, const wire::Packet& pkt, std::uint32_t src_ip_be);
+  bool responder_run_reads(SoftQp& qp, std::size_t budget);
+  void completer_packet(SoftQp& qp, const wire::Packet& pkt);
+  void timers_run(SoftQp& qp, TimePoint now);
+  void flush_queues(SoftQp& qp);
+  void complete_send(SoftQp& qp, SendWqe& w, WcStatus status);
+  void retire_completed(SoftQp& qp);
+  void go_back_n(SoftQp& qp, std::uint32_t psn);
+  // Points the requester at psn (the first unfinished packet at or after it); false if none.
+  bool seek(SoftQp& qp, std::uint32_t psn);
+  TimePoint retx_interval(const SoftQp& qp) const;
+
+ private:
+  void engine_main();
+  bool engine_round();
+  void handle_rx(RxPacket& p);
+
+  std::string name_, netdev_;
+  std::uint32_t ip_be_;
+  std::array<std::uint8_t, 6> mac_{};
+  Mtu active_mtu_;
+  std::unique_ptr<Link> link_;
+  UniqueFd wake_fd_;
+  UniqueFd epoll_fd_;
+  bool busy_poll_;
+  bool verify_icrc_;
+  std::uint16_t port_;
+  std::thread thread_;
+  std::atomic<bool> running_{false};
+  std::atomic<bool> sleeping_{false};
+
+  std::vector<std::uint8_t> tx_mem_, rx_mem_;
+  std::array<TxPacket, kTxSlots> tx_{};
+  std::size_t tx_count_ = 0;
+  bool pkt_open_ = false;
+  std::size_t pkt_hdr_len_ = 0, pkt_payload_len_ = 0;
+  TimePoint next_timer_scan_{};
+  std::array<RxPacket, kRxSlots> rx_{};
+};
+
+// Duration of the local ACK timeout (IBA 9.7.6.1.3): 4.096 us * 2^timeout, 0 means infinite.
+std::chrono::nanoseconds ack_timeout(std::uint8_t timeout);
+// RNR NAK timer field (IBA table 45) to a duration.
+std::chrono::nanoseconds rnr_timer(std::uint8_t code);
+
+}  // namespace vrdma::nicdrv::soft

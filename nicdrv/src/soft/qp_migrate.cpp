@@ -1,0 +1,215 @@
+// QP state export/import for live migration: everything the engine knows about a QP, as a
+// versioned little-endian blob. Import resumes by retransmitting from the oldest unacknowledged
+// PSN, so packets lost in the switchover are recovered by the normal RC machinery.
+#include <cstring>
+#include <type_traits>
+
+#include "soft/engine.hpp"
+
+namespace vrdma::nicdrv::soft {
+namespace {
+
+constexpr std::uint32_t kMagic = 0x56514d31;  // "VQM1"
+constexpr std::uint32_t kVersion = 1;
+
+class Writer {
+ public:
+  template <class T>
+  void put(const T& v) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    const auto* p = reinterpret_cast<const std::uint8_t*>(&v);
+    out.insert(out.end(), p, p + sizeof(T));
+  }
+  void bytes(const std::vector<std::uint8_t>& b) {
+    put(static_cast<std::uint32_t>(b.size()));
+    out.insert(out.end(), b.begin(), b.end());
+  }
+  std::vector<std::uint8_t> out;
+};
+
+class Reader {
+ public:
+  explicit Reader(std::span<const std::uint8_t> in) : in_(in) {}
+  template <class T>
+  bool get(T& v) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    if (in_.size() - pos_ < sizeof(T)) return false;
+    std::memcpy(&v, in_.data() + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return true;
+  }
+  bool bytes(std::vector<std::uint8_t>& b, std::size_t max) {
+    std::uint32_t n = 0;
+    if (!get(n) || n > max || in_.size() - pos_ < n) return false;
+    b.assign(in_.data() + pos_, in_.data() + pos_ + n);
+    pos_ += n;
+    return true;
+  }
+  [[nodiscard]] bool at_end() const { return pos_ == in_.size(); }
+
+ private:
+  std::span<const std::uint8_t> in_;
+  std::size_t pos_ = 0;
+};
+
+// Fixed-layout part of a send WQE (everything but the inline bytes).
+struct WqeRec {
+  std::uint64_t wr_id, remote_addr, compare_add, swap;
+  std::uint32_t rkey, imm, ud_dst_ip_be, ud_qpn, ud_qkey, num_sge, length, first_psn, npkts, resp_pkts;
+  std::uint8_t opcode, signaled, solicited, fence, is_inline, started, done, status;
+  std::array<Sge, kMaxSge> sge;
+};
+
+struct RecvRec {
+  std::uint64_t wr_id;
+  std::uint32_t num_sge;
+  std::array<Sge, kMaxSge> sge;
+};
+
+RecvRec to_rec(const RecvWqe& r) { return RecvRec{r.wr_id, r.num_sge, r.sge}; }
+RecvWqe from_rec(const RecvRec& r) { return RecvWqe{r.wr_id, std::min<std::uint32_t>(r.num_sge, kMaxSge), r.sge}; }
+
+}  // namespace
+
+Result<std::vector<std::uint8_t>> SoftQp::export_state() const {
+  std::lock_guard lk(dev.mu_);
+  Writer w;
+  w.put(kMagic);
+  w.put(kVersion);
+  w.put(qpn_);
+  w.put(static_cast<std::uint8_t>(type_));
+  w.put(static_cast<std::uint8_t>(state()));
+  w.put(attr);
+  w.put(cap);
+  w.put(una_psn);
+  w.put(next_new_psn);
+  w.put(retry_left);
+  w.put(rnr_left);
+  w.put(static_cast<std::uint32_t>(sq_tail - sq_head));
+  for (std::uint64_t i = sq_head; i != sq_tail; ++i) {
+    const SendWqe& s = sq[i % sq.size()];
+    WqeRec r{s.wr_id, s.remote_addr, s.compare_add, s.swap, s.rkey, s.imm, s.ud_dst_ip_be, s.ud_qpn, s.ud_qkey,
+             s.num_sge, s.length, s.first_psn, s.npkts, s.resp_pkts, static_cast<std::uint8_t>(s.opcode),
+             s.signaled, s.solicited, s.fence, s.is_inline, s.started, s.done, static_cast<std::uint8_t>(s.status),
+             s.sge};
+    w.put(r);
+    w.bytes(s.inline_data);
+  }
+  w.put(static_cast<std::uint32_t>(rq.size()));
+  for (const auto& r : rq) w.put(to_rec(r));
+  // Responder.
+  w.put(e_psn);
+  w.put(msn);
+  w.put(static_cast<std::uint8_t>(in_send));
+  w.put(static_cast<std::uint8_t>(in_write));
+  w.put(static_cast<std::uint8_t>(have_recv));
+  w.put(to_rec(cur_recv));
+  w.put(recv_offset);
+  w.put(write_va);
+  w.put(write_rkey);
+  w.put(write_left);
+  w.put(write_total);
+  w.put(static_cast<std::uint32_t>(rd_res.size()));
+  for (const auto& r : rd_res) w.put(r);
+  w.put(static_cast<std::uint64_t>(rd_res_next));
+  w.put(static_cast<std::uint32_t>(read_jobs.size()));
+  for (const auto& j : read_jobs) w.put(j);
+  return std::move(w.out);
+}
+
+Status SoftQp::import_state(std::span<const std::uint8_t> blob) {
+  std::lock_guard lk(dev.mu_);
+  auto bad = [&](const char* what) -> Status {
+    return make_error(Errc::invalid_argument, "QP " + std::to_string(qpn_) + ": state blob rejected (" + what + ")");
+  };
+  if (state() != QpState::reset) return make_error(Errc::bad_state, "QP " + std::to_string(qpn_) + ": import_state needs a QP in RESET");
+  Reader r(blob);
+  std::uint32_t magic = 0, version = 0, qpn = 0;
+  std::uint8_t type = 0, st8 = 0;
+  if (!r.get(magic) || magic != kMagic) return bad("not a soft-engine QP state");
+  if (!r.get(version) || version != kVersion) return bad("unknown version");
+  if (!r.get(qpn) || qpn != qpn_) return bad("it belongs to another QPN");
+  if (!r.get(type) || type != static_cast<std::uint8_t>(type_)) return bad("QP type differs");
+  if (!r.get(st8) || st8 > static_cast<std::uint8_t>(QpState::err)) return bad("bad state");
+  QpAttr a;
+  QpCap c;
+  std::uint32_t una = 0, nnp = 0, rl = 0, rnl = 0, nsq = 0;
+  if (!r.get(a) || !r.get(c) || !r.get(una) || !r.get(nnp) || !r.get(rl) || !r.get(rnl) || !r.get(nsq)) return bad("truncated");
+  if (c.max_send_wr > sq.size() || nsq > sq.size() || c.max_recv_wr > rq_max) return bad("queues larger than this QP's");
+  std::vector<SendWqe> wqes(nsq);
+  for (auto& s : wqes) {
+    WqeRec x{};
+    if (!r.get(x) || !r.bytes(s.inline_data, cap.max_inline_data)) return bad("truncated send queue");
+    if (x.num_sge > kMaxSge || x.opcode > static_cast<std::uint8_t>(WrOpcode::atomic_fetch_and_add)) return bad("bad WQE");
+    s.wr_id = x.wr_id; s.remote_addr = x.remote_addr; s.compare_add = x.compare_add; s.swap = x.swap;
+    s.rkey = x.rkey; s.imm = x.imm; s.ud_dst_ip_be = x.ud_dst_ip_be; s.ud_qpn = x.ud_qpn; s.ud_qkey = x.ud_qkey;
+    s.num_sge = x.num_sge; s.length = x.length; s.first_psn = x.first_psn; s.npkts = x.npkts; s.resp_pkts = x.resp_pkts;
+    s.opcode = static_cast<WrOpcode>(x.opcode); s.signaled = x.signaled; s.solicited = x.solicited; s.fence = x.fence;
+    s.is_inline = x.is_inline; s.started = x.started; s.done = x.done; s.status = static_cast<WcStatus>(x.status);
+    s.sge = x.sge;
+  }
+  std::uint32_t nrq = 0;
+  if (!r.get(nrq) || nrq > rq_max) return bad("receive queue larger than this QP's");
+  std::deque<RecvWqe> rqs;
+  for (std::uint32_t i = 0; i < nrq; ++i) {
+    RecvRec x{};
+    if (!r.get(x)) return bad("truncated receive queue");
+    rqs.push_back(from_rec(x));
+  }
+  std::uint8_t isend = 0, iwrite = 0, hrecv = 0;
+  RecvRec cur{};
+  std::uint32_t ep = 0, m = 0, roff = 0, wrk = 0, wl = 0, wt = 0, nres = 0, njobs = 0;
+  std::uint64_t wva = 0, rnext = 0;
+  if (!r.get(ep) || !r.get(m) || !r.get(isend) || !r.get(iwrite) || !r.get(hrecv) || !r.get(cur) || !r.get(roff) ||
+      !r.get(wva) || !r.get(wrk) || !r.get(wl) || !r.get(wt) || !r.get(nres) || nres > 16)
+    return bad("truncated responder state");
+  std::vector<RdAtomicResource> res(nres);
+  for (auto& x : res)
+    if (!r.get(x)) return bad("truncated responder resources");
+  if (!r.get(rnext) || (nres > 0 && rnext >= nres) || !r.get(njobs) || njobs > 16) return bad("bad responder resources");
+  std::deque<ReadJob> jobs(njobs);
+  for (auto& j : jobs)
+    if (!r.get(j)) return bad("truncated read responses");
+  if (!r.at_end()) return bad("trailing bytes");
+
+  // Commit.
+  attr = a;
+  sq_head = 0;
+  sq_tail = nsq;
+  for (std::uint32_t i = 0; i < nsq; ++i) sq[i] = std::move(wqes[i]);
+  rd_atomic_outstanding = 0;
+  for (std::uint32_t i = 0; i < nsq; ++i)
+    if (sq[i].started && !sq[i].done && sq[i].npkts > 0 &&
+        (sq[i].opcode == WrOpcode::rdma_read || sq[i].opcode == WrOpcode::atomic_cmp_and_swp ||
+         sq[i].opcode == WrOpcode::atomic_fetch_and_add))
+      ++rd_atomic_outstanding;
+  una_psn = una;
+  next_new_psn = nnp;
+  retry_left = rl;
+  rnr_left = rnl;
+  rq = std::move(rqs);
+  e_psn = ep;
+  msn = m;
+  in_send = isend != 0;
+  in_write = iwrite != 0;
+  have_recv = hrecv != 0;
+  cur_recv = from_rec(cur);
+  recv_offset = roff;
+  write_va = wva;
+  write_rkey = wrk;
+  write_left = wl;
+  write_total = wt;
+  rd_res = std::move(res);
+  rd_res_next = static_cast<std::size_t>(rnext);
+  read_jobs = std::move(jobs);
+  set_state(static_cast<QpState>(st8));
+  // Resume: retransmit everything not yet acknowledged.
+  sq_next = 0;
+  send_psn = una_psn;
+  dev.go_back_n(*this, una_psn);
+  if (wire::psn_lt(una_psn, next_new_psn)) retx_deadline = dev.retx_interval(*this);
+  dev.mark_active(*this);
+  return {};
+}
+
+}  // namespace vrdma::nicdrv::soft

@@ -1,0 +1,185 @@
+// Requester (IBA 9.4, 9.7.1): turns send work requests into packets, segmenting at the path
+// MTU, and retransmits from a PSN when the completer asks (go-back-N).
+#include <algorithm>
+
+#include "soft/engine.hpp"
+
+namespace vrdma::nicdrv::soft {
+namespace {
+
+using wire::Opcode;
+
+bool is_rd_atomic(WrOpcode op) {
+  return op == WrOpcode::rdma_read || op == WrOpcode::atomic_cmp_and_swp || op == WrOpcode::atomic_fetch_and_add;
+}
+
+std::uint32_t packets_for(std::uint32_t len, std::uint32_t mtu) { return len == 0 ? 1 : (len + mtu - 1) / mtu; }
+
+// Opcode of packet k of n for SEND/WRITE (IBA table 38).
+Opcode seg_opcode(WrOpcode op, std::uint32_t k, std::uint32_t n) {
+  bool first = k == 0, last = k + 1 == n;
+  switch (op) {
+    case WrOpcode::send:
+      return first && last ? Opcode::rc_send_only : first ? Opcode::rc_send_first : last ? Opcode::rc_send_last : Opcode::rc_send_middle;
+    case WrOpcode::send_with_imm:
+      return first && last ? Opcode::rc_send_only_imm
+             : first       ? Opcode::rc_send_first
+             : last        ? Opcode::rc_send_last_imm
+                           : Opcode::rc_send_middle;
+    case WrOpcode::rdma_write:
+      return first && last ? Opcode::rc_write_only : first ? Opcode::rc_write_first : last ? Opcode::rc_write_last : Opcode::rc_write_middle;
+    case WrOpcode::rdma_write_with_imm:
+      return first && last ? Opcode::rc_write_only_imm
+             : first       ? Opcode::rc_write_first
+             : last        ? Opcode::rc_write_last_imm
+                           : Opcode::rc_write_middle;
+    default:
+      return Opcode::rc_send_only;
+  }
+}
+
+}  // namespace
+
+// Copies payload bytes [offset, offset+len) of a WQE into dst.
+static WcStatus wqe_payload(SoftDevice& d, const SoftQp& qp, const SendWqe& w, std::uint32_t offset, std::uint8_t* dst,
+                            std::uint32_t len) {
+  if (w.is_inline) {
+    std::memcpy(dst, w.inline_data.data() + offset, len);
+    return WcStatus::success;
+  }
+  return d.gather(qp, w.sge.data(), w.num_sge, offset, dst, len);
+}
+
+static void send_ud(SoftDevice& d, SoftQp& qp, SendWqe& w) {
+  if (w.length > qp.pmtu() || w.length > mtu_bytes(d.active_mtu())) {
+    d.complete_send(qp, w, WcStatus::loc_len_err);
+    return;
+  }
+  wire::Headers h;
+  h.bth.opcode = w.opcode == WrOpcode::send_with_imm ? Opcode::ud_send_only_imm : Opcode::ud_send_only;
+  h.bth.solicited = w.solicited;
+  h.bth.dest_qp = w.ud_qpn;
+  h.bth.psn = qp.send_psn;
+  // IBA 10.2.5: a Q_Key with the high bit set means "use the QP's own Q_Key".
+  h.deth.qkey = (w.ud_qkey & 0x80000000u) != 0 ? qp.attr.qkey : w.ud_qkey;
+  h.deth.src_qp = qp.qp_num();
+  h.imm = w.imm;
+  std::uint8_t* p = d.pkt_begin(w.ud_dst_ip_be, h, w.length);
+  WcStatus s = wqe_payload(d, qp, w, 0, p, w.length);
+  if (s != WcStatus::success) {
+    d.pkt_abort();
+    d.complete_send(qp, w, s);
+    return;
+  }
+  d.pkt_end();
+  qp.send_psn = wire::psn_add(qp.send_psn, 1);
+  d.complete_send(qp, w, WcStatus::success);
+}
+
+void SoftDevice::requester_run(SoftQp& qp, std::size_t budget) {
+  if (qp.type() == QpType::ud) {
+    while (budget-- > 0 && qp.sq_next != qp.sq_tail && qp.state() == QpState::rts) {
+      SendWqe& w = qp.wqe(qp.sq_next);
+      ++qp.sq_next;
+      send_ud(*this, qp, w);
+    }
+    retire_completed(qp);
+    return;
+  }
+  if (qp.rnr_wait) return;
+  // An ACK for packets sent before a go-back-N may have overtaken the retransmission point.
+  if (wire::psn_lt(qp.send_psn, qp.una_psn)) seek(qp, qp.una_psn);
+  const std::uint32_t mtu = qp.pmtu();
+  while (budget > 0 && qp.sq_next != qp.sq_tail) {
+    SendWqe& w = qp.wqe(qp.sq_next);
+    if (!w.started) {
+      // SQD: finish what is in flight, start nothing new (IBA 10.3.1 "SQ drain").
+      if (qp.state() == QpState::sqd) break;
+      if (is_rd_atomic(w.opcode) && qp.rd_atomic_outstanding >= qp.attr.max_rd_atomic) break;
+      // Fence: wait for every earlier READ/atomic to complete.
+      if (w.fence && qp.rd_atomic_outstanding > 0) break;
+      if ((w.opcode == WrOpcode::atomic_cmp_and_swp || w.opcode == WrOpcode::atomic_fetch_and_add) && w.length != 8) {
+        // The atomic result is 8 bytes; any other local length is a local length error.
+        ++qp.sq_next;
+        w.started = true;
+        w.npkts = 0;
+        w.first_psn = qp.next_new_psn;
+        complete_send(qp, w, WcStatus::loc_len_err);
+        continue;
+      }
+      w.started = true;
+      w.first_psn = qp.next_new_psn;
+      w.npkts = w.opcode == WrOpcode::rdma_read ? packets_for(w.length, mtu)
+                : is_rd_atomic(w.opcode)        ? 1
+                                                : packets_for(w.length, mtu);
+      qp.next_new_psn = wire::psn_add(qp.next_new_psn, w.npkts);
+      if (is_rd_atomic(w.opcode)) ++qp.rd_atomic_outstanding;
+    }
+    // Window: bound the unacknowledged packets in flight.
+    if (static_cast<std::uint32_t>(wire::psn_diff(qp.send_psn, qp.una_psn)) >= kSendWindowPkts) break;
+    std::uint32_t k = static_cast<std::uint32_t>(wire::psn_diff(qp.send_psn, w.first_psn));
+    if (k >= w.npkts) {  // nothing left of this one (already sent in full)
+      ++qp.sq_next;
+      continue;
+    }
+    wire::Headers h;
+    h.bth.dest_qp = qp.attr.dest_qp_num;
+    h.bth.psn = qp.send_psn;
+    if (w.opcode == WrOpcode::rdma_read) {
+      // One request for the rest of the data (a retransmission restarts mid-message, 9.7.5.1.4).
+      std::uint32_t off = k * mtu;
+      h.bth.opcode = Opcode::rc_read_request;
+      h.bth.ack_req = false;
+      h.reth.va = w.remote_addr + off;
+      h.reth.rkey = w.rkey;
+      h.reth.dma_len = w.length - std::min(off, w.length);
+      send_packet(qp.dst_ip(), h, {});
+      qp.send_psn = wire::psn_add(w.first_psn, w.npkts);
+      ++qp.sq_next;
+      --budget;
+    } else if (w.opcode == WrOpcode::atomic_cmp_and_swp || w.opcode == WrOpcode::atomic_fetch_and_add) {
+      h.bth.opcode = w.opcode == WrOpcode::atomic_cmp_and_swp ? Opcode::rc_compare_swap : Opcode::rc_fetch_add;
+      h.atomic.va = w.remote_addr;
+      h.atomic.rkey = w.rkey;
+      h.atomic.swap_add = w.opcode == WrOpcode::atomic_cmp_and_swp ? w.swap : w.compare_add;
+      h.atomic.compare = w.opcode == WrOpcode::atomic_cmp_and_swp ? w.compare_add : 0;
+      send_packet(qp.dst_ip(), h, {});
+      qp.send_psn = wire::psn_add(qp.send_psn, 1);
+      ++qp.sq_next;
+      --budget;
+    } else {
+      std::uint32_t off = k * mtu;
+      std::uint32_t len = std::min(mtu, w.length - std::min(off, w.length));
+      h.bth.opcode = seg_opcode(w.opcode, k, w.npkts);
+      const auto& oi = wire::info(h.bth.opcode);
+      bool last = (oi.flags & wire::kIsLast) != 0;
+      h.bth.solicited = last && w.solicited;
+      // Ask for an ACK at message ends and every 32 packets, so long messages free the window.
+      h.bth.ack_req = last || (k % 32) == 31;
+      if ((oi.flags & wire::kHasReth) != 0) {
+        h.reth.va = w.remote_addr;
+        h.reth.rkey = w.rkey;
+        h.reth.dma_len = w.length;
+      }
+      h.imm = w.imm;
+      std::uint8_t* p = pkt_begin(qp.dst_ip(), h, len);
+      WcStatus s = wqe_payload(*this, qp, w, off, p, len);
+      if (s != WcStatus::success) {
+        // Local protection/length error: complete in error, QP to ERR (IBA 10.8.3.1 class B).
+        pkt_abort();
+        w.status = s;
+        w.done = true;
+        complete_send(qp, w, s);
+        move_to_error(qp);
+        return;
+      }
+      pkt_end();
+      qp.send_psn = wire::psn_add(qp.send_psn, 1);
+      if (k + 1 == w.npkts) ++qp.sq_next;
+      --budget;
+    }
+    if (qp.retx_deadline == TimePoint{}) qp.retx_deadline = retx_interval(qp);
+  }
+}
+
+}  // namespace vrdma::nicdrv::soft

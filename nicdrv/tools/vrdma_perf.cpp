@@ -1,0 +1,468 @@
+// vrdma-perf: bandwidth and latency tests over any nicdrv provider, in the spirit of perftest.
+//
+//   server:  vrdma-perf --device soft:10.0.0.1 --test write_bw
+//   client:  vrdma-perf --device soft:10.0.0.2 --test write_bw --connect 10.0.0.1 --size 65536
+//
+// The two sides exchange QPN, PSN, GID, rkey and buffer address as one JSON line over a TCP
+// connection (default port 18515), then run the test. --verify checks data end to end.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/times.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "vrdma/common/fd.hpp"
+#include "vrdma/nicdrv/registry.hpp"
+
+using namespace vrdma;
+using namespace vrdma::nicdrv;
+using json = nlohmann::json;
+using SteadyClock = std::chrono::steady_clock;
+
+namespace {
+
+struct Config {
+  std::string device, connect, test = "write_bw";
+  std::uint16_t port = 18515;
+  std::uint32_t size = 65536, depth = 64, mtu = 1024;
+  std::uint64_t iters = 1000;
+  double duration = 0;
+  bool json_out = false, verify = false;
+};
+
+[[noreturn]] void die(const std::string& msg) {
+  std::fprintf(stderr, "vrdma-perf: %s\n", msg.c_str());
+  std::exit(1);
+}
+
+template <class T>
+T must(Result<T> r, const char* what) {
+  if (!r) die(std::string(what) + ": " + r.error().message);
+  return std::move(r).value();
+}
+void must(Status s, const char* what) {
+  if (!s) die(std::string(what) + ": " + s.error().message);
+}
+
+// ---- out-of-band exchange -------------------------------------------------------------------
+UniqueFd oob_connect(const Config& c) {
+  UniqueFd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(c.port);
+  if (::inet_pton(AF_INET, c.connect.c_str(), &a.sin_addr) != 1) die("--connect needs an IPv4 address");
+  for (int i = 0; i < 100; ++i) {
+    if (::connect(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+      int one = 1;
+      ::setsockopt(s.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      return s;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  die("cannot reach the server at " + c.connect + ":" + std::to_string(c.port) + " (is it running?)");
+}
+
+UniqueFd oob_accept(const Config& c) {
+  UniqueFd l(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  int one = 1;
+  ::setsockopt(l.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(c.port);
+  if (::bind(l.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(l.get(), 1) != 0)
+    die("cannot listen on TCP port " + std::to_string(c.port) + ": " + std::strerror(errno));
+  UniqueFd s(::accept4(l.get(), nullptr, nullptr, SOCK_CLOEXEC));
+  if (!s) die("accept failed");
+  ::setsockopt(s.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  return s;
+}
+
+void send_line(int fd, const json& j) {
+  std::string s = j.dump() + "\n";
+  if (::send(fd, s.data(), s.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(s.size())) die("out-of-band send failed");
+}
+
+json recv_line(int fd) {
+  std::string s;
+  char ch;
+  while (s.size() < 65536) {
+    ssize_t r = ::recv(fd, &ch, 1, 0);
+    if (r <= 0) die("the peer closed the out-of-band connection");
+    if (ch == '\n') break;
+    s += ch;
+  }
+  auto j = json::parse(s, nullptr, false);
+  if (j.is_discarded()) die("the peer sent a malformed exchange line");
+  return j;
+}
+
+// ---- the test ---------------------------------------------------------------------------------
+struct Ctx {
+  Config c;
+  std::shared_ptr<Device> dev;
+  std::shared_ptr<ProtectionDomain> pd;
+  std::shared_ptr<CompletionQueue> cq;
+  std::shared_ptr<QueuePair> qp;
+  std::vector<std::uint8_t> buf;
+  std::shared_ptr<MemoryRegion> mr;
+  std::uint64_t remote_addr = 0;
+  std::uint32_t remote_rkey = 0;
+  std::size_t slots = 1;
+
+  Sge sge(std::size_t slot, std::uint32_t len) const {
+    return Sge{reinterpret_cast<std::uint64_t>(buf.data()) + slot * c.size, len, mr->lkey()};
+  }
+};
+
+void fill(std::vector<std::uint8_t>& b, std::uint32_t seed) {
+  std::uint32_t x = seed * 2654435761u + 1;
+  for (auto& v : b) {
+    x = x * 1664525u + 1013904223u;
+    v = static_cast<std::uint8_t>(x >> 24);
+  }
+}
+
+std::uint32_t crc(const std::uint8_t* p, std::size_t n) {
+  return static_cast<std::uint32_t>(::crc32(0, p, static_cast<uInt>(n)));
+}
+
+void setup(Ctx& x, int oob, bool is_server) {
+  x.dev = must(open_device(x.c.device), "open device");
+  x.pd = must(x.dev->alloc_pd(), "alloc PD");
+  x.cq = must(x.dev->create_cq(std::max<std::uint32_t>(4 * x.c.depth, 256)), "create CQ");
+  QpInitAttr ia;
+  ia.send_cq = x.cq.get();
+  ia.recv_cq = x.cq.get();
+  ia.cap.max_send_wr = x.c.depth;
+  ia.cap.max_recv_wr = x.c.depth;
+  x.qp = must(x.pd->create_qp(ia), "create QP");
+  x.slots = x.c.test == "write_lat" || x.c.test == "send_lat" ? 1 : std::min<std::size_t>(x.c.depth, 16);
+  x.buf.assign(std::max<std::size_t>(x.slots * x.c.size, 64), 0);
+  fill(x.buf, is_server ? 2 : 1);
+  if (x.c.test == "write_lat") std::fill(x.buf.begin(), x.buf.end(), 0);
+  x.mr = must(x.pd->reg_mr(x.buf.data(), x.buf.size(),
+                           Access::local_write | Access::remote_write | Access::remote_read | Access::remote_atomic),
+              "register memory");
+  auto gid = must(x.dev->query_gid(0), "query GID");
+  std::uint32_t psn = static_cast<std::uint32_t>(::getpid() * 7919u) & 0xffffff;
+  json me = {{"qpn", x.qp->qp_num()}, {"psn", psn}, {"gid", gid.gid.str()}, {"rkey", x.mr->rkey()},
+             {"addr", x.mr->addr()}, {"test", x.c.test}, {"size", x.c.size}};
+  json peer;
+  if (is_server) {
+    peer = recv_line(oob);
+    send_line(oob, me);
+  } else {
+    send_line(oob, me);
+    peer = recv_line(oob);
+  }
+  if (peer.value("test", "") != x.c.test || peer.value("size", 0u) != x.c.size)
+    die("client and server disagree on --test or --size");
+  x.remote_addr = peer["addr"];
+  x.remote_rkey = peer["rkey"];
+  Gid pg;
+  if (::inet_pton(AF_INET6, peer["gid"].get<std::string>().c_str(), pg.raw.data()) != 1) die("peer GID is malformed");
+  auto mtu = mtu_from_bytes(x.c.mtu);
+  if (!mtu) die("--mtu must be 256, 512, 1024, 2048 or 4096");
+  using M = QpAttrMask;
+  QpAttr a;
+  a.qp_state = QpState::init;
+  a.qp_access_flags = Access::local_write | Access::remote_write | Access::remote_read | Access::remote_atomic;
+  must(x.qp->modify(a, M::state | M::pkey_index | M::port | M::access_flags), "QP to INIT");
+  a.qp_state = QpState::rtr;
+  a.path_mtu = *mtu;
+  a.dest_qp_num = peer["qpn"];
+  a.rq_psn = peer["psn"];
+  a.max_dest_rd_atomic = 16;
+  a.min_rnr_timer = 1;
+  a.ah_attr.dgid = pg;
+  must(x.qp->modify(a, M::state | M::av | M::path_mtu | M::dest_qpn | M::rq_psn | M::max_dest_rd_atomic | M::min_rnr_timer),
+       "QP to RTR");
+  a.qp_state = QpState::rts;
+  a.sq_psn = psn;
+  a.timeout = 14;
+  a.retry_cnt = 7;
+  a.rnr_retry = 7;
+  a.max_rd_atomic = 16;
+  must(x.qp->modify(a, M::state | M::sq_psn | M::timeout | M::retry_cnt | M::rnr_retry | M::max_qp_rd_atomic), "QP to RTS");
+}
+
+std::size_t poll_some(Ctx& x, WorkCompletion* wc, std::size_t n) {
+  auto r = x.cq->poll(std::span<WorkCompletion>(wc, n));
+  if (!r) die("poll CQ: " + r.error().message);
+  for (std::size_t i = 0; i < *r; ++i)
+    if (wc[i].status != WcStatus::success)
+      die("work request " + std::to_string(wc[i].wr_id) + " failed: " + std::string(to_string(wc[i].status)));
+  return *r;
+}
+
+void post_recvs(Ctx& x, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) {
+    Sge s = x.sge(i % x.slots, x.c.size);
+    RecvWr r{i, std::span<const Sge>(&s, 1)};
+    must(x.qp->post_recv(std::span<const RecvWr>(&r, 1)), "post receive");
+  }
+}
+
+bool time_up(const Config& c, SteadyClock::time_point start, std::uint64_t done) {
+  if (c.duration > 0) return std::chrono::duration<double>(SteadyClock::now() - start).count() >= c.duration;
+  return done >= c.iters;
+}
+
+struct Outcome {
+  std::uint64_t ops = 0;
+  double seconds = 0;
+  std::vector<double> lat_us;
+};
+
+// Streams operations with up to `depth` outstanding (client side of the *_bw tests).
+Outcome run_bw(Ctx& x) {
+  WrOpcode op = x.c.test == "write_bw"    ? WrOpcode::rdma_write
+                : x.c.test == "read_bw"   ? WrOpcode::rdma_read
+                : x.c.test == "atomic_bw" ? WrOpcode::atomic_fetch_and_add
+                                          : WrOpcode::send;
+  std::uint32_t len = op == WrOpcode::atomic_fetch_and_add ? 8 : x.c.size;
+  Outcome o;
+  std::uint64_t posted = 0, completed = 0;
+  auto start = SteadyClock::now();
+  WorkCompletion wc[64];
+  bool stop = false;
+  while (!stop || completed < posted) {
+    while (!stop && posted - completed < x.c.depth) {
+      if (time_up(x.c, start, posted)) {
+        stop = true;
+        break;
+      }
+      std::size_t slot = posted % x.slots;
+      Sge s = x.sge(slot, len);
+      SendWr w;
+      w.wr_id = posted;
+      w.opcode = op;
+      w.flags = SendFlags::signaled;
+      w.sg_list = std::span<const Sge>(&s, 1);
+      w.rdma.remote_addr = x.remote_addr + slot * x.c.size;
+      w.rdma.rkey = x.remote_rkey;
+      w.atomic.remote_addr = x.remote_addr;
+      w.atomic.rkey = x.remote_rkey;
+      w.atomic.compare_add = 1;
+      must(x.qp->post_send(std::span<const SendWr>(&w, 1)), "post send");
+      ++posted;
+    }
+    completed += poll_some(x, wc, 64);
+  }
+  o.ops = completed;
+  o.seconds = std::chrono::duration<double>(SteadyClock::now() - start).count();
+  return o;
+}
+
+// Ping-pong: the client sends, the server echoes; latency is half the round trip.
+Outcome run_lat(Ctx& x, bool is_server, std::uint64_t iters) {
+  Outcome o;
+  bool writes = x.c.test == "write_lat";
+  WorkCompletion wc[8];
+  volatile std::uint8_t* last = x.buf.data() + x.c.size - 1;
+  if (!writes) post_recvs(x, std::min<std::uint64_t>(x.c.depth, 16));
+  auto send_one = [&](std::uint64_t i) {
+    Sge s = x.sge(0, x.c.size);
+    SendWr w;
+    w.wr_id = i;
+    w.opcode = writes ? WrOpcode::rdma_write : WrOpcode::send;
+    w.flags = SendFlags::signaled;
+    w.sg_list = std::span<const Sge>(&s, 1);
+    w.rdma.remote_addr = x.remote_addr;
+    w.rdma.rkey = x.remote_rkey;
+    if (writes) x.buf[x.c.size - 1] = static_cast<std::uint8_t>(i + 1);
+    must(x.qp->post_send(std::span<const SendWr>(&w, 1)), "post send");
+  };
+  auto wait_in = [&](std::uint64_t i) {
+    auto deadline = SteadyClock::now() + std::chrono::seconds(30);
+    if (writes) {
+      while (*last != static_cast<std::uint8_t>(i + 1)) {
+        poll_some(x, wc, 8);
+        if (SteadyClock::now() > deadline) die("timed out waiting for the peer's write");
+      }
+      return;
+    }
+    for (;;) {
+      std::size_t n = poll_some(x, wc, 8);
+      bool got = false;
+      for (std::size_t k = 0; k < n; ++k)
+        if (wc[k].opcode == WcOpcode::recv) {
+          got = true;
+          Sge s = x.sge(0, x.c.size);
+          RecvWr r{0, std::span<const Sge>(&s, 1)};
+          must(x.qp->post_recv(std::span<const RecvWr>(&r, 1)), "post receive");
+        }
+      if (got) return;
+      if (SteadyClock::now() > deadline) die("timed out waiting for the peer's message");
+    }
+  };
+  auto start = SteadyClock::now();
+  for (std::uint64_t i = 0; i < iters; ++i) {
+    auto t0 = SteadyClock::now();
+    if (is_server) {
+      wait_in(i);
+      send_one(i);
+    } else {
+      send_one(i);
+      wait_in(i);
+      o.lat_us.push_back(std::chrono::duration<double, std::micro>(SteadyClock::now() - t0).count() / 2);
+    }
+  }
+  // Drain our send completions.
+  auto deadline = SteadyClock::now() + std::chrono::milliseconds(200);
+  while (SteadyClock::now() < deadline) poll_some(x, wc, 8);
+  o.ops = iters;
+  o.seconds = std::chrono::duration<double>(SteadyClock::now() - start).count();
+  return o;
+}
+
+// Server side of send_bw: receive until the client says it is done.
+std::uint64_t serve_send_bw(Ctx& x, int oob) {
+  std::size_t ring = std::min<std::size_t>(x.c.depth, x.slots);
+  post_recvs(x, ring);
+  std::uint64_t got = 0;
+  WorkCompletion wc[64];
+  std::uint64_t expected = UINT64_MAX;
+  ::fcntl(oob, F_SETFL, O_NONBLOCK);
+  std::string pending;
+  while (got < expected) {
+    std::size_t n = poll_some(x, wc, 64);
+    for (std::size_t i = 0; i < n; ++i) {
+      if (wc[i].opcode != WcOpcode::recv) continue;
+      ++got;
+      Sge s = x.sge(wc[i].wr_id % x.slots, x.c.size);
+      RecvWr r{wc[i].wr_id, std::span<const Sge>(&s, 1)};
+      must(x.qp->post_recv(std::span<const RecvWr>(&r, 1)), "post receive");
+    }
+    char ch;
+    while (expected == UINT64_MAX && ::recv(oob, &ch, 1, 0) == 1) {
+      if (ch == '\n') expected = json::parse(pending, nullptr, false).value("ops", 0ull);
+      else pending += ch;
+    }
+  }
+  ::fcntl(oob, F_SETFL, 0);
+  return got;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Config c;
+  CLI::App app{"vrdma-perf: RDMA bandwidth and latency over any vrdma provider (soft:, verbs:, pv:)"};
+  app.add_option("-d,--device", c.device, "device, e.g. soft:10.0.0.1")->required();
+  app.add_option("-t,--test", c.test, "write_bw, read_bw, send_bw, atomic_bw, send_lat, write_lat")
+      ->check(CLI::IsMember({"write_bw", "read_bw", "send_bw", "atomic_bw", "send_lat", "write_lat"}));
+  app.add_option("-c,--connect", c.connect, "server's IPv4 address (client mode); without it, serve");
+  app.add_option("-p,--port", c.port, "TCP port for the out-of-band exchange");
+  app.add_option("-s,--size", c.size, "message size in bytes")->check(CLI::Range(1u, 1u << 30));
+  app.add_option("-q,--depth", c.depth, "outstanding work requests")->check(CLI::Range(1u, 16384u));
+  app.add_option("-n,--iters", c.iters, "iterations")->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 40));
+  app.add_option("-D,--duration", c.duration, "run for this many seconds instead of --iters");
+  app.add_option("-m,--mtu", c.mtu, "path MTU");
+  app.add_flag("--json", c.json_out, "print one JSON object");
+  app.add_flag("--verify", c.verify, "check data end to end (CRC-32 of the buffers)");
+  CLI11_PARSE(app, argc, argv);
+  if (c.test == "atomic_bw") c.size = std::max<std::uint32_t>(c.size, 8);
+
+  bool server = c.connect.empty();
+  UniqueFd oob = server ? oob_accept(c) : oob_connect(c);
+  Ctx x;
+  x.c = c;
+  setup(x, oob.get(), server);
+  tms t0{};
+  ::times(&t0);
+  auto wall0 = SteadyClock::now();
+  Outcome o;
+  bool lat = c.test == "send_lat" || c.test == "write_lat";
+  if (lat) {
+    std::uint64_t iters = c.iters;
+    if (!server && c.duration > 0) iters = 1u << 30;
+    o = run_lat(x, server, iters);
+  } else if (server) {
+    if (c.test == "send_bw") o.ops = serve_send_bw(x, oob.get());
+    else recv_line(oob.get());  // one-sided: wait for "done"
+  } else {
+    o = run_bw(x);
+    send_line(oob.get(), {{"ops", o.ops}});
+  }
+  tms t1{};
+  ::times(&t1);
+  double cpu = static_cast<double>((t1.tms_utime - t0.tms_utime) + (t1.tms_stime - t0.tms_stime)) /
+               static_cast<double>(::sysconf(_SC_CLK_TCK));
+  double wall = std::chrono::duration<double>(SteadyClock::now() - wall0).count();
+
+  // Verification: the side that was written to (or read from) reports its CRC.
+  bool verified = true;
+  if (c.verify && !lat) {
+    std::size_t span = std::min<std::size_t>(x.slots, std::max<std::uint64_t>(o.ops, 1)) * c.size;
+    if (c.test == "atomic_bw") span = 8;
+    if (server) {
+      send_line(oob.get(), {{"crc", crc(x.buf.data(), std::min(span, x.buf.size()))}});
+      recv_line(oob.get());
+    } else {
+      json peer = recv_line(oob.get());
+      std::uint32_t want = 0;
+      if (c.test == "write_bw" || c.test == "send_bw") {
+        want = crc(x.buf.data(), std::min(span, x.buf.size()));
+        verified = peer["crc"].get<std::uint32_t>() == want;
+      } else if (c.test == "read_bw") {
+        std::vector<std::uint8_t> srv(x.buf.size());
+        fill(srv, 2);
+        verified = crc(srv.data(), std::min(span, srv.size())) == crc(x.buf.data(), std::min(span, x.buf.size()));
+      } else {
+        // atomic_bw: the server's first 8 bytes advanced by exactly the number of fetch-adds.
+        std::vector<std::uint8_t> srv(x.buf.size());
+        fill(srv, 2);
+        std::uint64_t v0;
+        std::memcpy(&v0, srv.data(), 8);
+        v0 += o.ops;
+        verified = peer["crc"].get<std::uint32_t>() == crc(reinterpret_cast<std::uint8_t*>(&v0), 8);
+      }
+      send_line(oob.get(), {{"ok", verified}});
+    }
+  }
+
+  if (!server || c.test == "send_bw" || lat) {
+    json out = {{"test", c.test}, {"device", c.device}, {"role", server ? "server" : "client"}, {"size", c.size},
+                {"depth", c.depth}, {"ops", o.ops}, {"seconds", o.seconds}, {"cpu_seconds", cpu}, {"wall_seconds", wall}};
+    if (!lat && o.seconds > 0) {
+      double bytes = static_cast<double>(o.ops) * (c.test == "atomic_bw" ? 8.0 : c.size);
+      out["gbit_per_s"] = bytes * 8 / o.seconds / 1e9;
+      out["mops_per_s"] = static_cast<double>(o.ops) / o.seconds / 1e6;
+    }
+    if (!o.lat_us.empty()) {
+      auto v = o.lat_us;
+      std::sort(v.begin(), v.end());
+      double sum = 0;
+      for (double d : v) sum += d;
+      out["lat_us"] = {{"min", v.front()}, {"p50", v[v.size() / 2]}, {"p99", v[v.size() * 99 / 100]},
+                       {"max", v.back()}, {"avg", sum / static_cast<double>(v.size())}};
+    }
+    if (c.verify) out["verified"] = verified;
+    if (c.json_out) {
+      std::cout << out.dump() << std::endl;
+    } else {
+      std::printf("%-10s %8u B  %10llu ops  %8.3f s", c.test.c_str(), c.size, static_cast<unsigned long long>(o.ops), o.seconds);
+      if (out.contains("gbit_per_s")) std::printf("  %8.3f Gbit/s  %7.3f Mop/s", out["gbit_per_s"].get<double>(), out["mops_per_s"].get<double>());
+      if (out.contains("lat_us")) std::printf("  lat avg %.2f us p50 %.2f p99 %.2f", out["lat_us"]["avg"].get<double>(), out["lat_us"]["p50"].get<double>(), out["lat_us"]["p99"].get<double>());
+      if (c.verify) std::printf("  data %s", verified ? "verified" : "MISMATCH");
+      std::printf("\n");
+    }
+  }
+  return verified ? 0 : 2;
+}

@@ -1,0 +1,559 @@
+// Two soft engines (127.0.0.1 and 127.0.0.2 on loopback, a test-private UDP port) moving real
+// data over real sockets: every opcode, sizes 0 B to 16 MiB, RNR, access errors, flush, UD,
+// SRQ, and loss/duplication/reordering/corruption through the deterministic fault link.
+#define BOOST_TEST_MODULE soft_rc
+#include <unistd.h>
+
+#include <boost/test/unit_test.hpp>
+#include <cstring>
+#include <sstream>
+#include <thread>
+
+#include "check.hpp"
+#include "rdma_pair.hpp"
+#include "vrdma/nicdrv/soft.hpp"
+
+using namespace vrdma;
+using namespace vrdma::nicdrv;
+using vrdma::test::Endpoint;
+using vrdma::test::PairOptions;
+
+namespace {
+
+std::vector<std::weak_ptr<Device>> g_devs;  // for diagnostics when a test times out
+std::string port_opt() { return "?port=" + std::to_string(20000 + getpid() % 20000); }
+
+struct Pair {
+  Endpoint a, b;
+  PairOptions o;
+  explicit Pair(PairOptions opts = {}) : o(opts) {
+    auto da = open_device("soft:127.0.0.1" + port_opt());
+    VRDMA_REQUIRE_OK(da);
+    auto db = open_device("soft:127.0.0.2" + port_opt());
+    VRDMA_REQUIRE_OK(db);
+    auto ea = test::make_endpoint(*da, o);
+    VRDMA_REQUIRE_OK(ea);
+    auto eb = test::make_endpoint(*db, o);
+    VRDMA_REQUIRE_OK(eb);
+    a = std::move(*ea);
+    b = std::move(*eb);
+    g_devs = {a.dev, b.dev};
+    auto c = test::connect(a, b, o);
+    VRDMA_REQUIRE_OK(c);
+  }
+  Sge sge(Endpoint& e, std::size_t off, std::size_t len) {
+    return Sge{reinterpret_cast<std::uint64_t>(e.buf.data() + off), static_cast<std::uint32_t>(len), e.mr->lkey()};
+  }
+};
+
+SendWr wr_of(WrOpcode op, std::uint64_t id, const Sge* sge, std::size_t n) {
+  SendWr w;
+  w.wr_id = id;
+  w.opcode = op;
+  w.flags = SendFlags::signaled;
+  w.sg_list = std::span<const Sge>(sge, n);
+  return w;
+}
+
+void post_recv(Endpoint& e, std::uint64_t id, Sge s) {
+  RecvWr r{id, std::span<const Sge>(&s, 1)};
+  auto st = e.qp->post_recv(std::span<const RecvWr>(&r, 1));
+  VRDMA_REQUIRE_OK(st);
+}
+
+void post_send(Endpoint& e, const SendWr& w) {
+  auto st = e.qp->post_send(std::span<const SendWr>(&w, 1));
+  VRDMA_REQUIRE_OK(st);
+}
+
+std::string stats_line(const Device& d) {
+  auto s = soft::stats(d);
+  if (!s) return "?";
+  std::ostringstream o;
+  o << d.name() << ": tx " << s->tx_packets << " rx " << s->rx_packets << " icrc-drop " << s->rx_dropped_icrc
+    << " malformed " << s->rx_dropped_malformed << " no-qp " << s->rx_dropped_no_qp << " retx " << s->retransmits
+    << " timeouts " << s->timeouts << " rnr-sent " << s->rnr_naks_sent << " seq-nak-sent " << s->seq_naks_sent
+    << " seq-nak-rcvd " << s->seq_naks_received << " dups " << s->duplicates_received << " acks " << s->acks_sent;
+  return o.str();
+}
+
+WorkCompletion one(Endpoint& e) {
+  auto wcs = test::wait_cq(*e.cq, 1);
+  std::string diag;
+  for (auto& w : g_devs)
+    if (auto d = w.lock()) diag += stats_line(*d) + "; ";
+  BOOST_REQUIRE_MESSAGE(wcs.size() == 1u, "no completion within 20 s; " + diag + " (this: " + e.dev->name() + ")");
+  return wcs[0];
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(device_reports_roce_v2_ipv4_gid) {
+  auto d = open_device("soft:127.0.0.1" + port_opt());
+  BOOST_REQUIRE(d.ok());
+  auto g = (*d)->query_gid(0);
+  BOOST_REQUIRE(g.ok());
+  BOOST_TEST(g->gid.is_ipv4_mapped());
+  BOOST_TEST(g->gid.str() == "::ffff:127.0.0.1");
+  BOOST_TEST(static_cast<int>(g->type) == static_cast<int>(GidType::roce_v2));
+  auto p = (*d)->query_port(1);
+  BOOST_REQUIRE(p.ok());
+  BOOST_TEST(static_cast<int>(p->active_mtu) == static_cast<int>(Mtu::mtu4096));  // lo's MTU is 64 KiB
+  BOOST_TEST(!(*d)->query_gid(1).ok());
+  BOOST_TEST(!(*d)->query_port(2).ok());
+}
+
+BOOST_AUTO_TEST_CASE(open_errors_are_sentences) {
+  auto r = open_device("soft:192.0.2.77" + port_opt());
+  BOOST_REQUIRE(!r.ok());
+  BOOST_TEST(r.error().is(Errc::no_device));
+  BOOST_TEST(r.error().message.find("not configured") != std::string::npos);
+  auto n = open_device("nonsense");
+  BOOST_TEST(!n.ok());
+  auto p = open_device("bogus:x");
+  BOOST_TEST(!p.ok());
+  BOOST_TEST(p.error().message.find("soft") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(send_recv_every_size_data_checked) {
+  PairOptions o;
+  o.buf_bytes = 17 << 20;
+  Pair p(o);
+  for (std::size_t len : {std::size_t{0}, std::size_t{1}, std::size_t{1023}, std::size_t{1024}, std::size_t{1025},
+                          std::size_t{65536}, std::size_t{1} << 20, std::size_t{16} << 20}) {
+    test::fill_pattern(p.a.buf.data(), len, len);
+    std::memset(p.b.buf.data(), 0, len + 1);
+    post_recv(p.b, 7, p.sge(p.b, 0, len + 1));
+    Sge s = p.sge(p.a, 0, len);
+    auto w = wr_of(WrOpcode::send_with_imm, 9, &s, 1);
+    w.imm_data = 0xdeadbeef;
+    post_send(p.a, w);
+    auto sc = one(p.a);
+    BOOST_TEST_INFO("len " << len);
+    BOOST_TEST(sc.status == WcStatus::success);
+    BOOST_TEST(sc.wr_id == 9u);
+    BOOST_TEST(sc.opcode == WcOpcode::send);
+    auto rc = one(p.b);
+    BOOST_TEST(rc.status == WcStatus::success);
+    BOOST_TEST(rc.wr_id == 7u);
+    BOOST_TEST(rc.byte_len == len);
+    BOOST_TEST(has(rc.wc_flags, WcFlags::with_imm));
+    BOOST_TEST(rc.imm_data == 0xdeadbeefu);
+    BOOST_TEST(test::check_pattern(p.b.buf.data(), len, len));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(write_read_and_write_with_imm_every_size) {
+  PairOptions o;
+  o.buf_bytes = 33 << 20;
+  o.mtu = Mtu::mtu4096;
+  Pair p(o);
+  const std::size_t half = 16 << 20;
+  for (std::size_t len : {std::size_t{0}, std::size_t{3}, std::size_t{4096}, std::size_t{4097}, std::size_t{1} << 20,
+                          std::size_t{16} << 20}) {
+    BOOST_TEST_INFO("len " << len);
+    test::fill_pattern(p.a.buf.data(), len, len + 1);
+    Sge s = p.sge(p.a, 0, len);
+    auto w = wr_of(WrOpcode::rdma_write, 1, &s, 1);
+    w.rdma.remote_addr = p.b.mr->addr() + 16;
+    w.rdma.rkey = p.b.mr->rkey();
+    post_send(p.a, w);
+    auto c = one(p.a);
+    BOOST_TEST(c.status == WcStatus::success);
+    BOOST_TEST(c.opcode == WcOpcode::rdma_write);
+    BOOST_TEST(test::check_pattern(p.b.buf.data() + 16, len, len + 1));
+    // Read it back into the other half of A's buffer.
+    Sge d = p.sge(p.a, half, len);
+    auto r = wr_of(WrOpcode::rdma_read, 2, &d, 1);
+    r.rdma.remote_addr = p.b.mr->addr() + 16;
+    r.rdma.rkey = p.b.mr->rkey();
+    post_send(p.a, r);
+    auto rc = one(p.a);
+    BOOST_TEST(rc.status == WcStatus::success);
+    BOOST_TEST(rc.opcode == WcOpcode::rdma_read);
+    BOOST_TEST(rc.byte_len == len);
+    BOOST_TEST(test::check_pattern(p.a.buf.data() + half, len, len + 1));
+  }
+  // WRITE_WITH_IMM consumes a receive and reports the immediate and the length.
+  post_recv(p.b, 44, p.sge(p.b, 0, 0));
+  Sge s = p.sge(p.a, 0, 5000);
+  auto w = wr_of(WrOpcode::rdma_write_with_imm, 3, &s, 1);
+  w.rdma.remote_addr = p.b.mr->addr();
+  w.rdma.rkey = p.b.mr->rkey();
+  w.imm_data = 77;
+  post_send(p.a, w);
+  BOOST_TEST(one(p.a).status == WcStatus::success);
+  auto rc = one(p.b);
+  BOOST_TEST(rc.status == WcStatus::success);
+  BOOST_TEST(rc.opcode == WcOpcode::recv_rdma_with_imm);
+  BOOST_TEST(rc.imm_data == 77u);
+  BOOST_TEST(rc.byte_len == 5000u);
+}
+
+BOOST_AUTO_TEST_CASE(scatter_gather_lists_both_sides) {
+  Pair p;
+  test::fill_pattern(p.a.buf.data(), 3000, 5);
+  Sge s[3] = {p.sge(p.a, 0, 1000), p.sge(p.a, 1000, 1500), p.sge(p.a, 2500, 500)};
+  Sge r[2] = {p.sge(p.b, 100, 1777), p.sge(p.b, 5000, 2000)};
+  RecvWr rw{1, std::span<const Sge>(r, 2)};
+  BOOST_REQUIRE(p.b.qp->post_recv(std::span<const RecvWr>(&rw, 1)).ok());
+  post_send(p.a, wr_of(WrOpcode::send, 2, s, 3));
+  BOOST_TEST(one(p.a).status == WcStatus::success);
+  auto rc = one(p.b);
+  BOOST_TEST(rc.byte_len == 3000u);
+  std::vector<std::uint8_t> got(p.b.buf.begin() + 100, p.b.buf.begin() + 1877);
+  got.insert(got.end(), p.b.buf.begin() + 5000, p.b.buf.begin() + 5000 + 1223);
+  BOOST_TEST(test::check_pattern(got.data(), 3000, 5));
+}
+
+BOOST_AUTO_TEST_CASE(atomics_compare_swap_and_fetch_add) {
+  Pair p;
+  std::uint64_t init = 0x1122334455667788ull;
+  std::memcpy(p.b.buf.data() + 64, &init, 8);
+  Sge s = p.sge(p.a, 0, 8);
+  auto w = wr_of(WrOpcode::atomic_cmp_and_swp, 1, &s, 1);
+  w.atomic.remote_addr = p.b.mr->addr() + 64;
+  w.atomic.rkey = p.b.mr->rkey();
+  w.atomic.compare_add = init;
+  w.atomic.swap = 42;
+  post_send(p.a, w);
+  auto c = one(p.a);
+  BOOST_TEST(c.status == WcStatus::success);
+  BOOST_TEST(c.opcode == WcOpcode::comp_swap);
+  std::uint64_t orig, now;
+  std::memcpy(&orig, p.a.buf.data(), 8);
+  std::memcpy(&now, p.b.buf.data() + 64, 8);
+  BOOST_TEST(orig == init);
+  BOOST_TEST(now == 42u);
+  // A failing compare leaves memory alone and returns the current value.
+  post_send(p.a, w);
+  BOOST_TEST(one(p.a).status == WcStatus::success);
+  std::memcpy(&orig, p.a.buf.data(), 8);
+  std::memcpy(&now, p.b.buf.data() + 64, 8);
+  BOOST_TEST(orig == 42u);
+  BOOST_TEST(now == 42u);
+  auto f = wr_of(WrOpcode::atomic_fetch_and_add, 2, &s, 1);
+  f.atomic.remote_addr = p.b.mr->addr() + 64;
+  f.atomic.rkey = p.b.mr->rkey();
+  f.atomic.compare_add = 8;
+  for (int i = 0; i < 100; ++i) post_send(p.a, f);
+  auto wcs = test::wait_cq(*p.a.cq, 100);
+  BOOST_REQUIRE_EQUAL(wcs.size(), 100u);
+  for (auto& x : wcs) BOOST_TEST(x.status == WcStatus::success);
+  std::memcpy(&now, p.b.buf.data() + 64, 8);
+  BOOST_TEST(now == 42u + 800u);
+  // Misaligned atomics are an invalid request.
+  f.atomic.remote_addr = p.b.mr->addr() + 65;
+  post_send(p.a, f);
+  BOOST_TEST(one(p.a).status == WcStatus::rem_inv_req_err);
+}
+
+BOOST_AUTO_TEST_CASE(rnr_then_receive_posted_completes) {
+  Pair p;
+  test::fill_pattern(p.a.buf.data(), 2000, 9);
+  Sge s = p.sge(p.a, 0, 2000);
+  post_send(p.a, wr_of(WrOpcode::send, 1, &s, 1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  BOOST_TEST(test::wait_cq(*p.a.cq, 1, std::chrono::milliseconds(1)).empty());
+  post_recv(p.b, 5, p.sge(p.b, 0, 4096));
+  BOOST_TEST(one(p.a).status == WcStatus::success);
+  auto rc = one(p.b);
+  BOOST_TEST(rc.byte_len == 2000u);
+  BOOST_TEST(test::check_pattern(p.b.buf.data(), 2000, 9));
+  auto st = soft::stats(*p.b.dev);
+  BOOST_REQUIRE(st.ok());
+  BOOST_TEST(st->rnr_naks_sent > 0u);
+}
+
+BOOST_AUTO_TEST_CASE(rnr_retry_exhausted) {
+  PairOptions o;
+  o.rnr_retry = 1;
+  Pair p(o);
+  Sge s = p.sge(p.a, 0, 10);
+  post_send(p.a, wr_of(WrOpcode::send, 1, &s, 1));
+  auto c = one(p.a);
+  BOOST_TEST(c.status == WcStatus::rnr_retry_exc_err);
+  BOOST_TEST(p.a.qp->state() == QpState::err);
+}
+
+BOOST_AUTO_TEST_CASE(remote_access_errors_both_sides) {
+  Pair p;
+  post_recv(p.b, 99, p.sge(p.b, 0, 100));  // flushed when B's QP errors
+  Sge s = p.sge(p.a, 0, 100);
+  auto w = wr_of(WrOpcode::rdma_write, 1, &s, 1);
+  w.rdma.remote_addr = p.b.mr->addr() + p.b.buf.size() - 50;  // runs off the end of the MR
+  w.rdma.rkey = p.b.mr->rkey();
+  post_send(p.a, w);
+  auto next = wr_of(WrOpcode::send, 2, &s, 1);
+  post_send(p.a, next);
+  auto wcs = test::wait_cq(*p.a.cq, 2);
+  BOOST_REQUIRE_EQUAL(wcs.size(), 2u);
+  BOOST_TEST(wcs[0].wr_id == 1u);
+  BOOST_TEST(wcs[0].status == WcStatus::rem_access_err);
+  BOOST_TEST(wcs[1].wr_id == 2u);
+  BOOST_TEST(wcs[1].status == WcStatus::wr_flush_err);
+  auto rc = one(p.b);
+  BOOST_TEST(rc.wr_id == 99u);
+  BOOST_TEST(rc.status == WcStatus::wr_flush_err);
+  BOOST_TEST(p.a.qp->state() == QpState::err);
+  BOOST_TEST(p.b.qp->state() == QpState::err);
+}
+
+BOOST_AUTO_TEST_CASE(bad_rkey_and_missing_rights) {
+  PairOptions o;
+  o.access = Access::local_write | Access::remote_write;  // no remote read
+  Pair p(o);
+  Sge s = p.sge(p.a, 0, 100);
+  auto r = wr_of(WrOpcode::rdma_read, 1, &s, 1);
+  r.rdma.remote_addr = p.b.mr->addr();
+  r.rdma.rkey = p.b.mr->rkey();
+  post_send(p.a, r);
+  BOOST_TEST(one(p.a).status == WcStatus::rem_access_err);
+  Pair q;
+  auto w = wr_of(WrOpcode::rdma_write, 2, &s, 1);
+  w.rdma.remote_addr = q.b.mr->addr();
+  w.rdma.rkey = q.b.mr->rkey() + 12345;
+  Sge s2 = q.sge(q.a, 0, 100);
+  w.sg_list = std::span<const Sge>(&s2, 1);
+  post_send(q.a, w);
+  BOOST_TEST(one(q.a).status == WcStatus::rem_access_err);
+}
+
+BOOST_AUTO_TEST_CASE(local_protection_error_on_bad_lkey) {
+  Pair p;
+  Sge s = p.sge(p.a, 0, 100);
+  s.lkey += 999;
+  post_send(p.a, wr_of(WrOpcode::send, 1, &s, 1));
+  BOOST_TEST(one(p.a).status == WcStatus::loc_prot_err);
+  BOOST_TEST(p.a.qp->state() == QpState::err);
+}
+
+BOOST_AUTO_TEST_CASE(error_state_flushes_everything_exactly_once) {
+  Pair p;
+  for (int i = 0; i < 10; ++i) post_recv(p.b, 100 + i, p.sge(p.b, 0, 64));
+  QpAttr a;
+  a.qp_state = QpState::err;
+  BOOST_REQUIRE(p.b.qp->modify(a, QpAttrMask::state).ok());
+  auto wcs = test::wait_cq(*p.b.cq, 10);
+  BOOST_REQUIRE_EQUAL(wcs.size(), 10u);
+  for (int i = 0; i < 10; ++i) {
+    BOOST_TEST(wcs[static_cast<std::size_t>(i)].wr_id == 100u + static_cast<unsigned>(i));
+    BOOST_TEST(wcs[static_cast<std::size_t>(i)].status == WcStatus::wr_flush_err);
+  }
+  // Work posted in ERR is flushed too; nothing more shows up afterwards.
+  post_recv(p.b, 200, p.sge(p.b, 0, 64));
+  auto more = test::wait_cq(*p.b.cq, 2, std::chrono::milliseconds(200));
+  BOOST_REQUIRE_EQUAL(more.size(), 1u);
+  BOOST_TEST(more[0].wr_id == 200u);
+}
+
+BOOST_AUTO_TEST_CASE(post_in_wrong_state_and_queue_full_are_refused) {
+  auto d = open_device("soft:127.0.0.1" + port_opt());
+  BOOST_REQUIRE(d.ok());
+  PairOptions o;
+  o.sq_depth = 2;
+  auto e = test::make_endpoint(*d, o);
+  BOOST_REQUIRE(e.ok());
+  Sge s{reinterpret_cast<std::uint64_t>(e->buf.data()), 1, e->mr->lkey()};
+  auto w = wr_of(WrOpcode::send, 1, &s, 1);
+  auto st = e->qp->post_send(std::span<const SendWr>(&w, 1));
+  BOOST_TEST(!st.ok());
+  BOOST_TEST(st.error().is(Errc::bad_state));
+  RecvWr r{1, std::span<const Sge>(&s, 1)};
+  BOOST_TEST(!e->qp->post_recv(std::span<const RecvWr>(&r, 1)).ok());  // RESET
+}
+
+BOOST_AUTO_TEST_CASE(ud_send_with_grh_and_qkey_check) {
+  PairOptions o;
+  o.type = QpType::ud;
+  Pair p(o);
+  AhAttr ah;
+  ah.dgid = p.b.gid;
+  auto h = p.a.pd->create_ah(ah);
+  BOOST_REQUIRE(h.ok());
+  post_recv(p.b, 1, p.sge(p.b, 0, 40 + 1024));
+  test::fill_pattern(p.a.buf.data(), 1000, 3);
+  Sge s = p.sge(p.a, 0, 1000);
+  auto w = wr_of(WrOpcode::send_with_imm, 5, &s, 1);
+  w.ud.ah = h->get();
+  w.ud.remote_qpn = p.b.qp->qp_num();
+  w.ud.remote_qkey = o.qkey;
+  w.imm_data = 31337;
+  post_send(p.a, w);
+  BOOST_TEST(one(p.a).status == WcStatus::success);
+  auto rc = one(p.b);
+  BOOST_TEST(rc.status == WcStatus::success);
+  BOOST_TEST(rc.byte_len == 1040u);
+  BOOST_TEST(rc.src_qp == p.a.qp->qp_num());
+  BOOST_TEST(has(rc.wc_flags, WcFlags::grh));
+  BOOST_TEST(rc.sgid.str() == "::ffff:127.0.0.1");
+  BOOST_TEST(rc.imm_data == 31337u);
+  BOOST_TEST(test::check_pattern(p.b.buf.data() + 40, 1000, 3));
+  // Wrong Q_Key: dropped silently, the receive stays posted.
+  w.ud.remote_qkey = 0x2222;
+  post_send(p.a, w);
+  BOOST_TEST(one(p.a).status == WcStatus::success);
+  BOOST_TEST(test::wait_cq(*p.b.cq, 1, std::chrono::milliseconds(200)).empty());
+  auto st = soft::stats(*p.b.dev);
+  BOOST_TEST(st->rx_dropped_qkey == 1u);
+  // Larger than the path MTU: local length error.
+  Sge big = p.sge(p.a, 0, 5000);
+  auto w2 = wr_of(WrOpcode::send, 6, &big, 1);
+  w2.ud = w.ud;
+  post_send(p.a, w2);
+  BOOST_TEST(one(p.a).status == WcStatus::loc_len_err);
+}
+
+BOOST_AUTO_TEST_CASE(srq_feeds_two_qps) {
+  Pair p;
+  auto srq = p.b.pd->create_srq(64, 1);
+  BOOST_REQUIRE(srq.ok());
+  QpInitAttr ia;
+  ia.send_cq = p.b.cq.get();
+  ia.recv_cq = p.b.cq.get();
+  ia.srq = srq->get();
+  ia.cap.max_send_wr = 16;
+  auto qb = p.b.pd->create_qp(ia);
+  BOOST_REQUIRE(qb.ok());
+  QpInitAttr ia2 = ia;
+  ia2.srq = nullptr;
+  ia2.send_cq = p.a.cq.get();
+  ia2.recv_cq = p.a.cq.get();
+  ia2.cap.max_recv_wr = 16;
+  auto qa = p.a.pd->create_qp(ia2);
+  BOOST_REQUIRE(qa.ok());
+  Endpoint a2 = p.a, b2 = p.b;
+  a2.qp = *qa;
+  b2.qp = *qb;
+  BOOST_REQUIRE(test::connect(a2, b2, p.o).ok());
+  for (int i = 0; i < 4; ++i) {
+    Sge r = p.sge(p.b, static_cast<std::size_t>(i) * 256, 256);
+    RecvWr rw{static_cast<std::uint64_t>(i), std::span<const Sge>(&r, 1)};
+    BOOST_REQUIRE((*srq)->post_recv(std::span<const RecvWr>(&rw, 1)).ok());
+  }
+  Sge s = p.sge(p.a, 0, 100);
+  post_send(a2, wr_of(WrOpcode::send, 1, &s, 1));
+  BOOST_TEST(one(p.a).status == WcStatus::success);
+  auto rc = one(p.b);
+  BOOST_TEST(rc.status == WcStatus::success);
+  BOOST_TEST(rc.qp_num == b2.qp->qp_num());
+  // The original QP cannot post receives of its own once it has an SRQ.
+  Sge r = p.sge(p.b, 0, 1);
+  RecvWr rw{9, std::span<const Sge>(&r, 1)};
+  BOOST_TEST(!b2.qp->post_recv(std::span<const RecvWr>(&rw, 1)).ok());
+}
+
+BOOST_AUTO_TEST_CASE(retry_exceeded_when_peer_vanishes) {
+  PairOptions o;
+  o.retry_cnt = 2;
+  Pair p(o);
+  p.b.qp.reset();  // the peer QP is gone: packets to it are dropped
+  Sge s = p.sge(p.a, 0, 100);
+  post_send(p.a, wr_of(WrOpcode::send, 1, &s, 1));
+  auto c = one(p.a);
+  BOOST_TEST(c.status == WcStatus::retry_exc_err);
+}
+
+// Deterministic faults in both directions; every work request completes once with correct data.
+BOOST_AUTO_TEST_CASE(faults_lose_nothing) {
+  PairOptions o;
+  o.buf_bytes = 8 << 20;
+  o.sq_depth = 512;
+  o.rq_depth = 512;
+  Pair p(o);
+  soft::FaultConfig f;
+  f.seed = 42;
+  f.drop_ppm = 30000;
+  f.duplicate_ppm = 20000;
+  f.reorder_ppm = 20000;
+  f.corrupt_ppm = 10000;
+  BOOST_REQUIRE(soft::set_faults(*p.a.dev, f).ok());
+  f.seed = 43;
+  BOOST_REQUIRE(soft::set_faults(*p.b.dev, f).ok());
+  const std::size_t half = 4 << 20;
+  test::fill_pattern(p.a.buf.data(), half, 77);
+  constexpr int kRounds = 40;
+  int sends = 0;
+  for (int i = 0; i < kRounds; ++i) {
+    std::size_t off = static_cast<std::size_t>(i) * 65536;
+    std::size_t len = 1 + (static_cast<std::size_t>(i) * 7919) % 60000;
+    post_recv(p.b, 1000 + static_cast<unsigned>(i), p.sge(p.b, half + off, 65536));
+    Sge s = p.sge(p.a, off, len);
+    post_send(p.a, wr_of(WrOpcode::send, static_cast<std::uint64_t>(i), &s, 1));
+    auto w = wr_of(WrOpcode::rdma_write, 100 + static_cast<std::uint64_t>(i), &s, 1);
+    w.rdma.remote_addr = p.b.mr->addr() + off;
+    w.rdma.rkey = p.b.mr->rkey();
+    post_send(p.a, w);
+    Sge d = p.sge(p.a, half + off, len);
+    auto r = wr_of(WrOpcode::rdma_read, 200 + static_cast<std::uint64_t>(i), &d, 1);
+    r.rdma.remote_addr = p.b.mr->addr() + off;
+    r.rdma.rkey = p.b.mr->rkey();
+    post_send(p.a, r);
+    sends += 3;
+  }
+  auto a_wcs = test::wait_cq(*p.a.cq, static_cast<std::size_t>(sends), std::chrono::seconds(60));
+  auto b_wcs = test::wait_cq(*p.b.cq, kRounds, std::chrono::seconds(60));
+  BOOST_REQUIRE_EQUAL(a_wcs.size(), static_cast<std::size_t>(sends));
+  BOOST_REQUIRE_EQUAL(b_wcs.size(), static_cast<std::size_t>(kRounds));
+  // In posting order, each exactly once, all successful.
+  for (std::size_t k = 0; k < a_wcs.size(); ++k) {
+    BOOST_TEST(a_wcs[k].status == WcStatus::success);
+    std::uint64_t i = k / 3, kind = k % 3;
+    BOOST_TEST(a_wcs[k].wr_id == kind * 100 + i);
+  }
+  for (int i = 0; i < kRounds; ++i) {
+    std::size_t off = static_cast<std::size_t>(i) * 65536;
+    std::size_t len = 1 + (static_cast<std::size_t>(i) * 7919) % 60000;
+    BOOST_TEST(b_wcs[static_cast<std::size_t>(i)].wr_id == 1000u + static_cast<unsigned>(i));
+    BOOST_TEST(b_wcs[static_cast<std::size_t>(i)].byte_len == len);
+    // SEND data landed in the receive buffer, WRITE data at the same offset, READ brought it back.
+    std::vector<std::uint8_t> want(p.a.buf.begin() + static_cast<long>(off), p.a.buf.begin() + static_cast<long>(off + len));
+    BOOST_TEST(std::memcmp(p.b.buf.data() + half + off, want.data(), len) == 0);
+    BOOST_TEST(std::memcmp(p.b.buf.data() + off, want.data(), len) == 0);
+    BOOST_TEST(std::memcmp(p.a.buf.data() + half + off, want.data(), len) == 0);
+  }
+  auto sa = soft::stats(*p.a.dev), sb = soft::stats(*p.b.dev);
+  BOOST_TEST(sa->faults_dropped + sb->faults_dropped > 0u);
+  BOOST_TEST(sa->faults_corrupted + sb->faults_corrupted > 0u);
+  BOOST_TEST(sa->rx_dropped_icrc + sb->rx_dropped_icrc > 0u);  // the ICRC caught corruption
+  BOOST_TEST(sa->retransmits > 0u);
+  BOOST_TEST_MESSAGE("faults: dropped " << sa->faults_dropped + sb->faults_dropped << ", duplicated "
+                                        << sa->faults_duplicated + sb->faults_duplicated << ", reordered "
+                                        << sa->faults_reordered + sb->faults_reordered << ", corrupted "
+                                        << sa->faults_corrupted + sb->faults_corrupted << "; retransmits "
+                                        << sa->retransmits << ", timeouts " << sa->timeouts);
+}
+
+BOOST_AUTO_TEST_CASE(qp_state_export_import_roundtrip) {
+  Pair p;
+  for (int i = 0; i < 3; ++i) post_recv(p.b, 10 + static_cast<unsigned>(i), p.sge(p.b, 0, 64));
+  auto blob = p.b.qp->export_state();
+  BOOST_REQUIRE(blob.ok());
+  // A fresh QP with the same QPN on another device takes the state; a wrong one refuses it.
+  auto d = open_device("soft:127.0.0.3" + port_opt());
+  BOOST_REQUIRE(d.ok());
+  auto pd = (*d)->alloc_pd();
+  auto cq = (*d)->create_cq(64);
+  QpInitAttr ia;
+  ia.send_cq = cq->get();
+  ia.recv_cq = cq->get();
+  ia.cap.max_send_wr = 256;
+  ia.cap.max_recv_wr = 256;
+  ia.cap.max_send_sge = 4;
+  ia.cap.max_recv_sge = 4;
+  ia.cap.max_inline_data = 256;
+  QpOptions qo;
+  qo.requested_qpn = p.b.qp->qp_num();
+  auto q = (*pd)->create_qp(ia, qo);
+  BOOST_REQUIRE(q.ok());
+  BOOST_TEST((*q)->qp_num() == p.b.qp->qp_num());
+  BOOST_REQUIRE((*q)->import_state(*blob).ok());
+  BOOST_TEST((*q)->state() == QpState::rts);
+  auto bad = *blob;
+  bad[9] ^= 0xff;
+  auto other = (*pd)->create_qp(ia);
+  BOOST_TEST(!(*other)->import_state(*blob).ok());  // another QPN
+  BOOST_TEST(!(*q)->import_state(bad).ok());        // not in RESET any more
+  std::vector<std::uint8_t> cut(blob->begin(), blob->begin() + 20);
+  BOOST_TEST(!(*other)->import_state(cut).ok());
+}
