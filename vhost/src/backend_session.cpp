@@ -97,6 +97,9 @@ BackendSession::Reply BackendSession::set_features(Message& m) {
   }
   if (f.has(VirtioFeature::log_all) != acked_.has(VirtioFeature::log_all))
     log::info("vhost-user: dirty logging {}", f.has(VirtioFeature::log_all) ? "on" : "off");
+  if (f != acked_) log::info("vhost-user: features acked {:#x} (packed {}, event idx {}, indirect {}, log all {})",
+                             f.raw(), f.has(VirtioFeature::ring_packed), f.has(VirtioFeature::ring_event_idx),
+                             f.has(VirtioFeature::ring_indirect_desc), f.has(VirtioFeature::log_all));
   acked_ = f;
   dev_.features_acked(f);
   return std::optional<Message>{};

@@ -63,7 +63,8 @@ BackendSession::Reply BackendSession::set_vring_base(Message& m) {
   auto v = vring(s.index, "SET_VRING_BASE");
   if (!v) return std::move(v).error();
   if ((*v)->ring) return make_error(Errc::bad_state, fmt::format("SET_VRING_BASE on running vring {}", s.index));
-  if (s.num > 0xffff) return make_error(Errc::invalid_argument, fmt::format("SET_VRING_BASE {:#x} exceeds 16 bits", s.num));
+  if (s.num > 0xffff && !acked_.has(VirtioFeature::ring_packed))
+    return make_error(Errc::invalid_argument, fmt::format("SET_VRING_BASE {:#x} exceeds 16 bits for a split ring", s.num));
   (*v)->base = s.num;
   return std::optional<Message>{};
 }

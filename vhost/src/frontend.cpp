@@ -27,6 +27,13 @@ Result<Frontend> Frontend::connect(const std::string& path, int timeout_ms) {
   }
 }
 
+Result<Frontend> Frontend::adopt(UniqueFd sock) {
+  Frontend f;
+  f.chan_ = Channel(std::move(sock));
+  VRDMA_TRY(f.chan_.set_recv_timeout_ms(10000));
+  return f;
+}
+
 Result<std::optional<Message>> Frontend::request(Message m) {
   const MessageSpec* spec = find_spec(m.hdr.request);
   if (spec == nullptr) return make_error(Errc::invalid_argument, "unknown request");

@@ -10,8 +10,8 @@ namespace {
 
 class PackedRing final : public Ring {
  public:
-  PackedRing(const RingSetup& s, std::uint16_t idx, bool wrap)
-      : s_(s), avail_(idx), used_(idx), signalled_(idx), avail_wrap_(wrap), used_wrap_(wrap) {}
+  PackedRing(const RingSetup& s, std::uint16_t avail, bool avail_wrap, std::uint16_t used, bool used_wrap)
+      : s_(s), avail_(avail), used_(used), signalled_(used), avail_wrap_(avail_wrap), used_wrap_(used_wrap) {}
 
   Result<std::optional<DescChain>> pop(const GuestView& g) override {
     if (broken_) return std::optional<DescChain>{};
@@ -61,8 +61,10 @@ class PackedRing final : public Ring {
     return need_event(off, now, old);
   }
 
+  // QEMU's encoding: avail index and wrap counter in bits 0..15, used ones in bits 16..31.
   [[nodiscard]] std::uint32_t base() const override {
-    return std::uint32_t{avail_} | (avail_wrap_ ? 0x8000u : 0u);
+    return (std::uint32_t{avail_} | (avail_wrap_ ? 0x8000u : 0u)) |
+           ((std::uint32_t{used_} | (used_wrap_ ? 0x8000u : 0u)) << 16);
   }
 
  private:
@@ -153,11 +155,15 @@ class PackedRing final : public Ring {
 }  // namespace
 
 Result<std::unique_ptr<Ring>> make_packed_ring(const RingSetup& s, std::uint32_t base) {
-  const auto idx = static_cast<std::uint16_t>(base & 0x7fff);
-  if (base > 0xffff || idx >= s.size)
+  // Bits 0..15: last avail index | wrap << 15; bits 16..31: used index | wrap << 15, as QEMU
+  // sends them. A frontend that sends only the low half means "used == avail".
+  const std::uint32_t used_half = (base >> 16) != 0 ? base >> 16 : base & 0xffff;
+  const auto avail = static_cast<std::uint16_t>(base & 0x7fff);
+  const auto used = static_cast<std::uint16_t>(used_half & 0x7fff);
+  if (avail >= s.size || used >= s.size)
     return make_error(Errc::invalid_argument,
                       fmt::format("packed ring base {:#x} is outside a queue of {}", base, s.size));
-  auto r = std::make_unique<PackedRing>(s, idx, (base & 0x8000) != 0);
+  auto r = std::make_unique<PackedRing>(s, avail, (base & 0x8000) != 0, used, (used_half & 0x8000) != 0);
   r->init_signalled();
   return std::unique_ptr<Ring>(std::move(r));
 }

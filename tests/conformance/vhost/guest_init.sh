@@ -2,7 +2,7 @@
 # /init of the conformance guest: checksummed writes and reads on /dev/vda from every CPU
 # (so every virtqueue of the multi-queue device carries I/O), then power off. The kernel
 # command line carries vrdma.mode=io (default) or vrdma.mode=migrate (keep going until the
-# host says stop via a marker block, verifying every read).
+# host writes a stop marker into the disk, verifying every read).
 export PATH=/bin:/sbin
 mount -t proc proc /proc
 mount -t sysfs sys /sys
@@ -16,6 +16,34 @@ while [ ! -b /dev/vda ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
 say "disk $(cat /sys/block/vda/size) sectors, $(ls /sys/block/vda/mq | wc -l) queues"
 ncpu=$(grep -c ^processor /proc/cpuinfo)
 ok=1
+if grep -q vrdma.mode=migrate /proc/cmdline; then
+  # Keep writing and reading back checksummed data from every CPU until the host writes
+  # VRDMA-STOP into sector 200000 (the disk file is shared by both backends).
+  i=0
+  say "loop started"
+  while [ $i -lt 2000 ]; do
+    i=$((i+1))
+    for c in $(seq 0 $((ncpu-1))); do
+      (
+        dd if=/dev/urandom of=/tmp/d$c bs=64k count=16 2>/dev/null
+        timeout 60 taskset -c $c dd if=/tmp/d$c of=/dev/vda bs=64k seek=$((c*16 + (i%8)*64)) count=16 oflag=direct 2>/dev/null
+        timeout 60 taskset -c $c dd if=/dev/vda of=/tmp/b$c bs=64k skip=$((c*16 + (i%8)*64)) count=16 iflag=direct 2>/dev/null
+        [ "$(md5sum < /tmp/d$c)" = "$(md5sum < /tmp/b$c)" ] && echo ok > /tmp/r$c || echo bad > /tmp/r$c
+      ) &
+    done
+    wait
+    for c in $(seq 0 $((ncpu-1))); do
+      [ "$(cat /tmp/r$c)" = ok ] || { ok=0; say "iter $i cpu $c: read back differs"; }
+    done
+    say "iter $i $([ $ok = 1 ] && echo ok || echo BAD)"
+    [ $ok = 1 ] || break
+    stop=$(timeout 30 dd if=/dev/vda bs=512 skip=200000 count=1 iflag=direct 2>/dev/null | head -c 10)
+    [ "$stop" = "VRDMA-STOP" ] && break
+  done
+  [ $ok = 1 ] && say "RESULT OK after $i iterations" || say "RESULT FAIL"
+  sync
+  poweroff -f
+fi
 # Each CPU writes 4 MiB of random data at its own offset with direct I/O, then reads it back.
 for c in $(seq 0 $((ncpu-1))); do
   (

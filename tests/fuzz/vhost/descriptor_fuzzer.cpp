@@ -34,7 +34,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   s.desc = 0;
   s.driver = 0x2000;
   s.device = 0x3000;
-  const std::uint32_t base = s.packed ? (0x8000u | (mode >> 4) % qsize) : (mode >> 3);
+  const std::uint32_t base = s.packed ? (0x80008000u | (mode >> 4) % qsize | (((mode >> 4) % qsize) << 16)) : (mode >> 3);
   auto ring = make_ring(s, base, g, InflightRegion{});
   if (!ring) return 0;
   for (int n = 0; n < 256; ++n) {

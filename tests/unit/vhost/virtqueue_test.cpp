@@ -159,6 +159,7 @@ BOOST_AUTO_TEST_CASE(layout_is_checked_before_a_ring_starts) {
   s = ok;
   s.packed = true;
   BOOST_TEST(!make_ring(s, 0x8000 | 20, r.view, InflightRegion{}).ok());  // base beyond size
+  BOOST_TEST(!make_ring(s, 0x8000 | (20u << 16), r.view, InflightRegion{}).ok());  // used half beyond size
 }
 
 BOOST_AUTO_TEST_CASE(split_event_idx_suppresses_kicks_and_interrupts) {
@@ -210,7 +211,7 @@ BOOST_AUTO_TEST_CASE(split_without_event_idx_honours_no_interrupt) {
 BOOST_AUTO_TEST_CASE(packed_ring_wraps_many_times_with_mixed_chains) {
   Rig r;
   auto q = DriverQueue::create(r.ram, 7, true, false).value();
-  auto ring = r.ring(q, false, true, 0x8000);
+  auto ring = r.ring(q, false, true, 0x80008000);
   const auto b = r.buf(8 * 64);
   for (int round = 0; round < 500; ++round) {
     const std::size_t n = 1 + round % 3;
@@ -232,6 +233,7 @@ BOOST_AUTO_TEST_CASE(packed_ring_wraps_many_times_with_mixed_chains) {
     BOOST_TEST(!ring->pop(r.view).value().has_value());
   }
   // Base encodes the wrap counter in bit 15, and a ring restarted there continues.
+  BOOST_TEST((ring->base() >> 16) == (ring->base() & 0xffffu));  // all used: used state == avail state
   auto again = r.ring(q, false, true, ring->base());
   std::vector<DriverBuf> one{{b, 64, true}};
   BOOST_REQUIRE(q.add(one));
@@ -241,7 +243,7 @@ BOOST_AUTO_TEST_CASE(packed_ring_wraps_many_times_with_mixed_chains) {
 BOOST_AUTO_TEST_CASE(packed_event_suppression) {
   Rig r;
   auto q = DriverQueue::create(r.ram, 8, true, true).value();
-  auto ring = r.ring(q, true, false, 0x8000);
+  auto ring = r.ring(q, true, false, 0x80008000);
   const auto b = r.buf(64);
   std::vector<DriverBuf> bufs{{b, 16, true}};
   BOOST_REQUIRE(q.add(bufs));

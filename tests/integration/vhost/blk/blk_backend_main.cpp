@@ -90,6 +90,9 @@ int main(int argc, char** argv) {
               static_cast<unsigned long>(s.connections), static_cast<unsigned long>(s.messages),
               static_cast<unsigned long>(s.rejected), static_cast<unsigned long>(s.kicks),
               static_cast<unsigned long>((*dev)->requests()), static_cast<unsigned long>((*dev)->errors()));
+  std::printf("vhost_blk_backend: per_queue");
+  for (auto n : (*dev)->per_queue()) std::printf(" %lu", static_cast<unsigned long>(n));
+  std::printf("\n");
   std::fflush(stdout);
   loop->remove(sfd.get());
   return st.ok() ? 0 : 1;

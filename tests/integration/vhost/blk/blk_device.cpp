@@ -26,6 +26,7 @@ Result<std::unique_ptr<BlkDevice>> BlkDevice::open(UniqueFd disk, std::uint16_t 
   d->map_ = MmapArea(p, static_cast<std::size_t>(st.st_size));
   d->size_ = static_cast<std::uint64_t>(st.st_size);
   d->queues_ = queues;
+  d->per_queue_.assign(queues, 0);
   return d;
 }
 
@@ -109,6 +110,7 @@ void BlkDevice::queue_ready(vhost::Queue& q) {
       std::_Exit(9);
     }
     ++requests_;
+    if (q.index() < per_queue_.size()) ++per_queue_[q.index()];
     std::uint32_t written = 0;
     const std::uint8_t status = serve(q.memory(), *c, written);
     if (status != kBlkOk) ++errors_;

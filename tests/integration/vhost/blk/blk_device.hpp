@@ -39,6 +39,7 @@ class BlkDevice final : public vhost::Device {
 
   [[nodiscard]] std::uint64_t requests() const { return requests_; }
   [[nodiscard]] std::uint64_t errors() const { return errors_; }
+  [[nodiscard]] const std::vector<std::uint64_t>& per_queue() const { return per_queue_; }
   [[nodiscard]] std::uint64_t sectors() const { return size_ / 512; }
 
  private:
@@ -51,6 +52,7 @@ class BlkDevice final : public vhost::Device {
   std::uint8_t wce_ = 1;
   std::uint64_t requests_ = 0, errors_ = 0;
   std::uint64_t crash_after_ = UINT64_MAX;
+  std::vector<std::uint64_t> per_queue_;
 };
 
 }  // namespace vrdma::test

@@ -53,8 +53,9 @@ class DriverQueue {
   [[nodiscard]] std::uint64_t driver_gpa() const { return driver_; }
   [[nodiscard]] std::uint64_t device_gpa() const { return device_; }
   [[nodiscard]] std::uint64_t uaddr(std::uint64_t gpa) const;
-  // Initial SET_VRING_BASE value (packed rings start with wrap counter 1).
-  [[nodiscard]] std::uint32_t initial_base() const { return packed_ ? 0x8000u : 0u; }
+  // Initial SET_VRING_BASE value. Packed rings start with both wrap counters at 1; the used
+  // state travels in bits 16..31 (QEMU's encoding).
+  [[nodiscard]] std::uint32_t initial_base() const { return packed_ ? 0x80008000u : 0u; }
 
  private:
   Result<std::uint16_t> add_split(std::span<const DriverBuf> bufs, bool indirect);

@@ -22,6 +22,8 @@ class Frontend {
  public:
   // Connects, retrying until timeout_ms (the backend may still be starting).
   static Result<Frontend> connect(const std::string& path, int timeout_ms = 5000);
+  // Uses an already-connected socket (socketpair to a backend process).
+  static Result<Frontend> adopt(UniqueFd sock);
 
   // GET_FEATURES / SET_FEATURES and, if offered, the protocol-feature handshake. Acks
   // want & offered; returns what was acked.

@@ -96,7 +96,8 @@ class Ring {
   virtual Status push(const GuestView& g, const DescChain& c, std::uint32_t written) = 0;
   // After pushes: does the driver want an interrupt (event suppression)?
   virtual Result<bool> should_notify(const GuestView& g) = 0;
-  // GET_VRING_BASE value: split last avail idx; packed idx | wrap << 15.
+  // GET_VRING_BASE value: split: last avail idx; packed: (avail idx | wrap << 15) in bits
+  // 0..15 and (used idx | wrap << 15) in bits 16..31, as QEMU encodes it.
   [[nodiscard]] virtual std::uint32_t base() const = 0;
   [[nodiscard]] bool broken() const { return broken_; }
 

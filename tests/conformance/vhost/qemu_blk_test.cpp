@@ -1,0 +1,206 @@
+// QEMU 7.2 (vhost-user-blk-pci, TCG, 1 GiB shared memfd RAM) with a Debian-kernel guest
+// whose virtio_blk driver writes and reads back checksummed data through our backend, on
+// four queues, with split and packed rings, with and without event idx and indirect
+// descriptors; and a live migration between two QEMUs (each with its own backend) while the
+// guest verifies every byte it reads.
+#define BOOST_TEST_MODULE vhost_qemu_blk_conformance
+#include <boost/test/unit_test.hpp>
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <regex>
+#include <thread>
+
+#include "process.hpp"
+#include "qmp.hpp"
+
+using namespace vrdma::test;
+
+namespace {
+
+const char* kQemu = "/usr/bin/qemu-system-x86_64";
+
+struct Guest {
+  std::string kernel, initrd, skip;
+};
+
+const Guest& guest() {
+  static Guest g = [] {
+    Guest r;
+    if (::access(kQemu, X_OK) != 0) {
+      r.skip = "qemu-system-x86_64 is not installed (apt-get install qemu-system-x86)";
+      return r;
+    }
+    FILE* p = ::popen(VHOST_MAKE_GUEST " 2>&1", "r");
+    std::string out;
+    char buf[512];
+    while (p != nullptr && std::fgets(buf, sizeof buf, p) != nullptr) out += buf;
+    const int st = p != nullptr ? ::pclose(p) : -1;
+    std::smatch m;
+    if (st == 0 && std::regex_search(out, m, std::regex("KERNEL=(\\S+) INITRD=(\\S+)"))) {
+      r.kernel = m[1];
+      r.initrd = m[2];
+    } else {
+      r.skip = "guest kernel/initramfs unavailable: " + out;
+    }
+    return r;
+  }();
+  return g;
+}
+
+#define SKIP_WITHOUT_RIG()                                              \
+  do {                                                                  \
+    if (!guest().skip.empty()) {                                        \
+      BOOST_TEST_MESSAGE("SKIPPED: " << guest().skip);                  \
+      std::printf("SKIPPED: %s\n", guest().skip.c_str());               \
+      return;                                                           \
+    }                                                                   \
+  } while (0)
+
+struct Vm {
+  std::string name;
+  std::string sock, qmp, serial, backend_log, qemu_log;
+  std::unique_ptr<Child> backend, qemu;
+
+  Vm(const TempDir& dir, const std::string& n, const std::string& disk) : name(n) {
+    sock = dir.file(n + "-blk.sock");
+    qmp = dir.file(n + "-qmp.sock");
+    serial = dir.file(n + "-serial.log");
+    backend_log = dir.file(n + "-backend.log");
+    qemu_log = dir.file(n + "-qemu.log");
+    backend = std::make_unique<Child>(
+        std::vector<std::string>{VHOST_BLK_BACKEND, "--socket", sock, "--disk", disk, "--size-mib", "64", "--queues", "4"},
+        backend_log);
+    BOOST_REQUIRE(wait_for_path(sock, 5000));
+  }
+  void boot(const std::string& dev_props, const std::string& append, const std::string& incoming = "") {
+    std::vector<std::string> a{kQemu, "-accel", "tcg", "-cpu", "max", "-smp", "4", "-m", "1G",
+                               "-object", "memory-backend-memfd,id=mem,size=1G,share=on", "-numa", "node,memdev=mem",
+                               "-chardev", "socket,id=c0,path=" + sock,
+                               "-device", "vhost-user-blk-pci,chardev=c0,num-queues=4" + dev_props,
+                               "-kernel", guest().kernel, "-initrd", guest().initrd,
+                               "-append", "console=ttyS0 quiet panic=-1 " + append,
+                               "-display", "none", "-monitor", "none", "-no-reboot",
+                               "-serial", "file:" + serial, "-qmp", "unix:" + qmp + ",server=on,wait=off"};
+    if (!incoming.empty()) {
+      a.push_back("-incoming");
+      a.push_back(incoming);
+    }
+    qemu = std::make_unique<Child>(a, qemu_log);
+  }
+  // Waits for the guest to power off; false on timeout (then QEMU is killed).
+  bool wait_exit(int timeout_ms) { return qemu->wait(timeout_ms) != -1; }
+  std::string backend_summary() {
+    backend->stop(SIGTERM);
+    return read_file(backend_log);
+  }
+  void dump() {
+    BOOST_TEST_MESSAGE(name << " serial:\n" << read_file(serial) << "\n" << name << " qemu:\n" << read_file(qemu_log)
+                            << "\n" << name << " backend:\n" << read_file(backend_log));
+  }
+};
+
+void check_backend(const std::string& log, bool packed, bool event_idx) {
+  BOOST_TEST(log.find("errors=0") != std::string::npos, log);
+  std::smatch m;
+  BOOST_REQUIRE_MESSAGE(std::regex_search(log, m, std::regex("per_queue (\\d+) (\\d+) (\\d+) (\\d+)")), log);
+  for (int q = 1; q <= 4; ++q) BOOST_TEST(std::stoul(m[q]) > 0u, "queue " << q - 1 << " carried no requests");
+  const std::string f = std::string("packed ") + (packed ? "true" : "false") + ", event idx " + (event_idx ? "true" : "false");
+  BOOST_TEST(log.find(f) != std::string::npos, "expected features '" << f << "' in\n" << log);
+}
+
+void run_io(const std::string& props, bool packed, bool event_idx) {
+  TempDir dir;
+  Vm vm(dir, "vm", dir.file("disk.img"));
+  vm.boot(props, "");
+  const bool exited = vm.wait_exit(240000);
+  const std::string serial = read_file(vm.serial);
+  if (!exited || serial.find("VRDMA-GUEST: RESULT OK") == std::string::npos) vm.dump();
+  BOOST_REQUIRE(exited);
+  BOOST_TEST(serial.find("4 queues") != std::string::npos);
+  BOOST_REQUIRE(serial.find("VRDMA-GUEST: RESULT OK") != std::string::npos);
+  check_backend(vm.backend_summary(), packed, event_idx);
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(linux_virtio_blk_checksummed_io_split_rings_event_idx_indirect) {
+  SKIP_WITHOUT_RIG();
+  run_io("", false, true);
+}
+
+BOOST_AUTO_TEST_CASE(linux_virtio_blk_checksummed_io_split_rings_plain) {
+  SKIP_WITHOUT_RIG();
+  run_io(",event_idx=off,indirect_desc=off", false, false);
+}
+
+BOOST_AUTO_TEST_CASE(linux_virtio_blk_checksummed_io_packed_rings_event_idx_indirect) {
+  SKIP_WITHOUT_RIG();
+  run_io(",packed=on", true, true);
+}
+
+BOOST_AUTO_TEST_CASE(linux_virtio_blk_checksummed_io_packed_rings_plain) {
+  SKIP_WITHOUT_RIG();
+  run_io(",packed=on,event_idx=off,indirect_desc=off", true, false);
+}
+
+BOOST_AUTO_TEST_CASE(live_migration_during_checksummed_io) {
+  SKIP_WITHOUT_RIG();
+  TempDir dir;
+  const std::string disk = dir.file("disk.img");  // shared storage: both backends serve it
+  Vm src(dir, "src", disk), dst(dir, "dst", disk);
+  const std::string mig = "unix:" + dir.file("mig.sock");
+  src.boot("", "vrdma.mode=migrate");
+  dst.boot("", "vrdma.mode=migrate", mig);
+  // Wait until the guest is in its I/O loop.
+  auto wait_for = [](const std::string& file, const std::string& what, int ms) {
+    for (int i = 0; i < ms / 100; ++i) {
+      if (read_file(file).find(what) != std::string::npos) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return false;
+  };
+  if (!wait_for(src.serial, "iter 2 ok", 180000)) src.dump();
+  BOOST_REQUIRE(wait_for(src.serial, "iter 2 ok", 1000));
+  Qmp q;
+  BOOST_REQUIRE(q.connect(src.qmp));
+  BOOST_REQUIRE(q.command(R"({"execute":"migrate","arguments":{"uri":")" + mig + R"("}})").find("return") !=
+                std::string::npos);
+  std::string status;
+  for (int i = 0; i < 1200; ++i) {
+    status = q.command(R"({"execute":"query-migrate"})");
+    if (status.find("\"completed\"") != std::string::npos || status.find("\"failed\"") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  BOOST_TEST_MESSAGE("migration: " << status);
+  if (status.find("\"completed\"") == std::string::npos) {
+    src.dump();
+    dst.dump();
+  }
+  BOOST_REQUIRE(status.find("\"completed\"") != std::string::npos);
+  // The guest now runs on the destination: let it do a few more verified iterations there.
+  const std::string before = read_file(src.serial);
+  const auto last = before.rfind("iter ");
+  BOOST_TEST_MESSAGE("source stopped after: " << before.substr(last, 20));
+  BOOST_REQUIRE(wait_for(dst.serial, " ok", 120000));
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  const int fd = ::open(disk.c_str(), O_WRONLY);
+  BOOST_REQUIRE(fd >= 0);
+  BOOST_REQUIRE(::pwrite(fd, "VRDMA-STOP", 10, 200000 * 512) == 10);
+  ::close(fd);
+  (void)q.command(R"({"execute":"quit"})");
+  const bool exited = dst.wait_exit(120000);
+  const std::string out = read_file(dst.serial);
+  if (!exited || out.find("RESULT OK") == std::string::npos) dst.dump();
+  BOOST_REQUIRE(exited);
+  BOOST_TEST(out.find("BAD") == std::string::npos);
+  BOOST_TEST(out.find("VRDMA-GUEST: RESULT OK") != std::string::npos);
+  const std::string slog = src.backend_summary();
+  BOOST_TEST(slog.find("log all true") != std::string::npos, "source backend never logged dirty pages:\n" << slog);
+  BOOST_TEST(slog.find("dirty log of") != std::string::npos);
+  const std::string dlog = dst.backend_summary();
+  BOOST_TEST(dlog.find("errors=0") != std::string::npos, dlog);
+}
