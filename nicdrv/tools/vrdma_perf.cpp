@@ -151,8 +151,14 @@ void setup(Ctx& x, int oob, bool is_server) {
   ia.cap.max_send_wr = x.c.depth;
   ia.cap.max_recv_wr = x.c.depth;
   x.qp = must(x.pd->create_qp(ia), "create QP");
-  x.slots = x.c.test == "write_lat" || x.c.test == "send_lat" ? 1 : std::min<std::size_t>(x.c.depth, 16);
-  x.buf.assign(std::max<std::size_t>(x.slots * x.c.size, 64), 0);
+  // Buffer slots depend only on the message size (which both sides check is equal), so the
+  // peer's buffer always has room for every slot we address: up to 16, at most 64 MiB in all.
+  x.slots = x.c.test == "write_lat" || x.c.test == "send_lat"
+                ? 1
+                : std::clamp<std::size_t>((std::size_t{64} << 20) / x.c.size, 1, 16);
+  // Latency tests write from the upper half and are written into the lower half.
+  std::size_t lat_factor = x.c.test == "write_lat" ? 2 : 1;
+  x.buf.assign(std::max<std::size_t>(lat_factor * x.slots * x.c.size, 64), 0);
   fill(x.buf, is_server ? 2 : 1);
   if (x.c.test == "write_lat") std::fill(x.buf.begin(), x.buf.end(), 0);
   x.mr = must(x.pd->reg_mr(x.buf.data(), x.buf.size(),
@@ -161,7 +167,7 @@ void setup(Ctx& x, int oob, bool is_server) {
   auto gid = must(x.dev->query_gid(0), "query GID");
   std::uint32_t psn = static_cast<std::uint32_t>(::getpid() * 7919u) & 0xffffff;
   json me = {{"qpn", x.qp->qp_num()}, {"psn", psn}, {"gid", gid.gid.str()}, {"rkey", x.mr->rkey()},
-             {"addr", x.mr->addr()}, {"test", x.c.test}, {"size", x.c.size}};
+             {"addr", x.mr->addr()}, {"test", x.c.test}, {"size", x.c.size}, {"verify", x.c.verify}};
   json peer;
   if (is_server) {
     peer = recv_line(oob);
@@ -172,6 +178,7 @@ void setup(Ctx& x, int oob, bool is_server) {
   }
   if (peer.value("test", "") != x.c.test || peer.value("size", 0u) != x.c.size)
     die("client and server disagree on --test or --size");
+  if (is_server) x.c.verify = peer.value("verify", false);  // the client decides
   x.remote_addr = peer["addr"];
   x.remote_rkey = peer["rkey"];
   Gid pg;
@@ -274,10 +281,17 @@ Outcome run_lat(Ctx& x, bool is_server, std::uint64_t iters) {
   Outcome o;
   bool writes = x.c.test == "write_lat";
   WorkCompletion wc[8];
+  std::uint64_t sent = 0, send_done = 0;  // our own send/write completions
+  auto reap = [&] {
+    std::size_t n = poll_some(x, wc, 8);
+    for (std::size_t k = 0; k < n; ++k)
+      if (wc[k].opcode != WcOpcode::recv) ++send_done;
+    return n;
+  };
   volatile std::uint8_t* last = x.buf.data() + x.c.size - 1;
   if (!writes) post_recvs(x, std::min<std::uint64_t>(x.c.depth, 16));
   auto send_one = [&](std::uint64_t i) {
-    Sge s = x.sge(0, x.c.size);
+    Sge s = x.sge(writes ? 1 : 0, x.c.size);
     SendWr w;
     w.wr_id = i;
     w.opcode = writes ? WrOpcode::rdma_write : WrOpcode::send;
@@ -285,14 +299,16 @@ Outcome run_lat(Ctx& x, bool is_server, std::uint64_t iters) {
     w.sg_list = std::span<const Sge>(&s, 1);
     w.rdma.remote_addr = x.remote_addr;
     w.rdma.rkey = x.remote_rkey;
-    if (writes) x.buf[x.c.size - 1] = static_cast<std::uint8_t>(i + 1);
+    if (writes) x.buf[2 * x.c.size - 1] = static_cast<std::uint8_t>(i + 1);
+    while (sent - send_done + 1 >= x.c.depth) reap();
     must(x.qp->post_send(std::span<const SendWr>(&w, 1)), "post send");
+    ++sent;
   };
   auto wait_in = [&](std::uint64_t i) {
     auto deadline = SteadyClock::now() + std::chrono::seconds(30);
     if (writes) {
       while (*last != static_cast<std::uint8_t>(i + 1)) {
-        poll_some(x, wc, 8);
+        reap();
         if (SteadyClock::now() > deadline) die("timed out waiting for the peer's write");
       }
       return;
@@ -301,7 +317,9 @@ Outcome run_lat(Ctx& x, bool is_server, std::uint64_t iters) {
       std::size_t n = poll_some(x, wc, 8);
       bool got = false;
       for (std::size_t k = 0; k < n; ++k)
-        if (wc[k].opcode == WcOpcode::recv) {
+        if (wc[k].opcode != WcOpcode::recv) {
+          ++send_done;
+        } else {
           got = true;
           Sge s = x.sge(0, x.c.size);
           RecvWr r{0, std::span<const Sge>(&s, 1)};
@@ -325,7 +343,7 @@ Outcome run_lat(Ctx& x, bool is_server, std::uint64_t iters) {
   }
   // Drain our send completions.
   auto deadline = SteadyClock::now() + std::chrono::milliseconds(200);
-  while (SteadyClock::now() < deadline) poll_some(x, wc, 8);
+  while (SteadyClock::now() < deadline) reap();
   o.ops = iters;
   o.seconds = std::chrono::duration<double>(SteadyClock::now() - start).count();
   return o;
@@ -333,9 +351,8 @@ Outcome run_lat(Ctx& x, bool is_server, std::uint64_t iters) {
 
 // Server side of send_bw: receive until the client says it is done.
 std::uint64_t serve_send_bw(Ctx& x, int oob) {
-  std::size_t ring = std::min<std::size_t>(x.c.depth, x.slots);
-  post_recvs(x, ring);
-  std::uint64_t got = 0;
+  post_recvs(x, x.c.depth);  // as many receives as the client keeps sends in flight
+  std::uint64_t got = 0, next_wr = x.c.depth;
   WorkCompletion wc[64];
   std::uint64_t expected = UINT64_MAX;
   ::fcntl(oob, F_SETFL, O_NONBLOCK);
@@ -345,8 +362,10 @@ std::uint64_t serve_send_bw(Ctx& x, int oob) {
     for (std::size_t i = 0; i < n; ++i) {
       if (wc[i].opcode != WcOpcode::recv) continue;
       ++got;
-      Sge s = x.sge(wc[i].wr_id % x.slots, x.c.size);
-      RecvWr r{wc[i].wr_id, std::span<const Sge>(&s, 1)};
+      // Receives complete in order: receive k holds message k, which the client sent from
+      // slot k % slots; keep the same mapping so the buffers compare equal.
+      Sge s = x.sge(next_wr % x.slots, x.c.size);
+      RecvWr r{next_wr++, std::span<const Sge>(&s, 1)};
       must(x.qp->post_recv(std::span<const RecvWr>(&r, 1)), "post receive");
     }
     char ch;
@@ -384,6 +403,7 @@ int main(int argc, char** argv) {
   Ctx x;
   x.c = c;
   setup(x, oob.get(), server);
+  c.verify = x.c.verify;
   tms t0{};
   ::times(&t0);
   auto wall0 = SteadyClock::now();
@@ -395,7 +415,7 @@ int main(int argc, char** argv) {
     o = run_lat(x, server, iters);
   } else if (server) {
     if (c.test == "send_bw") o.ops = serve_send_bw(x, oob.get());
-    else recv_line(oob.get());  // one-sided: wait for "done"
+    else o.ops = recv_line(oob.get()).value("ops", 0ull);  // one-sided: wait for "done"
   } else {
     o = run_bw(x);
     send_line(oob.get(), {{"ops", o.ops}});
@@ -409,12 +429,15 @@ int main(int argc, char** argv) {
   // Verification: the side that was written to (or read from) reports its CRC.
   bool verified = true;
   if (c.verify && !lat) {
+    // The bytes both sides compare: the client's slots that were used (it tells the server).
     std::size_t span = std::min<std::size_t>(x.slots, std::max<std::uint64_t>(o.ops, 1)) * c.size;
     if (c.test == "atomic_bw") span = 8;
     if (server) {
+      span = std::min<std::size_t>(recv_line(oob.get()).value("span", std::size_t{0}), x.buf.size());
       send_line(oob.get(), {{"crc", crc(x.buf.data(), std::min(span, x.buf.size()))}});
       recv_line(oob.get());
     } else {
+      send_line(oob.get(), {{"span", span}});
       json peer = recv_line(oob.get());
       std::uint32_t want = 0;
       if (c.test == "write_bw" || c.test == "send_bw") {

@@ -26,9 +26,9 @@ std::chrono::nanoseconds ack_timeout(std::uint8_t timeout) {
 }
 
 std::chrono::nanoseconds rnr_timer(std::uint8_t code) {
-  // IBA table 45, in microseconds (code 0 means 655.36 ms).
+  // IBA table 45, in units of 10 us (code 0 means 655.36 ms).
   static constexpr std::uint32_t us10[32] = {
-      6553600, 1,    2,    3,    4,    6,    8,     12,    16,    24,    32,    48,    64,    96,    128,   192,
+      65536,   1,    2,    3,    4,    6,    8,     12,    16,    24,    32,    48,    64,    96,    128,   192,
       256,     384,  512,  768,  1024, 1536, 2048,  3072,  4096,  6144,  8192,  12288, 16384, 24576, 32768, 49152};
   return std::chrono::nanoseconds(static_cast<std::int64_t>(us10[code & 31]) * 10000);
 }
