@@ -141,6 +141,14 @@ std::uint32_t crc(const std::uint8_t* p, std::size_t n) {
   return static_cast<std::uint32_t>(::crc32(0, p, static_cast<uInt>(n)));
 }
 
+void post_recvs(Ctx& x, std::size_t n);
+
+void post_ready_recvs(Ctx& x, bool is_server) {
+  // Receives go up before "ready" so the first SEND never meets an empty receive queue.
+  if (x.c.test == "send_lat") post_recvs(x, std::min<std::uint64_t>(x.c.depth, 16));
+  else if (is_server) post_recvs(x, x.c.depth);
+}
+
 void setup(Ctx& x, int oob, bool is_server) {
   x.dev = must(open_device(x.c.device), "open device");
   x.pd = must(x.dev->alloc_pd(), "alloc PD");
@@ -206,6 +214,10 @@ void setup(Ctx& x, int oob, bool is_server) {
   a.rnr_retry = 7;
   a.max_rd_atomic = 16;
   must(x.qp->modify(a, M::state | M::sq_psn | M::timeout | M::retry_cnt | M::rnr_retry | M::max_qp_rd_atomic), "QP to RTS");
+  // Both QPs must be ready before the first packet flies (else it meets a QP still in INIT).
+  if (x.c.test == "send_lat" || x.c.test == "send_bw") post_ready_recvs(x, is_server);
+  send_line(oob, {{"ready", true}});
+  recv_line(oob);
 }
 
 std::size_t poll_some(Ctx& x, WorkCompletion* wc, std::size_t n) {
@@ -289,7 +301,6 @@ Outcome run_lat(Ctx& x, bool is_server, std::uint64_t iters) {
     return n;
   };
   volatile std::uint8_t* last = x.buf.data() + x.c.size - 1;
-  if (!writes) post_recvs(x, std::min<std::uint64_t>(x.c.depth, 16));
   auto send_one = [&](std::uint64_t i) {
     Sge s = x.sge(writes ? 1 : 0, x.c.size);
     SendWr w;
@@ -351,7 +362,7 @@ Outcome run_lat(Ctx& x, bool is_server, std::uint64_t iters) {
 
 // Server side of send_bw: receive until the client says it is done.
 std::uint64_t serve_send_bw(Ctx& x, int oob) {
-  post_recvs(x, x.c.depth);  // as many receives as the client keeps sends in flight
+  // As many receives as the client keeps sends in flight were posted before "ready".
   std::uint64_t got = 0, next_wr = x.c.depth;
   WorkCompletion wc[64];
   std::uint64_t expected = UINT64_MAX;

@@ -122,6 +122,8 @@ void SoftDevice::responder_packet(SoftQp& qp, const wire::Packet& pkt, std::uint
       send_ack(qp, wire::AckType::nak, static_cast<std::uint8_t>(wire::NakCode::psn_seq_error), qp.e_psn);
       qp.nak_sent = true;
       ++st.seq_naks_sent;
+      log::debug("soft {}: QP {} PSN sequence error: got {:#x}, expecting {:#x}; NAK sent", name(), qp.qp_num(), psn,
+                 qp.e_psn);
     }
     return;
   }
