@@ -136,11 +136,24 @@ Status SoftQp::import_state(std::span<const std::uint8_t> blob) {
   std::uint32_t una = 0, nnp = 0, rl = 0, rnl = 0, nsq = 0;
   if (!r.get(a) || !r.get(c) || !r.get(una) || !r.get(nnp) || !r.get(rl) || !r.get(rnl) || !r.get(nsq)) return bad("truncated");
   if (c.max_send_wr > sq.size() || nsq > sq.size() || c.max_recv_wr > rq_max) return bad("queues larger than this QP's");
+  // The same value checks modify() makes: a blob must not smuggle in what a modify would refuse.
+  auto mtu = static_cast<unsigned>(a.path_mtu);
+  if (mtu < 1 || mtu > static_cast<unsigned>(dev.active_mtu())) return bad("path MTU out of range for this port");
+  if (st8 >= static_cast<std::uint8_t>(QpState::rtr) && type_ == QpType::rc && !a.ah_attr.dgid.is_ipv4_mapped())
+    return bad("destination is not an IPv4-mapped RoCEv2 GID");
+  if (a.dest_qp_num > wire::kQpnMask || a.max_rd_atomic > 16 || a.max_dest_rd_atomic > 16 || a.timeout > 31 ||
+      a.retry_cnt > 7 || a.rnr_retry > 7 || a.min_rnr_timer > 31 || a.port_num != 1 || a.pkey_index != 0 ||
+      rl > 7 || rnl > 7 || (a.sq_psn | a.rq_psn | una | nnp) > wire::kPsnMask)
+    return bad("attribute out of range");
   std::vector<SendWqe> wqes(nsq);
   for (auto& s : wqes) {
     WqeRec x{};
     if (!r.get(x) || !r.bytes(s.inline_data, cap.max_inline_data)) return bad("truncated send queue");
-    if (x.num_sge > kMaxSge || x.opcode > static_cast<std::uint8_t>(WrOpcode::atomic_fetch_and_add)) return bad("bad WQE");
+    if (x.num_sge > kMaxSge || x.num_sge > cap.max_send_sge ||
+        x.opcode > static_cast<std::uint8_t>(WrOpcode::atomic_fetch_and_add) ||
+        x.status > static_cast<std::uint8_t>(WcStatus::general_err) || x.first_psn > wire::kPsnMask ||
+        x.npkts > (1u << 23) || x.resp_pkts > x.npkts || (x.is_inline && s.inline_data.size() != x.length))
+      return bad("bad WQE");
     s.wr_id = x.wr_id; s.remote_addr = x.remote_addr; s.compare_add = x.compare_add; s.swap = x.swap;
     s.rkey = x.rkey; s.imm = x.imm; s.ud_dst_ip_be = x.ud_dst_ip_be; s.ud_qpn = x.ud_qpn; s.ud_qkey = x.ud_qkey;
     s.num_sge = x.num_sge; s.length = x.length; s.first_psn = x.first_psn; s.npkts = x.npkts; s.resp_pkts = x.resp_pkts;
@@ -154,6 +167,7 @@ Status SoftQp::import_state(std::span<const std::uint8_t> blob) {
   for (std::uint32_t i = 0; i < nrq; ++i) {
     RecvRec x{};
     if (!r.get(x)) return bad("truncated receive queue");
+    if (x.num_sge > cap.max_recv_sge) return bad("receive WQE with too many SGEs");
     rqs.push_back(from_rec(x));
   }
   std::uint8_t isend = 0, iwrite = 0, hrecv = 0;
@@ -167,9 +181,13 @@ Status SoftQp::import_state(std::span<const std::uint8_t> blob) {
   for (auto& x : res)
     if (!r.get(x)) return bad("truncated responder resources");
   if (!r.get(rnext) || (nres > 0 && rnext >= nres) || !r.get(njobs) || njobs > 16) return bad("bad responder resources");
+  if (cur.num_sge > kMaxSge || (st8 >= static_cast<std::uint8_t>(QpState::rtr) && type_ == QpType::rc && nres == 0))
+    return bad("bad responder state");
   std::deque<ReadJob> jobs(njobs);
   for (auto& j : jobs)
-    if (!r.get(j)) return bad("truncated read responses");
+    if (!r.get(j) || j.npkts == 0 || j.npkts > (1u << 23) ||
+        static_cast<std::uint32_t>(wire::psn_diff(j.next_psn, j.first_psn)) > j.npkts)
+      return bad("bad read response state");
   if (!r.at_end()) return bad("trailing bytes");
 
   // Commit.

@@ -220,6 +220,9 @@ void SoftDevice::responder_packet(SoftQp& qp, const wire::Packet& pkt, std::uint
       }
       qp.msn = (qp.msn + 1) & 0xffffff;
     }
+  } else if (((oi.flags & wire::kIsRead) != 0 || (oi.flags & wire::kIsAtomic) != 0) && qp.rd_res.empty()) {
+    responder_fatal(*this, qp, wire::NakCode::invalid_request, psn);  // no responder resources
+    return;
   } else if (h.bth.opcode == Opcode::rc_read_request) {
     if (qp.read_jobs.size() >= qp.attr.max_dest_rd_atomic) {
       responder_fatal(*this, qp, wire::NakCode::invalid_request, psn);
