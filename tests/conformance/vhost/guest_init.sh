@@ -18,7 +18,7 @@ ncpu=$(grep -c ^processor /proc/cpuinfo)
 ok=1
 if grep -q vrdma.mode=migrate /proc/cmdline; then
   # Keep writing and reading back checksummed data from every CPU until the host writes
-  # VRDMA-STOP into sector 200000 (the disk file is shared by both backends).
+  # VRDMA-STOP into sector 120000 (the disk file is shared by both backends).
   i=0
   say "loop started"
   while [ $i -lt 2000 ]; do
@@ -37,7 +37,7 @@ if grep -q vrdma.mode=migrate /proc/cmdline; then
     done
     say "iter $i $([ $ok = 1 ] && echo ok || echo BAD)"
     [ $ok = 1 ] || break
-    stop=$(timeout 30 dd if=/dev/vda bs=512 skip=200000 count=1 iflag=direct 2>/dev/null | head -c 10)
+    stop=$(timeout 30 dd if=/dev/vda bs=512 skip=120000 count=1 iflag=direct 2>/dev/null | head -c 10)
     [ "$stop" = "VRDMA-STOP" ] && break
   done
   [ $ok = 1 ] && say "RESULT OK after $i iterations" || say "RESULT FAIL"

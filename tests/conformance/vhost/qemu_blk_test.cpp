@@ -77,7 +77,9 @@ struct Vm {
     BOOST_REQUIRE(wait_for_path(sock, 5000));
   }
   void boot(const std::string& dev_props, const std::string& append, const std::string& incoming = "") {
-    std::vector<std::string> a{kQemu, "-accel", "tcg", "-cpu", "max", "-smp", "4", "-m", "1G",
+    // la57=off: QEMU 7.2 TCG loses guest state when migrating a guest with 5-level paging
+    // (measured: its own virtio-blk shows the same corruption; with la57=off it migrates cleanly).
+    std::vector<std::string> a{kQemu, "-accel", "tcg", "-cpu", "max,la57=off", "-smp", "4", "-m", "1G",
                                "-object", "memory-backend-memfd,id=mem,size=1G,share=on", "-numa", "node,memdev=mem",
                                "-chardev", "socket,id=c0,path=" + sock,
                                "-device", "vhost-user-blk-pci,chardev=c0,num-queues=4" + dev_props,
@@ -189,7 +191,7 @@ BOOST_AUTO_TEST_CASE(live_migration_during_checksummed_io) {
   std::this_thread::sleep_for(std::chrono::seconds(3));
   const int fd = ::open(disk.c_str(), O_WRONLY);
   BOOST_REQUIRE(fd >= 0);
-  BOOST_REQUIRE(::pwrite(fd, "VRDMA-STOP", 10, 200000 * 512) == 10);
+  BOOST_REQUIRE(::pwrite(fd, "VRDMA-STOP", 10, 120000 * 512) == 10);
   ::close(fd);
   (void)q.command(R"({"execute":"quit"})");
   const bool exited = dst.wait_exit(120000);
