@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <regex>
@@ -65,23 +66,30 @@ struct Vm {
   std::string sock, qmp, serial, backend_log, qemu_log;
   std::unique_ptr<Child> backend, qemu;
 
-  Vm(const TempDir& dir, const std::string& n, const std::string& disk) : name(n) {
+  std::string disk_path;
+  Vm(const TempDir& dir, const std::string& n, const std::string& disk, std::vector<std::string> extra = {})
+      : name(n), disk_path(disk) {
     sock = dir.file(n + "-blk.sock");
     qmp = dir.file(n + "-qmp.sock");
     serial = dir.file(n + "-serial.log");
     backend_log = dir.file(n + "-backend.log");
     qemu_log = dir.file(n + "-qemu.log");
-    backend = std::make_unique<Child>(
-        std::vector<std::string>{VHOST_BLK_BACKEND, "--socket", sock, "--disk", disk, "--size-mib", "64", "--queues", "4"},
-        backend_log);
+    start_backend(extra);
+  }
+  void start_backend(std::vector<std::string> extra = {}) {
+    ::unlink(sock.c_str());
+    std::vector<std::string> argv{VHOST_BLK_BACKEND, "--socket", sock, "--disk", disk_path, "--size-mib", "64", "--queues", "4"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    backend = std::make_unique<Child>(argv, backend_log);
     BOOST_REQUIRE(wait_for_path(sock, 5000));
   }
-  void boot(const std::string& dev_props, const std::string& append, const std::string& incoming = "") {
+  void boot(const std::string& dev_props, const std::string& append, const std::string& incoming = "",
+            const std::string& chardev_opts = "") {
     // la57=off: QEMU 7.2 TCG loses guest state when migrating a guest with 5-level paging
     // (measured: its own virtio-blk shows the same corruption; with la57=off it migrates cleanly).
     std::vector<std::string> a{kQemu, "-accel", "tcg", "-cpu", "max,la57=off", "-smp", "4", "-m", "1G",
                                "-object", "memory-backend-memfd,id=mem,size=1G,share=on", "-numa", "node,memdev=mem",
-                               "-chardev", "socket,id=c0,path=" + sock,
+                               "-chardev", "socket,id=c0,path=" + sock + chardev_opts,
                                "-device", "vhost-user-blk-pci,chardev=c0,num-queues=4" + dev_props,
                                "-kernel", guest().kernel, "-initrd", guest().initrd,
                                "-append", "console=ttyS0 quiet panic=-1 " + append,
@@ -104,6 +112,21 @@ struct Vm {
                             << "\n" << name << " backend:\n" << read_file(backend_log));
   }
 };
+
+bool wait_for(const std::string& file, const std::string& what, int ms) {
+  for (int i = 0; i < ms / 100; ++i) {
+    if (read_file(file).find(what) != std::string::npos) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return false;
+}
+
+void write_stop_marker(const std::string& disk) {
+  const int fd = ::open(disk.c_str(), O_WRONLY);
+  BOOST_REQUIRE(fd >= 0);
+  BOOST_REQUIRE(::pwrite(fd, "VRDMA-STOP", 10, 120000 * 512) == 10);
+  ::close(fd);
+}
 
 void check_backend(const std::string& log, bool packed, bool event_idx) {
   BOOST_TEST(log.find("errors=0") != std::string::npos, log);
@@ -158,13 +181,6 @@ BOOST_AUTO_TEST_CASE(live_migration_during_checksummed_io) {
   src.boot("", "vrdma.mode=migrate");
   dst.boot("", "vrdma.mode=migrate", mig);
   // Wait until the guest is in its I/O loop.
-  auto wait_for = [](const std::string& file, const std::string& what, int ms) {
-    for (int i = 0; i < ms / 100; ++i) {
-      if (read_file(file).find(what) != std::string::npos) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    return false;
-  };
   if (!wait_for(src.serial, "iter 2 ok", 180000)) src.dump();
   BOOST_REQUIRE(wait_for(src.serial, "iter 2 ok", 1000));
   Qmp q;
@@ -189,10 +205,7 @@ BOOST_AUTO_TEST_CASE(live_migration_during_checksummed_io) {
   BOOST_TEST_MESSAGE("source stopped after: " << before.substr(last, 20));
   BOOST_REQUIRE(wait_for(dst.serial, " ok", 120000));
   std::this_thread::sleep_for(std::chrono::seconds(3));
-  const int fd = ::open(disk.c_str(), O_WRONLY);
-  BOOST_REQUIRE(fd >= 0);
-  BOOST_REQUIRE(::pwrite(fd, "VRDMA-STOP", 10, 120000 * 512) == 10);
-  ::close(fd);
+  write_stop_marker(disk);
   (void)q.command(R"({"execute":"quit"})");
   const bool exited = dst.wait_exit(120000);
   const std::string out = read_file(dst.serial);
@@ -205,4 +218,37 @@ BOOST_AUTO_TEST_CASE(live_migration_during_checksummed_io) {
   BOOST_TEST(slog.find("dirty log of") != std::string::npos);
   const std::string dlog = dst.backend_summary();
   BOOST_TEST(dlog.find("errors=0") != std::string::npos, dlog);
+}
+
+BOOST_AUTO_TEST_CASE(qemu_reconnects_to_a_restarted_backend_and_resumes_the_rings) {
+  SKIP_WITHOUT_RIG();
+  TempDir dir;
+  // The first backend process dies (as a crash would) holding request 1500 in flight.
+  Vm vm(dir, "vm", dir.file("disk.img"), {"--crash-after", "1500"});
+  vm.boot("", "vrdma.mode=migrate", "", ",reconnect=1");
+  if (vm.backend->wait(240000) == -1) vm.dump();
+  BOOST_REQUIRE_MESSAGE(vm.backend->wait(1000) != -1, "the backend never reached its crash point");
+  const std::string before = read_file(vm.serial);
+  BOOST_TEST(before.find("BAD") == std::string::npos);
+  vm.start_backend();  // same socket and disk; QEMU reconnects within a second
+  const auto iters_before = std::count(before.begin(), before.end(), '\n');
+  // The guest must keep making verified progress through the new backend.
+  bool progressed = false;
+  for (int i = 0; i < 1200 && !progressed; ++i) {
+    const std::string now = read_file(vm.serial);
+    progressed = std::count(now.begin(), now.end(), '\n') >= iters_before + 3;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (!progressed) vm.dump();
+  BOOST_REQUIRE(progressed);
+  write_stop_marker(vm.disk_path);
+  const bool exited = vm.wait_exit(120000);
+  const std::string out = read_file(vm.serial);
+  if (!exited || out.find("RESULT OK") == std::string::npos) vm.dump();
+  BOOST_REQUIRE(exited);
+  BOOST_TEST(out.find("BAD") == std::string::npos);
+  BOOST_TEST(out.find("VRDMA-GUEST: RESULT OK") != std::string::npos);
+  const std::string log = vm.backend_summary();
+  BOOST_TEST(log.find("crashing on purpose") != std::string::npos);
+  BOOST_TEST(log.find("resuming 1 in-flight requests") != std::string::npos, log);
 }
