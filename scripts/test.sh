@@ -15,6 +15,6 @@ echo "== tests under ASan+UBSan"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure -j 1 --timeout 900 -LE bench
 echo "== fuzzers (clang libFuzzer, bounded time)"
-CC=clang CXX=clang++ ./scripts/build.sh build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DVRDMA_FUZZ=ON
+CC=clang CXX=clang++ BUILD_TARGET=fuzzers ./scripts/build.sh build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DVRDMA_FUZZ=ON
 ctest --test-dir build-fuzz --output-on-failure -j 1 -L fuzz
 echo "== whole suite done in $(( $(date +%s) - start )) s"

@@ -4,6 +4,8 @@
 #include <signal.h>
 
 #include <cerrno>
+#include <chrono>
+#include <thread>
 #include <ctime>
 #include <set>
 
@@ -185,7 +187,14 @@ Result<Ledger> Ledger::open(const fs::path& path) {
   sqlite3_busy_timeout(db, 10000);
   sqlite3_extended_result_codes(db, 1);
   // WAL: readers never block the writer; synchronous=FULL: a committed allocation survives power loss.
-  VRDMA_TRY(exec(db, "PRAGMA journal_mode=WAL", fmt::format("cannot use the VF ledger {}", path.string())));
+  // Switching a fresh file to WAL takes an exclusive lock and SQLite may answer SQLITE_BUSY without
+  // calling the busy handler when another process is doing the same: retry for up to 10 s.
+  for (int attempt = 0;; ++attempt) {
+    auto wal = exec(db, "PRAGMA journal_mode=WAL", fmt::format("cannot use the VF ledger {}", path.string()));
+    if (wal.ok()) break;
+    if (!wal.error().is(Errc::busy) || attempt >= 200) return std::move(wal).error();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
   VRDMA_TRY(exec(db, "PRAGMA synchronous=FULL", "cannot configure the VF ledger"));
   {
     Txn t(db);

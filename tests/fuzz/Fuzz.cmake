@@ -4,9 +4,14 @@
 # (tests/fuzz/driver.cpp) that replays the seed corpus plus bounded pseudo-random inputs, so the
 # gcc and ASan builds keep every fuzz target compiling and regression-tested.
 set(VRDMA_FUZZ_SECONDS 20 CACHE STRING "libFuzzer run time per target in CI")
+# `cmake --build DIR --target fuzzers` builds every fuzz target and nothing else.
+if(NOT TARGET fuzzers)
+  add_custom_target(fuzzers)
+endif()
 function(vrdma_add_fuzzer name)
   cmake_parse_arguments(F "" "" "SOURCES;LIBS" ${ARGN})
   add_executable(${name} ${F_SOURCES})
+  add_dependencies(fuzzers ${name})
   target_link_libraries(${name} PRIVATE ${F_LIBS})
   set(corpus ${CMAKE_CURRENT_SOURCE_DIR}/corpus/${name})
   if(VRDMA_FUZZ)
