@@ -106,7 +106,8 @@ Result<InflightArea> InflightArea::create(std::uint16_t num_queues, std::uint16_
   a.map_ = MmapArea(p, bytes);
   a.nq_ = num_queues;
   a.qsize_ = queue_size;
-  for (std::uint16_t q = 0; q < num_queues; ++q) a.queue(q).reset();
+  // Left zeroed (version 0): a ring's first start stamps its slice and starts at the base the
+  // frontend sent; only a slice stamped by an earlier backend is recovered.
   return a;
 }
 

@@ -44,7 +44,8 @@ class InflightRegion {
 
 class InflightArea {
  public:
-  // New zeroed area for num_queues queues of queue_size (GET_INFLIGHT_FD).
+  // New zeroed area for num_queues queues of queue_size (GET_INFLIGHT_FD). A zeroed slice
+  // holds no state: the ring starts at the frontend's base and stamps it.
   static Result<InflightArea> create(std::uint16_t num_queues, std::uint16_t queue_size);
   // Maps an area handed back by the frontend (SET_INFLIGHT_FD), checking its geometry.
   static Result<InflightArea> attach(UniqueFd fd, const InflightInfo& info);
