@@ -132,6 +132,15 @@ void SoftDevice::go_back_n(SoftQp& qp, std::uint32_t psn) {
   }
 }
 
+// Progress: everything before `una` is acknowledged; the retry budget and the timer restart.
+static void advance_una(SoftDevice& d, SoftQp& qp, std::uint32_t una) {
+  if (!wire::psn_lt(qp.una_psn, una)) return;
+  qp.una_psn = una;
+  qp.retry_left = qp.attr.retry_cnt;
+  qp.retx_pending = false;
+  qp.retx_deadline = wire::psn_lt(qp.una_psn, qp.next_new_psn) ? d.retx_interval(qp) : TimePoint{};
+}
+
 // Cumulative acknowledgement of every PSN up to and including `psn` (IBA 9.7.5.2.1).
 static void ack_to(SoftDevice& d, SoftQp& qp, std::uint32_t psn) {
   // Ignore ACKs for PSNs never sent or older than what is already acknowledged.
@@ -160,12 +169,7 @@ static void ack_to(SoftDevice& d, SoftQp& qp, std::uint32_t psn) {
     }
     break;
   }
-  if (wire::psn_lt(qp.una_psn, una)) {
-    qp.una_psn = una;
-    qp.retry_left = qp.attr.retry_cnt;
-    qp.retx_pending = false;
-    qp.retx_deadline = wire::psn_lt(qp.una_psn, qp.next_new_psn) ? d.retx_interval(qp) : TimePoint{};
-  }
+  advance_una(d, qp, una);
   d.retire_completed(qp);
   if (qp.sq_next != qp.sq_tail) d.mark_active(qp);
 }
@@ -270,12 +274,7 @@ void SoftDevice::completer_packet(SoftQp& qp, const wire::Packet& pkt) {
         return;
       }
       ++w->resp_pkts;
-      if (wire::psn_lt(qp.una_psn, wire::psn_add(psn, 1))) {
-        qp.una_psn = wire::psn_add(psn, 1);
-        qp.retry_left = qp.attr.retry_cnt;
-        qp.retx_pending = false;
-        qp.retx_deadline = wire::psn_lt(qp.una_psn, qp.next_new_psn) ? retx_interval(qp) : TimePoint{};
-      }
+      advance_una(*this, qp, wire::psn_add(psn, 1));
       if (last) {
         w->done = true;
         w->status = WcStatus::success;
@@ -300,12 +299,7 @@ void SoftDevice::completer_packet(SoftQp& qp, const wire::Packet& pkt) {
       w->resp_pkts = 1;
       w->done = true;
       w->status = WcStatus::success;
-      if (wire::psn_lt(qp.una_psn, wire::psn_add(psn, 1))) {
-        qp.una_psn = wire::psn_add(psn, 1);
-        qp.retry_left = qp.attr.retry_cnt;
-        qp.retx_pending = false;
-        qp.retx_deadline = wire::psn_lt(qp.una_psn, qp.next_new_psn) ? retx_interval(qp) : TimePoint{};
-      }
+      advance_una(*this, qp, wire::psn_add(psn, 1));
       retire_completed(qp);
       mark_active(qp);
       return;
