@@ -500,10 +500,10 @@ bool SoftDevice::engine_round() {
     if (n < kRxSlots) break;
   }
   if (!quiesced) {
-    std::vector<SoftQp*> still;
-    auto list = std::move(active);
+    // Swap with a scratch list (both keep their capacity: no allocation per round).
+    round_list_.swap(active);
     active.clear();
-    for (SoftQp* qp : list) {
+    for (SoftQp* qp : round_list_) {
       qp->queued = false;
       if (qp->flush_pending) flush_queues(*qp);
       bool more = false;
@@ -520,6 +520,7 @@ bool SoftDevice::engine_round() {
       }
       if (more) mark_active(*qp);
     }
+    round_list_.clear();
   }
   tx_flush();
   return work;

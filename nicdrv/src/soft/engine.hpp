@@ -414,6 +414,7 @@ class SoftDevice final : public Device {
   bool pkt_open_ = false;
   std::size_t pkt_hdr_len_ = 0, pkt_payload_len_ = 0;
   TimePoint next_timer_scan_{};
+  std::vector<SoftQp*> round_list_;  // engine_round's copy of `active`
   std::array<RxPacket, kRxSlots> rx_{};
 };
 
