@@ -10,10 +10,6 @@ namespace {
 
 using wire::Opcode;
 
-bool is_rd_atomic(WrOpcode op) {
-  return op == WrOpcode::rdma_read || op == WrOpcode::atomic_cmp_and_swp || op == WrOpcode::atomic_fetch_and_add;
-}
-
 WcOpcode wc_opcode(WrOpcode op) {
   switch (op) {
     case WrOpcode::send:
@@ -152,8 +148,7 @@ static void ack_to(SoftDevice& d, SoftQp& qp, std::uint32_t psn) {
     if (!w.started) break;
     if (w.done) continue;
     std::uint32_t last = wire::psn_add(w.first_psn, w.npkts - 1);
-    if (w.opcode == WrOpcode::rdma_read || w.opcode == WrOpcode::atomic_cmp_and_swp ||
-        w.opcode == WrOpcode::atomic_fetch_and_add) {
+    if (is_rd_atomic(w.opcode)) {
       if (wire::psn_le(w.first_psn, psn)) {
         // A later PSN is acknowledged but this response is missing: an implied NAK (9.7.5.2.3).
         std::uint32_t missing = wire::psn_add(w.first_psn, w.resp_pkts);

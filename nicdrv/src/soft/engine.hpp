@@ -184,6 +184,11 @@ class SoftPd final : public ProtectionDomain, public std::enable_shared_from_thi
 };
 
 // ---- Queue pair state ---------------------------------------------------------------------------
+// READ and atomics: requests answered with data, limited by max_rd_atomic (IBA 9.4.4).
+constexpr bool is_rd_atomic(WrOpcode op) noexcept {
+  return op == WrOpcode::rdma_read || op == WrOpcode::atomic_cmp_and_swp || op == WrOpcode::atomic_fetch_and_add;
+}
+
 struct SendWqe {
   std::uint64_t wr_id = 0;
   WrOpcode opcode = WrOpcode::send;

@@ -198,8 +198,7 @@ Status SoftQp::import_state(std::span<const std::uint8_t> blob) {
   rd_atomic_outstanding = 0;
   for (std::uint32_t i = 0; i < nsq; ++i)
     if (sq[i].started && !sq[i].done && sq[i].npkts > 0 &&
-        (sq[i].opcode == WrOpcode::rdma_read || sq[i].opcode == WrOpcode::atomic_cmp_and_swp ||
-         sq[i].opcode == WrOpcode::atomic_fetch_and_add))
+        is_rd_atomic(sq[i].opcode))
       ++rd_atomic_outstanding;
   una_psn = una;
   next_new_psn = nnp;

@@ -9,10 +9,6 @@ namespace {
 
 using wire::Opcode;
 
-bool is_rd_atomic(WrOpcode op) {
-  return op == WrOpcode::rdma_read || op == WrOpcode::atomic_cmp_and_swp || op == WrOpcode::atomic_fetch_and_add;
-}
-
 std::uint32_t packets_for(std::uint32_t len, std::uint32_t mtu) { return len == 0 ? 1 : (len + mtu - 1) / mtu; }
 
 // Opcode of packet k of n for SEND/WRITE (IBA table 38).
