@@ -122,6 +122,21 @@ class ProtectionDomain {
   [[nodiscard]] virtual std::uint32_t handle() const noexcept = 0;
 };
 
+// Memory a device can register and move data in place. For soft and verbs these are anonymous
+// pages of this process; for pv they are pages of the shared memory the virtio device sees (the
+// guest RAM of a libpvverbs process), the only memory that provider can register. Code that
+// allocates its buffers here runs unchanged over every provider. Page-aligned, zero-filled.
+class Buffer {
+ public:
+  virtual ~Buffer() = default;
+  [[nodiscard]] virtual std::uint8_t* data() const noexcept = 0;
+  [[nodiscard]] virtual std::size_t size() const noexcept = 0;
+  [[nodiscard]] std::span<std::uint8_t> bytes() const noexcept { return {data(), size()}; }
+};
+
+// Anonymous, page-aligned, zero-filled memory of this process (what soft and verbs hand out).
+Result<std::shared_ptr<Buffer>> make_host_buffer(std::size_t length);
+
 class Device : public std::enable_shared_from_this<Device> {
  public:
   virtual ~Device() = default;
@@ -132,6 +147,8 @@ class Device : public std::enable_shared_from_this<Device> {
   virtual Result<GidEntry> query_gid(std::uint32_t index, std::uint8_t port = 1) const = 0;
   virtual Result<std::shared_ptr<ProtectionDomain>> alloc_pd() = 0;
   virtual Result<std::shared_ptr<CompletionQueue>> create_cq(std::uint32_t cqe) = 0;
+  // Memory this device can register (see Buffer). `length` is rounded up to whole pages.
+  virtual Result<std::shared_ptr<Buffer>> alloc_buffer(std::size_t length) { return make_host_buffer(length); }
 
   // Live migration: stop sending and answering at a consistent point (every in-flight
   // packet either acknowledged or remembered for retransmission) / start again.
