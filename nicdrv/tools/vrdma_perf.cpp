@@ -119,7 +119,8 @@ struct Ctx {
   std::shared_ptr<ProtectionDomain> pd;
   std::shared_ptr<CompletionQueue> cq;
   std::shared_ptr<QueuePair> qp;
-  std::vector<std::uint8_t> buf;
+  std::shared_ptr<Buffer> mem;  // from Device::alloc_buffer: memory every provider can register
+  std::span<std::uint8_t> buf;  // the part of `mem` the test uses
   std::shared_ptr<MemoryRegion> mr;
   std::uint64_t remote_addr = 0;
   std::uint32_t remote_rkey = 0;
@@ -130,7 +131,7 @@ struct Ctx {
   }
 };
 
-void fill(std::vector<std::uint8_t>& b, std::uint32_t seed) {
+void fill(std::span<std::uint8_t> b, std::uint32_t seed) {
   std::uint32_t x = seed * 2654435761u + 1;
   for (auto& v : b) {
     x = x * 1664525u + 1013904223u;
@@ -167,7 +168,9 @@ void setup(Ctx& x, int oob, bool is_server) {
                 : std::clamp<std::size_t>((std::size_t{64} << 20) / x.c.size, 1, 16);
   // Latency tests write from the upper half and are written into the lower half.
   std::size_t lat_factor = x.c.test == "write_lat" ? 2 : 1;
-  x.buf.assign(std::max<std::size_t>(lat_factor * x.slots * x.c.size, 64), 0);
+  const std::size_t bytes = std::max<std::size_t>(lat_factor * x.slots * x.c.size, 64);
+  x.mem = must(x.dev->alloc_buffer(bytes), "allocate buffer");
+  x.buf = x.mem->bytes().first(bytes);
   fill(x.buf, is_server ? 2 : 1);
   if (x.c.test == "write_lat") std::fill(x.buf.begin(), x.buf.end(), 0);
   x.mr = must(x.pd->reg_mr(x.buf.data(), x.buf.size(),
