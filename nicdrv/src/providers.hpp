@@ -10,6 +10,7 @@ namespace vrdma::nicdrv::detail {
 
 using ProviderMaker = Provider (*)();
 Provider make_soft_provider();
-inline constexpr std::array<ProviderMaker, 1> kBuiltinProviders{&make_soft_provider};
+Provider make_verbs_provider();
+inline constexpr std::array<ProviderMaker, 2> kBuiltinProviders{&make_soft_provider, &make_verbs_provider};
 
 }  // namespace vrdma::nicdrv::detail

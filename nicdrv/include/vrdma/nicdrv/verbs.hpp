@@ -1,0 +1,98 @@
+// The verbs provider: the nicdrv API over rdma-core (libibverbs, librdmacm), for every RDMA NIC
+// the kernel drives (mlx5, irdma, qedr, bnxt_re, rxe, siw, ...) and for an SR-IOV VF's RDMA
+// function.
+//
+// Open it through the registry as "verbs:<name>[?options]", where <name> is
+//   an RDMA device name          verbs:mlx5_0
+//   a PCI function (VF or PF)    verbs:0000:3b:02.1  -> the ibdev under
+//                                /sys/bus/pci/devices/<bdf>/infiniband/ (see ibdev_for_pci)
+// Options:
+//   sysfs_root=/path   where sysfs is mounted (default: $VRDMA_SYSFS_ROOT, else /sys); tests
+//                      point it at a fixture tree
+//
+// What the hardware decides is reported, never faked: a capability the NIC lacks answers
+// Errc::not_supported with the device's name. Specifically not supported on verbs:
+//   MrOptions::requested_key and QpOptions::requested_qpn (the NIC picks keys and QPNs),
+//   MrOptions::observer (the NIC writes by DMA; nobody sees the bytes),
+//   QueuePair::export_state/import_state and Device::quiesce/resume (verbs NICs are migrated by
+//   draining and re-creating their objects), and InfiniBand-link-layer addressing (AhAttr has no
+//   LID yet; RoCE and iWARP work).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "vrdma/common/result.hpp"
+#include "vrdma/nicdrv/device.hpp"
+#include "vrdma/nicdrv/registry.hpp"
+
+namespace vrdma::nicdrv::verbs {
+
+// Opens a verbs device (what the registry's "verbs:" prefix calls). No such device, or no RDMA
+// stack on this host: Errc::no_device with a sentence saying which.
+Result<std::shared_ptr<Device>> open(std::string_view spec, const DeviceOptions& opts);
+
+// Every RDMA device libibverbs sees, as "verbs:<ibdev>" with its transport and link layer.
+// Empty (never an error) on a host without RDMA devices or without the kernel RDMA stack.
+std::vector<DeviceInfo> list();
+
+// True if `s` has the form of a PCI address, DDDD:BB:DD.F (hex).
+bool is_pci_address(std::string_view s) noexcept;
+
+// The RDMA device of a PCI function: the one entry of <sysfs_root>/bus/pci/devices/<bdf>/infiniband/.
+// not_found if the function does not exist or has no RDMA device (e.g. an iavf VF, or a VF whose
+// driver is not bound), invalid_argument if `bdf` is not a PCI address.
+Result<std::string> ibdev_for_pci(const std::filesystem::path& sysfs_root, std::string_view bdf);
+
+// The sysfs root the provider uses when the device name does not say: $VRDMA_SYSFS_ROOT or /sys.
+std::filesystem::path default_sysfs_root();
+
+// ---- Connection setup through librdmacm -----------------------------------------------------
+// The generic API has no connection manager yet; RoCE peers that expect the IB CM and every
+// iWARP peer (iWARP QPs only reach RTS through an MPA exchange on TCP) need one. This is a
+// small, synchronous wrapper: the QP is the caller's own verbs QP (created on the device that
+// the CM says owns the route), moved through its states by the CM's attributes.
+
+struct CmParams {
+  std::uint8_t responder_resources = 1;  // incoming READ/atomic the local QP accepts at once
+  std::uint8_t initiator_depth = 1;      // outgoing READ/atomic the local QP issues at once
+  std::uint8_t retry_count = 7;
+  std::uint8_t rnr_retry_count = 7;
+  std::chrono::milliseconds timeout{5000};  // for each step (resolution, connection, request)
+};
+
+class CmConnection {
+ public:
+  virtual ~CmConnection() = default;  // disconnects if connected
+  // The device that owns the route ("verbs:<ibdev>"): open it and create the PD, CQs and the
+  // RC QP for this connection there, then call connect() or accept().
+  [[nodiscard]] virtual const std::string& device_name() const noexcept = 0;
+  // Client side (after cm_resolve): the QP must be a verbs RC QP on device_name() in RESET.
+  // Returns once the QP is in RTS and the peer has accepted.
+  virtual Status connect(QueuePair& qp, const CmParams& params = {}) = 0;
+  // Server side (a request from CmListener::get_request): same QP rules as connect().
+  virtual Status accept(QueuePair& qp, const CmParams& params = {}) = 0;
+  virtual Status reject() = 0;
+  virtual Status disconnect() = 0;
+};
+
+class CmListener {
+ public:
+  virtual ~CmListener() = default;
+  // Waits up to `timeout` for the next connection request.
+  virtual Result<std::unique_ptr<CmConnection>> get_request(std::chrono::milliseconds timeout) = 0;
+  [[nodiscard]] virtual std::uint16_t port() const noexcept = 0;
+};
+
+// Resolves the address and route to `dst_ip`:`port` (from `src_ip` if not empty).
+Result<std::unique_ptr<CmConnection>> cm_resolve(std::string_view dst_ip, std::uint16_t port,
+                                                 std::string_view src_ip = {}, const CmParams& params = {});
+// Listens on `ip`:`port` (port 0: any; see CmListener::port()).
+Result<std::unique_ptr<CmListener>> cm_listen(std::string_view ip, std::uint16_t port, int backlog = 16);
+
+}  // namespace vrdma::nicdrv::verbs

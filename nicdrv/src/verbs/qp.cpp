@@ -1,0 +1,320 @@
+// Queue pairs of the verbs provider: creation, the IBA state machine (checked by the shared
+// rules in qp_state.hpp before the NIC sees the call, so every provider refuses the same masks
+// with the same sentence), and posting.
+#include <cerrno>
+#include <cstring>
+
+#include "verbs_internal.hpp"
+#include "vrdma/nicdrv/qp_state.hpp"
+
+namespace vrdma::nicdrv::verbs {
+namespace {
+
+constexpr std::size_t kMaxSge = 32;    // per work request; more than any NIC we know offers
+constexpr std::size_t kBatch = 16;     // work requests per ibv_post_* call
+
+bool mask_has(QpAttrMask m, QpAttrMask bit) { return any(m & bit); }
+
+// types.hpp promises libibverbs' values; the casts below rely on it.
+static_assert(static_cast<int>(WrOpcode::atomic_fetch_and_add) == IBV_WR_ATOMIC_FETCH_AND_ADD);
+static_assert(static_cast<int>(WrOpcode::send_with_imm) == IBV_WR_SEND_WITH_IMM);
+static_assert(static_cast<unsigned>(SendFlags::inline_data) == IBV_SEND_INLINE);
+static_assert(static_cast<unsigned>(SendFlags::solicited) == IBV_SEND_SOLICITED);
+static_assert(static_cast<unsigned>(QpAttrMask::dest_qpn) == IBV_QP_DEST_QPN);
+static_assert(static_cast<unsigned>(QpAttrMask::max_dest_rd_atomic) == IBV_QP_MAX_DEST_RD_ATOMIC);
+static_assert(static_cast<unsigned>(Access::remote_atomic) == IBV_ACCESS_REMOTE_ATOMIC);
+static_assert(static_cast<int>(WcStatus::general_err) == IBV_WC_GENERAL_ERR);
+static_assert(static_cast<int>(WcOpcode::recv_rdma_with_imm) == IBV_WC_RECV_RDMA_WITH_IMM);
+static_assert(static_cast<int>(QpState::err) == IBV_QPS_ERR);
+
+ibv_ah_attr ah_of(const AhAttr& a) {
+  ibv_ah_attr ia{};
+  ia.is_global = 1;
+  ia.grh.dgid = ibv_gid_of(a.dgid);
+  ia.grh.sgid_index = a.sgid_index;
+  ia.grh.hop_limit = a.hop_limit;
+  ia.grh.traffic_class = a.traffic_class;
+  ia.grh.flow_label = a.flow_label;
+  ia.sl = a.sl;
+  ia.port_num = a.port_num;
+  return ia;
+}
+
+AhAttr ah_from(const ibv_ah_attr& ia) {
+  AhAttr a;
+  a.dgid = gid_of(ia.grh.dgid);
+  a.sgid_index = ia.grh.sgid_index;
+  a.hop_limit = ia.grh.hop_limit;
+  a.traffic_class = ia.grh.traffic_class;
+  a.flow_label = ia.grh.flow_label;
+  a.sl = ia.sl;
+  a.port_num = ia.port_num;
+  return a;
+}
+
+ibv_qp_state to_ibv(QpState s) { return static_cast<ibv_qp_state>(static_cast<int>(s)); }
+
+}  // namespace
+
+// ---- creation ------------------------------------------------------------------------------
+Result<std::shared_ptr<QueuePair>> VerbsPd::create_qp(const QpInitAttr& attr, const QpOptions& opts) {
+  const std::string& dn = dev_->name();
+  if (opts.requested_qpn != 0)
+    return make_error(Errc::not_supported, "create_qp: " + dn + " picks QP numbers itself; a requested QPN (" +
+                                               std::to_string(opts.requested_qpn) + ") is not supported by verbs");
+  if (attr.type != QpType::rc && attr.type != QpType::ud)
+    return make_error(Errc::not_supported, "create_qp: the API offers RC and UD QPs only");
+  auto* scq = dynamic_cast<VerbsCq*>(attr.send_cq);
+  auto* rcq = dynamic_cast<VerbsCq*>(attr.recv_cq);
+  if (scq == nullptr || rcq == nullptr || &scq->dev() != dev_.get() || &rcq->dev() != dev_.get())
+    return make_error(Errc::invalid_argument, "create_qp: send and receive CQs must be CQs of device " + dn);
+  VerbsSrq* srq = nullptr;
+  if (attr.srq != nullptr) {
+    srq = dynamic_cast<VerbsSrq*>(attr.srq);
+    if (srq == nullptr || &srq->pd() != this)
+      return make_error(Errc::invalid_argument, "create_qp: the SRQ belongs to another protection domain");
+  }
+  if (attr.cap.max_send_sge > kMaxSge || attr.cap.max_recv_sge > kMaxSge)
+    return make_error(Errc::invalid_argument, "create_qp: at most " + std::to_string(kMaxSge) + " SGEs per work request");
+  ibv_qp_init_attr ia{};
+  ia.send_cq = scq->cq();
+  ia.recv_cq = rcq->cq();
+  ia.srq = srq != nullptr ? srq->srq() : nullptr;
+  ia.qp_type = attr.type == QpType::rc ? IBV_QPT_RC : IBV_QPT_UD;
+  ia.sq_sig_all = attr.sq_sig_all ? 1 : 0;
+  ia.cap.max_send_wr = attr.cap.max_send_wr;
+  ia.cap.max_recv_wr = srq != nullptr ? 0 : attr.cap.max_recv_wr;
+  ia.cap.max_send_sge = attr.cap.max_send_sge;
+  ia.cap.max_recv_sge = srq != nullptr ? 0 : attr.cap.max_recv_sge;
+  ia.cap.max_inline_data = attr.cap.max_inline_data;
+  ibv_qp* qp = ibv_create_qp(pd_, &ia);
+  if (qp == nullptr)
+    return verbs_error(errno, dn + ": create a " + std::string(to_string(attr.type)) + " QP (" +
+                                  std::to_string(attr.cap.max_send_wr) + " send / " + std::to_string(attr.cap.max_recv_wr) +
+                                  " receive WRs, " + std::to_string(attr.cap.max_inline_data) +
+                                  " inline bytes); the NIC refused these limits");
+  QpCap cap;  // what the NIC granted (at least what was asked)
+  cap.max_send_wr = ia.cap.max_send_wr;
+  cap.max_recv_wr = ia.cap.max_recv_wr;
+  cap.max_send_sge = std::min<std::uint32_t>(ia.cap.max_send_sge, kMaxSge);
+  cap.max_recv_sge = std::min<std::uint32_t>(ia.cap.max_recv_sge, kMaxSge);
+  cap.max_inline_data = ia.cap.max_inline_data;
+  return std::shared_ptr<QueuePair>(std::make_shared<VerbsQp>(
+      shared_from_this(), scq->shared_from_this(), rcq->shared_from_this(),
+      srq != nullptr ? srq->shared_from_this() : nullptr, qp, attr.type, cap));
+}
+
+std::string VerbsQp::what() const { return "QP " + std::to_string(qp_->qp_num) + " on " + dev().name(); }
+
+// ---- state ---------------------------------------------------------------------------------
+QpState VerbsQp::state() const noexcept {
+  // The NIC moves QPs on its own (to ERR on a fatal completion, to RTS through the iWARP CM),
+  // so ask it rather than remember.
+  ibv_qp_attr a{};
+  ibv_qp_init_attr ia{};
+  if (ibv_query_qp(qp_, &a, IBV_QP_STATE, &ia) != 0) return from_ibv(qp_->state);
+  return from_ibv(a.qp_state);
+}
+
+Status VerbsQp::modify_raw(ibv_qp_attr& a, int mask, const char* step) {
+  if (int e = ibv_modify_qp(qp_, &a, mask); e != 0) return verbs_error(e, what() + ": " + step);
+  return {};
+}
+
+Status VerbsQp::modify(const QpAttr& a, QpAttrMask mask) {
+  const QpState cur = state();
+  if (mask_has(mask, QpAttrMask::cur_state) && a.cur_qp_state != cur)
+    return make_error(Errc::invalid_argument, what() + ": cur_qp_state " + std::string(to_string(a.cur_qp_state)) +
+                                                  " does not match the QP's state " + std::string(to_string(cur)));
+  const QpState next = mask_has(mask, QpAttrMask::state) ? a.qp_state : cur;
+  VRDMA_TRY(check_qp_transition(type_, cur, next, mask));
+  if (mask_has(mask, QpAttrMask::port)) VRDMA_TRY(dev().check_port(a.port_num));
+  if (mask_has(mask, QpAttrMask::av)) {
+    auto ll = dev().link_layer(a.ah_attr.port_num);
+    if (!ll) return std::move(ll).error();
+    if (*ll == LinkLayer::infiniband)
+      return make_error(Errc::not_supported, what() + ": port " + std::to_string(a.ah_attr.port_num) +
+                                                 " is InfiniBand, which needs a destination LID the API does not carry yet");
+  }
+  if (mask_has(mask, QpAttrMask::alt_path) || mask_has(mask, QpAttrMask::path_mig_state))
+    return make_error(Errc::not_supported, what() + ": alternate paths (APM) are not offered by the API");
+
+  ibv_qp_attr ia{};
+  ia.qp_state = to_ibv(a.qp_state);
+  ia.cur_qp_state = to_ibv(a.cur_qp_state);
+  ia.path_mtu = static_cast<ibv_mtu>(a.path_mtu);
+  ia.qkey = a.qkey;
+  ia.rq_psn = a.rq_psn;
+  ia.sq_psn = a.sq_psn;
+  ia.dest_qp_num = a.dest_qp_num;
+  ia.qp_access_flags = static_cast<unsigned>(a.qp_access_flags);
+  ia.cap.max_send_wr = a.cap.max_send_wr;
+  ia.cap.max_recv_wr = a.cap.max_recv_wr;
+  ia.cap.max_send_sge = a.cap.max_send_sge;
+  ia.cap.max_recv_sge = a.cap.max_recv_sge;
+  ia.cap.max_inline_data = a.cap.max_inline_data;
+  ia.ah_attr = ah_of(a.ah_attr);
+  ia.pkey_index = a.pkey_index;
+  ia.sq_draining = a.sq_draining;
+  ia.max_rd_atomic = a.max_rd_atomic;
+  ia.max_dest_rd_atomic = a.max_dest_rd_atomic;
+  ia.min_rnr_timer = a.min_rnr_timer;
+  ia.port_num = a.port_num;
+  ia.timeout = a.timeout;
+  ia.retry_cnt = a.retry_cnt;
+  ia.rnr_retry = a.rnr_retry;
+  const int m = static_cast<int>(static_cast<std::uint32_t>(mask));  // same bits as ibv_qp_attr_mask
+  if (int e = ibv_modify_qp(qp_, &ia, m); e != 0)
+    return verbs_error(e, what() + ": " + std::string(to_string(cur)) + " -> " + std::string(to_string(next)) +
+                              " with " + mask_names(mask) + " refused by the NIC");
+  return {};
+}
+
+Result<QpAttr> VerbsQp::query() const {
+  ibv_qp_attr a{};
+  ibv_qp_init_attr ia{};
+  const int all = IBV_QP_STATE | IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+                  IBV_QP_QKEY | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                  IBV_QP_RQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER | IBV_QP_SQ_PSN |
+                  IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_CAP | IBV_QP_DEST_QPN;
+  if (int e = ibv_query_qp(qp_, &a, all, &ia); e != 0) return verbs_error(e, what() + ": query");
+  QpAttr o;
+  o.qp_state = from_ibv(a.qp_state);
+  o.cur_qp_state = from_ibv(a.cur_qp_state);
+  o.path_mtu = static_cast<Mtu>(a.path_mtu);
+  o.qkey = a.qkey;
+  o.rq_psn = a.rq_psn;
+  o.sq_psn = a.sq_psn;
+  o.dest_qp_num = a.dest_qp_num;
+  o.qp_access_flags = static_cast<Access>(a.qp_access_flags);
+  o.cap = cap_;
+  o.cap.max_inline_data = std::max(cap_.max_inline_data, a.cap.max_inline_data);
+  o.ah_attr = ah_from(a.ah_attr);
+  o.pkey_index = a.pkey_index;
+  o.sq_draining = a.sq_draining;
+  o.max_rd_atomic = a.max_rd_atomic;
+  o.max_dest_rd_atomic = a.max_dest_rd_atomic;
+  o.min_rnr_timer = a.min_rnr_timer;
+  o.port_num = a.port_num;
+  o.timeout = a.timeout;
+  o.retry_cnt = a.retry_cnt;
+  o.rnr_retry = a.rnr_retry;
+  return o;
+}
+
+// ---- posting -------------------------------------------------------------------------------
+Status VerbsQp::post_send(std::span<const SendWr> wrs, std::size_t* bad_index) {
+  auto fail = [&](std::size_t i, Error e) -> Status {
+    if (bad_index) *bad_index = i;
+    return e;
+  };
+  // Posting before RTS is an application error every provider reports the same way (some NICs
+  // would accept the WQE and never execute it).
+  const QpState s = state();
+  if (s == QpState::reset || s == QpState::init || s == QpState::rtr)
+    return fail(0, make_error(Errc::bad_state, what() + " is in " + std::string(to_string(s)) +
+                                                   "; post_send needs RTS (move the QP through INIT, RTR, RTS first)"));
+  for (std::size_t base = 0; base < wrs.size(); base += kBatch) {
+    const std::size_t n = std::min(kBatch, wrs.size() - base);
+    ibv_send_wr w[kBatch];
+    ibv_sge sg[kBatch][kMaxSge];
+    for (std::size_t k = 0; k < n; ++k) {
+      const SendWr& in = wrs[base + k];
+      if (in.sg_list.size() > cap_.max_send_sge)
+        return fail(base + k, make_error(Errc::invalid_argument, what() + ": " + std::to_string(in.sg_list.size()) +
+                                                                     " SGEs, the QP takes at most " + std::to_string(cap_.max_send_sge)));
+      if (type_ == QpType::ud && in.opcode != WrOpcode::send && in.opcode != WrOpcode::send_with_imm)
+        return fail(base + k, make_error(Errc::invalid_argument, what() + ": UD QPs carry only SEND and SEND_WITH_IMM, not " +
+                                                                     std::string(to_string(in.opcode))));
+      if (static_cast<unsigned>(in.opcode) > static_cast<unsigned>(WrOpcode::atomic_fetch_and_add))
+        return fail(base + k, make_error(Errc::invalid_argument, what() + ": unknown opcode"));
+      ibv_send_wr& o = w[k];
+      o = ibv_send_wr{};
+      for (std::size_t j = 0; j < in.sg_list.size(); ++j)
+        sg[k][j] = ibv_sge{in.sg_list[j].addr, in.sg_list[j].length, in.sg_list[j].lkey};
+      o.wr_id = in.wr_id;
+      o.next = k + 1 < n ? &w[k + 1] : nullptr;
+      o.sg_list = sg[k];
+      o.num_sge = static_cast<int>(in.sg_list.size());
+      o.opcode = static_cast<ibv_wr_opcode>(static_cast<int>(in.opcode));  // same values as ibv_wr_opcode
+      o.send_flags = static_cast<unsigned>(in.flags);                       // same bits as ibv_send_flags
+      if (in.opcode == WrOpcode::send_with_imm || in.opcode == WrOpcode::rdma_write_with_imm)
+        o.imm_data = htobe32(in.imm_data);
+      if (type_ == QpType::ud) {
+        auto* ah = dynamic_cast<VerbsAh*>(in.ud.ah);
+        if (ah == nullptr || &ah->pd().dev() != &dev())
+          return fail(base + k, make_error(Errc::invalid_argument, what() + ": UD send without an address handle of this device"));
+        o.wr.ud.ah = ah->ah();
+        o.wr.ud.remote_qpn = in.ud.remote_qpn;
+        o.wr.ud.remote_qkey = in.ud.remote_qkey;
+      } else if (in.opcode == WrOpcode::atomic_cmp_and_swp || in.opcode == WrOpcode::atomic_fetch_and_add) {
+        o.wr.atomic.remote_addr = in.atomic.remote_addr;
+        o.wr.atomic.rkey = in.atomic.rkey;
+        o.wr.atomic.compare_add = in.atomic.compare_add;
+        o.wr.atomic.swap = in.atomic.swap;
+      } else {
+        o.wr.rdma.remote_addr = in.rdma.remote_addr;
+        o.wr.rdma.rkey = in.rdma.rkey;
+      }
+    }
+    ibv_send_wr* bad = nullptr;
+    if (int e = ibv_post_send(qp_, w, &bad); e != 0) {
+      const std::size_t at = base + (bad != nullptr ? static_cast<std::size_t>(bad - w) : 0);
+      if (e == ENOMEM)
+        return fail(at, make_error(Errc::no_memory, what() + ": send queue is full (" + std::to_string(cap_.max_send_wr) +
+                                                        " work requests); poll the CQ before posting more"));
+      return fail(at, verbs_error(e, what() + ": the NIC refused send work request " + std::to_string(at)));
+    }
+  }
+  return {};
+}
+
+Status VerbsQp::post_recv(std::span<const RecvWr> wrs, std::size_t* bad_index) {
+  auto fail = [&](std::size_t i, Error e) -> Status {
+    if (bad_index) *bad_index = i;
+    return e;
+  };
+  if (srq_) return fail(0, make_error(Errc::invalid_argument, what() + " takes its receives from an SRQ; post to the SRQ"));
+  if (state() == QpState::reset)
+    return fail(0, make_error(Errc::bad_state, what() + " is in RESET; post_recv needs INIT or later"));
+  for (std::size_t base = 0; base < wrs.size(); base += kBatch) {
+    const std::size_t n = std::min(kBatch, wrs.size() - base);
+    ibv_recv_wr w[kBatch];
+    ibv_sge sg[kBatch][kMaxSge];
+    for (std::size_t k = 0; k < n; ++k) {
+      const RecvWr& in = wrs[base + k];
+      if (in.sg_list.size() > cap_.max_recv_sge)
+        return fail(base + k, make_error(Errc::invalid_argument, what() + ": " + std::to_string(in.sg_list.size()) +
+                                                                     " SGEs, the QP takes at most " + std::to_string(cap_.max_recv_sge)));
+      for (std::size_t j = 0; j < in.sg_list.size(); ++j)
+        sg[k][j] = ibv_sge{in.sg_list[j].addr, in.sg_list[j].length, in.sg_list[j].lkey};
+      w[k] = ibv_recv_wr{};
+      w[k].wr_id = in.wr_id;
+      w[k].next = k + 1 < n ? &w[k + 1] : nullptr;
+      w[k].sg_list = sg[k];
+      w[k].num_sge = static_cast<int>(in.sg_list.size());
+    }
+    ibv_recv_wr* bad = nullptr;
+    if (int e = ibv_post_recv(qp_, w, &bad); e != 0) {
+      const std::size_t at = base + (bad != nullptr ? static_cast<std::size_t>(bad - w) : 0);
+      if (e == ENOMEM)
+        return fail(at, make_error(Errc::no_memory, what() + ": receive queue is full (" + std::to_string(cap_.max_recv_wr) +
+                                                        " work requests)"));
+      return fail(at, verbs_error(e, what() + ": the NIC refused receive work request " + std::to_string(at)));
+    }
+  }
+  return {};
+}
+
+// ---- migration -----------------------------------------------------------------------------
+Result<std::vector<std::uint8_t>> VerbsQp::export_state() const {
+  return make_error(Errc::not_supported, what() + ": a hardware QP's state cannot be exported; migrate verbs "
+                                                  "devices by draining the QP and re-creating it on the destination");
+}
+
+Status VerbsQp::import_state(std::span<const std::uint8_t>) {
+  return make_error(Errc::not_supported, what() + ": a hardware QP cannot take an imported state; re-create and "
+                                                  "reconnect it instead");
+}
+
+}  // namespace vrdma::nicdrv::verbs
