@@ -11,6 +11,8 @@ namespace vrdma::nicdrv::detail {
 using ProviderMaker = Provider (*)();
 Provider make_soft_provider();
 Provider make_verbs_provider();
-inline constexpr std::array<ProviderMaker, 2> kBuiltinProviders{&make_soft_provider, &make_verbs_provider};
+Provider make_pv_provider();  // vhost/src/pv (libpvverbs)
+inline constexpr std::array<ProviderMaker, 3> kBuiltinProviders{&make_soft_provider, &make_verbs_provider,
+                                                                &make_pv_provider};
 
 }  // namespace vrdma::nicdrv::detail

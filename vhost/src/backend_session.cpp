@@ -58,12 +58,14 @@ BackendSession::BackendSession(Device& dev, EventLoop& loop, const BackendOption
   if (opts.inflight) poffered_.set(ProtocolFeature::inflight_shmfd);
   if (opts.mem_slots) poffered_.set(ProtocolFeature::configure_mem_slots);
   vrings_.resize(info_.num_queues);
+  dev_.attach(this);
 }
 
 BackendSession::~BackendSession() {
   stop_all();
   if (state_fd_) loop_.remove(state_fd_.get());
   dev_.reset();
+  dev_.attach(nullptr);
 }
 
 Result<std::optional<Message>> BackendSession::handle(Message& m) {
@@ -101,6 +103,7 @@ BackendSession::Reply BackendSession::set_features(Message& m) {
                              f.raw(), f.has(VirtioFeature::ring_packed), f.has(VirtioFeature::ring_event_idx),
                              f.has(VirtioFeature::ring_indirect_desc), f.has(VirtioFeature::log_all));
   acked_ = f;
+  dev_.memory_changed();
   dev_.features_acked(f);
   return std::optional<Message>{};
 }
@@ -143,6 +146,7 @@ BackendSession::Reply BackendSession::set_mem_table(Message& m) {
   auto table = GuestMemory::build(std::move(regions));
   if (!table) return prefixed("SET_MEM_TABLE: ", table.error());
   mem_ = std::move(*table);  // whole-table swap; running rings see it at their next access
+  dev_.memory_changed();
   log::info("vhost-user: guest memory table now has {} regions", mem_->regions().size());
   return std::optional<Message>{};
 }
@@ -156,6 +160,7 @@ BackendSession::Reply BackendSession::add_mem_reg(Message& m) {
   auto table = mem_->with(std::move(*mapped));
   if (!table) return prefixed("ADD_MEM_REG: ", table.error());
   mem_ = std::move(*table);
+  dev_.memory_changed();
   return std::optional<Message>{};
 }
 
@@ -163,6 +168,7 @@ BackendSession::Reply BackendSession::rem_mem_reg(Message& m) {
   auto table = mem_->without(m.get<SingleMemRegion>().region);
   if (!table) return prefixed("REM_MEM_REG: ", table.error());
   mem_ = std::move(*table);
+  dev_.memory_changed();
   return std::optional<Message>{};
 }
 
@@ -171,6 +177,7 @@ BackendSession::Reply BackendSession::set_log_base(Message& m) {
   auto l = DirtyLog::map(m.take_fd(0), a.mmap_size, a.mmap_offset);
   if (!l) return prefixed("SET_LOG_BASE: ", l.error());
   log_ = std::move(*l);
+  dev_.memory_changed();
   log::info("vhost-user: dirty log of {} bytes covers {} MiB of guest memory", a.mmap_size, a.mmap_size * 8 * 4 / 1024);
   return std::optional(u64_reply(m, 0));
 }

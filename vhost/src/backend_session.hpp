@@ -11,10 +11,14 @@
 
 namespace vrdma::vhost {
 
-class BackendSession {
+class BackendSession final : public DeviceHost {
  public:
   BackendSession(Device& dev, EventLoop& loop, const BackendOptions& opts, BackendStats& stats);
-  ~BackendSession();
+  ~BackendSession() override;
+  // DeviceHost
+  [[nodiscard]] GuestView memory() const override { return view(); }
+  void run_queue(std::uint16_t index) override;
+  [[nodiscard]] bool queue_running(std::uint16_t index) const override;
   BackendSession(const BackendSession&) = delete;
   BackendSession& operator=(const BackendSession&) = delete;
 

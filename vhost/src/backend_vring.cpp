@@ -200,6 +200,16 @@ void BackendSession::process(std::uint16_t i) {
   }
 }
 
+void BackendSession::run_queue(std::uint16_t index) {
+  if (index < vrings_.size()) process(index);
+}
+
+bool BackendSession::queue_running(std::uint16_t index) const {
+  if (index >= vrings_.size()) return false;
+  const Vring& v = vrings_[index];
+  return v.ring != nullptr && v.enabled && !v.ring->broken();
+}
+
 void BackendSession::notify(std::uint16_t i) {
   Vring& v = vrings_[i];
   auto want = v.ring->should_notify(view());

@@ -54,6 +54,7 @@ Result<std::shared_ptr<const MappedRegion>> MappedRegion::map(const MemRegion& r
   m->desc_ = r;
   m->map_ = MmapArea(p, r.memory_size);
   m->host_ = static_cast<std::uint8_t*>(p);
+  m->fd_ = std::move(fd);
   return std::shared_ptr<const MappedRegion>(std::move(m));
 }
 

@@ -44,9 +44,28 @@ struct DeviceInfo {
   VirtioFeatures features;  // device-specific bits; ring and transport bits are added by the backend
 };
 
+// What the backend offers a device outside its queue callbacks (loop thread only): the
+// current guest memory and a way to run a queue now (after an event of the device's own, such
+// as a completion from its engine).
+class DeviceHost {
+ public:
+  virtual ~DeviceHost() = default;
+  // Guest memory as it is now, dirty-logged when logging is on.
+  [[nodiscard]] virtual GuestView memory() const = 0;
+  // Runs queue_ready() for `index` now if the queue is running, then notifies the driver if
+  // anything was pushed and it wants an interrupt. No-op for a stopped queue.
+  virtual void run_queue(std::uint16_t index) = 0;
+  // Is the queue running (started and enabled)?
+  [[nodiscard]] virtual bool queue_running(std::uint16_t index) const = 0;
+};
+
 class Device {
  public:
   virtual ~Device() = default;
+  // A frontend session began (host non-null) or ended (nullptr).
+  virtual void attach(DeviceHost* /*host*/) {}
+  // The memory table, the dirty log or LOG_ALL changed: memory() now returns a new view.
+  virtual void memory_changed() {}
   [[nodiscard]] virtual DeviceInfo info() const = 0;
   // Config space (virtio §4.1.4.3 device-specific configuration), read by GET_CONFIG.
   [[nodiscard]] virtual std::vector<std::uint8_t> config() const { return {}; }

@@ -38,9 +38,14 @@ class MappedRegion {
   [[nodiscard]] std::uint8_t* host() const { return host_; }
   [[nodiscard]] std::uint64_t gpa() const { return desc_.guest_phys_addr; }
   [[nodiscard]] std::uint64_t size() const { return desc_.memory_size; }
+  // The region's fd (-1 for wrapped regions) and the fd offset of its first byte: lets a
+  // device map guest pages a second time, e.g. contiguously for an RDMA memory region.
+  [[nodiscard]] int fd() const { return fd_.get(); }
+  [[nodiscard]] std::uint64_t fd_offset() const { return desc_.mmap_offset; }
 
  private:
   MemRegion desc_{};
+  UniqueFd fd_;
   MmapArea map_;
   std::uint8_t* host_ = nullptr;
 };
@@ -122,6 +127,8 @@ class GuestView {
   [[nodiscard]] const GuestMemory& memory() const { return *mem_; }
   [[nodiscard]] const std::shared_ptr<const GuestMemory>& memory_ptr() const { return mem_; }
   [[nodiscard]] bool logging() const { return log_ != nullptr; }
+  // The dirty log when logging is on (for writers outside this API, e.g. an RDMA engine).
+  [[nodiscard]] const std::shared_ptr<DirtyLog>& log() const { return log_; }
 
  private:
   std::shared_ptr<const GuestMemory> mem_;

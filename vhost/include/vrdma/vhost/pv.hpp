@@ -1,0 +1,71 @@
+// libpvverbs: the driver side of the virtio RDMA device (docs/virtio-rdma.md), exposed as the
+// `pv` provider of the nicdrv API ("pv:<vhost-user socket>[?ram_mib=N]"), so everything written
+// against nicdrv (vrdma-perf, the provider conformance suite) runs over it unchanged.
+//
+// Transport: how the driver reaches the device is behind PvTransport. Here the driver is itself
+// the vhost-user frontend (memfd guest RAM, eventfds), as DPDK's virtio-user is for containers;
+// the VM transport (virtio-pci from user space inside a guest) implements the same interface.
+//
+// Memory: the device can only reach the transport's DMA memory, so buffers to register must
+// come from Device::alloc_buffer(); reg_mr() of any other address fails with a sentence.
+//
+// Threads: every object may be used from any thread. Control commands serialise on the device;
+// posting serialises per QP and on the shared doorbell queue; one event thread per device turns
+// CQ events into each CQ's event fd.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "vrdma/common/result.hpp"
+#include "vrdma/nicdrv/device.hpp"
+#include "vrdma/nicdrv/registry.hpp"
+
+namespace vrdma::pv {
+
+// A buffer the device sees: host pointer and guest-physical address.
+struct DmaArea {
+  std::uint8_t* host = nullptr;
+  std::uint64_t gpa = 0;
+  std::size_t len = 0;
+};
+
+struct ChainBuf {
+  std::uint64_t gpa;
+  std::uint32_t len;
+  bool writable;
+};
+
+// What the driver needs from the bus (vhost-user frontend here, virtio-pci in a VM).
+class PvTransport {
+ public:
+  virtual ~PvTransport() = default;
+  // Device config space (virtio_rdma.hpp Config).
+  virtual Result<std::vector<std::uint8_t>> read_config(std::uint32_t offset, std::uint32_t len) = 0;
+  // DMA memory: page-aligned, zeroed, freed by free_dma.
+  virtual Result<DmaArea> alloc_dma(std::size_t len) = 0;
+  virtual void free_dma(const DmaArea& a) = 0;
+  // Host pointer -> guest-physical address, when [p, p+len) is DMA memory in one piece.
+  virtual std::optional<std::uint64_t> gpa_of(const void* p, std::size_t len) const = 0;
+  // Virtqueue operations; one caller at a time per queue.
+  virtual Result<std::uint16_t> add(std::uint16_t queue, std::span<const ChainBuf> bufs) = 0;
+  virtual Status publish_and_kick(std::uint16_t queue) = 0;
+  virtual std::optional<std::pair<std::uint16_t, std::uint32_t>> get_used(std::uint16_t queue) = 0;
+  [[nodiscard]] virtual std::uint16_t free_slots(std::uint16_t queue) const = 0;
+  // The queue's interrupt (call) eventfd, to poll on.
+  [[nodiscard]] virtual int call_fd(std::uint16_t queue) const = 0;
+};
+
+// The vhost-user transport: connects to vrdmad at `socket` with `ram_mib` MiB of memfd RAM.
+Result<std::unique_ptr<PvTransport>> connect_vhost_user(const std::string& socket, std::uint64_t ram_mib,
+                                                        int timeout_ms = 5000);
+
+// Opens a pv device over a transport (the nicdrv provider does this for "pv:<socket>").
+Result<std::shared_ptr<nicdrv::Device>> open(std::unique_ptr<PvTransport> t, std::string name);
+Result<std::shared_ptr<nicdrv::Device>> open(std::string_view spec, const nicdrv::DeviceOptions& o);
+
+}  // namespace vrdma::pv

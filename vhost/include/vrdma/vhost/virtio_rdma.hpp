@@ -1,0 +1,338 @@
+// The virtio RDMA device's contract (docs/virtio-rdma.md): config space, control commands,
+// doorbells, events, and the layouts of the work-request and completion rings that live in
+// guest memory. Shared by the device (vrdmad, vhost/src/rdma/) and the driver (libpvverbs,
+// vhost/src/pv/); both are tested against it. Every field is little-endian; every struct is
+// packed by construction (natural alignment, static_asserted sizes), so the layout is the same
+// for every compiler. Nothing here depends on the nicdrv API: numeric values that come from
+// libibverbs (opcodes, statuses, access flags, attribute masks) are the ibv values.
+#pragma once
+
+#include <bit>
+#include <cstdint>
+#include <string_view>
+
+namespace vrdma::vrdma_dev {
+
+static_assert(std::endian::native == std::endian::little, "the virtio RDMA layouts are little-endian");
+
+inline constexpr std::uint32_t kVirtioId = 42;
+inline constexpr std::uint32_t kSignature = 0x4d445256;  // "VRDM" at config offset 0
+inline constexpr std::uint16_t kVersion = 1;
+
+// Queues.
+inline constexpr std::uint16_t kControlQueue = 0;
+inline constexpr std::uint16_t kEventQueue = 1;
+inline constexpr std::uint16_t kDoorbellQueue = 2;
+inline constexpr std::uint16_t kNumQueues = 3;
+
+// ---- Config space (256 bytes at most; read with GET_CONFIG) -----------------------------------
+struct Config {
+  std::uint32_t signature;  // kSignature
+  std::uint16_t version;    // kVersion
+  std::uint16_t num_queues; // kNumQueues
+  std::uint64_t features;   // kFeature* bits (device features a carrier may mask travel here)
+  std::uint32_t max_qp, max_cq, max_mr, max_pd;
+  std::uint32_t max_ah, max_srq, max_qp_wr, max_cqe;
+  std::uint32_t max_sge, max_inline, max_mr_pages, max_qp_rd_atom;
+  std::uint64_t max_registered_bytes;  // per guest
+  std::uint8_t mac[6];
+  std::uint8_t port_state;  // ibv_port_state
+  std::uint8_t active_mtu;  // ibv_mtu
+  std::uint8_t gid[16];     // GID index 0 (RoCEv2 IPv4-mapped: the guest's own address)
+  std::uint32_t transport;  // 0 IB, 1 RoCE, 2 iWARP, 3 software RoCEv2
+  std::uint32_t reserved[3];
+};
+static_assert(sizeof(Config) == 112);
+
+inline constexpr std::uint64_t kFeatureUd = 1u << 0;
+inline constexpr std::uint64_t kFeatureSrq = 1u << 1;
+inline constexpr std::uint64_t kFeatureAtomic = 1u << 2;
+inline constexpr std::uint64_t kFeatureMigration = 1u << 3;
+
+// ---- Control queue: one chain = readable request, writable response ---------------------------
+enum class Cmd : std::uint32_t {
+  query_device = 1,
+  query_port = 2,
+  query_gid = 3,
+  create_pd = 4,
+  destroy_pd = 5,
+  reg_mr = 6,
+  dereg_mr = 7,
+  create_cq = 8,
+  destroy_cq = 9,
+  create_qp = 10,
+  modify_qp = 11,
+  query_qp = 12,
+  destroy_qp = 13,
+  create_ah = 14,
+  destroy_ah = 15,
+  create_srq = 16,
+  destroy_srq = 17,
+  count_
+};
+std::string_view cmd_name(std::uint32_t cmd) noexcept;
+
+struct CmdHeader {
+  std::uint32_t cmd;
+  std::uint32_t reserved;
+};
+// Status values are Linux errno numbers (0 = success), so a guest can hand them to its callers.
+enum class Status : std::uint32_t {
+  ok = 0,
+  perm = 1,        // EPERM: the object belongs to another PD / rights missing
+  not_found = 2,   // ENOENT: no object with that handle
+  io = 5,          // EIO: the engine failed
+  no_memory = 12,  // ENOMEM
+  fault = 14,      // EFAULT: a guest address is outside guest memory
+  busy = 16,       // EBUSY: still in use
+  invalid = 22,    // EINVAL: a malformed field
+  no_space = 28,   // ENOSPC: a per-guest limit is reached
+  not_supported = 95,  // EOPNOTSUPP
+};
+struct RespHeader {
+  std::uint32_t status;  // Status
+  std::uint32_t reserved;
+};
+
+// Handles are non-zero; 0 means "none" where a handle is optional.
+inline constexpr std::uint32_t kNoHandle = 0;
+
+struct DeviceAttrResp {
+  std::uint64_t node_guid, max_mr_size;
+  std::uint32_t vendor_id, vendor_part_id;
+  std::uint32_t max_qp, max_qp_wr, max_sge, max_cq, max_cqe, max_mr, max_pd, max_ah, max_srq, max_srq_wr;
+  std::uint32_t max_qp_rd_atom, max_qp_init_rd_atom, max_inline_data;
+  std::uint8_t atomic_cap, phys_port_cnt, transport, reserved;
+  char fw_ver[32];
+};
+static_assert(sizeof(DeviceAttrResp) == 112);
+
+struct PortAttrResp {
+  std::uint8_t state, max_mtu, active_mtu, link_layer;
+  std::uint32_t gid_tbl_len, max_msg_sz, active_speed_mbps;
+};
+static_assert(sizeof(PortAttrResp) == 16);
+
+struct QueryGidReq {
+  std::uint32_t index;
+  std::uint32_t reserved;
+};
+struct GidResp {
+  std::uint8_t gid[16];
+  std::uint32_t type;  // 0 IB, 1 RoCEv1, 2 RoCEv2, 3 iWARP
+  std::uint32_t reserved;
+};
+
+struct HandleReq {  // destroy_*, query_qp
+  std::uint32_t handle;
+  std::uint32_t reserved;
+};
+struct HandleResp {  // create_pd, create_ah, create_srq
+  std::uint32_t handle;
+  std::uint32_t reserved;
+};
+
+// Memory registration: the region's bytes are `length` bytes starting `iova % page_size` into
+// pages[0] and running through the following pages. pages_gpa points to npages little-endian
+// u64 guest-physical page addresses, each aligned to 1 << page_shift.
+struct RegMrReq {
+  std::uint32_t pd;
+  std::uint32_t access;      // ibv_access_flags
+  std::uint64_t iova;        // the address work requests and peers use for the first byte
+  std::uint64_t length;
+  std::uint64_t pages_gpa;
+  std::uint32_t npages;
+  std::uint32_t page_shift;  // 12 (4 KiB) .. 30 (1 GiB)
+};
+static_assert(sizeof(RegMrReq) == 40);
+struct RegMrResp {
+  std::uint32_t mr, lkey, rkey, reserved;
+};
+
+// Completion ring: a 64-byte control block, then `depth` 32-byte CQEs, contiguous in guest
+// physical memory at ring_gpa (4 KiB-aligned). depth is a power of two.
+struct CreateCqReq {
+  std::uint32_t depth;
+  std::uint32_t reserved;
+  std::uint64_t ring_gpa;
+};
+struct CqControl {
+  std::uint32_t consumer;  // driver writes: CQEs it has consumed (free-running)
+  std::uint32_t producer;  // device writes: CQEs it has produced (free-running; informative)
+  std::uint32_t overruns;  // device writes: times it found the ring full and waited
+  std::uint32_t reserved[13];
+};
+static_assert(sizeof(CqControl) == 64);
+struct Cqe {
+  std::uint64_t wr_id;
+  std::uint32_t qp_num;
+  std::uint32_t byte_len;
+  std::uint32_t imm_data;  // host order of the value the peer sent
+  std::uint32_t src_qp;
+  std::uint8_t status;     // ibv_wc_status
+  std::uint8_t opcode;     // ibv_wc_opcode
+  std::uint8_t wc_flags;   // kWc* bits
+  std::uint8_t owner;      // phase: ((index / depth) & 1) ^ 1 when valid
+  std::uint32_t vendor_err;
+};
+static_assert(sizeof(Cqe) == 32);
+inline constexpr std::uint8_t kWcWithImm = 1u << 0;
+inline constexpr std::uint8_t kWcGrh = 1u << 1;
+inline constexpr std::uint64_t kCqeOffset = sizeof(CqControl);
+// The phase a valid CQE at free-running index i carries.
+constexpr std::uint8_t cqe_phase(std::uint32_t index, std::uint32_t depth) {
+  return static_cast<std::uint8_t>(((index / depth) & 1u) ^ 1u);
+}
+
+// Queue pair. The send ring holds sq_depth WQEs of sq_stride bytes, the receive ring rq_depth
+// WQEs of rq_stride bytes (strides from the response); both contiguous in guest-physical memory.
+// status_gpa: a QpStatus block the device keeps up to date. An RQ is absent with an SRQ.
+struct CreateQpReq {
+  std::uint32_t pd, send_cq, recv_cq, srq;  // srq may be kNoHandle
+  std::uint8_t qp_type;                     // ibv_qp_type: 2 RC, 4 UD
+  std::uint8_t sq_sig_all;
+  std::uint16_t reserved;
+  std::uint32_t sq_depth, rq_depth;         // powers of two
+  std::uint32_t max_send_sge, max_recv_sge, max_inline;
+  std::uint64_t sq_gpa, rq_gpa, status_gpa;
+};
+static_assert(sizeof(CreateQpReq) == 64);
+struct CreateQpResp {
+  std::uint32_t qp, qp_num, sq_stride, rq_stride;
+};
+struct QpStatus {
+  std::uint32_t sq_consumed;  // device writes: send WQEs taken from the ring (free-running)
+  std::uint32_t rq_consumed;  // device writes: receive WQEs taken from the ring
+  std::uint32_t state;        // device writes: ibv_qp_state as the device last saw it
+  std::uint32_t reserved[13];
+};
+static_assert(sizeof(QpStatus) == 64);
+
+// The AH attributes (ibv_ah_attr's RoCE subset).
+struct AhWire {
+  std::uint8_t dgid[16];
+  std::uint32_t flow_label;
+  std::uint8_t sgid_index, hop_limit, traffic_class, sl;
+  std::uint8_t port_num, reserved[3];
+};
+static_assert(sizeof(AhWire) == 28);
+
+struct QpAttrWire {
+  std::uint8_t qp_state, cur_qp_state, path_mtu, qp_access_flags_pad;
+  std::uint32_t qp_access_flags;
+  std::uint32_t qkey, rq_psn, sq_psn, dest_qp_num;
+  std::uint32_t max_send_wr, max_recv_wr, max_send_sge, max_recv_sge, max_inline_data;
+  std::uint16_t pkey_index;
+  std::uint8_t sq_draining, max_rd_atomic, max_dest_rd_atomic, min_rnr_timer, port_num, timeout;
+  std::uint8_t retry_cnt, rnr_retry, reserved[2];
+  AhWire ah;
+};
+static_assert(sizeof(QpAttrWire) == 84);
+
+struct ModifyQpReq {
+  std::uint32_t qp;
+  std::uint32_t mask;  // ibv_qp_attr_mask
+  QpAttrWire attr;
+};
+static_assert(sizeof(ModifyQpReq) == 92);
+
+struct CreateAhReq {
+  std::uint32_t pd;
+  std::uint32_t reserved;
+  AhWire ah;
+  std::uint32_t reserved2;
+};
+static_assert(sizeof(CreateAhReq) == 40);
+
+struct CreateSrqReq {
+  std::uint32_t pd, depth, max_sge, reserved;
+  std::uint64_t ring_gpa, status_gpa;  // ring of depth WQEs (stride from the response); QpStatus
+};
+struct CreateSrqResp {
+  std::uint32_t srq, stride;
+};
+
+// ---- Work-request rings -----------------------------------------------------------------------
+// A send WQE: this header, then num_sge Sges, or (kSendInline) inline_len bytes of payload.
+struct SendWqe {
+  std::uint64_t wr_id;
+  std::uint8_t opcode;   // ibv_wr_opcode: 0 WRITE, 1 WRITE_IMM, 2 SEND, 3 SEND_IMM, 4 READ, 5 CAS, 6 FAA
+  std::uint8_t flags;    // kSend* bits
+  std::uint8_t num_sge;
+  std::uint8_t reserved;
+  std::uint32_t imm_data;
+  std::uint64_t remote_addr;
+  std::uint32_t rkey;
+  std::uint32_t inline_len;
+  std::uint64_t compare_add;
+  std::uint64_t swap;
+  std::uint32_t ah;          // UD: AH handle
+  std::uint32_t remote_qpn;  // UD
+  std::uint32_t remote_qkey; // UD
+  std::uint32_t reserved2;
+};
+static_assert(sizeof(SendWqe) == 64);
+inline constexpr std::uint8_t kSendFence = 1u << 0;
+inline constexpr std::uint8_t kSendSignaled = 1u << 1;
+inline constexpr std::uint8_t kSendSolicited = 1u << 2;
+inline constexpr std::uint8_t kSendInline = 1u << 3;
+
+struct WireSge {
+  std::uint64_t addr;
+  std::uint32_t length;
+  std::uint32_t lkey;
+};
+static_assert(sizeof(WireSge) == 16);
+
+struct RecvWqe {
+  std::uint64_t wr_id;
+  std::uint32_t num_sge;
+  std::uint32_t reserved;
+};
+static_assert(sizeof(RecvWqe) == 16);
+
+// Strides both sides compute the same way: header + SGEs (or inline bytes), rounded up to a
+// power of two.
+constexpr std::uint32_t pow2_at_least(std::uint32_t v) { return std::bit_ceil(v); }
+constexpr std::uint32_t send_stride(std::uint32_t max_sge, std::uint32_t max_inline) {
+  const std::uint32_t body = max_sge * sizeof(WireSge) > max_inline ? max_sge * std::uint32_t{sizeof(WireSge)} : max_inline;
+  return pow2_at_least(std::uint32_t{sizeof(SendWqe)} + body);
+}
+constexpr std::uint32_t recv_stride(std::uint32_t max_sge) {
+  return pow2_at_least(std::uint32_t{sizeof(RecvWqe)} + max_sge * std::uint32_t{sizeof(WireSge)});
+}
+
+// ---- Doorbell queue: a chain of readable Doorbell records -------------------------------------
+enum class DoorbellKind : std::uint16_t {
+  sq = 1,      // handle = QP, value = send producer index (free-running)
+  rq = 2,      // handle = QP, value = receive producer index
+  srq = 3,     // handle = SRQ, value = producer index
+  cq_arm = 4,  // handle = CQ, value = 0 next completion, 1 solicited only
+};
+struct Doorbell {
+  std::uint32_t handle;
+  std::uint16_t kind;
+  std::uint16_t reserved;
+  std::uint32_t value;
+  std::uint32_t reserved2;
+};
+static_assert(sizeof(Doorbell) == 16);
+
+// ---- Event queue: the driver posts writable buffers; the device fills one Event in each -------
+enum class EventType : std::uint32_t {
+  cq_completion = 1,  // handle = CQ (armed CQ got a completion)
+  cq_error = 2,       // handle = CQ
+  qp_fatal = 3,       // handle = QP (the QP went to the error state)
+  port_active = 4,
+  port_error = 5,
+  device_fatal = 6,
+};
+struct Event {
+  std::uint32_t type;
+  std::uint32_t handle;
+  std::uint32_t info;
+  std::uint32_t reserved;
+};
+static_assert(sizeof(Event) == 16);
+
+}  // namespace vrdma::vrdma_dev

@@ -1,0 +1,176 @@
+// The vhost-user transport of libpvverbs: this process is the frontend (as a VMM would be),
+// with memfd-backed guest RAM of its own layout shared with vrdmad.
+#include <poll.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#include <fmt/format.h>
+
+#include "vrdma/vhost/driver_queue.hpp"
+#include "vrdma/vhost/frontend.hpp"
+#include "vrdma/vhost/guest_ram.hpp"
+#include "vrdma/vhost/pv.hpp"
+#include "vrdma/vhost/virtio_rdma.hpp"
+
+namespace vrdma::pv {
+namespace {
+
+using namespace vrdma::vhost;
+constexpr std::uint64_t kPage = 4096;
+constexpr std::uint16_t kQueueSize = 256;
+
+// First-fit page allocator over one contiguous guest-physical range.
+class PageHeap {
+ public:
+  void init(std::uint8_t* host, std::uint64_t gpa, std::uint64_t len) {
+    host_ = host;
+    gpa_ = gpa;
+    len_ = len;
+    free_[0] = len;
+  }
+  std::optional<std::uint64_t> alloc(std::uint64_t len) {
+    std::lock_guard lk(mu_);
+    for (auto it = free_.begin(); it != free_.end(); ++it) {
+      if (it->second < len) continue;
+      const std::uint64_t off = it->first;
+      const std::uint64_t rest = it->second - len;
+      free_.erase(it);
+      if (rest > 0) free_[off + len] = rest;
+      return off;
+    }
+    return std::nullopt;
+  }
+  void free(std::uint64_t off, std::uint64_t len) {
+    std::lock_guard lk(mu_);
+    auto [it, ok] = free_.emplace(off, len);
+    if (!ok) return;
+    if (auto next = std::next(it); next != free_.end() && it->first + it->second == next->first) {
+      it->second += next->second;
+      free_.erase(next);
+    }
+    if (it != free_.begin()) {
+      auto prev = std::prev(it);
+      if (prev->first + prev->second == it->first) {
+        prev->second += it->second;
+        free_.erase(it);
+      }
+    }
+  }
+  [[nodiscard]] std::uint8_t* host() const { return host_; }
+  [[nodiscard]] std::uint64_t gpa() const { return gpa_; }
+  [[nodiscard]] std::uint64_t size() const { return len_; }
+
+ private:
+  std::mutex mu_;
+  std::uint8_t* host_ = nullptr;
+  std::uint64_t gpa_ = 0, len_ = 0;
+  std::map<std::uint64_t, std::uint64_t> free_;
+};
+
+class VhostUserTransport final : public PvTransport {
+ public:
+  VhostUserTransport(Frontend fe, GuestRam ram) : fe_(std::move(fe)), ram_(std::move(ram)) {}
+
+  Status setup() {
+    VirtioFeatures want{VirtioFeature::version_1, VirtioFeature::protocol_features, VirtioFeature::ring_event_idx};
+    ProtocolFeatures pwant{ProtocolFeature::mq, ProtocolFeature::reply_ack, ProtocolFeature::config};
+    auto acked = fe_.negotiate(want, pwant);
+    if (!acked) return std::move(acked).error();
+    if (!acked->has(VirtioFeature::version_1)) return make_error(Errc::not_supported, "the device lacks VIRTIO_F_VERSION_1");
+    auto nq = fe_.get_queue_num();
+    if (!nq) return std::move(nq).error();
+    if (*nq < vrdma_dev::kNumQueues)
+      return make_error(Errc::not_supported,
+                        fmt::format("the device has {} queues; a virtio RDMA device has {}", *nq, vrdma_dev::kNumQueues));
+    VRDMA_TRY(fe_.set_owner());
+    VRDMA_TRY(fe_.set_mem_table(ram_));
+    const bool event_idx = acked->has(VirtioFeature::ring_event_idx);
+    for (std::uint16_t i = 0; i < vrdma_dev::kNumQueues; ++i) {
+      auto q = DriverQueue::create(ram_, kQueueSize, false, event_idx);
+      if (!q) return std::move(q).error();
+      qs_.push_back(std::move(*q));
+    }
+    // The rest of the largest region is the DMA heap.
+    const RamRegion* big = nullptr;
+    for (const auto& r : ram_.layout())
+      if (big == nullptr || r.size > big->size) big = &r;
+    const std::uint64_t want_bytes = big->size / 8 * 7 / kPage * kPage;
+    auto at = ram_.alloc(want_bytes, kPage);
+    if (!at) return std::move(at).error();
+    heap_.init(ram_.host(*at, want_bytes), *at, want_bytes);
+    for (std::uint16_t i = 0; i < vrdma_dev::kNumQueues; ++i) VRDMA_TRY(fe_.start_queue(i, qs_[i]));
+    return {};
+  }
+
+  Result<std::vector<std::uint8_t>> read_config(std::uint32_t offset, std::uint32_t len) override {
+    return fe_.get_config(offset, len);
+  }
+  Result<DmaArea> alloc_dma(std::size_t len) override {
+    const std::uint64_t n = (std::max<std::uint64_t>(len, 1) + kPage - 1) / kPage * kPage;
+    auto off = heap_.alloc(n);
+    if (!off)
+      return make_error(Errc::no_memory, fmt::format("the device's DMA memory ({} MiB) has no {} free bytes left; open the "
+                                                     "device with a larger ram_mib", heap_.size() >> 20, n));
+    std::memset(heap_.host() + *off, 0, n);
+    return DmaArea{heap_.host() + *off, heap_.gpa() + *off, static_cast<std::size_t>(n)};
+  }
+  void free_dma(const DmaArea& a) override {
+    if (a.host == nullptr) return;
+    heap_.free(static_cast<std::uint64_t>(a.host - heap_.host()), a.len);
+  }
+  std::optional<std::uint64_t> gpa_of(const void* p, std::size_t len) const override {
+    const auto* b = static_cast<const std::uint8_t*>(p);
+    if (b < heap_.host() || len > heap_.size() || static_cast<std::uint64_t>(b - heap_.host()) > heap_.size() - len)
+      return std::nullopt;
+    return heap_.gpa() + static_cast<std::uint64_t>(b - heap_.host());
+  }
+  Result<std::uint16_t> add(std::uint16_t queue, std::span<const ChainBuf> bufs) override {
+    std::vector<DriverBuf> b;
+    b.reserve(bufs.size());
+    for (const auto& x : bufs) b.push_back({x.gpa, x.len, x.writable});
+    return qs_.at(queue).add(b);
+  }
+  Status publish_and_kick(std::uint16_t queue) override {
+    auto& q = qs_.at(queue);
+    q.publish();
+    if (q.needs_kick()) return fe_.kick(queue);
+    return {};
+  }
+  std::optional<std::pair<std::uint16_t, std::uint32_t>> get_used(std::uint16_t queue) override {
+    auto u = qs_.at(queue).get_used();
+    if (!u) return std::nullopt;
+    return std::pair{u->id, u->len};
+  }
+  std::uint16_t free_slots(std::uint16_t queue) const override { return qs_.at(queue).free_slots(); }
+  int call_fd(std::uint16_t queue) const override { return fe_.call_fd(queue); }
+
+ private:
+  Frontend fe_;
+  GuestRam ram_;
+  std::vector<DriverQueue> qs_;
+  PageHeap heap_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<PvTransport>> connect_vhost_user(const std::string& socket, std::uint64_t ram_mib, int timeout_ms) {
+  if (ram_mib < 16 || ram_mib > (1u << 20))
+    return make_error(Errc::invalid_argument, fmt::format("ram_mib {} is outside 16..1048576", ram_mib));
+  auto fe = Frontend::connect(socket, timeout_ms);
+  if (!fe) return make_error(fe.error().code == make_error_code(Errc::timeout) ? Errc::no_device : Errc::no_device,
+                             fmt::format("cannot reach the virtio RDMA device at {}: {} (is vrdmad running with "
+                                         "--socket {}?)", socket, fe.error().message, socket));
+  // One big region carries the DMA heap; a small low region like a VM's first 640 KiB holds
+  // the virtqueues, so guest-physical addresses are not host addresses.
+  std::vector<RamRegion> layout{{0, 640u << 10, 0}, {1u << 20, ram_mib << 20, 1u << 20}};
+  auto ram = GuestRam::create(layout);
+  if (!ram) return std::move(ram).error();
+  auto t = std::make_unique<VhostUserTransport>(std::move(*fe), std::move(*ram));
+  VRDMA_TRY(t->setup());
+  return std::unique_ptr<PvTransport>(std::move(t));
+}
+
+}  // namespace vrdma::pv

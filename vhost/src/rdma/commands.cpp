@@ -1,0 +1,485 @@
+// The control queue: one command per chain (readable request, writable response). Every
+// field is checked before the engine sees it; a refused command gets an errno-valued status and
+// one log sentence.
+#include <sys/epoll.h>
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cstring>
+#include <variant>
+
+#include <fmt/format.h>
+
+#include "impl.hpp"
+#include "virtio_rdma_conv.hpp"
+#include "vrdma/common/log.hpp"
+
+namespace vrdma::vhost {
+
+namespace {
+
+inline constexpr std::size_t kMaxRequest = 256;
+
+// A refusal: the status for the guest and the sentence for the operator's log.
+struct Refusal {
+  vd::Status status;
+  std::string why;
+};
+template <class T>
+using CmdResult = std::variant<T, Refusal>;
+
+Refusal refuse(vd::Status s, std::string why) { return {s, std::move(why)}; }
+
+vd::Status status_of(const Error& e) {
+  if (e.is(Errc::invalid_argument)) return vd::Status::invalid;
+  if (e.is(Errc::not_supported)) return vd::Status::not_supported;
+  if (e.is(Errc::no_memory)) return vd::Status::no_memory;
+  if (e.is(Errc::limit_exceeded)) return vd::Status::no_space;
+  if (e.is(Errc::busy)) return vd::Status::busy;
+  if (e.is(Errc::bad_state)) return vd::Status::invalid;
+  if (e.is(Errc::access_denied)) return vd::Status::perm;
+  if (e.is(Errc::not_found)) return vd::Status::not_found;
+  return vd::Status::io;
+}
+
+bool pow2(std::uint32_t v) { return v != 0 && std::has_single_bit(v); }
+
+// A ring or block the device will read and write: aligned and wholly inside one region.
+std::optional<std::string> check_area(const GuestView& g, std::uint64_t gpa, std::uint64_t len, std::uint64_t align,
+                                      std::string_view what) {
+  if (gpa % align != 0) return fmt::format("{} at {:#x} is not {}-byte aligned", what, gpa, align);
+  if (gpa + len < gpa) return fmt::format("{} at {:#x} wraps the address space", what, gpa);
+  if (!g.memory().range(gpa, len)) return fmt::format("{} [{:#x}, +{:#x}) is not inside one guest memory region", what, gpa, len);
+  return std::nullopt;
+}
+
+template <class T>
+T req_as(std::span<const std::uint8_t> body) {
+  T v{};
+  std::memcpy(&v, body.data(), std::min(body.size(), sizeof v));
+  return v;
+}
+
+template <class T>
+std::vector<std::uint8_t> bytes_of(const T& v) {
+  std::vector<std::uint8_t> out(sizeof v);
+  std::memcpy(out.data(), &v, sizeof v);
+  return out;
+}
+
+}  // namespace
+
+void RdmaDevice::Impl::control(Queue& q) {
+  while (auto chain = q.pop()) {
+    ++st.commands;
+    std::array<std::uint8_t, kMaxRequest> req{};
+    const std::size_t len = static_cast<std::size_t>(std::min<std::uint64_t>(chain->readable, kMaxRequest));
+    ChainReader r(q.memory(), *chain);
+    vd::Status status = vd::Status::ok;
+    std::vector<std::uint8_t> body;
+    if (!r.read(req.data(), len).ok()) {
+      status = vd::Status::fault;
+      log::warn("virtio-rdma: a control request could not be read from guest memory");
+    } else {
+      body = execute(q.memory(), std::span(req.data(), len), status);
+    }
+    if (status != vd::Status::ok) {
+      ++st.command_errors;
+      body.clear();
+    }
+    vd::RespHeader h{static_cast<std::uint32_t>(status), 0};
+    ChainWriter w(q.memory(), *chain);
+    std::uint32_t written = 0;
+    if (w.remaining() < sizeof h + body.size()) {
+      log::warn("virtio-rdma: a control request left {} writable bytes for a {}-byte response; no response written",
+                w.remaining(), sizeof h + body.size());
+    } else if (w.write(&h, sizeof h).ok() && (body.empty() || w.write(body.data(), body.size()).ok())) {
+      written = static_cast<std::uint32_t>(sizeof h + body.size());
+    }
+    if (!q.push(*chain, written).ok()) return;
+  }
+}
+
+std::vector<std::uint8_t> RdmaDevice::Impl::execute(const GuestView& g, std::span<const std::uint8_t> req,
+                                                    vd::Status& status) {
+  if (req.size() < sizeof(vd::CmdHeader)) {
+    status = vd::Status::invalid;
+    log::warn("virtio-rdma: a control request of {} bytes is shorter than its {}-byte header", req.size(),
+              sizeof(vd::CmdHeader));
+    return {};
+  }
+  const auto hdr = req_as<vd::CmdHeader>(req);
+  const auto body = req.subspan(sizeof(vd::CmdHeader));
+  const auto& lim = opts.limits;
+
+  auto need = [&](std::size_t n) -> std::optional<Refusal> {
+    if (body.size() < n)
+      return refuse(vd::Status::invalid, fmt::format("{} needs a {}-byte body but has {} bytes", vd::cmd_name(hdr.cmd), n,
+                                                     body.size()));
+    return std::nullopt;
+  };
+
+  auto run = [&]() -> CmdResult<std::vector<std::uint8_t>> {
+    switch (static_cast<vd::Cmd>(hdr.cmd)) {
+      case vd::Cmd::query_device: {
+        auto a = engine->query_device();
+        if (!a) return refuse(status_of(a.error()), a.error().message);
+        vd::DeviceAttrResp r{};
+        r.node_guid = a->node_guid;
+        r.max_mr_size = a->max_mr_size;
+        r.vendor_id = a->vendor_id;
+        r.vendor_part_id = a->vendor_part_id;
+        auto cap = [](std::uint32_t mine, std::uint32_t eng) { return eng != 0 ? std::min(mine, eng) : mine; };
+        r.max_qp = cap(lim.max_qp, a->max_qp);
+        r.max_qp_wr = cap(lim.max_qp_wr, a->max_qp_wr);
+        r.max_sge = cap(lim.max_sge, a->max_sge);
+        r.max_cq = cap(lim.max_cq, a->max_cq);
+        r.max_cqe = cap(lim.max_cqe, a->max_cqe);
+        r.max_mr = cap(lim.max_mr, a->max_mr);
+        r.max_pd = cap(lim.max_pd, a->max_pd);
+        r.max_ah = cap(lim.max_ah, a->max_ah);
+        r.max_srq = cap(lim.max_srq, a->max_srq);
+        r.max_srq_wr = cap(lim.max_qp_wr, a->max_srq_wr);
+        r.max_qp_rd_atom = a->max_qp_rd_atom;
+        r.max_qp_init_rd_atom = a->max_qp_init_rd_atom;
+        r.max_inline_data = cap(lim.max_inline, a->max_inline_data);
+        r.atomic_cap = static_cast<std::uint8_t>(a->atomic_cap);
+        r.phys_port_cnt = a->phys_port_cnt;
+        r.transport = static_cast<std::uint8_t>(a->transport);
+        auto fw = fmt::format("vrdmad {} over {}", "0.1", a->fw_ver);
+        std::memcpy(r.fw_ver, fw.data(), std::min(fw.size(), sizeof r.fw_ver - 1));
+        return bytes_of(r);
+      }
+      case vd::Cmd::query_port: {
+        auto p = engine->query_port(1);
+        if (!p) return refuse(status_of(p.error()), p.error().message);
+        vd::PortAttrResp r{};
+        r.state = static_cast<std::uint8_t>(p->state);
+        r.max_mtu = static_cast<std::uint8_t>(p->max_mtu);
+        r.active_mtu = static_cast<std::uint8_t>(p->active_mtu);
+        r.link_layer = static_cast<std::uint8_t>(p->link_layer);
+        r.gid_tbl_len = p->gid_tbl_len;
+        r.max_msg_sz = p->max_msg_sz;
+        r.active_speed_mbps = p->active_speed_mbps;
+        return bytes_of(r);
+      }
+      case vd::Cmd::query_gid: {
+        if (auto e = need(sizeof(vd::QueryGidReq))) return *e;
+        const auto r = req_as<vd::QueryGidReq>(body);
+        auto gid = engine->query_gid(r.index, 1);
+        if (!gid) return refuse(vd::Status::invalid, gid.error().message);
+        vd::GidResp out{};
+        std::memcpy(out.gid, gid->gid.raw.data(), sizeof out.gid);
+        out.type = static_cast<std::uint32_t>(gid->type);
+        return bytes_of(out);
+      }
+      case vd::Cmd::create_pd: {
+        if (pds.size() >= lim.max_pd)
+          return refuse(vd::Status::no_space, fmt::format("the guest already has {} PDs (limit {})", pds.size(), lim.max_pd));
+        auto pd = engine->alloc_pd();
+        if (!pd) return refuse(status_of(pd.error()), pd.error().message);
+        const auto h = new_handle();
+        pds[h] = PdObj{std::move(*pd), 0};
+        return bytes_of(vd::HandleResp{h, 0});
+      }
+      case vd::Cmd::destroy_pd: {
+        if (auto e = need(sizeof(vd::HandleReq))) return *e;
+        const auto h = req_as<vd::HandleReq>(body).handle;
+        auto it = pds.find(h);
+        if (it == pds.end()) return refuse(vd::Status::not_found, fmt::format("no PD {}", h));
+        if (it->second.users != 0)
+          return refuse(vd::Status::busy, fmt::format("PD {} still holds {} objects", h, it->second.users));
+        pds.erase(it);
+        return std::vector<std::uint8_t>{};
+      }
+      case vd::Cmd::reg_mr: {
+        if (auto e = need(sizeof(vd::RegMrReq))) return *e;
+        const auto r = req_as<vd::RegMrReq>(body);
+        auto pit = pds.find(r.pd);
+        if (pit == pds.end()) return refuse(vd::Status::not_found, fmt::format("REG_MR names no PD {}", r.pd));
+        if (mrs.size() >= lim.max_mr)
+          return refuse(vd::Status::no_space, fmt::format("the guest already has {} MRs (limit {})", mrs.size(), lim.max_mr));
+        if (r.length > lim.max_registered_bytes || st.registered_bytes + r.length > lim.max_registered_bytes)
+          return refuse(vd::Status::no_space,
+                        fmt::format("registering {} more bytes would exceed the guest's limit of {} registered bytes "
+                                    "({} already)", r.length, lim.max_registered_bytes, st.registered_bytes));
+        auto mr = map_mr(g, r);
+        if (!mr) return refuse(status_of(mr.error()), mr.error().message);
+        nicdrv::MrOptions mo;
+        mo.observer = mr->observer;
+        mo.iova = r.iova;
+        const auto off0 = r.iova & ((std::uint64_t{1} << r.page_shift) - 1);
+        std::uint8_t* base = mr->window.data() != nullptr ? static_cast<std::uint8_t*>(mr->window.data())
+                                                          : nullptr;
+        if (base == nullptr) {
+          auto span = g.memory().at(mr->observer->pages()[0]);
+          if (!span) return refuse(vd::Status::fault, span.error().message);
+          base = span->ptr;
+        }
+        auto eng = pit->second.eng->reg_mr(base + off0, r.length, static_cast<nicdrv::Access>(r.access), mo);
+        if (!eng) return refuse(status_of(eng.error()), eng.error().message);
+        mr->eng = std::move(*eng);
+        mr->pd = r.pd;
+        mr->iova = r.iova;
+        mr->length = r.length;
+        mr->access = r.access;
+        const auto h = new_handle();
+        vd::RegMrResp out{h, mr->eng->lkey(), mr->eng->rkey(), 0};
+        st.registered_bytes += r.length;
+        ++pit->second.users;
+        mrs.emplace(h, std::move(*mr));
+        return bytes_of(out);
+      }
+      case vd::Cmd::dereg_mr: {
+        if (auto e = need(sizeof(vd::HandleReq))) return *e;
+        const auto h = req_as<vd::HandleReq>(body).handle;
+        auto it = mrs.find(h);
+        if (it == mrs.end()) return refuse(vd::Status::not_found, fmt::format("no MR {}", h));
+        st.registered_bytes -= it->second.length;
+        --pds[it->second.pd].users;
+        mrs.erase(it);
+        return std::vector<std::uint8_t>{};
+      }
+      case vd::Cmd::create_cq: {
+        if (auto e = need(sizeof(vd::CreateCqReq))) return *e;
+        const auto r = req_as<vd::CreateCqReq>(body);
+        if (cqs.size() >= lim.max_cq)
+          return refuse(vd::Status::no_space, fmt::format("the guest already has {} CQs (limit {})", cqs.size(), lim.max_cq));
+        if (!pow2(r.depth) || r.depth > lim.max_cqe)
+          return refuse(vd::Status::invalid, fmt::format("CQ depth {} is not a power of two up to {}", r.depth, lim.max_cqe));
+        const std::uint64_t bytes = vd::kCqeOffset + std::uint64_t{r.depth} * sizeof(vd::Cqe);
+        if (auto why = check_area(g, r.ring_gpa, bytes, 4096, "the CQ ring")) return refuse(vd::Status::fault, *why);
+        auto cq = engine->create_cq(r.depth);
+        if (!cq) return refuse(status_of(cq.error()), cq.error().message);
+        std::vector<std::uint8_t> zeros(static_cast<std::size_t>(bytes), 0);
+        if (!g.write(r.ring_gpa, zeros.data(), zeros.size()).ok())
+          return refuse(vd::Status::fault, "the CQ ring cannot be written");
+        const auto h = new_handle();
+        CqObj c;
+        c.depth = r.depth;
+        c.ring_gpa = r.ring_gpa;
+        c.eng = std::move(*cq);
+        const int fd = c.eng->event_fd();
+        auto w = loop.add(fd, EPOLLIN, [this, h](std::uint32_t) {
+          auto it = cqs.find(h);
+          if (it == cqs.end()) return;
+          it->second.eng->ack_events();
+          drain_cq(h);
+        });
+        if (!w.ok()) return refuse(vd::Status::io, "cannot watch the engine CQ's event fd: " + w.error().message);
+        (void)c.eng->req_notify(false);
+        cq_by_fd[fd] = h;
+        cqs.emplace(h, std::move(c));
+        return bytes_of(vd::HandleResp{h, 0});
+      }
+      case vd::Cmd::destroy_cq: {
+        if (auto e = need(sizeof(vd::HandleReq))) return *e;
+        const auto h = req_as<vd::HandleReq>(body).handle;
+        auto it = cqs.find(h);
+        if (it == cqs.end()) return refuse(vd::Status::not_found, fmt::format("no CQ {}", h));
+        if (it->second.users != 0)
+          return refuse(vd::Status::busy, fmt::format("CQ {} is still used by {} QPs", h, it->second.users));
+        const int fd = it->second.eng->event_fd();
+        loop.remove(fd);
+        cq_by_fd.erase(fd);
+        cqs.erase(it);
+        return std::vector<std::uint8_t>{};
+      }
+      case vd::Cmd::create_qp: {
+        if (auto e = need(sizeof(vd::CreateQpReq))) return *e;
+        const auto r = req_as<vd::CreateQpReq>(body);
+        if (qps.size() >= lim.max_qp)
+          return refuse(vd::Status::no_space, fmt::format("the guest already has {} QPs (limit {})", qps.size(), lim.max_qp));
+        auto pit = pds.find(r.pd);
+        auto scq = cqs.find(r.send_cq);
+        auto rcq = cqs.find(r.recv_cq);
+        if (pit == pds.end()) return refuse(vd::Status::not_found, fmt::format("CREATE_QP names no PD {}", r.pd));
+        if (scq == cqs.end() || rcq == cqs.end())
+          return refuse(vd::Status::not_found, fmt::format("CREATE_QP names no CQ {} or {}", r.send_cq, r.recv_cq));
+        SrqObj* srq = nullptr;
+        if (r.srq != vd::kNoHandle) {
+          auto sit = srqs.find(r.srq);
+          if (sit == srqs.end()) return refuse(vd::Status::not_found, fmt::format("CREATE_QP names no SRQ {}", r.srq));
+          if (sit->second.pd != r.pd)
+            return refuse(vd::Status::perm, fmt::format("SRQ {} belongs to PD {}, not PD {}", r.srq, sit->second.pd, r.pd));
+          srq = &sit->second;
+        }
+        if (r.qp_type != 2 && r.qp_type != 4)
+          return refuse(vd::Status::not_supported, fmt::format("QP type {} is not RC (2) or UD (4)", r.qp_type));
+        if (!pow2(r.sq_depth) || r.sq_depth > lim.max_qp_wr)
+          return refuse(vd::Status::invalid, fmt::format("send queue depth {} is not a power of two up to {}", r.sq_depth, lim.max_qp_wr));
+        if (srq == nullptr && (!pow2(r.rq_depth) || r.rq_depth > lim.max_qp_wr))
+          return refuse(vd::Status::invalid, fmt::format("receive queue depth {} is not a power of two up to {}", r.rq_depth, lim.max_qp_wr));
+        if (r.max_send_sge > lim.max_sge || r.max_recv_sge > lim.max_sge || r.max_inline > lim.max_inline)
+          return refuse(vd::Status::invalid, fmt::format("QP caps (send SGEs {}, receive SGEs {}, inline {}) exceed the "
+                                                         "device's ({}, {}, {})", r.max_send_sge, r.max_recv_sge,
+                                                         r.max_inline, lim.max_sge, lim.max_sge, lim.max_inline));
+        QpObj qp;
+        qp.pd = r.pd;
+        qp.send_cq = r.send_cq;
+        qp.recv_cq = r.recv_cq;
+        qp.srq = r.srq;
+        qp.type = static_cast<nicdrv::QpType>(r.qp_type);
+        qp.max_send_sge = std::max(1u, r.max_send_sge);
+        qp.max_recv_sge = std::max(1u, r.max_recv_sge);
+        qp.max_inline = r.max_inline;
+        qp.sq = WorkRing{r.sq_gpa, r.sq_depth, vd::send_stride(qp.max_send_sge, r.max_inline), 0, 0};
+        if (srq == nullptr) qp.rq = WorkRing{r.rq_gpa, r.rq_depth, vd::recv_stride(qp.max_recv_sge), 0, 0};
+        qp.status_gpa = r.status_gpa;
+        if (auto why = check_area(g, r.sq_gpa, std::uint64_t{qp.sq.depth} * qp.sq.stride, 64, "the send ring"))
+          return refuse(vd::Status::fault, *why);
+        if (srq == nullptr)
+          if (auto why = check_area(g, r.rq_gpa, std::uint64_t{qp.rq.depth} * qp.rq.stride, 64, "the receive ring"))
+            return refuse(vd::Status::fault, *why);
+        if (auto why = check_area(g, r.status_gpa, sizeof(vd::QpStatus), 64, "the QP status block"))
+          return refuse(vd::Status::fault, *why);
+        nicdrv::QpInitAttr ia;
+        ia.type = qp.type;
+        ia.send_cq = scq->second.eng.get();
+        ia.recv_cq = rcq->second.eng.get();
+        ia.srq = srq != nullptr ? srq->eng.get() : nullptr;
+        ia.cap.max_send_wr = r.sq_depth;
+        ia.cap.max_recv_wr = srq != nullptr ? 0 : r.rq_depth;
+        ia.cap.max_send_sge = qp.max_send_sge;
+        ia.cap.max_recv_sge = qp.max_recv_sge;
+        ia.cap.max_inline_data = r.max_inline;
+        ia.sq_sig_all = r.sq_sig_all != 0;
+        auto eng = pit->second.eng->create_qp(ia);
+        if (!eng) return refuse(status_of(eng.error()), eng.error().message);
+        qp.eng = std::move(*eng);
+        const auto h = new_handle();
+        vd::CreateQpResp out{h, qp.eng->qp_num(), qp.sq.stride, qp.rq.stride};
+        write_status(g, qp.status_gpa, 0, 0, 0);
+        ++pit->second.users;
+        ++scq->second.users;
+        ++rcq->second.users;
+        if (srq != nullptr) ++srq->users;
+        qps.emplace(h, std::move(qp));
+        return bytes_of(out);
+      }
+      case vd::Cmd::modify_qp: {
+        if (auto e = need(sizeof(vd::ModifyQpReq))) return *e;
+        const auto r = req_as<vd::ModifyQpReq>(body);
+        auto it = qps.find(r.qp);
+        if (it == qps.end()) return refuse(vd::Status::not_found, fmt::format("MODIFY_QP names no QP {}", r.qp));
+        auto attr = vd::qp_attr_from_wire(r.attr);
+        if (!attr) return refuse(vd::Status::invalid, "MODIFY_QP carries an out-of-range state, MTU or access value");
+        if ((r.mask & ~((1u << 21) - 1)) != 0)
+          return refuse(vd::Status::invalid, fmt::format("MODIFY_QP mask {:#x} has unknown bits", r.mask));
+        auto s = it->second.eng->modify(*attr, static_cast<nicdrv::QpAttrMask>(r.mask));
+        if (!s.ok()) return refuse(status_of(s.error()), s.error().message);
+        auto& qp = it->second;
+        if (qp.eng->state() != nicdrv::QpState::err) qp.fatal_reported = false;
+        write_status(g, qp.status_gpa, qp.sq.consumed, qp.rq.consumed, static_cast<std::uint32_t>(qp.eng->state()));
+        if (qp.sq.produced != qp.sq.consumed) pending_sq.insert(r.qp);
+        if (qp.rq.produced != qp.rq.consumed) pending_rq.insert(r.qp);
+        return std::vector<std::uint8_t>{};
+      }
+      case vd::Cmd::query_qp: {
+        if (auto e = need(sizeof(vd::HandleReq))) return *e;
+        const auto h = req_as<vd::HandleReq>(body).handle;
+        auto it = qps.find(h);
+        if (it == qps.end()) return refuse(vd::Status::not_found, fmt::format("QUERY_QP names no QP {}", h));
+        auto a = it->second.eng->query();
+        if (!a) return refuse(status_of(a.error()), a.error().message);
+        return bytes_of(vd::qp_attr_to_wire(*a));
+      }
+      case vd::Cmd::destroy_qp: {
+        if (auto e = need(sizeof(vd::HandleReq))) return *e;
+        const auto h = req_as<vd::HandleReq>(body).handle;
+        auto it = qps.find(h);
+        if (it == qps.end()) return refuse(vd::Status::not_found, fmt::format("DESTROY_QP names no QP {}", h));
+        auto& qp = it->second;
+        --pds[qp.pd].users;
+        --cqs[qp.send_cq].users;
+        --cqs[qp.recv_cq].users;
+        if (qp.srq != vd::kNoHandle) --srqs[qp.srq].users;
+        pending_sq.erase(h);
+        pending_rq.erase(h);
+        qps.erase(it);
+        return std::vector<std::uint8_t>{};
+      }
+      case vd::Cmd::create_ah: {
+        if (auto e = need(sizeof(vd::CreateAhReq))) return *e;
+        const auto r = req_as<vd::CreateAhReq>(body);
+        auto pit = pds.find(r.pd);
+        if (pit == pds.end()) return refuse(vd::Status::not_found, fmt::format("CREATE_AH names no PD {}", r.pd));
+        if (ahs.size() >= lim.max_ah)
+          return refuse(vd::Status::no_space, fmt::format("the guest already has {} AHs (limit {})", ahs.size(), lim.max_ah));
+        auto ah = pit->second.eng->create_ah(vd::ah_from_wire(r.ah));
+        if (!ah) return refuse(status_of(ah.error()), ah.error().message);
+        const auto h = new_handle();
+        ahs[h] = AhObj{r.pd, std::move(*ah)};
+        ++pit->second.users;
+        return bytes_of(vd::HandleResp{h, 0});
+      }
+      case vd::Cmd::destroy_ah: {
+        if (auto e = need(sizeof(vd::HandleReq))) return *e;
+        const auto h = req_as<vd::HandleReq>(body).handle;
+        auto it = ahs.find(h);
+        if (it == ahs.end()) return refuse(vd::Status::not_found, fmt::format("DESTROY_AH names no AH {}", h));
+        --pds[it->second.pd].users;
+        ahs.erase(it);
+        return std::vector<std::uint8_t>{};
+      }
+      case vd::Cmd::create_srq: {
+        if (auto e = need(sizeof(vd::CreateSrqReq))) return *e;
+        const auto r = req_as<vd::CreateSrqReq>(body);
+        auto pit = pds.find(r.pd);
+        if (pit == pds.end()) return refuse(vd::Status::not_found, fmt::format("CREATE_SRQ names no PD {}", r.pd));
+        if (srqs.size() >= lim.max_srq)
+          return refuse(vd::Status::no_space, fmt::format("the guest already has {} SRQs (limit {})", srqs.size(), lim.max_srq));
+        if (!pow2(r.depth) || r.depth > lim.max_qp_wr || r.max_sge == 0 || r.max_sge > lim.max_sge)
+          return refuse(vd::Status::invalid, fmt::format("SRQ depth {} / SGEs {} out of range (power of two up to {}, 1..{})",
+                                                         r.depth, r.max_sge, lim.max_qp_wr, lim.max_sge));
+        SrqObj s;
+        s.pd = r.pd;
+        s.max_sge = r.max_sge;
+        s.ring = WorkRing{r.ring_gpa, r.depth, vd::recv_stride(r.max_sge), 0, 0};
+        s.status_gpa = r.status_gpa;
+        if (auto why = check_area(g, r.ring_gpa, std::uint64_t{r.depth} * s.ring.stride, 64, "the SRQ ring"))
+          return refuse(vd::Status::fault, *why);
+        if (auto why = check_area(g, r.status_gpa, sizeof(vd::QpStatus), 64, "the SRQ status block"))
+          return refuse(vd::Status::fault, *why);
+        auto eng = pit->second.eng->create_srq(r.depth, r.max_sge);
+        if (!eng) return refuse(status_of(eng.error()), eng.error().message);
+        s.eng = std::move(*eng);
+        const auto h = new_handle();
+        vd::CreateSrqResp out{h, s.ring.stride};
+        write_status(g, s.status_gpa, 0, 0, 0);
+        ++pit->second.users;
+        srqs.emplace(h, std::move(s));
+        return bytes_of(out);
+      }
+      case vd::Cmd::destroy_srq: {
+        if (auto e = need(sizeof(vd::HandleReq))) return *e;
+        const auto h = req_as<vd::HandleReq>(body).handle;
+        auto it = srqs.find(h);
+        if (it == srqs.end()) return refuse(vd::Status::not_found, fmt::format("DESTROY_SRQ names no SRQ {}", h));
+        if (it->second.users != 0)
+          return refuse(vd::Status::busy, fmt::format("SRQ {} is still used by {} QPs", h, it->second.users));
+        --pds[it->second.pd].users;
+        pending_srq.erase(h);
+        srqs.erase(it);
+        return std::vector<std::uint8_t>{};
+      }
+      case vd::Cmd::count_:
+        break;
+    }
+    return refuse(vd::Status::not_supported, fmt::format("unknown control command {}", hdr.cmd));
+  };
+
+  auto result = run();
+  if (auto* ref = std::get_if<Refusal>(&result)) {
+    status = ref->status;
+    if (should_log_refusal())
+      log::warn("virtio-rdma: {} refused ({}): {}", vd::cmd_name(hdr.cmd), static_cast<std::uint32_t>(ref->status),
+              ref->why);
+    return {};
+  }
+  status = vd::Status::ok;
+  return std::move(std::get<std::vector<std::uint8_t>>(result));
+}
+
+}  // namespace vrdma::vhost

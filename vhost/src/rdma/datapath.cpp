@@ -1,0 +1,331 @@
+// Doorbells and work requests: the guest writes WQEs into its rings and rings a doorbell; the
+// device reads each WQE once, checks it, and hands the engine a work request whose scatter/
+// gather entries point straight at the guest's registered memory (the engine checks lkeys and
+// bounds against the region, which covers only guest pages). A WQE the device cannot accept
+// completes with an error; a full engine queue leaves the rest in the ring for later.
+#include <array>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "impl.hpp"
+#include "vrdma/common/log.hpp"
+
+namespace vrdma::vhost {
+
+namespace {
+constexpr std::size_t kBatch = 32;
+}
+
+void RdmaDevice::Impl::doorbells(Queue& q) {
+  while (auto chain = q.pop()) {
+    ChainReader r(q.memory(), *chain);
+    std::array<vd::Doorbell, 64> dbs;
+    while (r.remaining() >= sizeof(vd::Doorbell)) {
+      const auto n = std::min<std::uint64_t>(dbs.size(), r.remaining() / sizeof(vd::Doorbell));
+      if (!r.read(dbs.data(), n * sizeof(vd::Doorbell)).ok()) break;
+      for (std::size_t i = 0; i < n; ++i) {
+        ++st.doorbells;
+        ring_doorbell(q.memory(), dbs[i]);
+      }
+    }
+    if (!q.push(*chain, 0).ok()) return;
+  }
+  if (!events.empty() && host != nullptr && host->queue_running(vd::kEventQueue)) host->run_queue(vd::kEventQueue);
+}
+
+void RdmaDevice::Impl::ring_doorbell(const GuestView& g, const vd::Doorbell& db) {
+  auto bad = [&](std::string why) {
+    ++st.doorbell_errors;
+    if (should_log_refusal()) log::warn("virtio-rdma: doorbell ignored: {}", why);
+  };
+  switch (static_cast<vd::DoorbellKind>(db.kind)) {
+    case vd::DoorbellKind::sq:
+    case vd::DoorbellKind::rq: {
+      auto it = qps.find(db.handle);
+      if (it == qps.end()) return bad(fmt::format("no QP {}", db.handle));
+      auto& qp = it->second;
+      const bool sq = db.kind == static_cast<std::uint16_t>(vd::DoorbellKind::sq);
+      WorkRing& ring = sq ? qp.sq : qp.rq;
+      if (!sq && qp.srq != vd::kNoHandle) return bad(fmt::format("QP {} receives through an SRQ; it has no receive ring", db.handle));
+      if (db.value - ring.consumed > ring.depth)
+        return bad(fmt::format("QP {} {} producer {} is more than the ring's {} entries ahead of the device ({})",
+                               db.handle, sq ? "send" : "receive", db.value, ring.depth, ring.consumed));
+      ring.produced = db.value;
+      if (sq)
+        post_sq(g, db.handle, qp);
+      else
+        post_rq(g, db.handle, qp);
+      return;
+    }
+    case vd::DoorbellKind::srq: {
+      auto it = srqs.find(db.handle);
+      if (it == srqs.end()) return bad(fmt::format("no SRQ {}", db.handle));
+      auto& s = it->second;
+      if (db.value - s.ring.consumed > s.ring.depth)
+        return bad(fmt::format("SRQ {} producer {} is more than {} entries ahead of the device ({})", db.handle, db.value,
+                               s.ring.depth, s.ring.consumed));
+      s.ring.produced = db.value;
+      post_srq(g, db.handle, s);
+      return;
+    }
+    case vd::DoorbellKind::cq_arm: {
+      auto it = cqs.find(db.handle);
+      if (it == cqs.end()) return bad(fmt::format("no CQ {}", db.handle));
+      it->second.armed = true;
+      it->second.solicited_only = db.value == 1;
+      // Completions that arrived before the arm but after the driver's last poll would be
+      // missed: if the ring holds unpolled CQEs, the event fires at once.
+      auto consumer = g.read_obj<std::uint32_t>(it->second.ring_gpa + offsetof(vd::CqControl, consumer));
+      if (consumer && *consumer != it->second.produced && !it->second.event_queued) {
+        it->second.armed = false;
+        it->second.event_queued = true;
+        queue_event(vd::EventType::cq_completion, db.handle);
+      }
+      drain_cq(db.handle);
+      return;
+    }
+  }
+  bad(fmt::format("unknown doorbell kind {}", db.kind));
+}
+
+void RdmaDevice::Impl::write_status(const GuestView& g, std::uint64_t gpa, std::uint32_t sq, std::uint32_t rq,
+                                    std::uint32_t state) {
+  vd::QpStatus s{};
+  s.sq_consumed = sq;
+  s.rq_consumed = rq;
+  s.state = state;
+  (void)g.write(gpa, &s, offsetof(vd::QpStatus, reserved));
+}
+
+void RdmaDevice::Impl::error_cqe(const GuestView& g, std::uint32_t cq_handle, std::uint64_t wr_id, std::uint32_t qp_num,
+                                 bool recv) {
+  ++st.wqe_errors;
+  auto it = cqs.find(cq_handle);
+  if (it == cqs.end()) return;
+  vd::Cqe c{};
+  c.wr_id = wr_id;
+  c.qp_num = qp_num;
+  c.status = static_cast<std::uint8_t>(nicdrv::WcStatus::loc_qp_op_err);
+  c.opcode = recv ? 128 : 0;
+  if (!write_cqe(cq_handle, it->second, g, c))
+    log::warn("virtio-rdma: CQ {} is full; the error completion of work request {:#x} is lost", cq_handle, wr_id);
+}
+
+void RdmaDevice::Impl::post_sq(const GuestView& g, std::uint32_t handle, QpObj& qp) {
+  if (paused) return;
+  std::array<nicdrv::SendWr, kBatch> wrs;
+  std::array<std::uint64_t, kBatch> slot_idx{};
+  std::vector<nicdrv::Sge> sges(kBatch * qp.max_send_sge);
+  std::vector<std::uint8_t> inl(kBatch * std::max<std::uint32_t>(qp.max_inline, 1));
+  bool engine_full = false;
+  while (qp.sq.consumed != qp.sq.produced && !engine_full) {
+    std::size_t n = 0;
+    std::uint32_t idx = qp.sq.consumed;
+    std::uint32_t skipped = 0;  // WQEs refused by the device itself, completed with an error
+    while (n < kBatch && idx != qp.sq.produced) {
+      const std::uint64_t gpa = qp.sq.gpa + std::uint64_t{idx & (qp.sq.depth - 1)} * qp.sq.stride;
+      auto w = g.read_obj<vd::SendWqe>(gpa);
+      auto reject = [&](std::string why) {
+        if (should_log_refusal()) log::warn("virtio-rdma: QP {} send WQE {} refused: {}", handle, idx, why);
+        error_cqe(g, qp.send_cq, w ? w->wr_id : 0, qp.eng->qp_num(), false);
+      };
+      if (!w) {
+        reject("its ring slot is outside guest memory");
+      } else if (w->opcode > 6) {
+        reject(fmt::format("opcode {} is not a work request opcode", w->opcode));
+      } else if ((w->flags & vd::kSendInline) != 0 && w->inline_len > qp.max_inline) {
+        reject(fmt::format("{} inline bytes exceed the QP's {}", w->inline_len, qp.max_inline));
+      } else if ((w->flags & vd::kSendInline) == 0 && w->num_sge > qp.max_send_sge) {
+        reject(fmt::format("{} SGEs exceed the QP's {}", w->num_sge, qp.max_send_sge));
+      } else {
+        nicdrv::SendWr& wr = wrs[n];
+        wr = nicdrv::SendWr{};
+        wr.wr_id = w->wr_id;
+        wr.opcode = static_cast<nicdrv::WrOpcode>(w->opcode);
+        std::uint32_t flags = 0;
+        if (w->flags & vd::kSendFence) flags |= static_cast<std::uint32_t>(nicdrv::SendFlags::fence);
+        if (w->flags & vd::kSendSignaled) flags |= static_cast<std::uint32_t>(nicdrv::SendFlags::signaled);
+        if (w->flags & vd::kSendSolicited) flags |= static_cast<std::uint32_t>(nicdrv::SendFlags::solicited);
+        if (w->flags & vd::kSendInline) flags |= static_cast<std::uint32_t>(nicdrv::SendFlags::inline_data);
+        wr.flags = static_cast<nicdrv::SendFlags>(flags);
+        wr.imm_data = w->imm_data;
+        wr.rdma.remote_addr = w->remote_addr;
+        wr.rdma.rkey = w->rkey;
+        wr.atomic.remote_addr = w->remote_addr;
+        wr.atomic.rkey = w->rkey;
+        wr.atomic.compare_add = w->compare_add;
+        wr.atomic.swap = w->swap;
+        bool ok = true;
+        if (qp.type == nicdrv::QpType::ud) {
+          auto ah = ahs.find(w->ah);
+          if (ah == ahs.end() || ah->second.pd != qp.pd) {
+            reject(fmt::format("AH {} does not exist in the QP's PD {}", w->ah, qp.pd));
+            ok = false;
+          } else {
+            wr.ud.ah = ah->second.eng.get();
+            wr.ud.remote_qpn = w->remote_qpn;
+            wr.ud.remote_qkey = w->remote_qkey;
+          }
+        }
+        if (ok && (w->flags & vd::kSendInline) != 0) {
+          // Inline payload lives in the WQE itself: the engine copies it at post time.
+          std::uint8_t* dst = inl.data() + n * std::max<std::uint32_t>(qp.max_inline, 1);
+          if (w->inline_len > 0 && !g.read(gpa + sizeof(vd::SendWqe), dst, w->inline_len).ok()) {
+            reject("its inline data is outside guest memory");
+            ok = false;
+          } else {
+            nicdrv::Sge& s = sges[n * qp.max_send_sge];
+            s = nicdrv::Sge{reinterpret_cast<std::uint64_t>(dst), w->inline_len, 0};
+            wr.sg_list = std::span<const nicdrv::Sge>(&s, w->inline_len > 0 ? 1 : 0);
+          }
+        } else if (ok && w->num_sge > 0) {
+          std::array<vd::WireSge, 16> ws;
+          if (w->num_sge > ws.size() || !g.read(gpa + sizeof(vd::SendWqe), ws.data(), w->num_sge * sizeof(vd::WireSge)).ok()) {
+            reject("its SGEs are outside guest memory");
+            ok = false;
+          } else {
+            for (std::size_t k = 0; k < w->num_sge; ++k)
+              sges[n * qp.max_send_sge + k] = nicdrv::Sge{ws[k].addr, ws[k].length, ws[k].lkey};
+            wr.sg_list = std::span<const nicdrv::Sge>(&sges[n * qp.max_send_sge], w->num_sge);
+          }
+        }
+        if (ok) {
+          slot_idx[n] = idx;
+          ++n;
+        }
+      }
+      if (n == 0 || slot_idx[n - 1] != idx) ++skipped;
+      ++idx;
+    }
+    std::size_t posted = n;
+    if (n > 0) {
+      std::size_t bad = n;
+      auto s = qp.eng->post_send(std::span<const nicdrv::SendWr>(wrs.data(), n), &bad);
+      if (!s.ok()) {
+        posted = bad;
+        if (s.error().is(Errc::no_memory) || s.error().is(Errc::would_block) || s.error().is(Errc::bad_state)) {
+          // Engine queue full (or QP not yet able to send): the rest waits in the ring.
+          engine_full = true;
+          idx = static_cast<std::uint32_t>(slot_idx[bad]);
+          pending_sq.insert(handle);
+        } else {
+          if (should_log_refusal())
+            log::warn("virtio-rdma: QP {} send WQE {} refused by the engine: {}", handle, slot_idx[bad], s.error().message);
+          error_cqe(g, qp.send_cq, wrs[bad].wr_id, qp.eng->qp_num(), false);
+          idx = static_cast<std::uint32_t>(slot_idx[bad] + 1);  // continue after the bad one
+        }
+      }
+    }
+    st.send_wqes += posted;
+    qp.sq.consumed = idx;
+    (void)skipped;
+  }
+  if (qp.sq.consumed == qp.sq.produced) pending_sq.erase(handle);
+  write_status(g, qp.status_gpa, qp.sq.consumed, qp.rq.consumed, static_cast<std::uint32_t>(qp.eng->state()));
+}
+
+namespace {
+
+// Reads receive WQEs [consumed, produced) of `ring` and posts them with `post`; shared by QP
+// receive rings and SRQs.
+template <class Post, class Reject>
+void post_recv_ring(const GuestView& g, WorkRing& ring, std::uint32_t max_sge, Post&& post, Reject&& reject,
+                    bool& full, std::uint64_t& count) {
+  std::array<nicdrv::RecvWr, kBatch> wrs;
+  std::array<std::uint32_t, kBatch> slot{};
+  std::vector<nicdrv::Sge> sges(kBatch * max_sge);
+  full = false;
+  while (ring.consumed != ring.produced && !full) {
+    std::size_t n = 0;
+    std::uint32_t idx = ring.consumed;
+    while (n < kBatch && idx != ring.produced) {
+      const std::uint64_t gpa = ring.gpa + std::uint64_t{idx & (ring.depth - 1)} * ring.stride;
+      auto w = g.read_obj<vd::RecvWqe>(gpa);
+      std::array<vd::WireSge, 16> ws;
+      if (!w) {
+        reject(0, idx, "its ring slot is outside guest memory");
+      } else if (w->num_sge > max_sge || w->num_sge > ws.size()) {
+        reject(w->wr_id, idx, fmt::format("{} SGEs exceed the queue's {}", w->num_sge, max_sge));
+      } else if (w->num_sge > 0 && !g.read(gpa + sizeof(vd::RecvWqe), ws.data(), w->num_sge * sizeof(vd::WireSge)).ok()) {
+        reject(w->wr_id, idx, "its SGEs are outside guest memory");
+      } else {
+        for (std::size_t k = 0; k < w->num_sge; ++k) sges[n * max_sge + k] = nicdrv::Sge{ws[k].addr, ws[k].length, ws[k].lkey};
+        wrs[n] = nicdrv::RecvWr{w->wr_id, std::span<const nicdrv::Sge>(&sges[n * max_sge], w->num_sge)};
+        slot[n++] = idx;
+      }
+      ++idx;
+    }
+    if (n > 0) {
+      std::size_t bad = n;
+      auto s = post(std::span<const nicdrv::RecvWr>(wrs.data(), n), &bad);
+      if (!s.ok()) {
+        if (s.error().is(Errc::no_memory) || s.error().is(Errc::would_block) || s.error().is(Errc::bad_state)) {
+          full = true;
+          idx = slot[bad];
+        } else {
+          reject(wrs[bad].wr_id, slot[bad], "refused by the engine: " + s.error().message);
+          idx = slot[bad] + 1;
+        }
+        n = bad;
+      }
+    }
+    count += n;
+    ring.consumed = idx;
+  }
+}
+
+}  // namespace
+
+void RdmaDevice::Impl::post_rq(const GuestView& g, std::uint32_t handle, QpObj& qp) {
+  if (paused) return;
+  bool full = false;
+  post_recv_ring(
+      g, qp.rq, qp.max_recv_sge,
+      [&](std::span<const nicdrv::RecvWr> w, std::size_t* bad) { return qp.eng->post_recv(w, bad); },
+      [&](std::uint64_t wr_id, std::uint32_t idx, const std::string& why) {
+        if (should_log_refusal()) log::warn("virtio-rdma: QP {} receive WQE {} refused: {}", handle, idx, why);
+        error_cqe(g, qp.recv_cq, wr_id, qp.eng->qp_num(), true);
+      },
+      full, st.recv_wqes);
+  if (full)
+    pending_rq.insert(handle);
+  else
+    pending_rq.erase(handle);
+  write_status(g, qp.status_gpa, qp.sq.consumed, qp.rq.consumed, static_cast<std::uint32_t>(qp.eng->state()));
+}
+
+void RdmaDevice::Impl::post_srq(const GuestView& g, std::uint32_t handle, SrqObj& s) {
+  if (paused) return;
+  bool full = false;
+  post_recv_ring(
+      g, s.ring, s.max_sge,
+      [&](std::span<const nicdrv::RecvWr> w, std::size_t* bad) { return s.eng->post_recv(w, bad); },
+      [&](std::uint64_t wr_id, std::uint32_t idx, const std::string& why) {
+        ++st.wqe_errors;
+        if (should_log_refusal())
+          log::warn("virtio-rdma: SRQ {} WQE {} (wr_id {:#x}) refused and dropped: {}", handle, idx, wr_id, why);
+      },
+      full, st.recv_wqes);
+  if (full)
+    pending_srq.insert(handle);
+  else
+    pending_srq.erase(handle);
+  write_status(g, s.status_gpa, 0, s.ring.consumed, 0);
+}
+
+void RdmaDevice::Impl::retry_pending() {
+  if (paused || host == nullptr) return;
+  const GuestView g = view();
+  std::vector<std::uint32_t> hs(pending_sq.begin(), pending_sq.end());
+  for (auto h : hs)
+    if (auto it = qps.find(h); it != qps.end()) post_sq(g, h, it->second);
+  hs.assign(pending_rq.begin(), pending_rq.end());
+  for (auto h : hs)
+    if (auto it = qps.find(h); it != qps.end()) post_rq(g, h, it->second);
+  hs.assign(pending_srq.begin(), pending_srq.end());
+  for (auto h : hs)
+    if (auto it = srqs.find(h); it != srqs.end()) post_srq(g, h, it->second);
+}
+
+}  // namespace vrdma::vhost

@@ -1,0 +1,347 @@
+// The device model's frame: vhost::Device callbacks, completions from the engine into the
+// guest's completion rings, events, and pause/resume around the stop protocol.
+#include <sys/epoll.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstring>
+
+#include "impl.hpp"
+#include "vrdma/common/log.hpp"
+
+namespace vrdma::vhost {
+
+// ---- RdmaDevice: the public face ----------------------------------------------------------------
+RdmaDevice::RdmaDevice(std::shared_ptr<nicdrv::Device> engine, EventLoop& loop, RdmaDeviceOptions opts)
+    : impl_(std::make_unique<Impl>(std::move(engine), loop, opts)) {}
+RdmaDevice::~RdmaDevice() = default;
+
+DeviceInfo RdmaDevice::info() const {
+  DeviceInfo i;
+  i.num_queues = vd::kNumQueues;
+  i.max_queue_size = 1024;
+  return i;
+}
+
+std::vector<std::uint8_t> RdmaDevice::config() const {
+  vd::Config c{};
+  c.signature = vd::kSignature;
+  c.version = vd::kVersion;
+  c.num_queues = vd::kNumQueues;
+  const auto& lim = impl_->opts.limits;
+  auto attr = impl_->engine->query_device();
+  auto port = impl_->engine->query_port(1);
+  auto gid = impl_->engine->query_gid(0, 1);
+  c.features = vd::kFeatureUd | vd::kFeatureSrq | vd::kFeatureMigration;
+  if (attr && attr->atomic_cap != nicdrv::AtomicCap::none) c.features |= vd::kFeatureAtomic;
+  auto cap = [](std::uint32_t mine, std::uint32_t eng) { return eng != 0 ? std::min(mine, eng) : mine; };
+  c.max_qp = attr ? cap(lim.max_qp, attr->max_qp) : lim.max_qp;
+  c.max_cq = attr ? cap(lim.max_cq, attr->max_cq) : lim.max_cq;
+  c.max_mr = attr ? cap(lim.max_mr, attr->max_mr) : lim.max_mr;
+  c.max_pd = attr ? cap(lim.max_pd, attr->max_pd) : lim.max_pd;
+  c.max_ah = attr ? cap(lim.max_ah, attr->max_ah) : lim.max_ah;
+  c.max_srq = attr ? cap(lim.max_srq, attr->max_srq) : lim.max_srq;
+  c.max_qp_wr = attr ? cap(lim.max_qp_wr, attr->max_qp_wr) : lim.max_qp_wr;
+  c.max_cqe = attr ? cap(lim.max_cqe, attr->max_cqe) : lim.max_cqe;
+  c.max_sge = attr ? cap(lim.max_sge, attr->max_sge) : lim.max_sge;
+  c.max_inline = attr ? cap(lim.max_inline, attr->max_inline_data) : lim.max_inline;
+  c.max_mr_pages = lim.max_mr_pages;
+  c.max_qp_rd_atom = attr ? attr->max_qp_rd_atom : 0;
+  c.max_registered_bytes = lim.max_registered_bytes;
+  std::memcpy(c.mac, impl_->opts.mac, sizeof c.mac);
+  c.port_state = port ? static_cast<std::uint8_t>(port->state) : 1;
+  c.active_mtu = port ? static_cast<std::uint8_t>(port->active_mtu) : 3;
+  if (gid) std::memcpy(c.gid, gid->gid.raw.data(), sizeof c.gid);
+  c.transport = attr ? static_cast<std::uint32_t>(attr->transport) : 3;
+  std::vector<std::uint8_t> out(sizeof c);
+  std::memcpy(out.data(), &c, sizeof c);
+  return out;
+}
+
+void RdmaDevice::attach(DeviceHost* host) {
+  impl_->host = host;
+  impl_->memory_changed();
+}
+void RdmaDevice::memory_changed() { impl_->memory_changed(); }
+void RdmaDevice::queue_ready(Queue& q) { impl_->queue_ready(q); }
+void RdmaDevice::queue_stopped(std::uint16_t index) { impl_->queue_stopped(index); }
+void RdmaDevice::reset() { impl_->reset(); }
+RdmaDeviceStats RdmaDevice::stats() const {
+  auto s = impl_->st;
+  s.pds = static_cast<std::uint32_t>(impl_->pds.size());
+  s.mrs = static_cast<std::uint32_t>(impl_->mrs.size());
+  s.cqs = static_cast<std::uint32_t>(impl_->cqs.size());
+  s.qps = static_cast<std::uint32_t>(impl_->qps.size());
+  s.ahs = static_cast<std::uint32_t>(impl_->ahs.size());
+  s.srqs = static_cast<std::uint32_t>(impl_->srqs.size());
+  s.paused = impl_->paused;
+  return s;
+}
+const nicdrv::Device& RdmaDevice::engine() const { return *impl_->engine; }
+
+// ---- Impl ---------------------------------------------------------------------------------------
+RdmaDevice::Impl::Impl(std::shared_ptr<nicdrv::Device> e, EventLoop& l, RdmaDeviceOptions o)
+    : engine(std::move(e)), loop(l), opts(o) {
+  retry_timer = UniqueFd(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
+  if (retry_timer) {
+    auto w = loop.add(retry_timer.get(), EPOLLIN, [this](std::uint32_t) {
+      std::uint64_t n;
+      [[maybe_unused]] auto r = ::read(retry_timer.get(), &n, sizeof n);
+      retry_armed = false;
+      retry_stalled();
+    });
+    if (!w.ok()) log::error("virtio-rdma: cannot watch the retry timer: {}", w.error().message);
+  }
+}
+
+RdmaDevice::Impl::~Impl() {
+  reset();
+  if (retry_timer) loop.remove(retry_timer.get());
+}
+
+GuestView RdmaDevice::Impl::view() const { return host != nullptr ? host->memory() : GuestView(); }
+
+void RdmaDevice::Impl::memory_changed() {
+  auto v = view();
+  log->log.store(v.log());
+}
+
+void RdmaDevice::Impl::queue_ready(Queue& q) {
+  maybe_resume();
+  if (paused) return;
+  switch (q.index()) {
+    case vd::kControlQueue: control(q); break;
+    case vd::kEventQueue: deliver_events(q); break;
+    case vd::kDoorbellQueue: doorbells(q); break;
+    default: break;
+  }
+}
+
+// GET_VRING_BASE on any ring: the engine stops at a consistent point and the device writes
+// nothing more to guest memory until every ring runs again (the vhost-user stop protocol; the
+// migration code captures the device state at this point).
+void RdmaDevice::Impl::queue_stopped(std::uint16_t index) {
+  if (paused) return;
+  pause();
+  log::info("virtio-rdma: ring {} stopped; engine quiesced, nothing is written to guest memory until the rings run again",
+            index);
+}
+
+void RdmaDevice::Impl::pause() {
+  if (paused) return;
+  auto s = engine->quiesce();
+  if (!s.ok()) log::warn("virtio-rdma: the engine could not quiesce: {}", s.error().message);
+  paused = true;
+}
+
+void RdmaDevice::Impl::maybe_resume() {
+  if (!paused || host == nullptr) return;
+  for (std::uint16_t i = 0; i < vd::kNumQueues; ++i)
+    if (!host->queue_running(i)) return;
+  auto s = engine->resume();
+  if (!s.ok()) log::warn("virtio-rdma: the engine could not resume: {}", s.error().message);
+  paused = false;
+  log::info("virtio-rdma: all rings running again; engine resumed");
+  drain_all();
+  retry_pending();
+}
+
+void RdmaDevice::Impl::reset() {
+  // Children before parents, as the engine's ownership rules allow any order anyway.
+  for (auto& [fd, h] : cq_by_fd) loop.remove(fd);
+  cq_by_fd.clear();
+  qps.clear();
+  srqs.clear();
+  ahs.clear();
+  mrs.clear();
+  cqs.clear();
+  pds.clear();
+  pending_sq.clear();
+  pending_rq.clear();
+  pending_srq.clear();
+  events.clear();
+  st.registered_bytes = 0;
+  if (paused) {
+    auto s = engine->resume();
+    if (!s.ok()) log::warn("virtio-rdma: the engine could not resume after reset: {}", s.error().message);
+    paused = false;
+  }
+}
+
+// ---- Completions --------------------------------------------------------------------------------
+namespace {
+
+vd::Cqe to_cqe(const nicdrv::WorkCompletion& wc) {
+  vd::Cqe c{};
+  c.wr_id = wc.wr_id;
+  c.qp_num = wc.qp_num;
+  c.byte_len = wc.byte_len;
+  c.imm_data = wc.imm_data;
+  c.src_qp = wc.src_qp;
+  c.status = static_cast<std::uint8_t>(wc.status);
+  c.opcode = static_cast<std::uint8_t>(wc.opcode);
+  c.wc_flags = static_cast<std::uint8_t>((has(wc.wc_flags, nicdrv::WcFlags::with_imm) ? vd::kWcWithImm : 0) |
+                                         (has(wc.wc_flags, nicdrv::WcFlags::grh) ? vd::kWcGrh : 0));
+  c.vendor_err = wc.vendor_err;
+  return c;
+}
+
+}  // namespace
+
+// Writes one CQE if the guest's ring has room. The CQE's body is written first, its owner
+// (phase) byte last with release order, so a polling driver never sees half a CQE.
+bool RdmaDevice::Impl::write_cqe(std::uint32_t cq_handle, CqObj& cq, const GuestView& g, const vd::Cqe& cqe) {
+  auto consumer = g.read_obj<std::uint32_t>(cq.ring_gpa + offsetof(vd::CqControl, consumer));
+  if (!consumer) return false;
+  if (cq.produced - *consumer >= cq.depth) {
+    if (!cq.stalled) {
+      ++st.cq_overruns;
+      cq.stalled = true;
+      auto ov = g.read_obj<std::uint32_t>(cq.ring_gpa + offsetof(vd::CqControl, overruns));
+      if (ov) (void)g.write_obj(cq.ring_gpa + offsetof(vd::CqControl, overruns), *ov + 1);
+      log::debug("virtio-rdma: CQ {} is full ({} entries unpolled); completions wait in the engine", cq_handle,
+                 cq.depth);
+    }
+    return false;
+  }
+  const std::uint64_t slot = cq.ring_gpa + vd::kCqeOffset + std::uint64_t{cq.produced & (cq.depth - 1)} * sizeof(vd::Cqe);
+  vd::Cqe body = cqe;
+  body.owner = static_cast<std::uint8_t>(vd::cqe_phase(cq.produced, cq.depth) ^ 1u);  // not yet valid
+  if (!g.write(slot, &body, offsetof(vd::Cqe, owner)).ok()) return false;
+  if (!g.write(slot + offsetof(vd::Cqe, vendor_err), &body.vendor_err, sizeof body.vendor_err).ok()) return false;
+  std::atomic_thread_fence(std::memory_order_release);
+  const std::uint8_t phase = vd::cqe_phase(cq.produced, cq.depth);
+  if (!g.write(slot + offsetof(vd::Cqe, owner), &phase, 1).ok()) return false;
+  ++cq.produced;
+  ++st.cqes;
+  cq.stalled = false;
+  (void)g.write_obj(cq.ring_gpa + offsetof(vd::CqControl, producer), cq.produced);
+  // An armed CQ raises one event. The engine's completions do not say whether the message was
+  // solicited, so a solicited-only arm fires on any completion (a spurious wakeup: the driver
+  // polls and finds it, which verbs applications must handle anyway).
+  if (cq.armed) {
+    cq.armed = false;
+    if (!cq.event_queued) {
+      cq.event_queued = true;
+      queue_event(vd::EventType::cq_completion, cq_handle);
+    }
+  }
+  return true;
+}
+
+void RdmaDevice::Impl::drain_cq(std::uint32_t handle) {
+  if (paused || host == nullptr) return;
+  auto it = cqs.find(handle);
+  if (it == cqs.end()) return;
+  CqObj& cq = it->second;
+  const GuestView g = view();
+  std::array<nicdrv::WorkCompletion, 32> wcs;
+  bool any_send = false;
+  for (int round = 0; round < 64; ++round) {
+    auto consumer = g.read_obj<std::uint32_t>(cq.ring_gpa + offsetof(vd::CqControl, consumer));
+    if (!consumer) {
+      log::error("virtio-rdma: CQ {}'s ring at {:#x} is no longer in guest memory; its completions wait", handle,
+                 cq.ring_gpa);
+      return;
+    }
+    const std::uint32_t room = cq.depth - std::min(cq.depth, cq.produced - *consumer);
+    if (room == 0) {
+      if (!cq.stalled) {
+        cq.stalled = true;
+        ++st.cq_overruns;
+      }
+      arm_retry_timer();
+      break;
+    }
+    auto n = cq.eng->poll(std::span(wcs.data(), std::min<std::size_t>(wcs.size(), room)));
+    if (!n) {
+      log::error("virtio-rdma: engine CQ of CQ {} failed: {}", handle, n.error().message);
+      queue_event(vd::EventType::cq_error, handle);
+      return;
+    }
+    for (std::size_t i = 0; i < *n; ++i) {
+      const auto& wc = wcs[i];
+      (void)write_cqe(handle, cq, g, to_cqe(wc));
+      if (static_cast<std::uint8_t>(wc.opcode) < 128) any_send = true;
+      if (wc.status != nicdrv::WcStatus::success && wc.status != nicdrv::WcStatus::wr_flush_err) {
+        for (auto& [qh, qp] : qps) {
+          if (qp.eng->qp_num() == wc.qp_num && !qp.fatal_reported &&
+              qp.eng->state() == nicdrv::QpState::err) {
+            qp.fatal_reported = true;
+            queue_event(vd::EventType::qp_fatal, qh, static_cast<std::uint32_t>(wc.status));
+          }
+        }
+      }
+    }
+    if (*n < wcs.size()) break;
+  }
+  (void)cq.eng->req_notify(false);
+  // Completions that raced the re-arm are picked up by the event fd firing again.
+  if (any_send || !pending_rq.empty() || !pending_srq.empty() || !pending_sq.empty()) retry_pending();
+  if (!events.empty() && host->queue_running(vd::kEventQueue)) host->run_queue(vd::kEventQueue);
+}
+
+void RdmaDevice::Impl::drain_all() {
+  std::vector<std::uint32_t> hs;
+  hs.reserve(cqs.size());
+  for (auto& [h, c] : cqs) hs.push_back(h);
+  for (auto h : hs) drain_cq(h);
+}
+
+void RdmaDevice::Impl::retry_stalled() {
+  std::vector<std::uint32_t> hs;
+  for (auto& [h, c] : cqs)
+    if (c.stalled) hs.push_back(h);
+  for (auto h : hs) drain_cq(h);
+}
+
+void RdmaDevice::Impl::arm_retry_timer() {
+  if (retry_armed || !retry_timer) return;
+  itimerspec its{};
+  its.it_value.tv_nsec = 1'000'000;  // 1 ms: a full CQ is re-checked until the guest polls it
+  if (::timerfd_settime(retry_timer.get(), 0, &its, nullptr) == 0) retry_armed = true;
+}
+
+// ---- Events -------------------------------------------------------------------------------------
+void RdmaDevice::Impl::queue_event(vd::EventType type, std::uint32_t handle, std::uint32_t info) {
+  if (events.size() >= kMaxEvents) {
+    ++st.events_dropped;
+    if (st.events_dropped == 1 || st.events_dropped % 1000 == 0)
+      log::warn("virtio-rdma: the guest posts no event buffers; {} events dropped (the driver must keep the event queue "
+                "filled)", st.events_dropped);
+    return;
+  }
+  events.push_back({type, handle, info});
+}
+
+void RdmaDevice::Impl::deliver_events(Queue& q) {
+  while (!events.empty()) {
+    auto chain = q.pop();
+    if (!chain) return;
+    const auto ev = events.front();
+    events.pop_front();
+    vd::Event e{};
+    e.type = static_cast<std::uint32_t>(ev.type);
+    e.handle = ev.handle;
+    e.info = ev.info;
+    if (ev.type == vd::EventType::cq_completion) {
+      if (auto it = cqs.find(ev.handle); it != cqs.end()) it->second.event_queued = false;
+    }
+    ChainWriter w(q.memory(), *chain);
+    std::uint32_t written = 0;
+    if (w.remaining() >= sizeof e && w.write(&e, sizeof e).ok()) {
+      written = sizeof e;
+      ++st.events;
+    } else {
+      log::warn("virtio-rdma: an event buffer of {} writable bytes is too small for a {}-byte event; event dropped",
+                w.remaining(), sizeof e);
+      ++st.events_dropped;
+    }
+    if (!q.push(*chain, written).ok()) return;
+  }
+}
+
+}  // namespace vrdma::vhost

@@ -1,0 +1,177 @@
+// Private state of the virtio RDMA device model (see rdma_device.hpp for the threading and
+// trust rules). One file per role: device.cpp (queues, events, completions, pause/resume),
+// commands.cpp (the control queue), datapath.cpp (doorbells, work requests), memory.cpp
+// (memory regions over guest pages, the dirty-log observer).
+#pragma once
+
+#include <atomic>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "vrdma/common/fd.hpp"
+#include "vrdma/nicdrv/device.hpp"
+#include "vrdma/vhost/rdma_device.hpp"
+#include "vrdma/vhost/virtio_rdma.hpp"
+
+namespace vrdma::vhost {
+
+namespace vd = vrdma::vrdma_dev;
+
+// The dirty log as the engine thread sees it: swapped whole on memory_changed().
+struct LogRef {
+  std::atomic<std::shared_ptr<DirtyLog>> log;
+};
+
+// Maps the engine's writes into a region back to guest pages and marks them dirty.
+class MrObserver final : public nicdrv::WriteObserver {
+ public:
+  MrObserver(std::shared_ptr<LogRef> log, const std::uint8_t* base, std::uint64_t first_offset,
+             std::uint32_t page_shift, std::vector<std::uint64_t> pages)
+      : log_(std::move(log)), base_(base), off0_(first_offset), shift_(page_shift), pages_(std::move(pages)) {}
+  void on_write(std::uint64_t addr, std::uint64_t len) noexcept override;
+  [[nodiscard]] const std::vector<std::uint64_t>& pages() const { return pages_; }
+
+ private:
+  std::shared_ptr<LogRef> log_;
+  const std::uint8_t* base_;
+  std::uint64_t off0_;
+  std::uint32_t shift_;
+  std::vector<std::uint64_t> pages_;
+};
+
+struct PdObj {
+  std::shared_ptr<nicdrv::ProtectionDomain> eng;
+  std::uint32_t users = 0;  // MRs, QPs, AHs, SRQs in it
+};
+
+struct MrObj {
+  std::uint32_t pd = 0;
+  std::uint64_t iova = 0, length = 0;
+  std::uint32_t access = 0;
+  MmapArea window;  // the alias mapping when the pages were scattered
+  std::vector<std::shared_ptr<const MappedRegion>> regions;  // keeps the mapped pages alive
+  std::shared_ptr<MrObserver> observer;
+  std::shared_ptr<nicdrv::MemoryRegion> eng;
+};
+
+struct CqObj {
+  std::uint32_t depth = 0;
+  std::uint64_t ring_gpa = 0;
+  std::shared_ptr<nicdrv::CompletionQueue> eng;
+  std::uint32_t produced = 0;
+  bool armed = false, solicited_only = false;
+  bool event_queued = false;
+  bool stalled = false;  // the guest's ring was full; retried by the timer
+  std::uint32_t users = 0;
+};
+
+struct WorkRing {
+  std::uint64_t gpa = 0;
+  std::uint32_t depth = 0, stride = 0;
+  std::uint32_t consumed = 0;  // WQEs taken (free-running)
+  std::uint32_t produced = 0;  // last producer index the driver rang
+};
+
+struct QpObj {
+  std::uint32_t pd = 0, send_cq = 0, recv_cq = 0, srq = 0;
+  nicdrv::QpType type = nicdrv::QpType::rc;
+  std::uint32_t max_send_sge = 0, max_recv_sge = 0, max_inline = 0;
+  WorkRing sq, rq;
+  std::uint64_t status_gpa = 0;
+  std::shared_ptr<nicdrv::QueuePair> eng;
+  bool fatal_reported = false;
+};
+
+struct AhObj {
+  std::uint32_t pd = 0;
+  std::shared_ptr<nicdrv::AddressHandle> eng;
+};
+
+struct SrqObj {
+  std::uint32_t pd = 0, max_sge = 0;
+  WorkRing ring;
+  std::uint64_t status_gpa = 0;
+  std::shared_ptr<nicdrv::SharedReceiveQueue> eng;
+  std::uint32_t users = 0;
+};
+
+struct RdmaDevice::Impl {
+  Impl(std::shared_ptr<nicdrv::Device> e, EventLoop& l, RdmaDeviceOptions o);
+  ~Impl();
+
+  // device.cpp
+  void queue_ready(Queue& q);
+  void queue_stopped(std::uint16_t index);
+  void reset();
+  void memory_changed();
+  void pause();
+  void maybe_resume();
+  void drain_cq(std::uint32_t handle);
+  void drain_all();
+  void retry_stalled();
+  void arm_retry_timer();
+  void queue_event(vd::EventType type, std::uint32_t handle, std::uint32_t info = 0);
+  void deliver_events(Queue& q);
+  bool write_cqe(std::uint32_t cq_handle, CqObj& cq, const GuestView& g, const vd::Cqe& cqe);
+  [[nodiscard]] GuestView view() const;
+
+  // commands.cpp
+  void control(Queue& q);
+  std::vector<std::uint8_t> execute(const GuestView& g, std::span<const std::uint8_t> req, vd::Status& status);
+
+  // datapath.cpp
+  void doorbells(Queue& q);
+  void ring_doorbell(const GuestView& g, const vd::Doorbell& db);
+  void post_sq(const GuestView& g, std::uint32_t handle, QpObj& qp);
+  void post_rq(const GuestView& g, std::uint32_t handle, QpObj& qp);
+  void post_srq(const GuestView& g, std::uint32_t handle, SrqObj& srq);
+  void error_cqe(const GuestView& g, std::uint32_t cq_handle, std::uint64_t wr_id, std::uint32_t qp_num, bool recv);
+  void write_status(const GuestView& g, std::uint64_t gpa, std::uint32_t sq, std::uint32_t rq, std::uint32_t state);
+  void retry_pending();
+
+  // memory.cpp
+  Result<MrObj> map_mr(const GuestView& g, const vd::RegMrReq& r);
+
+  std::uint32_t new_handle() {
+    if (next_handle_ == 0) next_handle_ = 1;  // 0 is kNoHandle
+    return next_handle_++;
+  }
+  // A hostile guest can make every command fail: log the first refusals, then one in 1000.
+  bool should_log_refusal() { return ++refusals_ <= 100 || refusals_ % 1000 == 0; }
+  std::uint64_t refusals_ = 0;
+
+  std::shared_ptr<nicdrv::Device> engine;
+  EventLoop& loop;
+  RdmaDeviceOptions opts;
+  DeviceHost* host = nullptr;
+  std::shared_ptr<LogRef> log = std::make_shared<LogRef>();
+  RdmaDeviceStats st;
+  bool paused = false;
+
+  std::uint32_t next_handle_ = 1;
+  std::unordered_map<std::uint32_t, PdObj> pds;
+  std::unordered_map<std::uint32_t, MrObj> mrs;
+  std::unordered_map<std::uint32_t, CqObj> cqs;
+  std::unordered_map<std::uint32_t, QpObj> qps;
+  std::unordered_map<std::uint32_t, AhObj> ahs;
+  std::unordered_map<std::uint32_t, SrqObj> srqs;
+  std::unordered_map<int, std::uint32_t> cq_by_fd;  // engine CQ event fd -> CQ handle
+  std::unordered_set<std::uint32_t> pending_sq;     // QPs whose send ring waits for engine room
+  std::unordered_set<std::uint32_t> pending_rq;
+  std::unordered_set<std::uint32_t> pending_srq;
+
+  struct PendingEvent {
+    vd::EventType type;
+    std::uint32_t handle, info;
+  };
+  std::deque<PendingEvent> events;
+  static constexpr std::size_t kMaxEvents = 4096;
+  UniqueFd retry_timer;
+  bool retry_armed = false;
+};
+
+}  // namespace vrdma::vhost

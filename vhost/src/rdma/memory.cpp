@@ -1,0 +1,113 @@
+// Memory regions over guest pages, in place. A region whose pages are contiguous in one guest
+// memory region is registered straight over that mapping; scattered pages are mapped a second
+// time, contiguously, from the guest memory fds (the same physical pages, never a copy), so
+// every engine — soft or a NIC through ibv_reg_mr — sees one virtually contiguous range.
+#include <sys/mman.h>
+
+#include <fmt/format.h>
+
+#include "impl.hpp"
+#include "vrdma/common/log.hpp"
+
+namespace vrdma::vhost {
+
+void MrObserver::on_write(std::uint64_t addr, std::uint64_t len) noexcept {
+  auto log = log_->log.load(std::memory_order_acquire);
+  if (!log || len == 0) return;
+  const auto base = reinterpret_cast<std::uint64_t>(base_);
+  if (addr < base) return;
+  std::uint64_t off = off0_ + (addr - base);  // offset from the start of pages_[0]
+  const std::uint64_t psize = std::uint64_t{1} << shift_;
+  while (len > 0) {
+    const std::uint64_t page = off >> shift_;
+    if (page >= pages_.size()) return;
+    const std::uint64_t in = off & (psize - 1);
+    const std::uint64_t n = std::min(len, psize - in);
+    log->mark(pages_[page] + in, n);
+    off += n;
+    len -= n;
+  }
+}
+
+Result<MrObj> RdmaDevice::Impl::map_mr(const GuestView& g, const vd::RegMrReq& r) {
+  const auto& lim = opts.limits;
+  if (r.page_shift < 12 || r.page_shift > 30)
+    return make_error(Errc::invalid_argument, fmt::format("page_shift {} is outside 12..30", r.page_shift));
+  if (r.length == 0) return make_error(Errc::invalid_argument, "a memory region of 0 bytes");
+  if (r.iova + r.length < r.iova) return make_error(Errc::invalid_argument, "iova + length wraps the address space");
+  if ((r.access & ~0xfu) != 0) return make_error(Errc::invalid_argument, fmt::format("unknown access bits {:#x}", r.access));
+  if (r.npages == 0 || r.npages > lim.max_mr_pages)
+    return make_error(Errc::limit_exceeded, fmt::format("{} pages is outside 1..{} (the device's max_mr_pages)", r.npages,
+                                                       lim.max_mr_pages));
+  const std::uint64_t psize = std::uint64_t{1} << r.page_shift;
+  const std::uint64_t off0 = r.iova & (psize - 1);
+  if (std::uint64_t{r.npages} * psize < off0 + r.length)
+    return make_error(Errc::invalid_argument,
+                      fmt::format("{} pages of {} bytes cannot hold {} bytes starting {} bytes into the first page",
+                                  r.npages, psize, r.length, off0));
+  if (std::uint64_t{r.npages} * psize > off0 + r.length + psize)
+    return make_error(Errc::invalid_argument, fmt::format("the page list has more pages ({}) than {} bytes need",
+                                                         r.npages, r.length));
+  std::vector<std::uint64_t> pages(r.npages);
+  VRDMA_TRY(g.read(r.pages_gpa, pages.data(), pages.size() * sizeof(std::uint64_t)));
+
+  // Every page: aligned and wholly inside one mapped region. Group pages into runs that are
+  // contiguous in one region.
+  struct Run {
+    std::size_t first, count;
+    const MappedRegion* region;
+    std::uint64_t gpa;
+  };
+  std::vector<Run> runs;
+  std::vector<std::shared_ptr<const MappedRegion>> keep;
+  const auto& regions = g.memory().regions();
+  for (std::size_t i = 0; i < pages.size(); ++i) {
+    const std::uint64_t p = pages[i];
+    if (p % psize != 0) return make_error(Errc::invalid_argument, fmt::format("page {} at {:#x} is not {}-aligned", i, p, psize));
+    const MappedRegion* reg = nullptr;
+    for (const auto& rr : regions)
+      if (p >= rr->gpa() && p - rr->gpa() < rr->size() && rr->size() - (p - rr->gpa()) >= psize) {
+        reg = rr.get();
+        if (keep.empty() || keep.back().get() != reg) keep.push_back(rr);
+        break;
+      }
+    if (reg == nullptr)
+      return make_error(Errc::invalid_argument, fmt::format("page {} [{:#x}, +{:#x}) is not inside guest memory", i, p, psize));
+    if (!runs.empty() && runs.back().region == reg && runs.back().gpa + runs.back().count * psize == p)
+      ++runs.back().count;
+    else
+      runs.push_back({i, 1, reg, p});
+  }
+
+  MrObj mr;
+  const std::uint64_t total = std::uint64_t{r.npages} * psize;
+  if (runs.size() > 1) {
+    if (total > (std::uint64_t{1} << 46)) return make_error(Errc::limit_exceeded, "memory region too large to map");
+    void* win = ::mmap(nullptr, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (win == MAP_FAILED) return errno_error(errno, "reserving address space for a memory region");
+    mr.window = MmapArea(win, total);
+    for (const auto& run : runs) {
+      if (run.region->fd() < 0)
+        return make_error(Errc::not_supported, "guest memory region has no fd to map a scattered memory region from");
+      auto* at = static_cast<std::uint8_t*>(win) + run.first * psize;
+      const auto fd_off = run.region->fd_offset() + (run.gpa - run.region->gpa());
+      void* p = ::mmap(at, run.count * psize, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, run.region->fd(),
+                       static_cast<off_t>(fd_off));
+      if (p == MAP_FAILED) return errno_error(errno, "mapping guest pages for a memory region");
+    }
+  }
+  for (auto& k : keep) mr.regions.push_back(std::move(k));
+  const std::uint8_t* base = nullptr;
+  if (mr.window.data() != nullptr) {
+    base = static_cast<const std::uint8_t*>(mr.window.data());
+  } else {
+    auto span = g.memory().at(pages[0]);
+    if (!span) return span.error();
+    base = span->ptr;
+  }
+  // The engine reports host addresses; base + off0 is the region's first byte as it sees it.
+  mr.observer = std::make_shared<MrObserver>(log, base + off0, off0, r.page_shift, std::move(pages));
+  return mr;
+}
+
+}  // namespace vrdma::vhost

@@ -1,0 +1,156 @@
+// vrdmad: the virtio RDMA device backend, one process per guest device.
+//
+//   vrdmad --socket PATH --engine soft:<ip>|verbs:<ibdev> [--control PATH] [limits...]
+//
+// Serves vhost-user on PATH (to QEMU, or to a libpvverbs process acting as the frontend) and,
+// with --control, a JSON control socket: each connection sends one request line
+// ({"cmd":"status"} or {"cmd":"stats"}) and gets one JSON line back. SIGTERM/SIGINT end it.
+#include <sys/epoll.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstring>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "vrdma/common/log.hpp"
+#include "vrdma/nicdrv/registry.hpp"
+#include "vrdma/vhost/backend.hpp"
+#include "vrdma/vhost/rdma_device.hpp"
+
+using namespace vrdma;
+
+namespace {
+
+nlohmann::json stats_json(const vhost::RdmaDevice& dev, const vhost::BackendServer& srv, const std::string& engine) {
+  const auto s = dev.stats();
+  const auto& b = srv.stats();
+  return {
+      {"engine", engine},
+      {"connected", srv.connected()},
+      {"paused", s.paused},
+      {"objects", {{"pd", s.pds}, {"mr", s.mrs}, {"cq", s.cqs}, {"qp", s.qps}, {"ah", s.ahs}, {"srq", s.srqs}}},
+      {"registered_bytes", s.registered_bytes},
+      {"commands", s.commands},
+      {"command_errors", s.command_errors},
+      {"doorbells", s.doorbells},
+      {"doorbell_errors", s.doorbell_errors},
+      {"send_wqes", s.send_wqes},
+      {"recv_wqes", s.recv_wqes},
+      {"wqe_errors", s.wqe_errors},
+      {"cqes", s.cqes},
+      {"cq_overruns", s.cq_overruns},
+      {"events", s.events},
+      {"events_dropped", s.events_dropped},
+      {"vhost", {{"connections", b.connections}, {"messages", b.messages}, {"rejected", b.rejected}, {"kicks", b.kicks}}},
+  };
+}
+
+Result<UniqueFd> listen_unix(const std::string& path) {
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!fd) return errno_error(errno, "creating the control socket");
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  if (path.size() >= sizeof a.sun_path) return make_error(Errc::invalid_argument, "control socket path too long: " + path);
+  std::memcpy(a.sun_path, path.c_str(), path.size() + 1);
+  ::unlink(path.c_str());
+  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return errno_error(errno, "binding " + path);
+  if (::listen(fd.get(), 8) != 0) return errno_error(errno, "listening on " + path);
+  return fd;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"vrdmad: virtio RDMA device backend (vhost-user), one process per guest device"};
+  std::string sock, engine_name, control;
+  vhost::RdmaDeviceOptions opts;
+  auto& lim = opts.limits;
+  app.add_option("--socket", sock, "vhost-user socket to serve")->required();
+  app.add_option("--engine", engine_name, "RDMA engine: soft:<ip|ifname>[?opts] or verbs:<ibdev|pci>")->required();
+  app.add_option("--control", control, "JSON control socket (status, stats)");
+  app.add_option("--max-qp", lim.max_qp, "QPs per guest")->capture_default_str();
+  app.add_option("--max-cq", lim.max_cq, "CQs per guest")->capture_default_str();
+  app.add_option("--max-mr", lim.max_mr, "MRs per guest")->capture_default_str();
+  app.add_option("--max-pd", lim.max_pd, "PDs per guest")->capture_default_str();
+  app.add_option("--max-registered-bytes", lim.max_registered_bytes, "registered memory per guest, in bytes")
+      ->capture_default_str();
+  app.add_option("--max-qp-wr", lim.max_qp_wr, "work requests per queue")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  // One fd per CQ (its engine event fd): allow as many as the hard limit permits.
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    (void)::setrlimit(RLIMIT_NOFILE, &rl);
+  }
+
+  auto engine = nicdrv::open_device(engine_name);
+  if (!engine) {
+    log::error("vrdmad: cannot open engine {}: {}", engine_name, engine.error().message);
+    return 1;
+  }
+  auto loop = vhost::EventLoop::create();
+  if (!loop) {
+    log::error("vrdmad: {}", loop.error().message);
+    return 1;
+  }
+  vhost::RdmaDevice dev(*engine, *loop, opts);
+  auto srv = vhost::BackendServer::listen(sock, dev, *loop);
+  if (!srv) {
+    log::error("vrdmad: cannot serve {}: {}", sock, srv.error().message);
+    return 1;
+  }
+
+  sigset_t mask;
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGTERM);
+  sigaddset(&mask, SIGINT);
+  sigprocmask(SIG_BLOCK, &mask, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+  UniqueFd sfd(::signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK));
+  (void)loop->add(sfd.get(), EPOLLIN, [&](std::uint32_t) { loop->stop(); });
+
+  UniqueFd ctl;
+  if (!control.empty()) {
+    auto l = listen_unix(control);
+    if (!l) {
+      log::error("vrdmad: {}", l.error().message);
+      return 1;
+    }
+    ctl = std::move(*l);
+    (void)loop->add(ctl.get(), EPOLLIN, [&](std::uint32_t) {
+      UniqueFd c(::accept4(ctl.get(), nullptr, nullptr, SOCK_CLOEXEC));
+      if (!c) return;
+      timeval tv{1, 0};
+      ::setsockopt(c.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+      char buf[512];
+      const auto n = ::recv(c.get(), buf, sizeof buf - 1, 0);
+      nlohmann::json reply;
+      if (n <= 0) return;
+      auto req = nlohmann::json::parse(std::string(buf, static_cast<std::size_t>(n)), nullptr, false);
+      if (req.is_discarded() || !req.is_object() || !req.contains("cmd") || !req["cmd"].is_string()) {
+        reply = {{"error", "the request is not a JSON object with a \"cmd\" string; send {\"cmd\":\"status\"}"}};
+      } else if (req["cmd"] == "status" || req["cmd"] == "stats") {
+        reply = stats_json(dev, **srv, engine_name);
+      } else {
+        reply = {{"error", "unknown command " + req["cmd"].get<std::string>() + "; commands: status, stats"}};
+      }
+      const auto out = reply.dump() + "\n";
+      [[maybe_unused]] auto w = ::send(c.get(), out.data(), out.size(), MSG_NOSIGNAL);
+    });
+  }
+
+  log::info("vrdmad: serving {} on engine {}{}", sock, engine_name, control.empty() ? "" : ", control " + control);
+  auto st = loop->run();
+  if (!st.ok()) log::error("vrdmad: event loop failed: {}", st.error().message);
+  log::info("vrdmad: exiting: {}", stats_json(dev, **srv, engine_name).dump());
+  if (!control.empty()) ::unlink(control.c_str());
+  return st.ok() ? 0 : 1;
+}
