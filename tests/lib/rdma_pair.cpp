@@ -27,7 +27,9 @@ Result<Endpoint> make_endpoint(std::shared_ptr<Device> dev, const PairOptions& o
   auto qp = e.pd->create_qp(ia);
   if (!qp) return std::move(qp).error();
   e.qp = *qp;
-  e.buf.assign(o.buf_bytes, 0);
+  auto mem = e.dev->alloc_buffer(o.buf_bytes);
+  if (!mem) return std::move(mem).error();
+  e.buf.mem = *mem;
   auto mr = e.pd->reg_mr(e.buf.data(), e.buf.size(), o.access);
   if (!mr) return std::move(mr).error();
   e.mr = *mr;

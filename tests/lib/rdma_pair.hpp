@@ -20,13 +20,24 @@ inline std::ostream& operator<<(std::ostream& o, QpState s) { return o << to_str
 
 namespace vrdma::test {
 
+// A registered buffer from Device::alloc_buffer (so endpoints work over every provider, pv
+// included), with the vector-like accessors tests use.
+struct DeviceBuffer {
+  std::shared_ptr<nicdrv::Buffer> mem;
+  [[nodiscard]] std::uint8_t* data() const { return mem->data(); }
+  [[nodiscard]] std::size_t size() const { return mem ? mem->size() : 0; }
+  [[nodiscard]] std::uint8_t* begin() const { return data(); }
+  [[nodiscard]] std::uint8_t* end() const { return data() + size(); }
+  std::uint8_t& operator[](std::size_t i) const { return data()[i]; }
+};
+
 struct Endpoint {
   std::shared_ptr<nicdrv::Device> dev;
   std::shared_ptr<nicdrv::ProtectionDomain> pd;
   std::shared_ptr<nicdrv::CompletionQueue> cq;
   std::shared_ptr<nicdrv::QueuePair> qp;
-  std::vector<std::uint8_t> buf;
-  std::shared_ptr<nicdrv::MemoryRegion> mr;
+  DeviceBuffer buf;
+  std::shared_ptr<nicdrv::MemoryRegion> mr;  // declared after buf: deregistered before it is freed
   nicdrv::Gid gid;
 };
 

@@ -1,0 +1,363 @@
+// The virtio RDMA device end to end: two vrdmad processes, each in its own network namespace
+// ("host") with a soft engine on that host's address, and libpvverbs (the pv provider) in this
+// process as the frontend of both. Every opcode, sizes 0 B..16 MiB, data checked; a pv
+// application against a plain soft engine; per-guest limits; 16,384 QPs and CQs on one device.
+#define BOOST_TEST_MODULE vrdmad_pv
+#include <boost/test/unit_test.hpp>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "check.hpp"
+#include "netns.hpp"
+#include "process.hpp"
+#include "rdma_pair.hpp"
+#include "vrdma/nicdrv/registry.hpp"
+
+using namespace vrdma;
+using namespace vrdma::nicdrv;
+using namespace vrdma::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct Vrdmad {
+  std::string sock, ctl, log;
+  std::unique_ptr<Child> child;
+  Vrdmad(const TempDir& dir, const std::string& name, const std::string& ns, const std::string& engine,
+         std::vector<std::string> extra = {}) {
+    sock = dir.file(name + ".sock");
+    ctl = dir.file(name + ".ctl");
+    log = dir.file(name + ".log");
+    std::vector<std::string> argv;
+    if (!ns.empty()) argv = {"/usr/sbin/ip", "netns", "exec", ns};
+    for (auto a : {std::string(VRDMAD), std::string("--socket"), sock, std::string("--engine"), engine,
+                   std::string("--control"), ctl})
+      argv.push_back(a);
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    child = std::make_unique<Child>(argv, log);
+    BOOST_REQUIRE_MESSAGE(wait_for_path(ctl, 10000), "vrdmad did not start; log:\n" + read_file(log));
+  }
+  ~Vrdmad() {
+    if (child) child->stop(SIGTERM);
+  }
+  [[nodiscard]] std::string device() const { return "pv:" + sock; }
+  nlohmann::json status() const {
+    int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::strncpy(a.sun_path, ctl.c_str(), sizeof a.sun_path - 1);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+      ::close(fd);
+      return {};
+    }
+    const std::string req = R"({"cmd":"status"})";
+    (void)::send(fd, req.data(), req.size(), MSG_NOSIGNAL);
+    std::string out;
+    char buf[4096];
+    ssize_t n;
+    while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) {
+      out.append(buf, static_cast<std::size_t>(n));
+      if (out.find('\n') != std::string::npos) break;
+    }
+    ::close(fd);
+    return nlohmann::json::parse(out, nullptr, false);
+  }
+};
+
+std::shared_ptr<Device> open_dev(const std::string& name) {
+  auto d = open_device(name);
+  BOOST_REQUIRE_MESSAGE(d.ok(), "open " + name + ": " + (d ? std::string() : d.error().message));
+  return *d;
+}
+
+struct TwoHosts {
+  NetnsPair net{"vpv", 231};
+  TempDir dir;
+  std::unique_ptr<Vrdmad> a, b;
+  TwoHosts() {
+    BOOST_REQUIRE_MESSAGE(net.ok(), "cannot create network namespaces (needs root)");
+    a = std::make_unique<Vrdmad>(dir, "a", net.ns_a(), "soft:" + net.ip_a());
+    b = std::make_unique<Vrdmad>(dir, "b", net.ns_b(), "soft:" + net.ip_b());
+  }
+};
+
+void post_recv(Endpoint& e, std::size_t off, std::size_t len, std::uint64_t id) {
+  Sge s{reinterpret_cast<std::uint64_t>(e.buf.data() + off), static_cast<std::uint32_t>(len), e.mr->lkey()};
+  RecvWr r{id, std::span<const Sge>(&s, 1)};
+  VRDMA_REQUIRE_OK(e.qp->post_recv(std::span(&r, 1)));
+}
+
+WorkCompletion one(Endpoint& e, const char* what) {
+  auto wcs = wait_cq(*e.cq, 1, 30s);
+  BOOST_REQUIRE_MESSAGE(wcs.size() == 1, std::string("no completion for ") + what);
+  return wcs[0];
+}
+
+// Every opcode between two endpoints, data checked, for a ladder of sizes.
+void every_opcode(Endpoint& a, Endpoint& b, std::size_t max_size) {
+  const std::size_t half = a.buf.size() / 2;
+  std::uint64_t seed = 1;
+  std::vector<std::size_t> sizes{0, 1, 63, 4096, 65537, 1 << 20};
+  if (max_size >= (16u << 20)) sizes.push_back(16u << 20);
+  for (std::size_t size : sizes) {
+    BOOST_TEST_CONTEXT("size " << size) {
+      // SEND and SEND_WITH_IMM: a's [0,size) into b's [half, half+size).
+      for (bool imm : {false, true}) {
+        fill_pattern(a.buf.data(), size, ++seed);
+        post_recv(b, half, size, 7);
+        Sge s{reinterpret_cast<std::uint64_t>(a.buf.data()), static_cast<std::uint32_t>(size), a.mr->lkey()};
+        SendWr w;
+        w.wr_id = 1;
+        w.opcode = imm ? WrOpcode::send_with_imm : WrOpcode::send;
+        w.flags = SendFlags::signaled;
+        w.imm_data = 0xabcd1234;
+        w.sg_list = std::span<const Sge>(&s, size > 0 ? 1 : 0);
+        VRDMA_REQUIRE_OK(a.qp->post_send(std::span(&w, 1)));
+        auto sc = one(a, "send");
+        BOOST_CHECK_EQUAL(sc.status, WcStatus::success);
+        auto rc = one(b, "recv");
+        BOOST_CHECK_EQUAL(rc.status, WcStatus::success);
+        BOOST_CHECK_EQUAL(rc.byte_len, size);
+        BOOST_CHECK_EQUAL(rc.wr_id, 7u);
+        BOOST_CHECK(has(rc.wc_flags, WcFlags::with_imm) == imm);
+        if (imm) BOOST_CHECK_EQUAL(rc.imm_data, 0xabcd1234u);
+        BOOST_CHECK(check_pattern(b.buf.data() + half, size, seed));
+      }
+      // RDMA WRITE (and WITH_IMM, which consumes a receive).
+      for (bool imm : {false, true}) {
+        fill_pattern(a.buf.data(), size, ++seed);
+        if (imm) post_recv(b, 0, 0, 9);
+        Sge s{reinterpret_cast<std::uint64_t>(a.buf.data()), static_cast<std::uint32_t>(size), a.mr->lkey()};
+        SendWr w;
+        w.wr_id = 2;
+        w.opcode = imm ? WrOpcode::rdma_write_with_imm : WrOpcode::rdma_write;
+        w.flags = SendFlags::signaled;
+        w.imm_data = 77;
+        w.sg_list = std::span<const Sge>(&s, size > 0 ? 1 : 0);
+        w.rdma.remote_addr = b.mr->addr() + half;
+        w.rdma.rkey = b.mr->rkey();
+        VRDMA_REQUIRE_OK(a.qp->post_send(std::span(&w, 1)));
+        BOOST_CHECK_EQUAL(one(a, "write").status, WcStatus::success);
+        if (imm) {
+          auto rc = one(b, "write imm");
+          BOOST_CHECK_EQUAL(rc.status, WcStatus::success);
+          BOOST_CHECK_EQUAL(rc.opcode, WcOpcode::recv_rdma_with_imm);
+          BOOST_CHECK_EQUAL(rc.imm_data, 77u);
+        }
+        BOOST_CHECK(check_pattern(b.buf.data() + half, size, seed));
+      }
+      // RDMA READ: b's [half, +size) into a's [half, +size).
+      {
+        fill_pattern(b.buf.data() + half, size, ++seed);
+        std::memset(a.buf.data() + half, 0, size);
+        Sge s{reinterpret_cast<std::uint64_t>(a.buf.data() + half), static_cast<std::uint32_t>(size), a.mr->lkey()};
+        SendWr w;
+        w.wr_id = 3;
+        w.opcode = WrOpcode::rdma_read;
+        w.flags = SendFlags::signaled;
+        w.sg_list = std::span<const Sge>(&s, size > 0 ? 1 : 0);
+        w.rdma.remote_addr = b.mr->addr() + half;
+        w.rdma.rkey = b.mr->rkey();
+        VRDMA_REQUIRE_OK(a.qp->post_send(std::span(&w, 1)));
+        BOOST_CHECK_EQUAL(one(a, "read").status, WcStatus::success);
+        BOOST_CHECK(check_pattern(a.buf.data() + half, size, seed));
+      }
+    }
+  }
+  // Atomics on an 8-byte word of b.
+  std::uint64_t* word = reinterpret_cast<std::uint64_t*>(b.buf.data() + 64);
+  *word = 40;
+  auto atomic = [&](WrOpcode op, std::uint64_t cmp_add, std::uint64_t swap) {
+    Sge s{reinterpret_cast<std::uint64_t>(a.buf.data() + 128), 8, a.mr->lkey()};
+    SendWr w;
+    w.wr_id = 4;
+    w.opcode = op;
+    w.flags = SendFlags::signaled;
+    w.sg_list = std::span<const Sge>(&s, 1);
+    w.atomic.remote_addr = b.mr->addr() + 64;
+    w.atomic.rkey = b.mr->rkey();
+    w.atomic.compare_add = cmp_add;
+    w.atomic.swap = swap;
+    VRDMA_REQUIRE_OK(a.qp->post_send(std::span(&w, 1)));
+    BOOST_CHECK_EQUAL(one(a, "atomic").status, WcStatus::success);
+    std::uint64_t old;
+    std::memcpy(&old, a.buf.data() + 128, 8);
+    return old;
+  };
+  BOOST_CHECK_EQUAL(atomic(WrOpcode::atomic_fetch_and_add, 2, 0), 40u);
+  BOOST_CHECK_EQUAL(*word, 42u);
+  BOOST_CHECK_EQUAL(atomic(WrOpcode::atomic_cmp_and_swp, 42, 1000), 42u);
+  BOOST_CHECK_EQUAL(*word, 1000u);
+  BOOST_CHECK_EQUAL(atomic(WrOpcode::atomic_cmp_and_swp, 42, 5), 1000u);
+  BOOST_CHECK_EQUAL(*word, 1000u);
+}
+
+PairOptions big_pair() {
+  PairOptions o;
+  o.buf_bytes = 40u << 20;  // two 16 MiB halves and room for atomics
+  o.mtu = Mtu::mtu4096;
+  return o;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(pv_to_pv_every_opcode_across_two_hosts) {
+  TwoHosts h;
+  auto da = open_dev(h.a->device() + "?ram_mib=192");
+  auto db = open_dev(h.b->device() + "?ram_mib=192");
+  auto o = big_pair();
+  auto a = make_endpoint(da, o);
+  VRDMA_REQUIRE_OK(a);
+  auto b = make_endpoint(db, o);
+  VRDMA_REQUIRE_OK(b);
+  VRDMA_REQUIRE_OK(connect(*a, *b, o));
+  every_opcode(*a, *b, 16u << 20);
+  every_opcode(*b, *a, 1u << 20);
+  // The devices really went through vrdmad: its counters saw the work.
+  auto st = h.a->status();
+  BOOST_REQUIRE(st.is_object());
+  BOOST_CHECK_GT(st["send_wqes"].get<std::uint64_t>(), 30u);
+  BOOST_CHECK_GT(st["cqes"].get<std::uint64_t>(), 30u);
+  BOOST_CHECK_EQUAL(st["objects"]["qp"].get<int>(), 1);
+  BOOST_CHECK_EQUAL(st["command_errors"].get<int>(), 0);
+}
+
+BOOST_AUTO_TEST_CASE(pv_against_a_plain_soft_engine) {
+  NetnsPair net{"vpp", 235};
+  BOOST_REQUIRE(net.ok());
+  TempDir dir;
+  Vrdmad v(dir, "a", net.ns_a(), "soft:" + net.ip_a());
+  auto da = open_dev(v.device() + "?ram_mib=64");
+  std::shared_ptr<Device> soft;
+  // A plain soft engine of this process on host b (its socket lives in b's namespace).
+  BOOST_REQUIRE(run_in_netns(net.ns_b(), [&] {
+    auto d = open_device("soft:" + net.ip_b());
+    if (d) soft = *d;
+  }));
+  BOOST_REQUIRE(soft);
+  PairOptions o;
+  o.buf_bytes = 4u << 20;
+  auto a = make_endpoint(da, o);
+  VRDMA_REQUIRE_OK(a);
+  auto b = make_endpoint(soft, o);
+  VRDMA_REQUIRE_OK(b);
+  VRDMA_REQUIRE_OK(connect(*a, *b, o));
+  every_opcode(*a, *b, 1u << 20);
+  every_opcode(*b, *a, 1u << 20);
+}
+
+BOOST_AUTO_TEST_CASE(per_guest_limits_are_enforced) {
+  NetnsPair net{"vpl", 232};
+  BOOST_REQUIRE(net.ok());
+  TempDir dir;
+  Vrdmad v(dir, "lim", net.ns_a(), "soft:" + net.ip_a(),
+           {"--max-qp", "3", "--max-cq", "2", "--max-registered-bytes", std::to_string(3u << 20)});
+  auto d = open_dev(v.device() + "?ram_mib=64");
+  auto pd = d->alloc_pd();
+  VRDMA_REQUIRE_OK(pd);
+  auto cq1 = d->create_cq(16);
+  auto cq2 = d->create_cq(16);
+  VRDMA_REQUIRE_OK(cq1);
+  VRDMA_REQUIRE_OK(cq2);
+  auto cq3 = d->create_cq(16);
+  BOOST_REQUIRE(!cq3.ok());
+  BOOST_CHECK(cq3.error().is(Errc::limit_exceeded));
+  QpInitAttr ia;
+  ia.send_cq = cq1->get();
+  ia.recv_cq = cq1->get();
+  ia.cap.max_send_wr = ia.cap.max_recv_wr = 8;
+  std::vector<std::shared_ptr<QueuePair>> qps;
+  for (int i = 0; i < 3; ++i) {
+    auto q = (*pd)->create_qp(ia);
+    VRDMA_REQUIRE_OK(q);
+    qps.push_back(*q);
+  }
+  auto q4 = (*pd)->create_qp(ia);
+  BOOST_REQUIRE(!q4.ok());
+  BOOST_CHECK(q4.error().is(Errc::limit_exceeded));
+  qps.pop_back();  // destroying one frees its slot
+  auto q5 = (*pd)->create_qp(ia);
+  VRDMA_CHECK_OK(q5);
+  auto buf = d->alloc_buffer(4u << 20);
+  VRDMA_REQUIRE_OK(buf);
+  auto m1 = (*pd)->reg_mr((*buf)->data(), 2u << 20, Access::local_write);
+  VRDMA_REQUIRE_OK(m1);
+  auto m2 = (*pd)->reg_mr((*buf)->data() + (2u << 20), 2u << 20, Access::local_write);
+  BOOST_REQUIRE(!m2.ok());
+  BOOST_CHECK(m2.error().is(Errc::limit_exceeded));
+  // A CQ still used by QPs cannot go; the device says busy, and the guest's objects stay.
+  auto st = v.status();
+  BOOST_CHECK_EQUAL(st["objects"]["qp"].get<int>(), 3);
+  BOOST_CHECK_EQUAL(st["registered_bytes"].get<std::uint64_t>(), 2u << 20);
+}
+
+BOOST_AUTO_TEST_CASE(one_device_serves_16384_qps_and_cqs) {
+  NetnsPair net{"vps", 234};
+  BOOST_REQUIRE(net.ok());
+  TempDir dir;
+  Vrdmad v(dir, "scale", net.ns_a(), "soft:" + net.ip_a());
+  auto d = open_dev(v.device() + "?ram_mib=640");
+  auto pd = d->alloc_pd();
+  VRDMA_REQUIRE_OK(pd);
+  constexpr int kN = 16384;
+  std::vector<std::shared_ptr<CompletionQueue>> cqs;
+  std::vector<std::shared_ptr<QueuePair>> qps;
+  cqs.reserve(kN);
+  qps.reserve(kN);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < kN; ++i) {
+    auto cq = d->create_cq(4);
+    VRDMA_REQUIRE_OK(cq);
+    QpInitAttr ia;
+    ia.send_cq = cq->get();
+    ia.recv_cq = cq->get();
+    ia.cap.max_send_wr = ia.cap.max_recv_wr = 4;
+    auto qp = (*pd)->create_qp(ia);
+    VRDMA_REQUIRE_OK(qp);
+    cqs.push_back(*cq);
+    qps.push_back(*qp);
+  }
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+  BOOST_TEST_MESSAGE("created " << kN << " CQs and " << kN << " QPs in " << ms << " ms");
+  auto st = v.status();
+  BOOST_CHECK_EQUAL(st["objects"]["qp"].get<int>(), kN);
+  BOOST_CHECK_EQUAL(st["objects"]["cq"].get<int>(), kN);
+  // The last QP works: loop it back to itself over the engine (RC to its own QPN).
+  QpAttr a;
+  using M = QpAttrMask;
+  auto& qp = qps.back();
+  a.qp_state = QpState::init;
+  a.qp_access_flags = Access::local_write | Access::remote_write;
+  VRDMA_REQUIRE_OK(qp->modify(a, M::state | M::pkey_index | M::port | M::access_flags));
+  a.qp_state = QpState::rtr;
+  a.dest_qp_num = qp->qp_num();
+  auto gid = d->query_gid(0);
+  VRDMA_REQUIRE_OK(gid);
+  a.ah_attr.dgid = gid->gid;
+  VRDMA_REQUIRE_OK(qp->modify(a, M::state | M::av | M::path_mtu | M::dest_qpn | M::rq_psn | M::max_dest_rd_atomic |
+                                     M::min_rnr_timer));
+  a.qp_state = QpState::rts;
+  VRDMA_REQUIRE_OK(qp->modify(a, M::state | M::sq_psn | M::timeout | M::retry_cnt | M::rnr_retry | M::max_qp_rd_atomic));
+  auto buf = d->alloc_buffer(8192);
+  VRDMA_REQUIRE_OK(buf);
+  auto mr = (*pd)->reg_mr((*buf)->data(), 8192, Access::local_write | Access::remote_write);
+  VRDMA_REQUIRE_OK(mr);
+  fill_pattern((*buf)->data(), 4096, 99);
+  Sge s{reinterpret_cast<std::uint64_t>((*buf)->data()), 4096, (*mr)->lkey()};
+  SendWr w;
+  w.opcode = WrOpcode::rdma_write;
+  w.flags = SendFlags::signaled;
+  w.sg_list = std::span<const Sge>(&s, 1);
+  w.rdma.remote_addr = (*mr)->addr() + 4096;
+  w.rdma.rkey = (*mr)->rkey();
+  VRDMA_REQUIRE_OK(qp->post_send(std::span(&w, 1)));
+  auto wcs = wait_cq(*cqs.back(), 1, 30s);
+  BOOST_REQUIRE_EQUAL(wcs.size(), 1u);
+  BOOST_CHECK_EQUAL(wcs[0].status, WcStatus::success);
+  BOOST_CHECK(check_pattern((*buf)->data() + 4096, 4096, 99));
+}
