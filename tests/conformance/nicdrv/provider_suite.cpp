@@ -1,0 +1,1084 @@
+// One conformance suite for every nicdrv provider (soft, verbs, pv): the whole API, over two
+// devices, a requester side A and a responder side B, that can reach each other.
+//
+// Which devices:
+//   VRDMA_SUITE_DEVICES="<A>,<B>"   (or: provider_suite -- --devices=<A>,<B>); one name = both sides
+//   VRDMA_SUITE_PROVIDER=verbs      the first device list_devices() reports for that provider, both sides
+// With no device to test, it prints "SKIP: ..." and exits 77 (ctest SKIP_RETURN_CODE).
+//
+// Provider-neutral on purpose: every buffer it registers comes from Device::alloc_buffer (the pv
+// provider can only register memory it hands out), it uses nothing but the public API, and a
+// capability a device lacks (atomics, SRQ, inline, requested keys) is checked as "not supported"
+// with the device's name or skipped with a message, never assumed.
+#define BOOST_TEST_MODULE nicdrv_provider_suite
+#define BOOST_TEST_NO_MAIN
+#include <fcntl.h>
+#include <poll.h>
+
+#include <boost/test/unit_test.hpp>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <set>
+#include <thread>
+
+#include "check.hpp"
+#include "rdma_pair.hpp"
+#include "vrdma/nicdrv/qp_state.hpp"
+#include "vrdma/nicdrv/registry.hpp"
+
+using namespace vrdma;
+using namespace vrdma::nicdrv;
+using namespace std::chrono_literals;
+
+// check.hpp's macros evaluate their argument twice; these take a call's result once.
+#define REQUIRE_OK_ONCE(expr)   \
+  do {                          \
+    auto once_ = (expr);        \
+    VRDMA_REQUIRE_OK(once_);    \
+  } while (0)
+#define CHECK_OK_ONCE(expr)     \
+  do {                          \
+    auto once_ = (expr);        \
+    VRDMA_CHECK_OK(once_);      \
+  } while (0)
+
+namespace {
+
+std::string g_dev_a, g_dev_b;
+
+struct Opts {
+  QpType type = QpType::rc;
+  std::size_t buf_bytes = 2 << 20;
+  std::uint32_t sq_depth = 64, rq_depth = 64, cq_depth = 1024, max_sge = 4, inline_bytes = 0;
+  std::uint8_t timeout = 14, retry_cnt = 7, rnr_retry = 7, min_rnr_timer = 1;
+  std::uint32_t qkey = 0x11111111;
+  Access access = Access::local_write | Access::remote_write | Access::remote_read | Access::remote_atomic;
+  std::uint32_t psn_a = 0x123456, psn_b = 0xfffff0;  // B's near the 24-bit wrap on purpose
+};
+
+// One side: device, PD, CQ (send and receive), QP, a registered buffer from the device itself.
+// Members are destroyed bottom-up, so the MR goes before the buffer it covers.
+struct Side {
+  std::string name;  // the device's, kept for messages after `dev` is released
+  std::shared_ptr<Device> dev;
+  std::shared_ptr<ProtectionDomain> pd;
+  std::shared_ptr<CompletionQueue> cq;
+  std::shared_ptr<QueuePair> qp;
+  std::shared_ptr<Buffer> buf;
+  std::shared_ptr<MemoryRegion> mr;
+  GidEntry gid;
+  Mtu active_mtu = Mtu::mtu1024;
+
+  std::uint8_t* at(std::size_t off) const { return buf->data() + off; }
+  Sge sge(std::size_t off, std::size_t len) const {
+    return Sge{mr->addr() + off, static_cast<std::uint32_t>(len), mr->lkey()};
+  }
+};
+
+std::shared_ptr<Device> open_or_fail(const std::string& name) {
+  auto d = open_device(name);
+  VRDMA_REQUIRE_OK(d);
+  return *d;
+}
+
+// The GID peers address: a RoCE v2 IPv4-mapped one if the device has it, else the first.
+GidEntry pick_gid(Device& d) {
+  auto t = d.gid_table(1);
+  VRDMA_REQUIRE_OK(t);
+  BOOST_REQUIRE_MESSAGE(!t->empty(), d.name() + " has an empty GID table");
+  for (const auto& g : *t)
+    if (g.type == GidType::roce_v2 && g.gid.is_ipv4_mapped()) return g;
+  return t->front();
+}
+
+std::shared_ptr<QueuePair> make_qp(Side& s, const Opts& o, SharedReceiveQueue* srq = nullptr) {
+  QpInitAttr ia;
+  ia.type = o.type;
+  ia.send_cq = s.cq.get();
+  ia.recv_cq = s.cq.get();
+  ia.srq = srq;
+  ia.cap.max_send_wr = o.sq_depth;
+  ia.cap.max_recv_wr = srq != nullptr ? 0 : o.rq_depth;
+  ia.cap.max_send_sge = o.max_sge;
+  ia.cap.max_recv_sge = srq != nullptr ? 0 : o.max_sge;
+  ia.cap.max_inline_data = o.inline_bytes;
+  auto qp = s.pd->create_qp(ia);
+  VRDMA_REQUIRE_OK(qp);
+  return *qp;
+}
+
+Side make_side(const std::string& name, const Opts& o) {
+  Side s;
+  s.name = name;
+  s.dev = open_or_fail(name);
+  auto pd = s.dev->alloc_pd();
+  VRDMA_REQUIRE_OK(pd);
+  s.pd = *pd;
+  auto cq = s.dev->create_cq(o.cq_depth);
+  VRDMA_REQUIRE_OK(cq);
+  s.cq = *cq;
+  s.qp = make_qp(s, o);
+  auto b = s.dev->alloc_buffer(o.buf_bytes);
+  VRDMA_REQUIRE_OK(b);
+  s.buf = *b;
+  BOOST_REQUIRE_GE(s.buf->size(), o.buf_bytes);
+  auto mr = s.pd->reg_mr(s.buf->data(), o.buf_bytes, o.access);
+  VRDMA_REQUIRE_OK(mr);
+  s.mr = *mr;
+  s.gid = pick_gid(*s.dev);
+  auto p = s.dev->query_port(1);
+  VRDMA_REQUIRE_OK(p);
+  s.active_mtu = p->active_mtu;
+  return s;
+}
+
+std::uint8_t rd_atomic_of(const Device& a, const Device& b) {
+  auto da = a.query_device(), db = b.query_device();
+  VRDMA_REQUIRE_OK(da);
+  VRDMA_REQUIRE_OK(db);
+  std::uint32_t v = std::min({16u, da->max_qp_init_rd_atom, db->max_qp_rd_atom, da->max_qp_rd_atom, db->max_qp_init_rd_atom});
+  return static_cast<std::uint8_t>(std::max(v, 1u));
+}
+
+struct Link {
+  Mtu mtu = Mtu::mtu1024;
+  std::uint8_t rd_atomic = 1;
+};
+
+// RESET -> INIT -> RTR -> RTS, pointing `self` at `peer`.
+Status bring_up(QueuePair& self, const Side& me, QueuePair& peer, const Side& other, std::uint32_t my_psn,
+                std::uint32_t peer_psn, const Opts& o, const Link& l) {
+  using M = QpAttrMask;
+  const bool rc = o.type == QpType::rc;
+  QpAttr a;
+  a.qp_state = QpState::init;
+  a.pkey_index = 0;
+  a.port_num = 1;
+  a.qp_access_flags = o.access;
+  a.qkey = o.qkey;
+  VRDMA_TRY(self.modify(a, M::state | M::pkey_index | M::port | (rc ? M::access_flags : M::qkey)));
+  a.qp_state = QpState::rtr;
+  if (rc) {
+    a.path_mtu = l.mtu;
+    a.dest_qp_num = peer.qp_num();
+    a.rq_psn = peer_psn;
+    a.max_dest_rd_atomic = l.rd_atomic;
+    a.min_rnr_timer = o.min_rnr_timer;
+    a.ah_attr.dgid = other.gid.gid;
+    a.ah_attr.sgid_index = static_cast<std::uint8_t>(me.gid.index);
+    VRDMA_TRY(self.modify(a, M::state | M::av | M::path_mtu | M::dest_qpn | M::rq_psn | M::max_dest_rd_atomic |
+                                 M::min_rnr_timer));
+  } else {
+    VRDMA_TRY(self.modify(a, M::state));
+  }
+  a.qp_state = QpState::rts;
+  a.sq_psn = my_psn;
+  a.timeout = o.timeout;
+  a.retry_cnt = o.retry_cnt;
+  a.rnr_retry = o.rnr_retry;
+  a.max_rd_atomic = l.rd_atomic;
+  if (rc) return self.modify(a, M::state | M::sq_psn | M::timeout | M::retry_cnt | M::rnr_retry | M::max_qp_rd_atomic);
+  return self.modify(a, M::state | M::sq_psn);
+}
+
+struct Pair {
+  Opts o;
+  Side a, b;
+  Link l;
+  explicit Pair(Opts opts = {}) : o(opts) {
+    a = make_side(g_dev_a, o);
+    b = make_side(g_dev_b, o);
+    l.mtu = std::min(a.active_mtu, b.active_mtu);
+    l.rd_atomic = rd_atomic_of(*a.dev, *b.dev);
+    connect(*a.qp, *b.qp);
+  }
+  void connect(QueuePair& qa, QueuePair& qb) {
+    auto s1 = bring_up(qa, a, qb, b, o.psn_a, o.psn_b, o, l);
+    VRDMA_REQUIRE_OK(s1);
+    auto s2 = bring_up(qb, b, qa, a, o.psn_b, o.psn_a, o, l);
+    VRDMA_REQUIRE_OK(s2);
+  }
+  [[nodiscard]] std::size_t mtu() const { return mtu_bytes(l.mtu); }
+};
+
+SendWr wr_of(WrOpcode op, std::uint64_t id, std::span<const Sge> sg) {
+  SendWr w;
+  w.wr_id = id;
+  w.opcode = op;
+  w.flags = SendFlags::signaled;
+  w.sg_list = sg;
+  return w;
+}
+
+void post_send(QueuePair& qp, const SendWr& w) {
+  auto st = qp.post_send(std::span<const SendWr>(&w, 1));
+  VRDMA_REQUIRE_OK(st);
+}
+
+void post_recv(QueuePair& qp, std::uint64_t id, std::span<const Sge> sg) {
+  RecvWr r{id, sg};
+  auto st = qp.post_recv(std::span<const RecvWr>(&r, 1));
+  VRDMA_REQUIRE_OK(st);
+}
+
+WorkCompletion one(const Side& s, std::chrono::milliseconds t = 20s) {
+  auto wcs = test::wait_cq(*s.cq, 1, t);
+  BOOST_REQUIRE_MESSAGE(wcs.size() == 1u, "no completion on " + s.name + " within " + std::to_string(t.count()) + " ms");
+  return wcs[0];
+}
+
+bool nothing_within(const Side& s, std::chrono::milliseconds t) { return test::wait_cq(*s.cq, 1, t).empty(); }
+
+bool atomics_supported(const Pair& p) {
+  auto da = p.a.dev->query_device(), db = p.b.dev->query_device();
+  if (da->atomic_cap == AtomicCap::none || db->atomic_cap == AtomicCap::none) {
+    BOOST_TEST_MESSAGE("SKIP: " << (da->atomic_cap == AtomicCap::none ? p.a.dev->name() : p.b.dev->name())
+                                << " has no atomics");
+    return false;
+  }
+  return true;
+}
+
+bool readable(int fd, int ms) {
+  pollfd p{fd, POLLIN, 0};
+  return ::poll(&p, 1, ms) == 1 && (p.revents & POLLIN) != 0;
+}
+
+std::uint64_t load64(const std::uint8_t* p) {
+  std::uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
+
+}  // namespace
+
+// ---- devices and objects ----------------------------------------------------------------------
+BOOST_AUTO_TEST_CASE(device_ports_and_gid_table_are_consistent) {
+  auto d = open_or_fail(g_dev_a);
+  auto a = d->query_device();
+  VRDMA_REQUIRE_OK(a);
+  BOOST_TEST(!a->provider.empty());
+  BOOST_TEST(a->max_qp > 0u);
+  BOOST_TEST(a->max_cqe > 0u);
+  BOOST_TEST(a->max_sge >= 1u);
+  BOOST_TEST(a->phys_port_cnt >= 1u);
+  auto p = d->query_port(1);
+  VRDMA_REQUIRE_OK(p);
+  BOOST_TEST(static_cast<int>(p->state) == static_cast<int>(PortState::active));
+  BOOST_TEST(static_cast<int>(p->active_mtu) <= static_cast<int>(p->max_mtu));
+  auto t = d->gid_table(1);
+  VRDMA_REQUIRE_OK(t);
+  BOOST_REQUIRE(!t->empty());
+  for (const auto& g : *t) {
+    auto q = d->query_gid(g.index, 1);
+    VRDMA_REQUIRE_OK(q);
+    BOOST_TEST((q->gid == g.gid));
+    BOOST_TEST(static_cast<int>(q->type) == static_cast<int>(g.type));
+  }
+  const auto beyond = static_cast<std::uint8_t>(a->phys_port_cnt + 1);
+  auto bad_port = d->query_port(beyond);
+  BOOST_REQUIRE(!bad_port.ok());
+  BOOST_TEST(bad_port.error().is(Errc::invalid_argument));
+  BOOST_TEST(bad_port.error().message.find(d->name()) != std::string::npos);
+  BOOST_TEST(!d->gid_table(beyond).ok());
+  BOOST_TEST(!d->query_gid(p->gid_tbl_len + 1000, 1).ok());
+}
+
+BOOST_AUTO_TEST_CASE(an_unknown_device_of_the_same_provider_is_no_device) {
+  const std::string prefix = g_dev_a.substr(0, g_dev_a.find(':'));
+  auto r = open_device(prefix + ":no-such-device-vrdma");
+  BOOST_REQUIRE(!r.ok());
+  BOOST_TEST(r.error().is(Errc::no_device), r.error().message);
+  BOOST_TEST(r.error().message.find("no-such-device-vrdma") != std::string::npos, r.error().message);
+}
+
+BOOST_AUTO_TEST_CASE(children_keep_parents_alive_whatever_the_order_of_release) {
+  Opts o;
+  // Six release orders of device, PD, CQ, MR, QP, SRQ, AH; each object is used after its parents'
+  // handles are gone.
+  const std::vector<std::vector<int>> orders = {
+      {0, 1, 2, 3, 4, 5, 6}, {6, 5, 4, 3, 2, 1, 0}, {1, 0, 4, 2, 6, 3, 5},
+      {2, 4, 0, 5, 1, 6, 3}, {3, 6, 1, 5, 0, 2, 4}, {5, 3, 2, 0, 6, 4, 1}};
+  for (const auto& order : orders) {
+    auto dev = open_or_fail(g_dev_a);
+    auto pd = *dev->alloc_pd();
+    auto cq = *dev->create_cq(16);
+    auto buf = *dev->alloc_buffer(4096);
+    auto mr_r = pd->reg_mr(buf->data(), 4096, Access::local_write);
+    VRDMA_REQUIRE_OK(mr_r);
+    std::shared_ptr<MemoryRegion> mr = *mr_r;
+    Side s;
+    s.dev = dev;
+    s.pd = pd;
+    s.cq = cq;
+    auto qp = make_qp(s, o);
+    s = Side{};
+    std::shared_ptr<SharedReceiveQueue> srq;
+    if (auto r = pd->create_srq(8, 1); r.ok()) srq = *r;
+    AhAttr ah_attr;
+    ah_attr.dgid = pick_gid(*dev).gid;
+    auto ah_r = pd->create_ah(ah_attr);
+    VRDMA_REQUIRE_OK(ah_r);
+    std::shared_ptr<AddressHandle> ah = *ah_r;
+    const std::uint32_t lkey = mr->lkey();
+    for (int k : order) {
+      switch (k) {
+        case 0: dev.reset(); break;
+        case 1: pd.reset(); break;
+        case 2: cq.reset(); break;
+        case 3: mr.reset(); break;
+        case 4: qp.reset(); break;
+        case 5: srq.reset(); break;
+        default: ah.reset(); break;
+      }
+      // Whatever is still held works.
+      if (mr) BOOST_TEST(mr->lkey() == lkey);
+      if (qp) {
+        auto q = qp->query();
+        VRDMA_CHECK_OK(q);
+        BOOST_TEST(qp->state() == QpState::reset);
+      }
+      if (cq) {
+        WorkCompletion wc[4];
+        auto n = cq->poll(wc);
+        VRDMA_CHECK_OK(n);
+        if (n.ok()) BOOST_TEST(*n == 0u);
+      }
+      if (ah) BOOST_TEST((ah->attr().dgid == ah_attr.dgid));
+      if (pd) {
+        auto m2 = pd->reg_mr(buf->data(), 64, Access::local_write);
+        VRDMA_CHECK_OK(m2);
+      }
+    }
+  }
+  // A connected pair still moves data after both sides dropped their device and PD handles.
+  Pair p;
+  p.a.dev.reset();
+  p.a.pd.reset();
+  p.b.dev.reset();
+  p.b.pd.reset();
+  test::fill_pattern(p.a.at(0), 1000, 11);
+  Sge r = p.b.sge(0, 1000);
+  post_recv(*p.b.qp, 1, {&r, 1});
+  Sge s = p.a.sge(0, 1000);
+  post_send(*p.a.qp, wr_of(WrOpcode::send, 2, {&s, 1}));
+  BOOST_TEST(one(p.a).status == WcStatus::success);
+  BOOST_TEST(one(p.b).status == WcStatus::success);
+  BOOST_TEST(test::check_pattern(p.b.at(0), 1000, 11));
+}
+
+// ---- QP state machine -------------------------------------------------------------------------
+BOOST_AUTO_TEST_CASE(qp_state_machine_takes_legal_transitions_and_refuses_the_rest) {
+  using M = QpAttrMask;
+  Opts o;
+  Side a = make_side(g_dev_a, o);
+  Side b = make_side(g_dev_b, o);
+  QueuePair& q = *a.qp;
+  BOOST_TEST(q.state() == QpState::reset);
+  QpAttr at;
+  auto refused = [&](QpState next, QpAttrMask m, const char* names) {
+    at.qp_state = next;
+    auto st = q.modify(at, m);
+    BOOST_REQUIRE_MESSAGE(!st.ok(), "modify to " << to_string(next) << " with " << mask_names(m) << " was accepted");
+    BOOST_TEST(st.error().is(Errc::invalid_argument));
+    if (names != nullptr) BOOST_TEST(st.error().message.find(names) != std::string::npos, st.error().message);
+  };
+  at.port_num = 1;
+  at.qp_access_flags = Access::local_write | Access::remote_write;
+  refused(QpState::rts, M::state, "not a legal transition");
+  refused(QpState::rtr, M::state, "not a legal transition");
+  refused(QpState::init, M::state | M::pkey_index | M::port, "ACCESS_FLAGS");            // missing
+  refused(QpState::init, M::state | M::pkey_index | M::port | M::access_flags | M::sq_psn, "SQ_PSN");  // extra
+  refused(QpState::init, M::state | M::pkey_index | M::port | M::access_flags | M::qkey, "QKEY");      // RC has none
+  BOOST_TEST(q.state() == QpState::reset);  // nothing changed
+  at.qp_state = QpState::init;
+  REQUIRE_OK_ONCE(q.modify(at, M::state | M::pkey_index | M::port | M::access_flags));
+  BOOST_TEST(q.state() == QpState::init);
+  refused(QpState::rts, M::state | M::sq_psn | M::timeout | M::retry_cnt | M::rnr_retry | M::max_qp_rd_atomic,
+          "not a legal transition");  // INIT -> RTS skips RTR
+  at.path_mtu = std::min(a.active_mtu, b.active_mtu);
+  at.dest_qp_num = b.qp->qp_num();
+  at.rq_psn = 0x777;
+  at.max_dest_rd_atomic = 1;
+  at.min_rnr_timer = 1;
+  at.ah_attr.dgid = b.gid.gid;
+  at.ah_attr.sgid_index = static_cast<std::uint8_t>(a.gid.index);
+  const M rtr = M::state | M::av | M::path_mtu | M::dest_qpn | M::rq_psn | M::max_dest_rd_atomic | M::min_rnr_timer;
+  refused(QpState::rtr, rtr & ~M::dest_qpn, "DEST_QPN");
+  at.cur_qp_state = QpState::rtr;  // wrong: the QP is in INIT
+  refused(QpState::rtr, rtr | M::cur_state, nullptr);
+  at.qp_state = QpState::rtr;
+  REQUIRE_OK_ONCE(q.modify(at, rtr));
+  BOOST_TEST(q.state() == QpState::rtr);
+  at.sq_psn = 0x4321;
+  at.timeout = 14;
+  at.retry_cnt = 7;
+  at.rnr_retry = 7;
+  at.max_rd_atomic = 1;
+  at.qp_state = QpState::rts;
+  REQUIRE_OK_ONCE(q.modify(at, M::state | M::sq_psn | M::timeout | M::retry_cnt | M::rnr_retry | M::max_qp_rd_atomic));
+  BOOST_TEST(q.state() == QpState::rts);
+  auto qa = q.query();
+  VRDMA_REQUIRE_OK(qa);
+  BOOST_TEST(qa->qp_state == QpState::rts);
+  BOOST_TEST(qa->dest_qp_num == b.qp->qp_num());
+  BOOST_TEST(qa->sq_psn == 0x4321u);
+  BOOST_TEST(qa->rq_psn == 0x777u);
+  BOOST_TEST(static_cast<int>(qa->path_mtu) == static_cast<int>(at.path_mtu));
+  BOOST_TEST(qa->cap.max_send_wr >= o.sq_depth);
+  // RTS -> RTS may change the RNR timer but not the destination.
+  at.min_rnr_timer = 2;
+  CHECK_OK_ONCE(q.modify(at, M::min_rnr_timer));
+  refused(QpState::rts, M::dest_qpn, "DEST_QPN");
+  // ERR and RESET are reachable from anywhere; RESET starts over.
+  at.qp_state = QpState::err;
+  REQUIRE_OK_ONCE(q.modify(at, M::state));
+  BOOST_TEST(q.state() == QpState::err);
+  at.qp_state = QpState::reset;
+  REQUIRE_OK_ONCE(q.modify(at, M::state));
+  BOOST_TEST(q.state() == QpState::reset);
+  at.qp_state = QpState::init;
+  CHECK_OK_ONCE(q.modify(at, M::state | M::pkey_index | M::port | M::access_flags));
+  // UD: INIT needs a Q_Key and takes no access flags.
+  Opts u;
+  u.type = QpType::ud;
+  auto ud = make_qp(a, u);
+  at.qkey = 0x1234;
+  auto no_qkey = ud->modify(at, M::state | M::pkey_index | M::port);
+  BOOST_TEST(!no_qkey.ok());
+  auto with_access = ud->modify(at, M::state | M::pkey_index | M::port | M::qkey | M::access_flags);
+  BOOST_TEST(!with_access.ok());
+  CHECK_OK_ONCE(ud->modify(at, M::state | M::pkey_index | M::port | M::qkey));
+}
+
+// ---- every opcode, data checked ---------------------------------------------------------------
+BOOST_AUTO_TEST_CASE(send_and_send_with_imm_every_size_through_scatter_gather_lists) {
+  Pair p;
+  const std::size_t mtu = p.mtu();
+  const std::size_t half = 1 << 20;
+  for (std::size_t len : {std::size_t{0}, std::size_t{1}, mtu - 1, mtu, mtu + 1, 3 * mtu + 7, std::size_t{65536},
+                          half - 8}) {
+    BOOST_TEST_INFO("len " << len);
+    test::fill_pattern(p.a.at(0), len, len + 3);
+    std::memset(p.b.at(0), 0, half + 64);
+    // Gather from three pieces, scatter into two (the second starts 64 bytes further on).
+    const std::size_t c1 = len / 3, c2 = len / 3, c3 = len - c1 - c2;
+    Sge s[3] = {p.a.sge(0, c1), p.a.sge(c1, c2), p.a.sge(c1 + c2, c3)};
+    const std::size_t r1 = len / 2 + 1;
+    Sge r[2] = {p.b.sge(0, r1), p.b.sge(r1 + 64, half - r1)};
+    post_recv(*p.b.qp, 100 + len, r);
+    auto w = wr_of(len % 2 == 0 ? WrOpcode::send_with_imm : WrOpcode::send, len, s);
+    w.imm_data = 0xdeadbeef;
+    post_send(*p.a.qp, w);
+    auto sc = one(p.a);
+    BOOST_TEST(sc.status == WcStatus::success);
+    BOOST_TEST(sc.wr_id == len);
+    BOOST_TEST(sc.opcode == WcOpcode::send);
+    auto rc = one(p.b);
+    BOOST_TEST(rc.status == WcStatus::success);
+    BOOST_TEST(rc.wr_id == 100 + len);
+    BOOST_TEST(rc.opcode == WcOpcode::recv);
+    BOOST_TEST(rc.byte_len == len);
+    BOOST_TEST(rc.qp_num == p.b.qp->qp_num());
+    BOOST_TEST(has(rc.wc_flags, WcFlags::with_imm) == (len % 2 == 0));
+    if (len % 2 == 0) BOOST_TEST(rc.imm_data == 0xdeadbeefu);
+    std::vector<std::uint8_t> got(p.b.at(0), p.b.at(0) + std::min(len, r1));
+    if (len > r1) got.insert(got.end(), p.b.at(r1 + 64), p.b.at(r1 + 64) + (len - r1));
+    BOOST_TEST(test::check_pattern(got.data(), len, len + 3));
+    BOOST_TEST(p.b.at(r1)[0] == 0u);  // the gap between the two pieces is untouched
+  }
+}
+
+BOOST_AUTO_TEST_CASE(rdma_write_and_write_with_imm_land_where_addressed) {
+  Pair p;
+  const std::size_t mtu = p.mtu();
+  for (std::size_t len : {std::size_t{0}, std::size_t{5}, mtu, 2 * mtu + 1, std::size_t{1} << 20}) {
+    BOOST_TEST_INFO("len " << len);
+    test::fill_pattern(p.a.at(0), len, len + 5);
+    std::memset(p.b.at(0), 0, len + 64);
+    const std::size_t c1 = len / 2;
+    Sge s[2] = {p.a.sge(0, c1), p.a.sge(c1, len - c1)};
+    auto w = wr_of(WrOpcode::rdma_write, 1, s);
+    w.rdma.remote_addr = p.b.mr->addr() + 32;
+    w.rdma.rkey = p.b.mr->rkey();
+    post_send(*p.a.qp, w);
+    auto c = one(p.a);
+    BOOST_TEST(c.status == WcStatus::success);
+    BOOST_TEST(c.opcode == WcOpcode::rdma_write);
+    BOOST_TEST(test::check_pattern(p.b.at(32), len, len + 5));
+    BOOST_TEST(p.b.at(31)[0] == 0u);
+    BOOST_TEST(p.b.at(32 + len)[0] == 0u);
+    BOOST_TEST(nothing_within(p.b, 1ms));  // a plain WRITE consumes no receive
+  }
+  // WRITE_WITH_IMM consumes a receive (even one without buffers) and reports imm and length.
+  post_recv(*p.b.qp, 44, {});
+  Sge s = p.a.sge(0, 5000);
+  auto w = wr_of(WrOpcode::rdma_write_with_imm, 3, {&s, 1});
+  w.rdma.remote_addr = p.b.mr->addr();
+  w.rdma.rkey = p.b.mr->rkey();
+  w.imm_data = 77;
+  test::fill_pattern(p.a.at(0), 5000, 99);
+  post_send(*p.a.qp, w);
+  BOOST_TEST(one(p.a).status == WcStatus::success);
+  auto rc = one(p.b);
+  BOOST_TEST(rc.status == WcStatus::success);
+  BOOST_TEST(rc.wr_id == 44u);
+  BOOST_TEST(rc.opcode == WcOpcode::recv_rdma_with_imm);
+  BOOST_TEST(has(rc.wc_flags, WcFlags::with_imm));
+  BOOST_TEST(rc.imm_data == 77u);
+  BOOST_TEST(rc.byte_len == 5000u);
+  BOOST_TEST(test::check_pattern(p.b.at(0), 5000, 99));
+}
+
+BOOST_AUTO_TEST_CASE(rdma_read_scatters_remote_bytes_locally) {
+  Pair p;
+  const std::size_t mtu = p.mtu();
+  const std::size_t dst = 1 << 20;
+  for (std::size_t len : {std::size_t{1}, mtu - 1, mtu + 1, 5 * mtu, std::size_t{512} << 10}) {
+    BOOST_TEST_INFO("len " << len);
+    test::fill_pattern(p.b.at(100), len, len + 7);
+    std::memset(p.a.at(dst), 0, len + 64);
+    const std::size_t c1 = len / 3, c2 = len / 3;
+    Sge d[3] = {p.a.sge(dst, c1), p.a.sge(dst + c1, c2), p.a.sge(dst + c1 + c2, len - c1 - c2)};
+    auto r = wr_of(WrOpcode::rdma_read, 2, d);
+    r.rdma.remote_addr = p.b.mr->addr() + 100;
+    r.rdma.rkey = p.b.mr->rkey();
+    post_send(*p.a.qp, r);
+    auto c = one(p.a);
+    BOOST_TEST(c.status == WcStatus::success);
+    BOOST_TEST(c.opcode == WcOpcode::rdma_read);
+    BOOST_TEST(c.byte_len == len);
+    BOOST_TEST(test::check_pattern(p.a.at(dst), len, len + 7));
+    BOOST_TEST(p.a.at(dst + len)[0] == 0u);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(atomics_compare_and_swap_and_fetch_and_add) {
+  Pair p;
+  if (!atomics_supported(p)) return;
+  const std::uint64_t init = 0x1122334455667788ull;
+  std::memcpy(p.b.at(64), &init, 8);
+  Sge s = p.a.sge(0, 8);
+  auto w = wr_of(WrOpcode::atomic_cmp_and_swp, 1, {&s, 1});
+  w.atomic.remote_addr = p.b.mr->addr() + 64;
+  w.atomic.rkey = p.b.mr->rkey();
+  w.atomic.compare_add = init;
+  w.atomic.swap = 42;
+  post_send(*p.a.qp, w);
+  auto c = one(p.a);
+  BOOST_TEST(c.status == WcStatus::success);
+  BOOST_TEST(c.opcode == WcOpcode::comp_swap);
+  BOOST_TEST(load64(p.a.at(0)) == init);  // the original value comes back
+  BOOST_TEST(load64(p.b.at(64)) == 42u);
+  post_send(*p.a.qp, w);  // compare fails now: memory stays, the current value comes back
+  BOOST_TEST(one(p.a).status == WcStatus::success);
+  BOOST_TEST(load64(p.a.at(0)) == 42u);
+  BOOST_TEST(load64(p.b.at(64)) == 42u);
+  auto f = wr_of(WrOpcode::atomic_fetch_and_add, 2, {&s, 1});
+  f.atomic.remote_addr = p.b.mr->addr() + 64;
+  f.atomic.rkey = p.b.mr->rkey();
+  f.atomic.compare_add = 8;
+  for (int i = 0; i < 40; ++i) post_send(*p.a.qp, f);
+  auto wcs = test::wait_cq(*p.a.cq, 40);
+  BOOST_REQUIRE_EQUAL(wcs.size(), 40u);
+  for (auto& x : wcs) {
+    BOOST_TEST(x.status == WcStatus::success);
+    BOOST_TEST(x.opcode == WcOpcode::fetch_add);
+  }
+  BOOST_TEST(load64(p.b.at(64)) == 42u + 40u * 8u);
+  BOOST_TEST(load64(p.a.at(0)) == 42u + 39u * 8u);  // the last one saw 39 adds before it
+}
+
+BOOST_AUTO_TEST_CASE(inline_data_is_taken_when_posted) {
+  Opts o;
+  o.inline_bytes = 64;
+  Pair p(o);
+  auto q = p.a.qp->query();
+  VRDMA_REQUIRE_OK(q);
+  BOOST_TEST(q->cap.max_inline_data >= 64u);
+  test::fill_pattern(p.a.at(0), 64, 21);
+  Sge r = p.b.sge(0, 64);
+  post_recv(*p.b.qp, 1, {&r, 1});
+  Sge s = p.a.sge(0, 64);
+  auto w = wr_of(WrOpcode::send, 2, {&s, 1});
+  w.flags = SendFlags::signaled | SendFlags::inline_data;
+  post_send(*p.a.qp, w);
+  std::memset(p.a.at(0), 0xee, 64);  // the payload was copied at post time
+  auto wr = wr_of(WrOpcode::rdma_write, 3, {&s, 1});
+  wr.flags = SendFlags::signaled | SendFlags::inline_data;
+  wr.rdma.remote_addr = p.b.mr->addr() + 4096;
+  wr.rdma.rkey = p.b.mr->rkey();
+  post_send(*p.a.qp, wr);
+  std::memset(p.a.at(0), 0x11, 64);
+  auto wcs = test::wait_cq(*p.a.cq, 2);
+  BOOST_REQUIRE_EQUAL(wcs.size(), 2u);
+  BOOST_TEST(wcs[0].status == WcStatus::success);
+  BOOST_TEST(wcs[1].status == WcStatus::success);
+  auto rc = one(p.b);
+  BOOST_TEST(rc.byte_len == 64u);
+  BOOST_TEST(test::check_pattern(p.b.at(0), 64, 21));
+  BOOST_TEST(std::all_of(p.b.at(4096), p.b.at(4096 + 64), [](std::uint8_t v) { return v == 0xee; }));
+  // More than the QP's inline limit is refused at post time.
+  Sge big = p.a.sge(0, q->cap.max_inline_data + 1);
+  auto wb = wr_of(WrOpcode::rdma_write, 4, {&big, 1});
+  wb.flags = SendFlags::signaled | SendFlags::inline_data;
+  wb.rdma = wr.rdma;
+  auto st = p.a.qp->post_send(std::span<const SendWr>(&wb, 1));
+  if (st.ok()) {
+    // Some NICs accept it and fail the work request instead.
+    BOOST_TEST(one(p.a).status != WcStatus::success);
+  } else {
+    BOOST_TEST(!st.error().message.empty());
+  }
+}
+
+// ---- every completion status the API can produce on purpose -----------------------------------
+BOOST_AUTO_TEST_CASE(status_local_length_error_on_a_short_receive) {
+  Pair p;
+  Sge r = p.b.sge(0, 1000);
+  post_recv(*p.b.qp, 1, {&r, 1});
+  Sge s = p.a.sge(0, 2000);
+  post_send(*p.a.qp, wr_of(WrOpcode::send, 2, {&s, 1}));
+  auto rc = one(p.b);
+  BOOST_TEST(rc.wr_id == 1u);
+  BOOST_TEST(rc.status == WcStatus::loc_len_err);
+  auto sc = one(p.a);
+  BOOST_TEST(sc.wr_id == 2u);
+  BOOST_TEST(sc.status == WcStatus::rem_inv_req_err);  // the responder NAKs an invalid request
+  BOOST_TEST(p.a.qp->state() == QpState::err);
+}
+
+BOOST_AUTO_TEST_CASE(status_remote_access_error_then_flush_on_both_sides) {
+  {
+    Pair p;
+    Sge r = p.b.sge(0, 100);
+    post_recv(*p.b.qp, 99, {&r, 1});  // flushed when B's QP goes to ERR
+    Sge s = p.a.sge(0, 100);
+    auto w = wr_of(WrOpcode::rdma_write, 1, {&s, 1});
+    w.rdma.remote_addr = p.b.mr->addr() + p.b.mr->length() - 50;  // runs off the end of the MR
+    w.rdma.rkey = p.b.mr->rkey();
+    post_send(*p.a.qp, w);
+    post_send(*p.a.qp, wr_of(WrOpcode::send, 2, {&s, 1}));
+    auto wcs = test::wait_cq(*p.a.cq, 2);
+    BOOST_REQUIRE_EQUAL(wcs.size(), 2u);
+    BOOST_TEST(wcs[0].wr_id == 1u);
+    BOOST_TEST(wcs[0].status == WcStatus::rem_access_err);
+    BOOST_TEST(wcs[1].wr_id == 2u);
+    BOOST_TEST(wcs[1].status == WcStatus::wr_flush_err);
+    auto rc = one(p.b);
+    BOOST_TEST(rc.wr_id == 99u);
+    BOOST_TEST(rc.status == WcStatus::wr_flush_err);
+    BOOST_TEST(p.a.qp->state() == QpState::err);
+    BOOST_TEST(p.b.qp->state() == QpState::err);
+  }
+  {
+    Pair p;  // a wrong rkey
+    Sge s = p.a.sge(0, 100);
+    auto w = wr_of(WrOpcode::rdma_write, 3, {&s, 1});
+    w.rdma.remote_addr = p.b.mr->addr();
+    w.rdma.rkey = p.b.mr->rkey() ^ 0x5a5a00;
+    post_send(*p.a.qp, w);
+    BOOST_TEST(one(p.a).status == WcStatus::rem_access_err);
+  }
+  {
+    Opts o;
+    o.access = Access::local_write | Access::remote_write;  // no remote read
+    Pair p(o);
+    Sge d = p.a.sge(0, 100);
+    auto r = wr_of(WrOpcode::rdma_read, 4, {&d, 1});
+    r.rdma.remote_addr = p.b.mr->addr();
+    r.rdma.rkey = p.b.mr->rkey();
+    post_send(*p.a.qp, r);
+    BOOST_TEST(one(p.a).status == WcStatus::rem_access_err);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(status_remote_invalid_request_on_a_misaligned_atomic) {
+  Pair p;
+  if (!atomics_supported(p)) return;
+  Sge s = p.a.sge(0, 8);
+  auto f = wr_of(WrOpcode::atomic_fetch_and_add, 1, {&s, 1});
+  f.atomic.remote_addr = p.b.mr->addr() + 65;
+  f.atomic.rkey = p.b.mr->rkey();
+  f.atomic.compare_add = 1;
+  post_send(*p.a.qp, f);
+  auto c = one(p.a);
+  // IBA 9.4.5: an atomic to an address not 8-byte aligned is an invalid request; some NICs
+  // check the alignment against the rkey's rights first and answer a remote access error.
+  BOOST_TEST((c.status == WcStatus::rem_inv_req_err || c.status == WcStatus::rem_access_err), to_string(c.status));
+}
+
+BOOST_AUTO_TEST_CASE(status_local_protection_error_on_a_bad_lkey) {
+  Pair p;
+  Sge s = p.a.sge(0, 100);
+  s.lkey ^= 0x5a5a00;
+  post_send(*p.a.qp, wr_of(WrOpcode::send, 1, {&s, 1}));
+  BOOST_TEST(one(p.a).status == WcStatus::loc_prot_err);
+  BOOST_TEST(p.a.qp->state() == QpState::err);
+}
+
+BOOST_AUTO_TEST_CASE(status_rnr_then_success_and_rnr_retry_exceeded) {
+  {
+    Pair p;  // rnr_retry 7 = forever: the SEND waits for the receive
+    test::fill_pattern(p.a.at(0), 2000, 9);
+    Sge s = p.a.sge(0, 2000);
+    post_send(*p.a.qp, wr_of(WrOpcode::send, 1, {&s, 1}));
+    BOOST_TEST(nothing_within(p.a, 50ms));
+    Sge r = p.b.sge(0, 4096);
+    post_recv(*p.b.qp, 5, {&r, 1});
+    BOOST_TEST(one(p.a).status == WcStatus::success);
+    auto rc = one(p.b);
+    BOOST_TEST(rc.byte_len == 2000u);
+    BOOST_TEST(test::check_pattern(p.b.at(0), 2000, 9));
+  }
+  {
+    Opts o;
+    o.rnr_retry = 1;
+    Pair p(o);
+    Sge s = p.a.sge(0, 10);
+    post_send(*p.a.qp, wr_of(WrOpcode::send, 1, {&s, 1}));
+    auto c = one(p.a);
+    BOOST_TEST(c.status == WcStatus::rnr_retry_exc_err);
+    BOOST_TEST(p.a.qp->state() == QpState::err);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(status_retry_exceeded_when_the_peer_qp_is_gone) {
+  Opts o;
+  o.retry_cnt = 1;
+  o.timeout = 12;  // 4.096 us * 2^12 = 17 ms per try
+  Pair p(o);
+  p.b.qp.reset();  // packets to a QPN that no longer exists are dropped; no ACK ever comes
+  Sge s = p.a.sge(0, 100);
+  post_send(*p.a.qp, wr_of(WrOpcode::send, 1, {&s, 1}));
+  post_send(*p.a.qp, wr_of(WrOpcode::send, 2, {&s, 1}));
+  auto wcs = test::wait_cq(*p.a.cq, 2, 30s);
+  BOOST_REQUIRE_EQUAL(wcs.size(), 2u);
+  BOOST_TEST(wcs[0].status == WcStatus::retry_exc_err);
+  BOOST_TEST(wcs[1].status == WcStatus::wr_flush_err);
+}
+
+BOOST_AUTO_TEST_CASE(status_flush_error_for_everything_posted_once_in_err) {
+  Pair p;
+  for (std::uint64_t i = 0; i < 10; ++i) {
+    Sge r = p.b.sge(i * 64, 64);
+    post_recv(*p.b.qp, 100 + i, {&r, 1});
+  }
+  QpAttr a;
+  a.qp_state = QpState::err;
+  REQUIRE_OK_ONCE(p.b.qp->modify(a, QpAttrMask::state));
+  auto wcs = test::wait_cq(*p.b.cq, 10);
+  BOOST_REQUIRE_EQUAL(wcs.size(), 10u);
+  for (std::uint64_t i = 0; i < 10; ++i) {
+    BOOST_TEST(wcs[i].wr_id == 100 + i);  // in posting order
+    BOOST_TEST(wcs[i].status == WcStatus::wr_flush_err);
+  }
+  // Work posted in ERR is flushed too, sends and receives; nothing completes twice.
+  Sge r = p.b.sge(0, 64);
+  post_recv(*p.b.qp, 200, {&r, 1});
+  post_send(*p.b.qp, wr_of(WrOpcode::send, 201, {&r, 1}));
+  auto more = test::wait_cq(*p.b.cq, 3, 300ms);
+  BOOST_REQUIRE_EQUAL(more.size(), 2u);
+  std::set<std::uint64_t> ids{more[0].wr_id, more[1].wr_id};
+  BOOST_TEST((ids == std::set<std::uint64_t>{200, 201}));
+  for (auto& w : more) BOOST_TEST(w.status == WcStatus::wr_flush_err);
+}
+
+// ---- UD, SRQ, CQ events -----------------------------------------------------------------------
+BOOST_AUTO_TEST_CASE(ud_sends_carry_a_grh_and_q_keys_are_checked) {
+  Opts o;
+  o.type = QpType::ud;
+  Pair p(o);
+  AhAttr ah;
+  ah.dgid = p.b.gid.gid;
+  ah.sgid_index = static_cast<std::uint8_t>(p.a.gid.index);
+  auto h = p.a.pd->create_ah(ah);
+  VRDMA_REQUIRE_OK(h);
+  const std::size_t len = std::min<std::size_t>(1000, p.mtu());
+  Sge r = p.b.sge(0, 40 + len);
+  post_recv(*p.b.qp, 1, {&r, 1});
+  test::fill_pattern(p.a.at(0), len, 3);
+  Sge s = p.a.sge(0, len);
+  auto w = wr_of(WrOpcode::send_with_imm, 5, {&s, 1});
+  w.ud.ah = h->get();
+  w.ud.remote_qpn = p.b.qp->qp_num();
+  w.ud.remote_qkey = o.qkey;
+  w.imm_data = 31337;
+  post_send(*p.a.qp, w);
+  BOOST_TEST(one(p.a).status == WcStatus::success);
+  auto rc = one(p.b);
+  BOOST_TEST(rc.status == WcStatus::success);
+  BOOST_TEST(rc.byte_len == 40 + len);
+  BOOST_TEST(rc.src_qp == p.a.qp->qp_num());
+  BOOST_TEST(has(rc.wc_flags, WcFlags::grh));
+  BOOST_TEST(has(rc.wc_flags, WcFlags::with_imm));
+  BOOST_TEST(rc.imm_data == 31337u);
+  BOOST_TEST(test::check_pattern(p.b.at(40), len, 3));
+  // The 40-byte GRH names the sender: for RoCE v2 over IPv4 its last 20 bytes are the IPv4
+  // header (source address at byte 32), otherwise the SGID is at byte 8 (IBA 8.3.1).
+  const Gid& src = p.a.gid.gid;
+  if (src.is_ipv4_mapped()) {
+    const std::uint32_t ip = src.ipv4();
+    BOOST_TEST(std::memcmp(p.b.at(32), &ip, 4) == 0);
+  } else {
+    BOOST_TEST(std::memcmp(p.b.at(8), src.raw.data(), 16) == 0);
+  }
+  // A wrong Q_Key is dropped silently: the receive stays posted and takes the next good one.
+  Sge r2 = p.b.sge(8192, 40 + len);
+  post_recv(*p.b.qp, 2, {&r2, 1});
+  w.ud.remote_qkey = o.qkey ^ 0x2222;
+  w.wr_id = 6;
+  post_send(*p.a.qp, w);
+  BOOST_TEST(one(p.a).status == WcStatus::success);  // UD sends complete when sent
+  BOOST_TEST(nothing_within(p.b, 200ms));
+  w.ud.remote_qkey = o.qkey;
+  w.wr_id = 7;
+  post_send(*p.a.qp, w);
+  BOOST_TEST(one(p.a).status == WcStatus::success);
+  auto rc2 = one(p.b);
+  BOOST_TEST(rc2.wr_id == 2u);
+  BOOST_TEST(rc2.status == WcStatus::success);
+  // A UD message longer than the path MTU: refused at post time or a local length error.
+  Sge big = p.a.sge(0, p.mtu() + 1);
+  auto w2 = wr_of(WrOpcode::send, 8, {&big, 1});
+  w2.ud = w.ud;
+  auto st = p.a.qp->post_send(std::span<const SendWr>(&w2, 1));
+  if (st.ok())
+    BOOST_TEST(one(p.a).status == WcStatus::loc_len_err);
+  else
+    BOOST_TEST(st.error().is(Errc::invalid_argument));
+}
+
+BOOST_AUTO_TEST_CASE(an_srq_feeds_two_qps) {
+  Pair p;
+  auto srq_r = p.b.pd->create_srq(64, 2);
+  if (!srq_r.ok()) {
+    BOOST_TEST(srq_r.error().is(Errc::not_supported));
+    BOOST_TEST(srq_r.error().message.find(p.b.dev->name()) != std::string::npos);
+    BOOST_TEST_MESSAGE("SKIP: " << srq_r.error().message);
+    return;
+  }
+  auto srq = *srq_r;
+  BOOST_TEST(srq->max_wr() >= 64u);
+  auto qb1 = make_qp(p.b, p.o, srq.get()), qb2 = make_qp(p.b, p.o, srq.get());
+  auto qa1 = make_qp(p.a, p.o), qa2 = make_qp(p.a, p.o);
+  p.connect(*qa1, *qb1);
+  p.connect(*qa2, *qb2);
+  for (std::uint64_t i = 0; i < 4; ++i) {
+    Sge r[2] = {p.b.sge(i * 1024, 100), p.b.sge(i * 1024 + 512, 400)};
+    RecvWr rw{i, r};
+    REQUIRE_OK_ONCE(srq->post_recv(std::span<const RecvWr>(&rw, 1)));
+  }
+  test::fill_pattern(p.a.at(0), 300, 8);
+  Sge s = p.a.sge(0, 300);
+  post_send(*qa1, wr_of(WrOpcode::send, 1, {&s, 1}));
+  post_send(*qa2, wr_of(WrOpcode::send, 2, {&s, 1}));
+  auto sw = test::wait_cq(*p.a.cq, 2);
+  BOOST_REQUIRE_EQUAL(sw.size(), 2u);
+  auto rw = test::wait_cq(*p.b.cq, 2);
+  BOOST_REQUIRE_EQUAL(rw.size(), 2u);
+  std::set<std::uint32_t> qpns;
+  for (auto& w : rw) {
+    BOOST_TEST(w.status == WcStatus::success);
+    BOOST_TEST(w.byte_len == 300u);
+    BOOST_TEST(w.wr_id < 2u);  // SRQ receives are taken in posting order
+    qpns.insert(w.qp_num);
+    std::vector<std::uint8_t> got(p.b.at(w.wr_id * 1024), p.b.at(w.wr_id * 1024) + 100);
+    got.insert(got.end(), p.b.at(w.wr_id * 1024 + 512), p.b.at(w.wr_id * 1024 + 512) + 200);
+    BOOST_TEST(test::check_pattern(got.data(), 300, 8));
+  }
+  BOOST_TEST((qpns == std::set<std::uint32_t>{qb1->qp_num(), qb2->qp_num()}));
+  // A QP with an SRQ takes no receives of its own.
+  Sge r = p.b.sge(0, 1);
+  RecvWr one_wr{9, {&r, 1}};
+  auto st = qb1->post_recv(std::span<const RecvWr>(&one_wr, 1));
+  BOOST_TEST(!st.ok());
+}
+
+BOOST_AUTO_TEST_CASE(cq_event_fd_fires_once_per_arm_and_honours_solicited_only) {
+  Pair p;
+  const int fd = p.b.cq->event_fd();
+  BOOST_REQUIRE(fd >= 0);
+  BOOST_TEST((::fcntl(fd, F_GETFL) & O_NONBLOCK) != 0);
+  BOOST_TEST(!readable(fd, 0));
+  Sge s = p.a.sge(0, 16);
+  auto send = [&](std::uint64_t id, bool solicited) {
+    Sge r = p.b.sge(id * 64, 64);
+    post_recv(*p.b.qp, id, {&r, 1});
+    auto w = wr_of(WrOpcode::send, id, {&s, 1});
+    if (solicited) w.flags = w.flags | SendFlags::solicited;
+    post_send(*p.a.qp, w);
+    BOOST_TEST(one(p.a).status == WcStatus::success);
+  };
+  // Not armed: a completion arrives, the fd stays quiet.
+  send(1, false);
+  BOOST_TEST(one(p.b).wr_id == 1u);
+  BOOST_TEST(!readable(fd, 50));
+  // Armed: the next completion makes it readable; ack_events clears it.
+  REQUIRE_OK_ONCE(p.b.cq->req_notify(false));
+  send(2, false);
+  BOOST_TEST(readable(fd, 5000));
+  BOOST_TEST(p.b.cq->ack_events() >= 1u);
+  BOOST_TEST(!readable(fd, 0));
+  BOOST_TEST(one(p.b).wr_id == 2u);
+  // One event per arm: without re-arming, the next completion is silent.
+  send(3, false);
+  BOOST_TEST(one(p.b).wr_id == 3u);
+  BOOST_TEST(!readable(fd, 50));
+  // Solicited only: an unsolicited SEND does not wake, a solicited one does.
+  REQUIRE_OK_ONCE(p.b.cq->req_notify(true));
+  send(4, false);
+  BOOST_TEST(one(p.b).wr_id == 4u);
+  BOOST_TEST(!readable(fd, 50));
+  send(5, true);
+  BOOST_TEST(readable(fd, 5000));
+  BOOST_TEST(p.b.cq->ack_events() >= 1u);
+  BOOST_TEST(one(p.b).wr_id == 5u);
+  BOOST_TEST(p.b.cq->capacity() >= p.o.cq_depth);
+}
+
+// ---- error paths ------------------------------------------------------------------------------
+BOOST_AUTO_TEST_CASE(posting_errors_wrong_state_too_many_sges_and_a_full_queue) {
+  Opts o;
+  o.sq_depth = 4;
+  Side a = make_side(g_dev_a, o);
+  Sge s = a.sge(0, 1);
+  auto w = wr_of(WrOpcode::send, 1, {&s, 1});
+  std::size_t bad = 99;
+  auto st = a.qp->post_send(std::span<const SendWr>(&w, 1), &bad);
+  BOOST_REQUIRE(!st.ok());
+  BOOST_TEST(st.error().is(Errc::bad_state));
+  BOOST_TEST(bad == 0u);
+  RecvWr r{1, {&s, 1}};
+  auto sr = a.qp->post_recv(std::span<const RecvWr>(&r, 1));
+  BOOST_REQUIRE(!sr.ok());
+  BOOST_TEST(sr.error().is(Errc::bad_state));  // RESET takes no receives
+
+  Pair p(o);
+  auto cap = p.a.qp->query();
+  VRDMA_REQUIRE_OK(cap);
+  std::vector<Sge> many(cap->cap.max_send_sge + 1, p.a.sge(0, 1));
+  auto wm = wr_of(WrOpcode::send, 2, many);
+  auto sm = p.a.qp->post_send(std::span<const SendWr>(&wm, 1));
+  BOOST_REQUIRE(!sm.ok());
+  BOOST_TEST(sm.error().is(Errc::invalid_argument));
+  // No receive on B and RNR retried forever: the SENDs stay outstanding and fill the queue.
+  Sge one_b = p.a.sge(0, 8);
+  std::vector<SendWr> batch(cap->cap.max_send_wr + 1, wr_of(WrOpcode::send, 3, {&one_b, 1}));
+  for (std::size_t i = 0; i < batch.size(); ++i) batch[i].wr_id = i;
+  bad = 0;
+  auto sf = p.a.qp->post_send(batch, &bad);
+  BOOST_REQUIRE(!sf.ok());
+  BOOST_TEST(sf.error().is(Errc::no_memory), sf.error().message);
+  BOOST_TEST(bad == cap->cap.max_send_wr);
+  // Registration rules: remote write needs local write.
+  auto mr = p.a.pd->reg_mr(p.a.at(0), 4096, Access::remote_write);
+  BOOST_REQUIRE(!mr.ok());
+  BOOST_TEST(mr.error().is(Errc::invalid_argument));
+  // A QP on a CQ of another device is refused.
+  QpInitAttr ia;
+  ia.send_cq = p.b.cq.get();
+  ia.recv_cq = p.b.cq.get();
+  ia.cap.max_send_wr = 4;
+  ia.cap.max_recv_wr = 4;
+  auto foreign = p.a.pd->create_qp(ia);
+  BOOST_REQUIRE(!foreign.ok());
+  BOOST_TEST(foreign.error().is(Errc::invalid_argument));
+}
+
+BOOST_AUTO_TEST_CASE(mr_iova_is_the_address_work_requests_use) {
+  Pair p;
+  MrOptions mo;
+  mo.iova = 0x40000000ull;  // a guest-physical-looking address, page aligned
+  auto mb = p.b.pd->reg_mr(p.b.at(0), 1 << 20, Access::local_write | Access::remote_write | Access::remote_read, mo);
+  VRDMA_REQUIRE_OK(mb);
+  BOOST_TEST((*mb)->addr() == mo.iova);
+  BOOST_TEST((*mb)->length() == (1u << 20));
+  mo.iova = 0x80000000ull;
+  auto ma = p.a.pd->reg_mr(p.a.at(0), 1 << 20, Access::local_write, mo);
+  VRDMA_REQUIRE_OK(ma);
+  test::fill_pattern(p.a.at(300), 2000, 4);
+  Sge s{(*ma)->addr() + 300, 2000, (*ma)->lkey()};  // the local side uses its iova too
+  auto w = wr_of(WrOpcode::rdma_write, 1, {&s, 1});
+  w.rdma.remote_addr = (*mb)->addr() + 5000;
+  w.rdma.rkey = (*mb)->rkey();
+  post_send(*p.a.qp, w);
+  BOOST_TEST(one(p.a).status == WcStatus::success);
+  BOOST_TEST(test::check_pattern(p.b.at(5000), 2000, 4));
+}
+
+BOOST_AUTO_TEST_CASE(requested_keys_and_qpns_are_honoured_or_refused_by_name) {
+  auto d = open_or_fail(g_dev_a);
+  auto pd = *d->alloc_pd();
+  auto buf = *d->alloc_buffer(4096);
+  MrOptions mo;
+  mo.requested_key = 0x4242;
+  auto mr = pd->reg_mr(buf->data(), 4096, Access::local_write, mo);
+  if (mr.ok()) {
+    BOOST_TEST((*mr)->lkey() == 0x4242u);
+    BOOST_TEST((*mr)->rkey() == 0x4242u);
+  } else {
+    BOOST_TEST(mr.error().is(Errc::not_supported), mr.error().message);
+    BOOST_TEST(mr.error().message.find(d->name()) != std::string::npos, mr.error().message);
+  }
+  auto cq = *d->create_cq(8);
+  QpInitAttr ia;
+  ia.send_cq = cq.get();
+  ia.recv_cq = cq.get();
+  ia.cap.max_send_wr = 4;
+  ia.cap.max_recv_wr = 4;
+  QpOptions qo;
+  qo.requested_qpn = 0x1234;
+  auto qp = pd->create_qp(ia, qo);
+  if (qp.ok()) {
+    BOOST_TEST((*qp)->qp_num() == 0x1234u);
+  } else {
+    BOOST_TEST(qp.error().is(Errc::not_supported), qp.error().message);
+    BOOST_TEST(qp.error().message.find(d->name()) != std::string::npos, qp.error().message);
+  }
+}
+
+// ---- device selection and skipping ------------------------------------------------------------
+int main(int argc, char* argv[]) {
+  std::string devices;
+  std::vector<char*> rest;
+  for (int i = 0; i < argc; ++i) {
+    std::string_view a(argv[i]);
+    if (a.rfind("--devices=", 0) == 0)
+      devices = std::string(a.substr(10));
+    else
+      rest.push_back(argv[i]);
+  }
+  if (devices.empty())
+    if (const char* e = std::getenv("VRDMA_SUITE_DEVICES")) devices = e;
+  if (devices.empty()) {
+    if (const char* prov = std::getenv("VRDMA_SUITE_PROVIDER")) {
+      for (const auto& d : list_devices())
+        if (d.provider == prov) {
+          devices = d.name;
+          break;
+        }
+      if (devices.empty()) {
+        std::cout << "SKIP: no " << prov << " device on this host (list_devices() found none)\n";
+        return 77;
+      }
+    }
+  }
+  if (devices.empty()) {
+    std::cout << "SKIP: no devices to test; set VRDMA_SUITE_DEVICES=<A>,<B> or VRDMA_SUITE_PROVIDER=<prefix>\n";
+    return 77;
+  }
+  const auto comma = devices.find(',');
+  g_dev_a = devices.substr(0, comma);
+  g_dev_b = comma == std::string::npos ? g_dev_a : devices.substr(comma + 1);
+  for (const auto& n : {g_dev_a, g_dev_b}) {
+    auto d = open_device(n);
+    if (!d.ok() && d.error().is(Errc::no_device)) {
+      std::cout << "SKIP: " << d.error().message << "\n";
+      return 77;
+    }
+  }
+  std::cout << "provider suite: A = " << g_dev_a << ", B = " << g_dev_b << "\n";
+  return boost::unit_test::unit_test_main(&init_unit_test, static_cast<int>(rest.size()), rest.data());
+}
