@@ -17,6 +17,8 @@
 //   QueuePair::export_state/import_state and Device::quiesce/resume (verbs NICs are migrated by
 //   draining and re-creating their objects), and InfiniBand-link-layer addressing (AhAttr has no
 //   LID yet; RoCE and iWARP work).
+// WorkCompletion::sgid is not filled on verbs: the sender's GRH is in the first 40 bytes of the
+// receive buffer, where the NIC put it.
 #pragma once
 
 #include <chrono>
