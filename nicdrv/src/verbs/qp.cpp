@@ -118,6 +118,7 @@ QpState VerbsQp::state() const noexcept {
 
 Status VerbsQp::modify_raw(ibv_qp_attr& a, int mask, const char* step) {
   if (int e = ibv_modify_qp(qp_, &a, mask); e != 0) return verbs_error(e, what() + ": " + step);
+  if ((mask & IBV_QP_STATE) != 0) set_state_ = from_ibv(a.qp_state);
   return {};
 }
 
@@ -167,6 +168,7 @@ Status VerbsQp::modify(const QpAttr& a, QpAttrMask mask) {
   if (int e = ibv_modify_qp(qp_, &ia, m); e != 0)
     return verbs_error(e, what() + ": " + std::string(to_string(cur)) + " -> " + std::string(to_string(next)) +
                               " with " + mask_names(mask) + " refused by the NIC");
+  set_state_ = next;
   return {};
 }
 
@@ -210,8 +212,10 @@ Status VerbsQp::post_send(std::span<const SendWr> wrs, std::size_t* bad_index) {
   };
   // Posting before RTS is an application error every provider reports the same way (some NICs
   // would accept the WQE and never execute it).
-  const QpState s = state();
-  if (s == QpState::reset || s == QpState::init || s == QpState::rtr)
+  auto not_ready = [](QpState st) { return st == QpState::reset || st == QpState::init || st == QpState::rtr; };
+  QpState s = set_state_.load(std::memory_order_relaxed);
+  if (not_ready(s)) s = state();
+  if (not_ready(s))
     return fail(0, make_error(Errc::bad_state, what() + " is in " + std::string(to_string(s)) +
                                                    "; post_send needs RTS (move the QP through INIT, RTR, RTS first)"));
   for (std::size_t base = 0; base < wrs.size(); base += kBatch) {
@@ -275,7 +279,7 @@ Status VerbsQp::post_recv(std::span<const RecvWr> wrs, std::size_t* bad_index) {
     return e;
   };
   if (srq_) return fail(0, make_error(Errc::invalid_argument, what() + " takes its receives from an SRQ; post to the SRQ"));
-  if (state() == QpState::reset)
+  if (set_state_.load(std::memory_order_relaxed) == QpState::reset && state() == QpState::reset)
     return fail(0, make_error(Errc::bad_state, what() + " is in RESET; post_recv needs INIT or later"));
   for (std::size_t base = 0; base < wrs.size(); base += kBatch) {
     const std::size_t n = std::min(kBatch, wrs.size() - base);

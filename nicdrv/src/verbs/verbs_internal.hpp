@@ -169,6 +169,10 @@ class VerbsQp final : public QueuePair {
   ibv_qp* qp_;
   QpType type_;
   QpCap cap_;
+  // The state our own modify calls set: lets post_send refuse RESET/INIT/RTR without a system
+  // call (only modify leaves those states, except the iWARP CM's move to RTS, which a stale
+  // value here would refuse wrongly, so a "not ready" answer is confirmed with the NIC).
+  std::atomic<QpState> set_state_{QpState::reset};
 };
 
 // ibv <-> nicdrv value mapping (values are the same by construction; see types.hpp).
