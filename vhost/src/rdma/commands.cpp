@@ -473,7 +473,7 @@ std::vector<std::uint8_t> RdmaDevice::Impl::execute(const GuestView& g, std::spa
   auto result = run();
   if (auto* ref = std::get_if<Refusal>(&result)) {
     status = ref->status;
-    if (should_log_refusal())
+    if (should_log_refusal(Refused::command))
       log::warn("virtio-rdma: {} refused ({}): {}", vd::cmd_name(hdr.cmd), static_cast<std::uint32_t>(ref->status),
               ref->why);
     return {};

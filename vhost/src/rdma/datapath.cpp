@@ -37,7 +37,7 @@ void RdmaDevice::Impl::doorbells(Queue& q) {
 void RdmaDevice::Impl::ring_doorbell(const GuestView& g, const vd::Doorbell& db) {
   auto bad = [&](std::string why) {
     ++st.doorbell_errors;
-    if (should_log_refusal()) log::warn("virtio-rdma: doorbell ignored: {}", why);
+    if (should_log_refusal(Refused::doorbell)) log::warn("virtio-rdma: doorbell ignored: {}", why);
   };
   switch (static_cast<vd::DoorbellKind>(db.kind)) {
     case vd::DoorbellKind::sq:
@@ -127,7 +127,7 @@ void RdmaDevice::Impl::post_sq(const GuestView& g, std::uint32_t handle, QpObj& 
       const std::uint64_t gpa = qp.sq.gpa + std::uint64_t{idx & (qp.sq.depth - 1)} * qp.sq.stride;
       auto w = g.read_obj<vd::SendWqe>(gpa);
       auto reject = [&](std::string why) {
-        if (should_log_refusal()) log::warn("virtio-rdma: QP {} send WQE {} refused: {}", handle, idx, why);
+        if (should_log_refusal(Refused::wqe)) log::warn("virtio-rdma: QP {} send WQE {} refused: {}", handle, idx, why);
         error_cqe(g, qp.send_cq, w ? w->wr_id : 0, qp.eng->qp_num(), false);
       };
       if (!w) {
@@ -210,7 +210,7 @@ void RdmaDevice::Impl::post_sq(const GuestView& g, std::uint32_t handle, QpObj& 
           idx = static_cast<std::uint32_t>(slot_idx[bad]);
           pending_sq.insert(handle);
         } else {
-          if (should_log_refusal())
+          if (should_log_refusal(Refused::wqe))
             log::warn("virtio-rdma: QP {} send WQE {} refused by the engine: {}", handle, slot_idx[bad], s.error().message);
           error_cqe(g, qp.send_cq, wrs[bad].wr_id, qp.eng->qp_num(), false);
           idx = static_cast<std::uint32_t>(slot_idx[bad] + 1);  // continue after the bad one
@@ -284,7 +284,7 @@ void RdmaDevice::Impl::post_rq(const GuestView& g, std::uint32_t handle, QpObj& 
       g, qp.rq, qp.max_recv_sge,
       [&](std::span<const nicdrv::RecvWr> w, std::size_t* bad) { return qp.eng->post_recv(w, bad); },
       [&](std::uint64_t wr_id, std::uint32_t idx, const std::string& why) {
-        if (should_log_refusal()) log::warn("virtio-rdma: QP {} receive WQE {} refused: {}", handle, idx, why);
+        if (should_log_refusal(Refused::wqe)) log::warn("virtio-rdma: QP {} receive WQE {} refused: {}", handle, idx, why);
         error_cqe(g, qp.recv_cq, wr_id, qp.eng->qp_num(), true);
       },
       full, st.recv_wqes);
@@ -303,7 +303,7 @@ void RdmaDevice::Impl::post_srq(const GuestView& g, std::uint32_t handle, SrqObj
       [&](std::span<const nicdrv::RecvWr> w, std::size_t* bad) { return s.eng->post_recv(w, bad); },
       [&](std::uint64_t wr_id, std::uint32_t idx, const std::string& why) {
         ++st.wqe_errors;
-        if (should_log_refusal())
+        if (should_log_refusal(Refused::wqe))
           log::warn("virtio-rdma: SRQ {} WQE {} (wr_id {:#x}) refused and dropped: {}", handle, idx, wr_id, why);
       },
       full, st.recv_wqes);

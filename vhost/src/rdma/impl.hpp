@@ -140,9 +140,14 @@ struct RdmaDevice::Impl {
     if (next_handle_ == 0) next_handle_ = 1;  // 0 is kNoHandle
     return next_handle_++;
   }
-  // A hostile guest can make every command fail: log the first refusals, then one in 1000.
-  bool should_log_refusal() { return ++refusals_ <= 100 || refusals_ % 1000 == 0; }
-  std::uint64_t refusals_ = 0;
+  // A hostile guest can make every command fail: log the first refusals of each kind
+  // (commands, doorbells, work requests), then one in 1000.
+  enum class Refused { command, doorbell, wqe };
+  bool should_log_refusal(Refused kind) {
+    auto& n = refusals_[static_cast<int>(kind)];
+    return ++n <= 100 || n % 1000 == 0;
+  }
+  std::uint64_t refusals_[3] = {};
 
   std::shared_ptr<nicdrv::Device> engine;
   EventLoop& loop;

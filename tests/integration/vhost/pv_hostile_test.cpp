@@ -1,0 +1,401 @@
+// A hostile guest against vrdmad: a raw frontend (our vhost-user frontend, its own memfd RAM
+// and virtqueues) sends garbage and malicious commands, work requests and doorbells. Each gets
+// an error status (or an error completion), vrdmad stays up, serves a well-behaved guest
+// afterwards, and another guest's vrdmad moving checked data meanwhile is not disturbed.
+#define BOOST_TEST_MODULE vrdmad_hostile
+#include <boost/test/unit_test.hpp>
+#include <poll.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include "check.hpp"
+#include "netns.hpp"
+#include "process.hpp"
+#include "rdma_pair.hpp"
+#include "vrdma/vhost/driver_queue.hpp"
+#include "vrdma/vhost/frontend.hpp"
+#include "vrdma/vhost/guest_ram.hpp"
+#include "vrdma/vhost/virtio_rdma.hpp"
+
+using namespace vrdma;
+using namespace vrdma::vhost;
+using namespace vrdma::test;
+using namespace std::chrono_literals;
+namespace vd = vrdma::vrdma_dev;
+
+namespace {
+
+// Guest memory: [0, 640K) and [1M, 1M+64M): anything else is a hole or beyond memory.
+constexpr std::uint64_t kHole = 0xA0000;
+constexpr std::uint64_t kBeyond = std::uint64_t{1} << 40;
+
+class RawGuest {
+ public:
+  explicit RawGuest(const std::string& sock) {
+    auto fe = Frontend::connect(sock, 5000);
+    BOOST_REQUIRE_MESSAGE(fe.ok(), (fe.ok() ? std::string() : fe.error().message));
+    fe_ = std::make_unique<Frontend>(std::move(*fe));
+    auto ram = GuestRam::create({{0, 640u << 10, 0}, {1u << 20, 64u << 20, 1u << 20}});
+    BOOST_REQUIRE(ram.ok());
+    ram_ = std::make_unique<GuestRam>(std::move(*ram));
+    auto acked = fe_->negotiate({VirtioFeature::version_1, VirtioFeature::protocol_features},
+                                {ProtocolFeature::mq, ProtocolFeature::reply_ack, ProtocolFeature::config});
+    BOOST_REQUIRE(acked.ok());
+    VRDMA_REQUIRE_OK(fe_->set_owner());
+    VRDMA_REQUIRE_OK(fe_->set_mem_table(*ram_));
+    for (std::uint16_t i = 0; i < vd::kNumQueues; ++i) {
+      auto q = DriverQueue::create(*ram_, 256, false, false);
+      BOOST_REQUIRE(q.ok());
+      qs_.push_back(std::move(*q));
+    }
+    for (std::uint16_t i = 0; i < vd::kNumQueues; ++i) VRDMA_REQUIRE_OK(fe_->start_queue(i, qs_[i]));
+    auto req = ram_->alloc(4096, 4096);
+    auto rsp = ram_->alloc(4096, 4096);
+    BOOST_REQUIRE(req.ok() && rsp.ok());
+    req_ = *req;
+    rsp_ = *rsp;
+  }
+
+  std::uint8_t* host(std::uint64_t gpa, std::uint64_t len) { return ram_->host(gpa, len); }
+  std::uint64_t alloc(std::uint64_t len, std::uint64_t align = 4096) {
+    auto a = ram_->alloc(len, align);
+    BOOST_REQUIRE(a.ok());
+    std::memset(ram_->host(*a, len), 0, len);
+    return *a;
+  }
+
+  // Sends raw request bytes; returns (status, response body) or nullopt if no answer came.
+  std::optional<std::pair<std::uint32_t, std::vector<std::uint8_t>>> raw(const void* req, std::size_t len,
+                                                                        std::uint32_t rsp_len = 256) {
+    std::memcpy(ram_->host(req_, len), req, len);
+    std::memset(ram_->host(rsp_, rsp_len), 0xee, rsp_len);
+    const DriverBuf b[2] = {{req_, static_cast<std::uint32_t>(len), false}, {rsp_, rsp_len, true}};
+    auto id = qs_[0].add(b);
+    if (!id) return std::nullopt;
+    qs_[0].publish();
+    (void)fe_->kick(0);
+    for (int i = 0; i < 500; ++i) {
+      if (auto u = qs_[0].get_used()) {
+        if (u->len < sizeof(vd::RespHeader)) return std::pair{0xffffffffu, std::vector<std::uint8_t>{}};
+        vd::RespHeader h;
+        std::memcpy(&h, ram_->host(rsp_, sizeof h), sizeof h);
+        const auto* p = ram_->host(rsp_ + sizeof h, u->len - sizeof h);
+        return std::pair{h.status, std::vector<std::uint8_t>(p, p + (u->len - sizeof h))};
+      }
+      (void)fe_->wait_call(0, 10);
+    }
+    return std::nullopt;
+  }
+  template <class Req>
+  std::pair<std::uint32_t, std::vector<std::uint8_t>> cmd(vd::Cmd c, const Req& r) {
+    std::vector<std::uint8_t> b(sizeof(vd::CmdHeader) + sizeof r);
+    vd::CmdHeader h{static_cast<std::uint32_t>(c), 0};
+    std::memcpy(b.data(), &h, sizeof h);
+    std::memcpy(b.data() + sizeof h, &r, sizeof r);
+    auto out = raw(b.data(), b.size());
+    BOOST_REQUIRE_MESSAGE(out.has_value(), "vrdmad did not answer " << vd::cmd_name(static_cast<std::uint32_t>(c)));
+    return *out;
+  }
+  std::pair<std::uint32_t, std::vector<std::uint8_t>> cmd0(vd::Cmd c) {
+    vd::CmdHeader h{static_cast<std::uint32_t>(c), 0};
+    auto out = raw(&h, sizeof h);
+    BOOST_REQUIRE(out.has_value());
+    return *out;
+  }
+  template <class T>
+  static T as(const std::vector<std::uint8_t>& v) {
+    T t{};
+    std::memcpy(&t, v.data(), std::min(v.size(), sizeof t));
+    return t;
+  }
+  std::uint32_t create(vd::Cmd c, const auto& r) {
+    auto [st, body] = cmd(c, r);
+    BOOST_REQUIRE_EQUAL(st, 0u);
+    return as<vd::HandleResp>(body).handle;
+  }
+  // Doorbells go out as one chain of records.
+  void doorbells(std::span<const vd::Doorbell> dbs) {
+    const auto gpa = alloc(dbs.size_bytes(), 16);
+    std::memcpy(ram_->host(gpa, dbs.size_bytes()), dbs.data(), dbs.size_bytes());
+    const DriverBuf b{gpa, static_cast<std::uint32_t>(dbs.size_bytes()), false};
+    while (qs_[2].get_used()) {
+    }
+    BOOST_REQUIRE(qs_[2].add(std::span(&b, 1)).ok());
+    qs_[2].publish();
+    (void)fe_->kick(2);
+    for (int i = 0; i < 200 && !qs_[2].get_used(); ++i) (void)fe_->wait_call(2, 10);
+  }
+
+ private:
+  std::unique_ptr<Frontend> fe_;
+  std::unique_ptr<GuestRam> ram_;
+  std::vector<DriverQueue> qs_;
+  std::uint64_t req_ = 0, rsp_ = 0;
+};
+
+struct Vrdmad {
+  std::string sock, log;
+  std::unique_ptr<Child> child;
+  Vrdmad(const TempDir& dir, const std::string& name, const std::string& ns, const std::string& engine) {
+    sock = dir.file(name + ".sock");
+    log = dir.file(name + ".log");
+    child = std::make_unique<Child>(std::vector<std::string>{"/usr/sbin/ip", "netns", "exec", ns, VRDMAD, "--socket", sock,
+                                                             "--engine", engine},
+                                    log);
+    BOOST_REQUIRE_MESSAGE(wait_for_path(sock, 10000), "vrdmad did not start; log:\n" + read_file(log));
+  }
+  ~Vrdmad() { child->stop(SIGTERM); }
+};
+
+constexpr auto kOk = 0u;
+constexpr auto kInval = static_cast<std::uint32_t>(vd::Status::invalid);
+constexpr auto kFault = static_cast<std::uint32_t>(vd::Status::fault);
+constexpr auto kNoent = static_cast<std::uint32_t>(vd::Status::not_found);
+constexpr auto kPerm = static_cast<std::uint32_t>(vd::Status::perm);
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(hostile_guest_gets_errors_and_harms_no_one) {
+  NetnsPair net{"vph", 236};
+  BOOST_REQUIRE(net.ok());
+  TempDir dir;
+  Vrdmad victim(dir, "victim", net.ns_a(), "soft:" + net.ip_a());
+  Vrdmad other(dir, "other", net.ns_b(), "soft:" + net.ip_b());
+
+  // Another guest (on vrdmad "other") keeps moving checked data to itself the whole time.
+  std::atomic<bool> stop{false};
+  std::atomic<int> other_ok{0}, other_bad{0};
+  std::thread bystander([&] {
+    auto d = nicdrv::open_device("pv:" + other.sock + "?ram_mib=32");
+    if (!d) {
+      ++other_bad;
+      return;
+    }
+    PairOptions o;
+    o.buf_bytes = 1u << 20;
+    auto a = make_endpoint(*d, o);
+    auto b = make_endpoint(*d, o);
+    if (!a || !b || !connect(*a, *b, o).ok()) {
+      ++other_bad;
+      return;
+    }
+    for (std::uint64_t seed = 1; !stop && seed < 100000; ++seed) {
+      fill_pattern(a->buf.data(), 65536, seed);
+      nicdrv::Sge s{reinterpret_cast<std::uint64_t>(a->buf.data()), 65536, a->mr->lkey()};
+      nicdrv::SendWr w;
+      w.opcode = nicdrv::WrOpcode::rdma_write;
+      w.flags = nicdrv::SendFlags::signaled;
+      w.sg_list = std::span<const nicdrv::Sge>(&s, 1);
+      w.rdma.remote_addr = b->mr->addr();
+      w.rdma.rkey = b->mr->rkey();
+      auto st = a->qp->post_send(std::span(&w, 1));
+      auto wc = wait_cq(*a->cq, 1, 10s);
+      if (st.ok() && wc.size() == 1 && wc[0].status == nicdrv::WcStatus::success && check_pattern(b->buf.data(), 65536, seed))
+        ++other_ok;
+      else
+        ++other_bad;
+    }
+  });
+
+  {
+    RawGuest g(victim.sock);
+    // 1. Garbage: short, unknown, random bytes (bounded: 3000 requests).
+    std::mt19937_64 rng(42);
+    std::uint32_t answered = 0, refused = 0;
+    for (int i = 0; i < 3000; ++i) {
+      std::array<std::uint8_t, 120> junk;
+      for (auto& b : junk) b = static_cast<std::uint8_t>(rng());
+      const std::size_t len = rng() % junk.size();
+      if (i % 3 == 0) {  // a real command number with a garbage body
+        const std::uint32_t c = 1 + static_cast<std::uint32_t>(rng() % 17);
+        std::memcpy(junk.data(), &c, 4);
+      }
+      auto r = g.raw(junk.data(), len);
+      BOOST_REQUIRE_MESSAGE(r.has_value(), "vrdmad stopped answering after " << i << " garbage requests");
+      ++answered;
+      if (r->first != kOk) ++refused;
+    }
+    BOOST_CHECK_EQUAL(answered, 3000u);
+    BOOST_CHECK_GT(refused, 2000u);
+    BOOST_CHECK_EQUAL(g.raw("\x05", 1)->first, kInval);  // shorter than a header
+    BOOST_CHECK_EQUAL(g.cmd0(static_cast<vd::Cmd>(999)).first, static_cast<std::uint32_t>(vd::Status::not_supported));
+
+    // 2. Addresses outside guest memory.
+    const auto pd1 = g.create(vd::Cmd::create_pd, vd::HandleReq{});
+    const auto pd2 = g.create(vd::Cmd::create_pd, vd::HandleReq{});
+    for (std::uint64_t bad : {kHole, kBeyond, ~std::uint64_t{0} - 4095, (std::uint64_t{1} << 20) + (64u << 20) - 4096})
+      BOOST_CHECK_EQUAL(g.cmd(vd::Cmd::create_cq, vd::CreateCqReq{256, 0, bad}).first, kFault);
+    // A ring larger than memory: 65536 CQEs from the start of the big region run past its end.
+    BOOST_CHECK_EQUAL(g.cmd(vd::Cmd::create_cq, vd::CreateCqReq{65536, 0, (1u << 20) + (63u << 20)}).first, kFault);
+    const auto pages = g.alloc(4096);
+    std::uint64_t list[2] = {kHole & ~std::uint64_t{4095}, kBeyond};
+    std::memcpy(g.host(pages, 16), list, 16);
+    vd::RegMrReq mr{};
+    mr.pd = pd1;
+    mr.access = 1;
+    mr.iova = 0x10000;
+    mr.length = 8192;
+    mr.pages_gpa = pages;
+    mr.npages = 2;
+    mr.page_shift = 12;
+    BOOST_CHECK_EQUAL(g.cmd(vd::Cmd::reg_mr, mr).first, kInval);  // pages in a hole / beyond memory
+    mr.pages_gpa = kBeyond;
+    BOOST_CHECK_NE(g.cmd(vd::Cmd::reg_mr, mr).first, kOk);  // the page list itself is outside
+    mr.pages_gpa = pages;
+    mr.npages = 0xffffffff;
+    BOOST_CHECK_NE(g.cmd(vd::Cmd::reg_mr, mr).first, kOk);  // absurd page count
+    mr.npages = 2;
+    mr.length = ~std::uint64_t{0};
+    BOOST_CHECK_NE(g.cmd(vd::Cmd::reg_mr, mr).first, kOk);  // absurd length
+
+    // 3. Handles that do not exist, and handles of another PD.
+    BOOST_CHECK_EQUAL(g.cmd(vd::Cmd::destroy_qp, vd::HandleReq{12345, 0}).first, kNoent);
+    BOOST_CHECK_EQUAL(g.cmd(vd::Cmd::destroy_pd, vd::HandleReq{0, 0}).first, kNoent);
+    const auto cq_ring = g.alloc(vd::kCqeOffset + 64 * sizeof(vd::Cqe));
+    const auto cq = g.create(vd::Cmd::create_cq, vd::CreateCqReq{64, 0, cq_ring});
+    const auto srq_ring = g.alloc(64 * vd::recv_stride(1));
+    const auto srq_status = g.alloc(64);
+    auto [sst, sbody] = g.cmd(vd::Cmd::create_srq, vd::CreateSrqReq{pd1, 64, 1, 0, srq_ring, srq_status});
+    BOOST_REQUIRE_EQUAL(sst, kOk);
+    const auto srq = RawGuest::as<vd::CreateSrqResp>(sbody).srq;
+    const auto sq = g.alloc(64 * vd::send_stride(1, 0));
+    const auto rq = g.alloc(64 * vd::recv_stride(1));
+    const auto qst = g.alloc(64);
+    vd::CreateQpReq q{};
+    q.pd = pd2;
+    q.send_cq = cq;
+    q.recv_cq = cq;
+    q.srq = srq;  // SRQ of PD 1 for a QP of PD 2
+    q.qp_type = 4;
+    q.sq_depth = 64;
+    q.rq_depth = 64;
+    q.max_send_sge = 1;
+    q.max_recv_sge = 1;
+    q.sq_gpa = sq;
+    q.rq_gpa = rq;
+    q.status_gpa = qst;
+    BOOST_CHECK_EQUAL(g.cmd(vd::Cmd::create_qp, q).first, kPerm);
+    q.srq = vd::kNoHandle;
+    q.sq_depth = 3;  // not a power of two
+    BOOST_CHECK_EQUAL(g.cmd(vd::Cmd::create_qp, q).first, kInval);
+    q.sq_depth = 64;
+    q.sq_gpa = kHole;
+    BOOST_CHECK_EQUAL(g.cmd(vd::Cmd::create_qp, q).first, kFault);
+    q.sq_gpa = sq;
+    auto [qs, qbody] = g.cmd(vd::Cmd::create_qp, q);
+    BOOST_REQUIRE_EQUAL(qs, kOk);
+    const auto qp = RawGuest::as<vd::CreateQpResp>(qbody).qp;
+    // A CQ in use cannot be destroyed; a PD holding objects neither.
+    BOOST_CHECK_EQUAL(g.cmd(vd::Cmd::destroy_cq, vd::HandleReq{cq, 0}).first, static_cast<std::uint32_t>(vd::Status::busy));
+    BOOST_CHECK_EQUAL(g.cmd(vd::Cmd::destroy_pd, vd::HandleReq{pd2, 0}).first, static_cast<std::uint32_t>(vd::Status::busy));
+    // MODIFY_QP with out-of-range enums and unknown mask bits.
+    vd::ModifyQpReq m{};
+    m.qp = qp;
+    m.mask = 1;
+    m.attr.qp_state = 9;
+    m.attr.path_mtu = 3;
+    BOOST_CHECK_EQUAL(g.cmd(vd::Cmd::modify_qp, m).first, kInval);
+    m.attr.qp_state = 1;
+    m.mask = 0x80000000u;
+    BOOST_CHECK_EQUAL(g.cmd(vd::Cmd::modify_qp, m).first, kInval);
+    // Bring the UD QP to RTS (INIT needs pkey, port, qkey).
+    m.mask = 1 | (1u << 4) | (1u << 5) | (1u << 6);
+    m.attr.qp_state = 1;
+    m.attr.port_num = 1;
+    m.attr.qkey = 0x1234;
+    BOOST_REQUIRE_EQUAL(g.cmd(vd::Cmd::modify_qp, m).first, kOk);
+    m.mask = 1;
+    m.attr.qp_state = 2;
+    BOOST_REQUIRE_EQUAL(g.cmd(vd::Cmd::modify_qp, m).first, kOk);
+    m.mask = 1 | (1u << 16);
+    m.attr.qp_state = 3;
+    BOOST_REQUIRE_EQUAL(g.cmd(vd::Cmd::modify_qp, m).first, kOk);
+    // A UD send naming an AH of PD 1 from a QP of PD 2, and one with a bad opcode: error CQEs.
+    vd::CreateAhReq ahr{};
+    ahr.pd = pd1;
+    ahr.ah.port_num = 1;
+    ahr.ah.hop_limit = 64;
+    ahr.ah.dgid[10] = 0xff;
+    ahr.ah.dgid[11] = 0xff;
+    ahr.ah.dgid[12] = 10;
+    const auto ah = g.create(vd::Cmd::create_ah, ahr);
+    const auto stride = vd::send_stride(1, 0);
+    vd::SendWqe w{};
+    w.wr_id = 0x1111;
+    w.opcode = 2;
+    w.flags = vd::kSendSignaled;
+    w.ah = ah;
+    std::memcpy(g.host(sq, sizeof w), &w, sizeof w);
+    w.wr_id = 0x2222;
+    w.opcode = 200;
+    std::memcpy(g.host(sq + stride, sizeof w), &w, sizeof w);
+    w.wr_id = 0x3333;
+    w.opcode = 2;
+    w.num_sge = 200;  // more SGEs than the QP has
+    std::memcpy(g.host(sq + 2 * stride, sizeof w), &w, sizeof w);
+    const vd::Doorbell ring[] = {
+        {qp, static_cast<std::uint16_t>(vd::DoorbellKind::sq), 0, 3, 0},
+        {qp, static_cast<std::uint16_t>(vd::DoorbellKind::sq), 0, 100000, 0},   // far beyond the ring
+        {777777, static_cast<std::uint16_t>(vd::DoorbellKind::sq), 0, 1, 0},    // no such QP
+        {cq, static_cast<std::uint16_t>(vd::DoorbellKind::rq), 0, 1, 0},        // a CQ handle as a QP
+        {qp, 99, 0, 1, 0},                                                      // unknown kind
+        {999, static_cast<std::uint16_t>(vd::DoorbellKind::cq_arm), 0, 0, 0},   // no such CQ
+    };
+    g.doorbells(ring);
+    // The three WQEs completed in order with errors (loc_qp_op_err) and their wr_ids.
+    std::vector<std::uint64_t> ids;
+    for (int i = 0; i < 200 && ids.size() < 3; ++i) {
+      auto* c = reinterpret_cast<vd::Cqe*>(g.host(cq_ring + vd::kCqeOffset + ids.size() * sizeof(vd::Cqe), sizeof(vd::Cqe)));
+      if (c->owner == vd::cqe_phase(static_cast<std::uint32_t>(ids.size()), 64)) {
+        BOOST_CHECK_EQUAL(c->status, static_cast<std::uint8_t>(nicdrv::WcStatus::loc_qp_op_err));
+        ids.push_back(c->wr_id);
+      } else {
+        std::this_thread::sleep_for(5ms);
+      }
+    }
+    const std::vector<std::uint64_t> want{0x1111, 0x2222, 0x3333};
+    BOOST_CHECK_EQUAL_COLLECTIONS(ids.begin(), ids.end(), want.begin(), want.end());
+    // 4. A flood of valid commands, bounded: every one answered.
+    for (int i = 0; i < 2000; ++i) BOOST_REQUIRE_EQUAL(g.cmd0(vd::Cmd::query_port).first, kOk);
+  }  // the hostile guest disconnects; vrdmad resets its device
+
+  // vrdmad is alive and serves a well-behaved guest with checked data.
+  {
+    auto d = nicdrv::open_device("pv:" + victim.sock + "?ram_mib=32");
+    VRDMA_REQUIRE_OK(d);
+    PairOptions o;
+    o.buf_bytes = 1u << 20;
+    auto a = make_endpoint(*d, o);
+    auto b = make_endpoint(*d, o);
+    VRDMA_REQUIRE_OK(a);
+    VRDMA_REQUIRE_OK(b);
+    VRDMA_REQUIRE_OK(connect(*a, *b, o));
+    fill_pattern(a->buf.data(), 4096, 5);
+    nicdrv::Sge s{reinterpret_cast<std::uint64_t>(a->buf.data()), 4096, a->mr->lkey()};
+    nicdrv::SendWr w;
+    w.opcode = nicdrv::WrOpcode::rdma_write;
+    w.flags = nicdrv::SendFlags::signaled;
+    w.sg_list = std::span<const nicdrv::Sge>(&s, 1);
+    w.rdma.remote_addr = b->mr->addr();
+    w.rdma.rkey = b->mr->rkey();
+    VRDMA_REQUIRE_OK(a->qp->post_send(std::span(&w, 1)));
+    auto wc = wait_cq(*a->cq, 1, 10s);
+    BOOST_REQUIRE_EQUAL(wc.size(), 1u);
+    BOOST_CHECK_EQUAL(wc[0].status, nicdrv::WcStatus::success);
+    BOOST_CHECK(check_pattern(b->buf.data(), 4096, 5));
+  }
+  stop = true;
+  bystander.join();
+  BOOST_CHECK_EQUAL(other_bad.load(), 0);
+  BOOST_CHECK_GT(other_ok.load(), 10);
+  BOOST_TEST_MESSAGE("the other guest moved " << other_ok.load() << " checked 64 KiB writes meanwhile");
+  BOOST_CHECK(victim.child->alive());
+  const auto log = read_file(victim.log);
+  BOOST_CHECK(log.find("refused") != std::string::npos);
+  BOOST_CHECK(log.find("doorbell ignored") != std::string::npos);
+}
