@@ -431,6 +431,8 @@ void SoftDevice::handle_rx(RxPacket& p) {
   ip.src_be = p.src_ip_be;
   ip.dst_be = ip_be_;
   ip.udp_src_port = p.src_port;
+  ip.ip_id = p.ip_id;
+  ip.dont_fragment = p.dont_fragment;
   wire::Packet pkt;
   auto err = wire::parse(std::span<const std::uint8_t>(p.data, p.len), ip, verify_icrc_, pkt);
   if (err != wire::ParseError::none) {
@@ -651,7 +653,14 @@ Result<std::shared_ptr<Device>> open(std::string_view spec, const DeviceOptions&
                                           opts.flag("busy_poll"), opts.get("verify_icrc", "1") != "0", port);
   // The link needs the device's stats block, so it is made after the device.
   {
-    auto link = make_udp_link(std::move(sock), port, dev->st);
+    // rx=udp forces the plain socket path (ICRC checked assuming IP ID 0 and DF, as we send).
+    std::unique_ptr<Link> link;
+    if (opts.get("rx", "raw") != "udp") {
+      auto raw = make_raw_rx_link(sock, ifi->ip_be, port, dev->st);
+      if (raw) link = std::move(raw).value();
+      else log::info("{}: {}; checking received ICRCs as if every peer sent IP ID 0 with DF, as we do", name, raw.error().message);
+    }
+    if (!link) link = make_udp_link(std::move(sock), port, dev->st);
     std::lock_guard lk(dev->mu_);
     dev->set_link(std::move(link));
   }

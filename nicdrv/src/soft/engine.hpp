@@ -59,6 +59,8 @@ struct RxPacket {
   std::uint32_t len = 0;
   std::uint32_t src_ip_be = 0;
   std::uint16_t src_port = 0;
+  std::uint16_t ip_id = 0;     // IPv4 identification and DF, which the ICRC covers (A17.3.3);
+  bool dont_fragment = true;   // a plain UDP socket cannot see them (0 and DF is what we send)
 };
 
 class Link {
@@ -72,6 +74,10 @@ class Link {
 };
 
 std::unique_ptr<Link> make_udp_link(UniqueFd sock, std::uint16_t port, EngineStats& stats);
+// Sends on `udp_sock` and receives from a raw socket that shows the IPv4 header (raw_rx.cpp).
+// Takes the socket only on success; fails without CAP_NET_RAW.
+Result<std::unique_ptr<Link>> make_raw_rx_link(UniqueFd& udp_sock, std::uint32_t ip_be, std::uint16_t port,
+                                               EngineStats& stats);
 std::unique_ptr<Link> make_fault_link(std::unique_ptr<Link> inner, const FaultConfig& cfg, EngineStats& stats);
 
 // ---- Objects ------------------------------------------------------------------------------------
