@@ -7,6 +7,7 @@
 // connection (default port 18515), then run the test. --verify checks data end to end.
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <sched.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -18,6 +19,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -29,6 +31,7 @@
 
 #include "vrdma/common/fd.hpp"
 #include "vrdma/nicdrv/registry.hpp"
+#include "vrdma/nicdrv/soft.hpp"
 
 using namespace vrdma;
 using namespace vrdma::nicdrv;
@@ -44,6 +47,7 @@ struct Config {
   std::uint64_t iters = 1000;
   double duration = 0;
   bool json_out = false, verify = false;
+  std::string peer_format = "vrdma";  // vrdma (our JSON lines), perftest, pingpong
 };
 
 [[noreturn]] void die(const std::string& msg) {
@@ -151,7 +155,15 @@ void post_ready_recvs(Ctx& x, bool is_server) {
   else if (is_server) post_recvs(x, x.c.depth);
 }
 
-void setup(Ctx& x, int oob, bool is_server) {
+// What a QP needs to know of its peer to connect (every exchange format carries these).
+struct Remote {
+  std::uint32_t qpn = 0, psn = 0;
+  Gid gid;
+  std::uint8_t max_rd_atomic = 16;  // how many READs/atomics the peer's responder takes
+  std::uint8_t min_rnr_timer = 1;
+};
+
+void create_resources(Ctx& x, bool is_server) {
   x.dev = must(open_device(x.c.device), "open device");
   x.pd = must(x.dev->alloc_pd(), "alloc PD");
   x.cq = must(x.dev->create_cq(std::max<std::uint32_t>(4 * x.c.depth, 256)), "create CQ");
@@ -168,7 +180,14 @@ void setup(Ctx& x, int oob, bool is_server) {
                 : std::clamp<std::size_t>((std::size_t{64} << 20) / x.c.size, 1, 16);
   // Latency tests write from the upper half and are written into the lower half.
   std::size_t lat_factor = x.c.test == "write_lat" ? 2 : 1;
-  const std::size_t bytes = std::max<std::size_t>(lat_factor * x.slots * x.c.size, 64);
+  std::size_t min_buf = 64;
+  if (x.c.peer_format != "vrdma") {
+    // perftest cycles its remote addresses over 2 x max(size, its page size) and more; the
+    // ping-pong receives into the first slot and sends from the second.
+    x.slots = std::max<std::size_t>(x.slots, 2);
+    min_buf = 2 * std::max<std::size_t>(x.c.size, std::size_t{64} << 10);
+  }
+  const std::size_t bytes = std::max<std::size_t>(lat_factor * x.slots * x.c.size, min_buf);
   x.mem = must(x.dev->alloc_buffer(bytes), "allocate buffer");
   x.buf = x.mem->bytes().first(bytes);
   fill(x.buf, is_server ? 2 : 1);
@@ -176,8 +195,47 @@ void setup(Ctx& x, int oob, bool is_server) {
   x.mr = must(x.pd->reg_mr(x.buf.data(), x.buf.size(),
                            Access::local_write | Access::remote_write | Access::remote_read | Access::remote_atomic),
               "register memory");
+}
+
+std::uint32_t initial_psn() { return static_cast<std::uint32_t>(::getpid() * 7919u) & 0xffffff; }
+
+// INIT: from here on receives may be posted (IBA 10.8.2), before the peer is known.
+void qp_to_init(Ctx& x) {
+  using M = QpAttrMask;
+  QpAttr a;
+  a.qp_state = QpState::init;
+  a.qp_access_flags = Access::local_write | Access::remote_write | Access::remote_read | Access::remote_atomic;
+  must(x.qp->modify(a, M::state | M::pkey_index | M::port | M::access_flags), "QP to INIT");
+}
+
+void connect_qp(Ctx& x, const Remote& r, std::uint32_t my_psn) {
+  auto mtu = mtu_from_bytes(x.c.mtu);
+  if (!mtu) die("--mtu must be 256, 512, 1024, 2048 or 4096");
+  using M = QpAttrMask;
+  if (x.qp->state() == QpState::reset) qp_to_init(x);
+  QpAttr a;
+  a.qp_state = QpState::rtr;
+  a.path_mtu = *mtu;
+  a.dest_qp_num = r.qpn;
+  a.rq_psn = r.psn;
+  a.max_dest_rd_atomic = 16;
+  a.min_rnr_timer = r.min_rnr_timer;
+  a.ah_attr.dgid = r.gid;
+  must(x.qp->modify(a, M::state | M::av | M::path_mtu | M::dest_qpn | M::rq_psn | M::max_dest_rd_atomic | M::min_rnr_timer),
+       "QP to RTR");
+  a.qp_state = QpState::rts;
+  a.sq_psn = my_psn;
+  a.timeout = 14;
+  a.retry_cnt = 7;
+  a.rnr_retry = 7;
+  a.max_rd_atomic = std::min<std::uint8_t>(16, std::max<std::uint8_t>(r.max_rd_atomic, 1));
+  must(x.qp->modify(a, M::state | M::sq_psn | M::timeout | M::retry_cnt | M::rnr_retry | M::max_qp_rd_atomic), "QP to RTS");
+}
+
+void setup(Ctx& x, int oob, bool is_server) {
+  create_resources(x, is_server);
   auto gid = must(x.dev->query_gid(0), "query GID");
-  std::uint32_t psn = static_cast<std::uint32_t>(::getpid() * 7919u) & 0xffffff;
+  std::uint32_t psn = initial_psn();
   json me = {{"qpn", x.qp->qp_num()}, {"psn", psn}, {"gid", gid.gid.str()}, {"rkey", x.mr->rkey()},
              {"addr", x.mr->addr()}, {"test", x.c.test}, {"size", x.c.size}, {"verify", x.c.verify}};
   json peer;
@@ -193,31 +251,11 @@ void setup(Ctx& x, int oob, bool is_server) {
   if (is_server) x.c.verify = peer.value("verify", false);  // the client decides
   x.remote_addr = peer["addr"];
   x.remote_rkey = peer["rkey"];
-  Gid pg;
-  if (::inet_pton(AF_INET6, peer["gid"].get<std::string>().c_str(), pg.raw.data()) != 1) die("peer GID is malformed");
-  auto mtu = mtu_from_bytes(x.c.mtu);
-  if (!mtu) die("--mtu must be 256, 512, 1024, 2048 or 4096");
-  using M = QpAttrMask;
-  QpAttr a;
-  a.qp_state = QpState::init;
-  a.qp_access_flags = Access::local_write | Access::remote_write | Access::remote_read | Access::remote_atomic;
-  must(x.qp->modify(a, M::state | M::pkey_index | M::port | M::access_flags), "QP to INIT");
-  a.qp_state = QpState::rtr;
-  a.path_mtu = *mtu;
-  a.dest_qp_num = peer["qpn"];
-  a.rq_psn = peer["psn"];
-  a.max_dest_rd_atomic = 16;
-  a.min_rnr_timer = 1;
-  a.ah_attr.dgid = pg;
-  must(x.qp->modify(a, M::state | M::av | M::path_mtu | M::dest_qpn | M::rq_psn | M::max_dest_rd_atomic | M::min_rnr_timer),
-       "QP to RTR");
-  a.qp_state = QpState::rts;
-  a.sq_psn = psn;
-  a.timeout = 14;
-  a.retry_cnt = 7;
-  a.rnr_retry = 7;
-  a.max_rd_atomic = 16;
-  must(x.qp->modify(a, M::state | M::sq_psn | M::timeout | M::retry_cnt | M::rnr_retry | M::max_qp_rd_atomic), "QP to RTS");
+  Remote r;
+  r.qpn = peer["qpn"];
+  r.psn = peer["psn"];
+  if (::inet_pton(AF_INET6, peer["gid"].get<std::string>().c_str(), r.gid.raw.data()) != 1) die("peer GID is malformed");
+  connect_qp(x, r, psn);
   // Both QPs must be ready before the first packet flies (else it meets a QP still in INIT).
   if (x.c.test == "send_lat" || x.c.test == "send_bw") post_ready_recvs(x, is_server);
   send_line(oob, {{"ready", true}});
@@ -395,6 +433,360 @@ std::uint64_t serve_send_bw(Ctx& x, int oob) {
   return got;
 }
 
+
+// ---- foreign peers: the out-of-band formats of perftest and ibv_rc_pingpong -------------------
+// Both tools swap fixed-size, NUL-terminated text records over TCP, the client writing first.
+// perftest (KEY_PRINT_FMT_GID in perftest_communication.h) sends
+//   lid:out_reads:qpn:psn:rkey:vaddr:<16 GID bytes, each "xx:">srqn:   (108 bytes with the NUL)
+// and, before and after the keys, other records (versions, page and cache-line size, MTU, the
+// bandwidth report) that the server answers with a record of the same size. As a server we
+// answer those with the client's own record: we agree to its version and sizes.
+// ibv_rc_pingpong sends lid:qpn:psn:<GID as 32 hex digits> (52 bytes), then the client "done".
+constexpr std::size_t kPerftestKeyLen = 108, kPingpongLen = 52;
+constexpr int kForeignTimeoutMs = 120000;
+
+struct ForeignDest {
+  std::uint64_t lid = 0, out_reads = 0, qpn = 0, psn = 0, rkey = 0, vaddr = 0, srqn = 0;
+  Gid gid;
+};
+
+std::string hex(std::uint64_t v, int width) {
+  char b[24];
+  std::snprintf(b, sizeof b, "%0*llx", width, static_cast<unsigned long long>(v));
+  return b;
+}
+
+std::vector<std::string_view> split(std::string_view s, char sep) {
+  std::vector<std::string_view> out;
+  for (std::size_t pos = 0;;) {
+    std::size_t e = s.find(sep, pos);
+    out.push_back(s.substr(pos, e == std::string_view::npos ? std::string_view::npos : e - pos));
+    if (e == std::string_view::npos) return out;
+    pos = e + 1;
+  }
+}
+
+bool parse_hex(std::string_view f, std::size_t width, std::uint64_t& v) {
+  if (f.size() != width) return false;
+  auto [p, ec] = std::from_chars(f.data(), f.data() + f.size(), v, 16);
+  return ec == std::errc{} && p == f.data() + f.size();
+}
+
+std::string perftest_record(const ForeignDest& d) {
+  std::string s = hex(d.lid, 4) + ":" + hex(d.out_reads, 4) + ":" + hex(d.qpn, 6) + ":" + hex(d.psn, 6) + ":" +
+                  hex(d.rkey, 8) + ":" + hex(d.vaddr, 16) + ":";
+  for (auto b : d.gid.raw) s += hex(b, 2) + ":";
+  s += hex(d.srqn, 8) + ":";
+  s.push_back('\0');
+  return s;
+}
+
+bool parse_perftest_record(std::string_view m, ForeignDest& d) {
+  if (m.size() != kPerftestKeyLen || m.back() != '\0') return false;
+  auto f = split(m.substr(0, m.size() - 1), ':');
+  if (f.size() != 24 || !f[23].empty()) return false;  // 6 fields, 16 GID bytes, srqn, trailing ':'
+  static constexpr std::size_t w[] = {4, 4, 6, 6, 8, 16};
+  std::uint64_t* dst[] = {&d.lid, &d.out_reads, &d.qpn, &d.psn, &d.rkey, &d.vaddr};
+  for (std::size_t i = 0; i < 6; ++i)
+    if (!parse_hex(f[i], w[i], *dst[i])) return false;
+  for (std::size_t i = 0; i < 16; ++i) {
+    std::uint64_t b = 0;
+    if (!parse_hex(f[6 + i], 2, b)) return false;
+    d.gid.raw[i] = static_cast<std::uint8_t>(b);
+  }
+  return parse_hex(f[22], 8, d.srqn);
+}
+
+std::string pingpong_record(const ForeignDest& d) {
+  std::string s = hex(d.lid, 4) + ":" + hex(d.qpn, 6) + ":" + hex(d.psn, 6) + ":";
+  for (auto b : d.gid.raw) s += hex(b, 2);
+  s.push_back('\0');
+  return s;
+}
+
+bool parse_pingpong_record(std::string_view m, ForeignDest& d) {
+  if (m.size() != kPingpongLen || m.back() != '\0') return false;
+  auto f = split(m.substr(0, m.size() - 1), ':');
+  if (f.size() != 4 || !parse_hex(f[0], 4, d.lid) || !parse_hex(f[1], 6, d.qpn) || !parse_hex(f[2], 6, d.psn) ||
+      f[3].size() != 32)
+    return false;
+  for (std::size_t i = 0; i < 16; ++i) {
+    std::uint64_t b = 0;
+    if (!parse_hex(f[3].substr(2 * i, 2), 2, b)) return false;
+    d.gid.raw[i] = static_cast<std::uint8_t>(b);
+  }
+  return true;
+}
+
+void write_all(int fd, std::string_view m) {
+  if (::send(fd, m.data(), m.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(m.size()))
+    die("the peer closed the out-of-band connection while we were writing");
+}
+
+// Waits up to `ms` for bytes; false on timeout. Runs `idle` between short waits.
+template <class F>
+bool wait_readable(int fd, int ms, F&& idle) {
+  auto deadline = SteadyClock::now() + std::chrono::milliseconds(ms);
+  while (SteadyClock::now() < deadline) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 1) > 0) return true;
+    idle();
+  }
+  return false;
+}
+
+std::string read_exact(int fd, std::size_t n) {
+  std::string s(n, '\0');
+  for (std::size_t got = 0; got < n;) {
+    if (!wait_readable(fd, kForeignTimeoutMs, [] {})) die("the peer sent nothing on the out-of-band connection for 120 s");
+    ssize_t r = ::recv(fd, s.data() + got, n - got, 0);
+    if (r <= 0) die("the peer closed the out-of-band connection after " + std::to_string(got) + " of " + std::to_string(n) + " bytes");
+    got += static_cast<std::size_t>(r);
+  }
+  return s;
+}
+
+// One record of unknown size: everything that arrives until the line is quiet for 50 ms (the
+// writer then waits for our answer). Empty on end of stream.
+template <class F>
+std::string read_record(int fd, F&& idle) {
+  if (!wait_readable(fd, kForeignTimeoutMs, idle)) die("the peer sent nothing on the out-of-band connection for 120 s");
+  std::string s;
+  char b[512];
+  for (;;) {
+    ssize_t r = ::recv(fd, b, sizeof b, MSG_DONTWAIT);
+    if (r == 0) return s;
+    if (r > 0) {
+      s.append(b, static_cast<std::size_t>(r));
+      if (s.size() > 4096) die("the peer sent an out-of-band record over 4 KiB: not perftest");
+      continue;
+    }
+    if (!wait_readable(fd, 50, [] {})) return s;
+  }
+}
+
+ForeignDest my_dest(Ctx& x, std::uint32_t psn) {
+  ForeignDest d;
+  d.out_reads = 16;
+  d.qpn = x.qp->qp_num();
+  d.psn = psn;
+  d.rkey = x.mr->rkey();
+  d.vaddr = x.mr->addr();
+  d.gid = must(x.dev->query_gid(0), "query GID").gid;
+  return d;
+}
+
+struct ForeignOutcome {
+  Outcome o;
+  std::vector<std::size_t> records;  // sizes of the records the peer sent, in order
+  bool verified = true;
+};
+
+// perftest client (ib_write_bw, ib_read_bw, ib_send_bw, ib_send_lat ... <our address>) against
+// us as the server: keys on every 108-byte record, the client's own record back for the rest.
+ForeignOutcome serve_perftest(Ctx& x, int fd) {
+  ForeignOutcome r;
+  const std::uint32_t psn = initial_psn();
+  const ForeignDest me = my_dest(x, psn);
+  int keys = 0;
+  bool receiving = false;
+  std::uint64_t next_wr = 0;
+  WorkCompletion wc[64];
+  // While the client runs: keep receives posted (send_bw) and answer each message (send_lat,
+  // whose client may still exchange records after its QP is ready, so the echo runs here).
+  const bool echo = x.c.test == "send_lat";
+  auto service = [&] {
+    if (!receiving) return;
+    std::size_t n = poll_some(x, wc, 64);
+    for (std::size_t i = 0; i < n; ++i) {
+      if (wc[i].opcode != WcOpcode::recv) continue;
+      ++r.o.ops;
+      Sge s = x.sge(echo ? 0 : next_wr % x.slots, x.c.size);
+      RecvWr w{next_wr++, std::span<const Sge>(&s, 1)};
+      must(x.qp->post_recv(std::span<const RecvWr>(&w, 1)), "post receive");
+      if (!echo) continue;
+      Sge out = x.sge(1, x.c.size);
+      SendWr sw;
+      sw.wr_id = r.o.ops;
+      sw.opcode = WrOpcode::send;
+      sw.flags = SendFlags::signaled;
+      sw.sg_list = std::span<const Sge>(&out, 1);
+      must(x.qp->post_send(std::span<const SendWr>(&sw, 1)), "post send");
+    }
+  };
+  auto start = SteadyClock::now();
+  for (int rounds = 0; rounds < 64; ++rounds) {
+    std::string m = read_record(fd, service);
+    if (m.empty()) break;
+    r.records.push_back(m.size());
+    if (m == std::string_view("done", 5)) break;
+    ForeignDest peer;
+    if (!parse_perftest_record(m, peer)) {
+      write_all(fd, m);
+      continue;
+    }
+    if (++keys == 1) {
+      Remote rem;
+      rem.qpn = static_cast<std::uint32_t>(peer.qpn);
+      rem.psn = static_cast<std::uint32_t>(peer.psn);
+      rem.gid = peer.gid;
+      rem.max_rd_atomic = static_cast<std::uint8_t>(std::min<std::uint64_t>(peer.out_reads, 16));
+      x.remote_addr = peer.vaddr;
+      x.remote_rkey = static_cast<std::uint32_t>(peer.rkey);
+      connect_qp(x, rem, psn);
+      if (x.c.test == "send_bw" || x.c.test == "send_lat") {
+        std::size_t n = x.c.test == "send_bw" ? x.c.depth : 16;
+        for (; next_wr < n; ++next_wr) {
+          Sge s = x.sge(x.c.test == "send_bw" ? next_wr % x.slots : 0, x.c.size);
+          RecvWr w{next_wr, std::span<const Sge>(&s, 1)};
+          must(x.qp->post_recv(std::span<const RecvWr>(&w, 1)), "post receive");
+        }
+        receiving = true;
+      }
+    }
+    write_all(fd, perftest_record(me));
+    // The second key exchange follows the client's move to RTR/RTS: the test starts now.
+    if (keys == 2) start = SteadyClock::now();
+    if (keys == 3) r.o.seconds = std::chrono::duration<double>(SteadyClock::now() - start).count();
+  }
+  if (keys < 3) die("the perftest client stopped after " + std::to_string(keys) + " key exchanges (want at least 3)");
+  return r;
+}
+
+// ibv_rc_pingpong: SENDs of --size bytes back and forth, --iters each way. The tool sends and
+// receives in one buffer, so after its first message it echoes ours: we check every byte.
+// With -c it zeroes each page's first byte before its first send and checks them at the end,
+// so our pattern keeps those bytes zero.
+ForeignOutcome run_pingpong(Ctx& x, int fd, bool is_server) {
+  ForeignOutcome r;
+  const std::uint32_t psn = initial_psn();
+  const ForeignDest me = my_dest(x, psn);
+  const std::uint32_t n = x.c.size;
+  std::uint8_t* rx = x.buf.data();
+  std::uint8_t* tx = x.buf.data() + n;
+  for (std::uint32_t i = 0; i < n; i += 4096) tx[i] = 0;
+  qp_to_init(x);
+  for (std::uint64_t i = 0; i < 16; ++i) {
+    Sge s = x.sge(0, n);
+    RecvWr w{i, std::span<const Sge>(&s, 1)};
+    must(x.qp->post_recv(std::span<const RecvWr>(&w, 1)), "post receive");
+  }
+  ForeignDest peer;
+  if (is_server) {
+    std::string m = read_exact(fd, kPingpongLen);
+    if (!parse_pingpong_record(m, peer)) die("the peer's record is not ibv_rc_pingpong's lid:qpn:psn:gid");
+  } else {
+    write_all(fd, pingpong_record(me));
+    std::string m = read_exact(fd, kPingpongLen);
+    if (!parse_pingpong_record(m, peer)) die("the peer's record is not ibv_rc_pingpong's lid:qpn:psn:gid");
+  }
+  Remote rem;
+  rem.qpn = static_cast<std::uint32_t>(peer.qpn);
+  rem.psn = static_cast<std::uint32_t>(peer.psn);
+  rem.gid = peer.gid;
+  rem.max_rd_atomic = 1;
+  rem.min_rnr_timer = 12;
+  connect_qp(x, rem, psn);
+  if (is_server) {
+    write_all(fd, pingpong_record(me));
+    read_exact(fd, 5);  // "done"
+  } else {
+    write_all(fd, std::string_view("done", 5));
+  }
+  r.records = {kPingpongLen};
+  auto first_ok = [&] {  // the tool's own first message: 0x7b, page starts 0 with -c
+    for (std::uint32_t i = 0; i < n; ++i)
+      if (rx[i] != 0x7b && !(i % 4096 == 0 && rx[i] == 0)) return false;
+    return true;
+  };
+  WorkCompletion wc[8];
+  std::uint64_t sends_out = 0;
+  auto send = [&](std::uint64_t i) {
+    Sge s = x.sge(1, n);
+    SendWr w;
+    w.wr_id = i;
+    w.opcode = WrOpcode::send;
+    w.flags = SendFlags::signaled;
+    w.sg_list = std::span<const Sge>(&s, 1);
+    must(x.qp->post_send(std::span<const SendWr>(&w, 1)), "post send");
+    ++sends_out;
+  };
+  auto wait_recv = [&](std::uint64_t i) {
+    auto deadline = SteadyClock::now() + std::chrono::seconds(30);
+    for (;;) {
+      std::size_t k = poll_some(x, wc, 8);
+      bool got = false;
+      for (std::size_t j = 0; j < k; ++j) {
+        if (wc[j].opcode != WcOpcode::recv) {
+          --sends_out;
+          continue;
+        }
+        got = true;
+        bool ok = wc[j].byte_len == n && ((is_server && i == 0) ? first_ok() : std::memcmp(rx, tx, n) == 0);
+        if (!ok && r.verified) std::fprintf(stderr, "vrdma-perf: message %llu from the peer is not what we expect\n",
+                                            static_cast<unsigned long long>(i));
+        r.verified = r.verified && ok;
+        Sge s = x.sge(0, n);
+        RecvWr w{i + 16, std::span<const Sge>(&s, 1)};
+        must(x.qp->post_recv(std::span<const RecvWr>(&w, 1)), "post receive");
+      }
+      if (got) return;
+      if (SteadyClock::now() > deadline) die("timed out waiting for the peer's message " + std::to_string(i));
+    }
+  };
+  auto start = SteadyClock::now();
+  for (std::uint64_t i = 0; i < x.c.iters; ++i) {
+    auto t0 = SteadyClock::now();
+    if (is_server) {
+      wait_recv(i);
+      send(i);
+    } else {
+      send(i);
+      wait_recv(i);
+    }
+    r.o.lat_us.push_back(std::chrono::duration<double, std::micro>(SteadyClock::now() - t0).count() / 2);
+  }
+  auto deadline = SteadyClock::now() + std::chrono::seconds(10);
+  while (sends_out > 0 && SteadyClock::now() < deadline) {
+    std::size_t k = poll_some(x, wc, 8);
+    for (std::size_t j = 0; j < k; ++j)
+      if (wc[j].opcode != WcOpcode::recv) --sends_out;
+  }
+  r.o.ops = x.c.iters;
+  r.o.seconds = std::chrono::duration<double>(SteadyClock::now() - start).count();
+  return r;
+}
+
+int run_foreign(Config& c) {
+  bool server = c.connect.empty();
+  Ctx x;
+  x.c = c;
+  create_resources(x, server);
+  UniqueFd oob = server ? oob_accept(c) : oob_connect(c);
+  ForeignOutcome r;
+  if (c.peer_format == "pingpong") {
+    r = run_pingpong(x, oob.get(), server);
+  } else if (server) {
+    r = serve_perftest(x, oob.get());
+  } else {
+    die("--peer-format perftest is server-only for now: run ib_*_bw/lat in client mode against us");
+  }
+  json out = {{"test", c.peer_format == "pingpong" ? "pingpong" : c.test}, {"peer_format", c.peer_format},
+              {"device", c.device}, {"role", server ? "server" : "client"}, {"size", c.size}, {"ops", r.o.ops},
+              {"seconds", r.o.seconds}, {"records", r.records}};
+  if (c.peer_format == "pingpong") out["verified"] = r.verified;
+  if (!r.o.lat_us.empty()) {
+    auto v = r.o.lat_us;
+    std::sort(v.begin(), v.end());
+    out["lat_us"] = {{"min", v.front()}, {"p50", v[v.size() / 2]}, {"max", v.back()}};
+  }
+  auto st = soft::stats(*x.dev);
+  if (st) out["engine"] = {{"rx_dropped_icrc", st->rx_dropped_icrc}, {"rx_dropped_malformed", st->rx_dropped_malformed},
+                           {"retransmits", st->retransmits}, {"tx_packets", st->tx_packets}, {"rx_packets", st->rx_packets}};
+  std::cout << out.dump() << std::endl;
+  return r.verified ? 0 : 2;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -412,7 +804,12 @@ int main(int argc, char** argv) {
   app.add_option("-m,--mtu", c.mtu, "path MTU");
   app.add_flag("--json", c.json_out, "print one JSON object");
   app.add_flag("--verify", c.verify, "check data end to end (CRC-32 of the buffers)");
+  app.add_option("--peer-format", c.peer_format,
+                 "out-of-band format of the peer: vrdma (another vrdma-perf), perftest (ib_*_bw/lat), "
+                 "pingpong (ibv_rc_pingpong)")
+      ->check(CLI::IsMember({"vrdma", "perftest", "pingpong"}));
   CLI11_PARSE(app, argc, argv);
+  if (c.peer_format != "vrdma") return run_foreign(c);
   if (c.test == "atomic_bw") c.size = std::max<std::uint32_t>(c.size, 8);
 
   bool server = c.connect.empty();
