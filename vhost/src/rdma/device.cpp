@@ -164,6 +164,7 @@ void RdmaDevice::Impl::reset() {
   pending_srq.clear();
   events.clear();
   st.registered_bytes = 0;
+  next_handle_ = 1;  // a new session's handles start over (and fuzzing stays deterministic)
   if (paused) {
     auto s = engine->resume();
     if (!s.ok()) log::warn("virtio-rdma: the engine could not resume after reset: {}", s.error().message);
