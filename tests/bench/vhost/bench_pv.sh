@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Benchmark of paravirtual verbs: vrdma-perf over `pv` (libpvverbs -> vrdmad -> soft engine)
+# against the same test over `soft` directly, same run, same veth, same peer (a soft engine in
+# the other namespace). Host A's side is pinned to core 0 in both runs (application, engine and,
+# for pv, vrdmad), the peer to core 1.
+#   RC RDMA WRITE 64 KiB bandwidth: pv / soft                         target >= 0.9x
+#   64 B SEND ping-pong latency: pv - soft (one-way, p50)             target < 5 us
+#   host CPU seconds per GiB moved on host A (application + vrdmad)
+# Prints the figures and ratios, writes JSON (and a PNG plot if gnuplot is present) to $OUT.
+#   bench_pv.sh VRDMA_PERF VRDMAD [OUT_DIR]
+set -euo pipefail
+[ -n "${BENCH_TRACE:-}" ] && set -x
+PERF=$(readlink -f "$1"); VRDMAD=$(readlink -f "$2"); OUT=${3:-$PWD/bench-out}
+mkdir -p "$OUT"
+if [ "$(id -u)" -ne 0 ]; then echo "SKIP: needs root for network namespaces"; exit 0; fi
+A=bp$$a B=bp$$b IPA=10.238.0.1 IPB=10.238.0.2 SECS=${BENCH_SECONDS:-4} ITERS=${BENCH_LAT_ITERS:-20000}
+TMP=$(mktemp -d)
+cleanup() {
+  for ns in $A $B; do ip netns pids $ns 2>/dev/null | xargs -r kill 2>/dev/null || true; ip netns del $ns 2>/dev/null || true; done
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+ip netns add $A; ip netns add $B
+ip link add ${A}v netns $A mtu 9000 type veth peer name ${B}v netns $B mtu 9000
+ip -n $A addr add $IPA/24 dev ${A}v; ip -n $B addr add $IPB/24 dev ${B}v
+ip -n $A link set ${A}v up; ip -n $B link set ${B}v up; ip -n $A link set lo up; ip -n $B link set lo up
+inA() { ip netns exec $A taskset -c 0 "$@"; }
+inB() { ip netns exec $B taskset -c 1 "$@"; }
+cpu_of() { awk '{print ($14 + $15) / 100}' /proc/$1/stat; }  # utime + stime in seconds (USER_HZ 100)
+
+# One measurement: run_test PORT TEST DEVICE SIZE "SERVER ARGS" CLIENT ARGS... prints the client's JSON.
+run_test() {
+  local port=$1 test=$2 dev=$3 size=$4 sargs=$5; shift 5
+  # shellcheck disable=SC2086
+  inB timeout 120 "$PERF" -d soft:$IPB -t "$test" -s "$size" -m 4096 -p "$port" $sargs >/dev/null 2>"$TMP/server.err" &
+  sleep 0.3
+  inA timeout 120 "$PERF" -d "$dev" -c $IPB -t "$test" -s "$size" -m 4096 -p "$port" --json "$@"
+  wait || true
+}
+
+# Baseline: soft directly.
+soft_bw=$(run_test 18901 write_bw soft:$IPA 65536 "-q 64" -q 64 -D $SECS)
+soft_lat=$(run_test 18902 send_lat soft:$IPA 64 "-n $ITERS" -n $ITERS)
+
+# pv: vrdmad on host A with the soft engine on A's address.
+inA "$VRDMAD" --socket "$TMP/pv.sock" --engine soft:$IPA --control "$TMP/pv.ctl" 2>"$TMP/vrdmad.log" &
+for _ in $(seq 50); do [ -S "$TMP/pv.ctl" ] && break; sleep 0.1; done
+VPID=$(pgrep -f "vrdmad --socket $TMP/pv.sock" | head -1)
+c0=$(cpu_of "$VPID")
+pv_bw=$(run_test 18903 write_bw "pv:$TMP/pv.sock?ram_mib=64" 65536 "-q 64" -q 64 -D $SECS)
+c1=$(cpu_of "$VPID")
+pv_lat=$(run_test 18904 send_lat "pv:$TMP/pv.sock?ram_mib=64" 64 "-n $ITERS" -n $ITERS)
+
+python3 - "$OUT" "$soft_bw" "$soft_lat" "$pv_bw" "$pv_lat" "$c0" "$c1" <<'PY'
+import json, sys
+out = sys.argv[1]
+sb, sl, pb, pl = (json.loads(a) for a in sys.argv[2:6])
+vrdmad_cpu = float(sys.argv[7]) - float(sys.argv[6])
+gib = lambda r: r["gbit_per_s"] * 1e9 * r["seconds"] / 8 / 2**30
+r = {
+  "soft_write_bw_64k_gbit": sb["gbit_per_s"], "pv_write_bw_64k_gbit": pb["gbit_per_s"],
+  "bw_ratio": pb["gbit_per_s"] / sb["gbit_per_s"],
+  "soft_send_lat_64b_p50_us": sl["lat_us"]["p50"], "pv_send_lat_64b_p50_us": pl["lat_us"]["p50"],
+  "soft_send_lat_64b_avg_us": sl["lat_us"]["avg"], "pv_send_lat_64b_avg_us": pl["lat_us"]["avg"],
+  "added_latency_p50_us": pl["lat_us"]["p50"] - sl["lat_us"]["p50"],
+  "added_latency_avg_us": pl["lat_us"]["avg"] - sl["lat_us"]["avg"],
+  "soft_cpu_s_per_gib": sb["cpu_seconds"] / gib(sb),
+  "pv_cpu_s_per_gib": (pb["cpu_seconds"] + vrdmad_cpu) / gib(pb),
+  "pv_vrdmad_cpu_s": vrdmad_cpu, "pv_app_cpu_s": pb["cpu_seconds"],
+  "targets": {"bw_ratio": ">= 0.9", "added_latency_p50_us": "< 5"},
+}
+json.dump(r, open(out + "/bench_pv.json", "w"), indent=1)
+print(f"RC WRITE 64 KiB: pv {r['pv_write_bw_64k_gbit']:.2f} Gbit/s vs soft {r['soft_write_bw_64k_gbit']:.2f} Gbit/s -> ratio {r['bw_ratio']:.2f} (target >= 0.9)")
+print(f"SEND 64 B ping-pong (one-way): pv {r['pv_send_lat_64b_p50_us']:.1f} us p50 vs soft {r['soft_send_lat_64b_p50_us']:.1f} us -> added {r['added_latency_p50_us']:.1f} us p50, {r['added_latency_avg_us']:.1f} us avg (target < 5)")
+print(f"host CPU per GiB written: pv {r['pv_cpu_s_per_gib']:.2f} s (app {r['pv_app_cpu_s']:.2f} s + vrdmad {vrdmad_cpu:.2f} s) vs soft {r['soft_cpu_s_per_gib']:.2f} s")
+with open(out + "/bench_pv.dat", "w") as f:
+    f.write(f"bandwidth {r['bw_ratio']}\ncpu_per_GiB {r['pv_cpu_s_per_gib'] / r['soft_cpu_s_per_gib']}\n")
+PY
+if command -v gnuplot >/dev/null; then
+  gnuplot -e "set terminal png size 640,400; set output '$OUT/bench_pv.png'; set style data histograms; set style fill solid; set yrange [0:*]; set title 'pv over vrdmad vs soft directly (same run)'; set ylabel 'pv / soft'; plot '$OUT/bench_pv.dat' using 2:xtic(1) title 'ratio', 1 title 'parity' lw 2" || true
+fi
+echo "bench_pv: results in $OUT/bench_pv.json"
