@@ -653,6 +653,84 @@ ForeignOutcome serve_perftest(Ctx& x, int fd) {
   return r;
 }
 
+// Us as the client of a perftest server (ib_write_bw ... without an address). The records, in
+// the order perftest 6.06 expects them (a server answers each with one of the same size):
+// version (16 bytes), page size and cache-line size (4 each, network order), path MTU as the
+// decimal enum value ("3" + NUL), then for WRITE/READ keys three times, the test, keys, the
+// bandwidth report (size, iterations, peak, average, message rate: 8 bytes each, network
+// order); for SEND keys four times (after the fourth the server's receives are up), the test;
+// then keys and "done".
+ForeignOutcome client_perftest(Ctx& x, int fd) {
+  ForeignOutcome r;
+  const std::uint32_t psn = initial_psn();
+  const ForeignDest me = my_dest(x, psn);
+  auto xchg = [&](std::string_view mine) {
+    write_all(fd, mine);
+    std::string got = read_exact(fd, mine.size());
+    r.records.push_back(got.size());
+    return got;
+  };
+  auto be32 = [](std::uint32_t v) {
+    v = htonl(v);
+    return std::string(reinterpret_cast<const char*>(&v), 4);
+  };
+  auto be64 = [](std::uint64_t v) {
+    std::string b(8, '\0');
+    for (int i = 0; i < 8; ++i) b[static_cast<std::size_t>(i)] = static_cast<char>(v >> (56 - 8 * i));
+    return b;
+  };
+  std::string version(16, '\0');
+  version.replace(0, 4, "6.06");  // the revision of the exchange we speak
+  xchg(version);
+  xchg(be32(4096));
+  xchg(be32(64));
+  auto mtu = mtu_from_bytes(x.c.mtu);
+  if (!mtu) die("--mtu must be 256, 512, 1024, 2048 or 4096");
+  std::string m = std::to_string(static_cast<int>(*mtu));
+  m.push_back('\0');
+  std::string their_mtu = xchg(m);
+  if (std::string(their_mtu.c_str()) != std::string(m.c_str()))
+    die("the perftest server runs path MTU enum " + std::string(their_mtu.c_str()) + ", we were asked for " + m.c_str() +
+        ": give both the same -m/--mtu");
+  ForeignDest peer;
+  if (!parse_perftest_record(xchg(perftest_record(me)), peer)) die("the perftest server's keys are malformed");
+  Remote rem;
+  rem.qpn = static_cast<std::uint32_t>(peer.qpn);
+  rem.psn = static_cast<std::uint32_t>(peer.psn);
+  rem.gid = peer.gid;
+  rem.max_rd_atomic = static_cast<std::uint8_t>(std::min<std::uint64_t>(peer.out_reads, 16));
+  x.remote_addr = peer.vaddr;
+  x.remote_rkey = static_cast<std::uint32_t>(peer.rkey);
+  x.slots = 1;  // the server's buffer holds two messages; every operation uses the first
+  connect_qp(x, rem, psn);
+  if (x.c.test == "send_lat") post_recvs(x, 16);
+  const bool sends = x.c.test == "send_bw" || x.c.test == "send_lat";
+  xchg(perftest_record(me));
+  xchg(perftest_record(me));
+  if (sends) xchg(perftest_record(me));  // the server has posted its receives
+  if (x.c.test == "send_lat") r.o = run_lat(x, false, x.c.iters);
+  else r.o = run_bw(x);
+  if (!sends) xchg(perftest_record(me));
+  if (!sends) {
+    const double bytes = static_cast<double>(r.o.ops) * x.c.size;
+    const double mbps = r.o.seconds > 0 ? bytes / r.o.seconds / (1 << 20) : 0;
+    const double mpps = r.o.seconds > 0 ? static_cast<double>(r.o.ops) / r.o.seconds / 1e6 : 0;
+    auto dbl = [&](double d) {
+      std::uint64_t u;
+      std::memcpy(&u, &d, 8);
+      return be64(u);
+    };
+    xchg(be64(x.c.size));
+    xchg(be64(r.o.ops));
+    xchg(dbl(mbps));
+    xchg(dbl(mbps));
+    xchg(dbl(mpps));
+  }
+  xchg(perftest_record(me));
+  write_all(fd, std::string_view("done", 5));
+  return r;
+}
+
 // ibv_rc_pingpong: SENDs of --size bytes back and forth, --iters each way. The tool sends and
 // receives in one buffer, so after its first message it echoes ours: we check every byte.
 // With -c it zeroes each page's first byte before its first send and checks them at the end,
@@ -769,7 +847,7 @@ int run_foreign(Config& c) {
   } else if (server) {
     r = serve_perftest(x, oob.get());
   } else {
-    die("--peer-format perftest is server-only for now: run ib_*_bw/lat in client mode against us");
+    r = client_perftest(x, oob.get());
   }
   json out = {{"test", c.peer_format == "pingpong" ? "pingpong" : c.test}, {"peer_format", c.peer_format},
               {"device", c.device}, {"role", server ? "server" : "client"}, {"size", c.size}, {"ops", r.o.ops},
