@@ -1,0 +1,199 @@
+#!/usr/bin/env bash
+# Conformance against Linux's own RDMA stack: a QEMU (TCG) guest running Debian's kernel with
+# rdma_rxe and the Debian rdma-core/perftest tools, on a bridge in a network namespace; our soft
+# engine (vrdma-perf) on the host side of the bridge. Each tool pair runs at path MTU 1024 and
+# 4096, then again with nftables dropping 2 % of RoCE packets both ways. The packets are
+# captured and decoded by tshark; our engine counts ICRC failures of what rxe sent (the raw
+# receive path sees the IP IDs rxe puts in); the guest's kernel log shows whether rxe rejected
+# any ICRC of ours.
+#   rxe_test.sh PATH/TO/vrdma-perf          exits 77 (skip) when root, QEMU or the guest is missing
+#   ONLY=<regex> runs only the matching cases; KEEP_WORK=1 keeps the logs.
+set -euo pipefail
+PERF=$(readlink -f "$1")
+HERE=$(cd "$(dirname "$0")" && pwd)
+skip() { echo "SKIP: $*"; exit 77; }
+[ "$(id -u)" -eq 0 ] && ip netns list >/dev/null 2>&1 || skip "needs root to create network namespaces"
+command -v qemu-system-x86_64 >/dev/null || skip "qemu-system-x86_64 is not installed (apt-get install qemu-system-x86)"
+rc=0; out=$("$HERE/make_guest.sh" 2>&1) || rc=$?
+if [ $rc -eq 3 ]; then skip "guest unavailable: $out"; elif [ $rc -ne 0 ]; then echo "$out"; exit 1; fi
+KERNEL=$(echo "$out" | sed -n 's/.*KERNEL=\([^ ]*\).*/\1/p')
+INITRD=$(echo "$out" | sed -n 's/.*INITRD=\([^ ]*\).*/\1/p')
+
+T0=$(date +%s)
+NS=vrxe$$
+HOST=10.77.0.1 GUEST=10.77.0.2
+work=$(mktemp -d)
+qemu_pid="" cat_pid="" cap_pid=""
+cleanup() {
+  exec 3>&- 2>/dev/null || true
+  for p in $cap_pid $qemu_pid $cat_pid; do kill "$p" 2>/dev/null || true; done
+  ip netns pids "$NS" 2>/dev/null | xargs -r kill 2>/dev/null || true
+  ip netns del "$NS" 2>/dev/null || true
+  if [ -n "${KEEP_WORK:-}" ]; then echo "work dir kept: $work"; else rm -rf "$work"; fi
+}
+trap cleanup EXIT
+
+ip netns add "$NS"
+ip -n "$NS" link set lo up
+ip -n "$NS" link add br0 mtu 9000 type bridge
+ip -n "$NS" addr add $HOST/24 dev br0
+ip -n "$NS" tuntap add tap0 mode tap
+ip -n "$NS" link set tap0 mtu 9000 master br0 up
+ip -n "$NS" link set br0 up
+
+mkfifo "$work/con.in" "$work/con.out"
+cat "$work/con.out" > "$work/serial.log" &
+cat_pid=$!
+ip netns exec "$NS" qemu-system-x86_64 -accel tcg -cpu max -m 1024 -smp 1 -display none -monitor none \
+  -no-reboot -kernel "$KERNEL" -initrd "$INITRD" -append "console=ttyS0 quiet panic=-1" \
+  -chardev pipe,id=con,path="$work/con" -serial chardev:con \
+  -netdev tap,id=n0,ifname=tap0,script=no,downscript=no -device virtio-net-pci,netdev=n0,mac=52:54:00:77:00:02 \
+  >"$work/qemu.log" 2>&1 &
+qemu_pid=$!
+exec 3>"$work/con.in"
+
+# Waits (bounded) for a line matching $1 in the serial log.
+wait_serial() {
+  local pat=$1 secs=$2 i
+  for ((i = 0; i < secs * 10; i++)); do
+    grep -q -- "$pat" "$work/serial.log" 2>/dev/null && return 0
+    kill -0 "$qemu_pid" 2>/dev/null || { echo "QEMU exited:"; cat "$work/qemu.log"; return 1; }
+    sleep 0.1
+  done
+  return 1
+}
+wait_serial "VRDMA-GUEST-READY" 180 || { echo "FAIL: the guest did not come up"; tail -30 "$work/serial.log"; exit 1; }
+grep "VRDMA-GUEST-READY" "$work/serial.log" | tr -d '\r'
+echo "guest ready after $(($(date +%s) - T0)) s"
+
+step=0
+guest_start() { step=$((step + 1)); echo "STEP $step $*" >&3; }
+guest_wait() {  # prints the step's output into $1; returns its exit status
+  wait_serial "=== END $step rc=" "${2:-150}" || { echo "(guest step $step timed out)" > "$1"; return 124; }
+  tr -d '\r' < "$work/serial.log" | sed -n "/^=== BEGIN $step\$/,/^=== END $step rc=/p" > "$1"
+  local rc
+  rc=$(sed -n "s/^=== END $step rc=\([0-9]*\).*/\1/p" "$1")
+  return "${rc:-1}"
+}
+wait_listen() {
+  local i
+  for ((i = 0; i < 50; i++)); do
+    ip netns exec "$NS" ss -ltn 2>/dev/null | grep -q ":18515 " && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
+passed=0 failed=0
+declare -a summary
+host_ok() {  # the host side's JSON: exit status 0, no ICRC failures on our side, verified if asked
+  local f=$1
+  grep -q '"rx_dropped_icrc":0[,}]' "$f" && ! grep -q '"verified":false' "$f"
+}
+record() {  # name, ok(0/1), host log, guest log
+  local name=$1 ok=$2
+  local line
+  line=$(grep -o '{.*}' "$3" 2>/dev/null | tail -1 | sed 's/"records":\[[0-9,]*\],//' || true)
+  if [ "$ok" -eq 0 ]; then
+    passed=$((passed + 1)); summary+=("ok   $name $line")
+    echo "ok   $name: $line"
+  else
+    failed=$((failed + 1)); summary+=("FAIL $name")
+    echo "FAIL $name"; echo "--- host:"; cat "$3"; echo "--- guest:"; cat "$4"
+  fi
+}
+
+# A tool in the guest as client against vrdma-perf serving on the host.
+guest_client() {  # name, vrdma-perf args, guest command
+  local name=$1 args=$2 cmd=$3 ok=1 hp
+  [[ -z "${ONLY:-}" || "$name" =~ $ONLY ]] || return 0
+  timeout 150 ip netns exec "$NS" "$PERF" --device soft:$HOST $args >"$work/$name.host" 2>&1 &
+  hp=$!
+  if wait_listen; then
+    guest_start "timeout 120 $cmd $HOST"
+    if guest_wait "$work/$name.guest" && wait $hp && host_ok "$work/$name.host"; then ok=0; fi
+  fi
+  wait $hp 2>/dev/null || true
+  record "$name" $ok "$work/$name.host" "$work/$name.guest"
+}
+# A tool in the guest as server, vrdma-perf connecting from the host.
+guest_server() {
+  local name=$1 args=$2 cmd=$3 ok=1
+  [[ -z "${ONLY:-}" || "$name" =~ $ONLY ]] || return 0
+  guest_start "timeout 120 $cmd"
+  sleep 1
+  if timeout 150 ip netns exec "$NS" "$PERF" --device soft:$HOST --connect $GUEST $args >"$work/$name.host" 2>&1 \
+     && guest_wait "$work/$name.guest" && host_ok "$work/$name.host"; then ok=0; fi
+  [ $ok -eq 0 ] || guest_wait "$work/$name.guest" 30 || true
+  record "$name" $ok "$work/$name.host" "$work/$name.guest"
+}
+
+run_all() {  # mtu, suffix
+  local m=$1 sfx=$2 pt="-d rxe0 -x 1 -F -m $1"
+  guest_client "pingpong_c_$m$sfx" "--peer-format pingpong --size 4096 --iters 200 --mtu $m" \
+    "ibv_rc_pingpong -d rxe0 -g 1 -m $m -s 4096 -n 200 -c"
+  guest_server "pingpong_s_$m$sfx" "--peer-format pingpong --size 4096 --iters 200 --mtu $m" \
+    "ibv_rc_pingpong -d rxe0 -g 1 -m $m -s 4096 -n 200 -c"
+  guest_client "write_bw_$m$sfx" "--peer-format perftest --test write_bw --size 65536 --mtu $m" \
+    "ib_write_bw $pt -s 65536 -n 200"
+  guest_client "read_bw_$m$sfx" "--peer-format perftest --test read_bw --size 65536 --mtu $m" \
+    "ib_read_bw $pt -s 65536 -n 200"
+  guest_client "send_bw_$m$sfx" "--peer-format perftest --test send_bw --size 65536 --mtu $m" \
+    "ib_send_bw $pt -s 65536 -n 200"
+  guest_client "send_lat_$m$sfx" "--peer-format perftest --test send_lat --size 64 --iters 200 --mtu $m" \
+    "ib_send_lat $pt -s 64 -n 200"
+  local t
+  for t in write_bw read_bw send_bw; do
+    guest_server "${t}_s_$m$sfx" "--peer-format perftest --test $t --size 65536 --iters 200 --mtu $m" \
+      "ib_$t $pt -s 65536 -n 200"
+  done
+  guest_server "send_lat_s_$m$sfx" "--peer-format perftest --test send_lat --size 64 --iters 200 --mtu $m" \
+    "ib_send_lat $pt -s 64 -n 200"
+}
+
+# Everything of the loss-free MTU 1024 round is captured for tshark.
+if command -v tshark >/dev/null; then
+  ip netns exec "$NS" tshark -q -i br0 -s 0 -f "udp port 4791" -w "$work/cap.pcapng" -c 60000 >/dev/null 2>&1 &
+  cap_pid=$!
+  sleep 2
+fi
+run_all 1024 ""
+if [ -n "$cap_pid" ]; then sleep 0.5; kill -INT "$cap_pid" 2>/dev/null || true; wait "$cap_pid" 2>/dev/null || true; cap_pid=""; fi
+run_all 4096 ""
+
+# Real loss on the bridge: nftables drops 2 % of RoCE packets in and out of the host side.
+ip netns exec "$NS" nft -f - <<'EOF'
+table inet vrdma_loss {
+  chain in { type filter hook input priority 0; udp dport 4791 numgen random mod 100 < 2 counter drop; }
+  chain out { type filter hook output priority 0; udp dport 4791 numgen random mod 100 < 2 counter drop; }
+}
+EOF
+run_all 1024 "_loss"
+run_all 4096 "_loss"
+dropped=$(ip netns exec "$NS" nft list table inet vrdma_loss | grep -o 'packets [0-9]*' | awk '{s+=$2} END{print s+0}')
+echo "nftables dropped $dropped RoCE packets"
+[ "$dropped" -gt 0 ] || { echo "FAIL: nftables dropped nothing"; failed=$((failed + 1)); }
+
+# rxe's view: its counters and whether it logged any bad ICRC.
+guest_start "rdma statistic show link rxe0/1; echo BAD_ICRC=\$(dmesg | grep -ci 'icrc')"
+guest_wait "$work/rxe_stats.guest" 30 || true
+cat "$work/rxe_stats.guest"
+if ! grep -q "^BAD_ICRC=0" "$work/rxe_stats.guest"; then echo "FAIL: rxe logged ICRC errors"; dmesg_fail=1; failed=$((failed + 1)); fi
+
+if [ -f "$work/cap.pcapng" ]; then
+  tshark -r "$work/cap.pcapng" -Y "ip.src == $HOST" -T fields -e frame.number -e infiniband.bth.opcode \
+    -e _ws.expert.message -E separator=';' > "$work/decode.txt" 2>"$work/decode.err" || true
+  total=$(wc -l < "$work/decode.txt")
+  bth=$(awk -F';' '$2!=""' "$work/decode.txt" | wc -l)
+  bad=$(grep -ciE 'malformed|exception|bad' "$work/decode.txt" || true)
+  ops=$(awk -F';' '{print $2}' "$work/decode.txt" | sort -un | tr '\n' ' ')
+  echo "tshark: $total packets from our engine, $bth with a BTH, $bad with decode errors; opcodes: $ops"
+  if [ "$total" -gt 100 ] && [ "$bth" -eq "$total" ] && [ "$bad" -eq 0 ]; then passed=$((passed + 1))
+  else echo "FAIL tshark decode"; head -20 "$work/decode.txt"; cat "$work/decode.err"; failed=$((failed + 1)); fi
+fi
+
+echo QUIT >&3
+wait "$qemu_pid" 2>/dev/null || true
+qemu_pid=""
+echo "rxe conformance: $passed passed, $failed failed, $(($(date +%s) - T0)) s"
+[ $failed -eq 0 ]
