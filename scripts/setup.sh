@@ -6,7 +6,8 @@ PKGS=(build-essential cmake ninja-build pkg-config clang libclang-rt-14-dev
       libnl-3-dev libnl-route-3-dev libsqlite3-dev zlib1g-dev
       nlohmann-json3-dev libcli11-dev libfmt-dev
       iproute2 nftables tshark python3 python3-scapy iperf3 gnuplot-nox libvirt-clients
-      qemu-system-x86 busybox-static kmod cpio)
+      qemu-system-x86 busybox-static kmod cpio
+      perftest ibverbs-utils rdmacm-utils linux-headers-amd64)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
