@@ -1,7 +1,7 @@
 # One warning policy for every target in the project.
 add_compile_options(-Wall -Wextra -Wpedantic -Wshadow -Wconversion -Wno-sign-conversion
-                    -Wnon-virtual-dtor -Wold-style-cast -Wcast-align -Wnull-dereference
-                    -Wimplicit-fallthrough -Wformat=2)
+                    -Wcast-align -Wnull-dereference -Wimplicit-fallthrough -Wformat=2
+                    $<$<COMPILE_LANGUAGE:CXX>:-Wnon-virtual-dtor> $<$<COMPILE_LANGUAGE:CXX>:-Wold-style-cast>)
 if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
   add_compile_options(-Wno-missing-field-initializers)
 endif()
