@@ -48,6 +48,7 @@ struct Config {
   double duration = 0;
   bool json_out = false, verify = false;
   std::string peer_format = "vrdma";  // vrdma (our JSON lines), perftest, pingpong
+  unsigned qp_timeout = 14;            // local ACK timeout exponent: 4.096 us * 2^n (IBA 9.7.6.1.3)
 };
 
 [[noreturn]] void die(const std::string& msg) {
@@ -225,7 +226,7 @@ void connect_qp(Ctx& x, const Remote& r, std::uint32_t my_psn) {
        "QP to RTR");
   a.qp_state = QpState::rts;
   a.sq_psn = my_psn;
-  a.timeout = 14;
+  a.timeout = static_cast<std::uint8_t>(x.c.qp_timeout);
   a.retry_cnt = 7;
   a.rnr_retry = 7;
   a.max_rd_atomic = std::min<std::uint8_t>(16, std::max<std::uint8_t>(r.max_rd_atomic, 1));
@@ -886,6 +887,9 @@ int main(int argc, char** argv) {
                  "out-of-band format of the peer: vrdma (another vrdma-perf), perftest (ib_*_bw/lat), "
                  "pingpong (ibv_rc_pingpong)")
       ->check(CLI::IsMember({"vrdma", "perftest", "pingpong"}));
+  app.add_option("--qp-timeout", c.qp_timeout,
+                 "local ACK timeout exponent, 4.096 us x 2^n (default 14 = 67 ms; a slow peer such as a TCG guest needs more)")
+      ->check(CLI::Range(1, 31));
   CLI11_PARSE(app, argc, argv);
   if (c.peer_format != "vrdma") return run_foreign(c);
   if (c.test == "atomic_bw") c.size = std::max<std::uint32_t>(c.size, 8);
