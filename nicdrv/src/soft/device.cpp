@@ -73,6 +73,7 @@ void SoftCq::push(const WorkCompletion& wc, bool solicited) {
       return;
     }
     ring_[(head_ + count_) % ring_.size()] = wc;
+    if (solicited) ring_[(head_ + count_) % ring_.size()].wc_flags = wc.wc_flags | WcFlags::solicited;
     ++count_;
     if (armed_ == 1 || (armed_ == 2 && (solicited || wc.status != WcStatus::success))) {
       armed_ = 0;

@@ -143,7 +143,7 @@ class PvDevice final : public Device {
   Result<std::vector<std::uint8_t>> command(vd::Cmd cmd, const void* body, std::size_t len, std::size_t resp_len) const {
     std::lock_guard lk(cmd_mu_);
     const std::size_t req_len = sizeof(vd::CmdHeader) + len;
-    const std::size_t rsp_len = sizeof(vd::RespHeader) + resp_len;
+    const std::size_t rsp_len = sizeof(vd::RespHeader) + std::max<std::size_t>(resp_len, vd::kMaxErrorMessage);
     if (req_len + rsp_len > cmd_.a.len) return make_error(Errc::invalid_argument, "control command too large");
     vd::CmdHeader h{static_cast<std::uint32_t>(cmd), 0};
     std::memcpy(cmd_.a.host, &h, sizeof h);
@@ -162,10 +162,16 @@ class PvDevice final : public Device {
                                                               vd::cmd_name(static_cast<std::uint32_t>(cmd)), u->second));
         vd::RespHeader r;
         std::memcpy(&r, cmd_.a.host + 2048, sizeof r);
-        if (r.status != 0)
-          return make_error(errc_of(r.status), fmt::format("{}: the device refused {} with status {} ({}); vrdmad's log "
-                                                           "says why", name_, vd::cmd_name(static_cast<std::uint32_t>(cmd)),
-                                                           r.status, std::strerror(static_cast<int>(r.status))));
+        if (r.status != 0) {
+          std::string why;
+          if (r.msg_len > 0 && u->second >= sizeof r)
+            why.assign(reinterpret_cast<const char*>(cmd_.a.host + 2048 + sizeof r),
+                       std::min<std::size_t>({r.msg_len, u->second - sizeof r, vd::kMaxErrorMessage}));
+          return make_error(errc_of(r.status),
+                            fmt::format("{}: the device refused {} ({}): {}", name_,
+                                        vd::cmd_name(static_cast<std::uint32_t>(cmd)), std::strerror(static_cast<int>(r.status)),
+                                        why.empty() ? std::string("see vrdmad's log") : why));
+        }
         const std::size_t got = u->second - sizeof r;
         std::vector<std::uint8_t> out(resp_len, 0);
         std::memcpy(out.data(), cmd_.a.host + 2048 + sizeof r, std::min(got, resp_len));
@@ -310,6 +316,7 @@ class PvCq final : public CompletionQueue, public std::enable_shared_from_this<P
   }
   std::uint32_t capacity() const noexcept override { return depth_; }
   [[nodiscard]] std::uint32_t handle() const { return handle_; }
+  [[nodiscard]] const PvDevice& device() const { return *dev_; }
   void signal() {
     const std::uint64_t one = 1;
     [[maybe_unused]] auto w = ::write(efd_, &one, sizeof one);
@@ -385,6 +392,7 @@ class PvAh final : public AddressHandle {
   ~PvAh() override { dev_->destroy(vd::Cmd::destroy_ah, h_); }
   const AhAttr& attr() const noexcept override { return a_; }
   [[nodiscard]] std::uint32_t handle() const { return h_; }
+  [[nodiscard]] const PvDevice& device() const { return *dev_; }
 
  private:
   std::shared_ptr<PvPd> pd_;
@@ -445,6 +453,7 @@ class PvSrq final : public SharedReceiveQueue, public std::enable_shared_from_th
   }
   std::uint32_t max_wr() const noexcept override { return ring_.depth; }
   [[nodiscard]] std::uint32_t handle() const { return h_; }
+  [[nodiscard]] const PvDevice& device() const { return *dev_; }
 
  private:
   std::shared_ptr<PvPd> pd_;
@@ -483,7 +492,15 @@ class PvQp final : public QueuePair {
     if (!a) return make_error(Errc::protocol_error, dev_->name() + ": the device answered QUERY_QP with bad values");
     return *a;
   }
+  // The engine changes a QP's state on its own (to ERR on a fatal error, on either side of a
+  // connection), so the true state is the device's: asked over the control queue.
   QpState state() const noexcept override {
+    auto w = dev_->call<vd::QpAttrWire>(vd::Cmd::query_qp, vd::HandleReq{r_.qp, 0});
+    if (w && w->qp_state <= static_cast<std::uint8_t>(QpState::err)) return static_cast<QpState>(w->qp_state);
+    return known_state();
+  }
+  // What posting checks without a round trip: our last modify, or ERR from the status block.
+  QpState known_state() const noexcept {
     const auto* st = reinterpret_cast<const vd::QpStatus*>(status_.a.host);
     const auto dev_state = std::atomic_ref<const std::uint32_t>(st->state).load(std::memory_order_acquire);
     if (dev_state == static_cast<std::uint32_t>(QpState::err)) return QpState::err;
@@ -495,7 +512,7 @@ class PvQp final : public QueuePair {
       if (bad_index) *bad_index = 0;
       return make_error(Errc::invalid_argument, qp_name() + " takes its receives from an SRQ; post to the SRQ");
     }
-    if (state() == QpState::reset) {
+    if (known_state() == QpState::reset) {
       if (bad_index) *bad_index = 0;
       return make_error(Errc::bad_state, qp_name() + " is in RESET; post_recv needs INIT or later");
     }
@@ -534,7 +551,7 @@ Status PvQp::post_send(std::span<const SendWr> wrs, std::size_t* bad_index) {
     if (bad_index) *bad_index = i;
     return e;
   };
-  const QpState s = state();
+  const QpState s = known_state();
   if (s == QpState::reset || s == QpState::init || s == QpState::rtr)
     return fail(0, make_error(Errc::bad_state, qp_name() + " is in " + std::string(to_string(s)) +
                                                    "; post_send needs RTS (move the QP through INIT, RTR, RTS first)"));
@@ -587,7 +604,12 @@ Status PvQp::post_send(std::span<const SendWr> wrs, std::size_t* bad_index) {
     w.compare_add = wr.atomic.compare_add;
     w.swap = wr.atomic.swap;
     if (type_ == QpType::ud) {
-      w.ah = static_cast<const PvAh*>(wr.ud.ah)->handle();
+      const auto* ah = dynamic_cast<const PvAh*>(wr.ud.ah);
+      if (ah == nullptr || &ah->device() != dev_.get()) {
+        result = fail(i, make_error(Errc::invalid_argument, qp_name() + ": the address handle belongs to another device"));
+        break;
+      }
+      w.ah = ah->handle();
       w.remote_qpn = wr.ud.remote_qpn;
       w.remote_qkey = wr.ud.remote_qkey;
     }
@@ -625,8 +647,8 @@ class PvPd final : public ProtectionDomain, public std::enable_shared_from_this<
 
   Result<std::shared_ptr<MemoryRegion>> reg_mr(void* addr, std::size_t length, Access access,
                                                const MrOptions& opts) override {
-    if (opts.requested_key != 0 || opts.observer || opts.iova != 0)
-      return make_error(Errc::not_supported, dev_->name() + ": requested keys, observers and iovas are backend features, "
+    if (opts.requested_key != 0 || opts.observer)
+      return make_error(Errc::not_supported, dev_->name() + ": requested keys and write observers are backend features, "
                                                             "not available to a pv guest");
     auto& t = dev_->transport();
     auto gpa = t.gpa_of(addr, length);
@@ -647,7 +669,13 @@ class PvPd final : public ProtectionDomain, public std::enable_shared_from_this<
     vd::RegMrReq r{};
     r.pd = h_;
     r.access = static_cast<std::uint32_t>(access);
-    r.iova = reinterpret_cast<std::uint64_t>(addr);
+    // The region's first byte is `iova` (the caller's own address by default) and keeps its
+    // offset within the first page, so the device's page arithmetic matches.
+    const std::uint64_t iova = opts.iova != 0 ? opts.iova : reinterpret_cast<std::uint64_t>(addr);
+    if ((iova & 4095) != (*gpa & 4095))
+      return make_error(Errc::invalid_argument, fmt::format("{}: iova {:#x} must have the same offset within a 4 KiB page "
+                                                            "as the buffer ({:#x})", dev_->name(), iova, *gpa & 4095));
+    r.iova = iova;
     r.length = length;
     r.pages_gpa = pages.a.gpa;
     r.npages = npages;
@@ -661,10 +689,10 @@ class PvPd final : public ProtectionDomain, public std::enable_shared_from_this<
     if (opts.requested_qpn != 0) return make_error(Errc::not_supported, dev_->name() + ": a pv guest cannot request QPNs");
     auto* scq = dynamic_cast<PvCq*>(attr.send_cq);
     auto* rcq = dynamic_cast<PvCq*>(attr.recv_cq);
-    if (scq == nullptr || rcq == nullptr)
+    if (scq == nullptr || rcq == nullptr || &scq->device() != dev_.get() || &rcq->device() != dev_.get())
       return make_error(Errc::invalid_argument, dev_->name() + ": create_qp needs send and receive CQs of this device");
     auto* srq = attr.srq != nullptr ? dynamic_cast<PvSrq*>(attr.srq) : nullptr;
-    if (attr.srq != nullptr && srq == nullptr)
+    if (attr.srq != nullptr && (srq == nullptr || &srq->device() != dev_.get()))
       return make_error(Errc::invalid_argument, dev_->name() + ": the SRQ belongs to another device");
     auto& t = dev_->transport();
     QpCap cap = attr.cap;

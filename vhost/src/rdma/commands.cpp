@@ -78,18 +78,24 @@ void RdmaDevice::Impl::control(Queue& q) {
     ChainReader r(q.memory(), *chain);
     vd::Status status = vd::Status::ok;
     std::vector<std::uint8_t> body;
+    std::string why;
     if (!r.read(req.data(), len).ok()) {
       status = vd::Status::fault;
+      why = "the control request could not be read from guest memory";
       log::warn("virtio-rdma: a control request could not be read from guest memory");
     } else {
-      body = execute(q.memory(), std::span(req.data(), len), status);
+      body = execute(q.memory(), std::span(req.data(), len), status, why);
     }
+    ChainWriter w(q.memory(), *chain);
+    vd::RespHeader h{static_cast<std::uint32_t>(status), 0};
     if (status != vd::Status::ok) {
       ++st.command_errors;
-      body.clear();
+      // The sentence goes back to the driver, as much of it as fits.
+      const auto room = w.remaining() > sizeof h ? w.remaining() - sizeof h : 0;
+      const auto n = std::min<std::uint64_t>({why.size(), room, vd::kMaxErrorMessage});
+      body.assign(why.begin(), why.begin() + static_cast<std::ptrdiff_t>(n));
+      h.msg_len = static_cast<std::uint32_t>(n);
     }
-    vd::RespHeader h{static_cast<std::uint32_t>(status), 0};
-    ChainWriter w(q.memory(), *chain);
     std::uint32_t written = 0;
     if (w.remaining() < sizeof h + body.size()) {
       log::warn("virtio-rdma: a control request left {} writable bytes for a {}-byte response; no response written",
@@ -102,9 +108,10 @@ void RdmaDevice::Impl::control(Queue& q) {
 }
 
 std::vector<std::uint8_t> RdmaDevice::Impl::execute(const GuestView& g, std::span<const std::uint8_t> req,
-                                                    vd::Status& status) {
+                                                    vd::Status& status, std::string& why_out) {
   if (req.size() < sizeof(vd::CmdHeader)) {
     status = vd::Status::invalid;
+    why_out = fmt::format("a control request of {} bytes is shorter than its {}-byte header", req.size(), sizeof(vd::CmdHeader));
     log::warn("virtio-rdma: a control request of {} bytes is shorter than its {}-byte header", req.size(),
               sizeof(vd::CmdHeader));
     return {};
@@ -473,6 +480,7 @@ std::vector<std::uint8_t> RdmaDevice::Impl::execute(const GuestView& g, std::spa
   auto result = run();
   if (auto* ref = std::get_if<Refusal>(&result)) {
     status = ref->status;
+    why_out = fmt::format("{}: {}", vd::cmd_name(hdr.cmd), ref->why);
     if (should_log_refusal(Refused::command))
       log::warn("virtio-rdma: {} refused ({}): {}", vd::cmd_name(hdr.cmd), static_cast<std::uint32_t>(ref->status),
               ref->why);

@@ -75,9 +75,9 @@ void RdmaDevice::Impl::ring_doorbell(const GuestView& g, const vd::Doorbell& db)
       it->second.armed = true;
       it->second.solicited_only = db.value == 1;
       // Completions that arrived before the arm but after the driver's last poll would be
-      // missed: if the ring holds unpolled CQEs, the event fires at once.
+      // missed: if the ring holds unpolled CQEs, a plain arm fires at once.
       auto consumer = g.read_obj<std::uint32_t>(it->second.ring_gpa + offsetof(vd::CqControl, consumer));
-      if (consumer && *consumer != it->second.produced && !it->second.event_queued) {
+      if (db.value == 0 && consumer && *consumer != it->second.produced && !it->second.event_queued) {
         it->second.armed = false;
         it->second.event_queued = true;
         queue_event(vd::EventType::cq_completion, db.handle);

@@ -185,7 +185,8 @@ vd::Cqe to_cqe(const nicdrv::WorkCompletion& wc) {
   c.status = static_cast<std::uint8_t>(wc.status);
   c.opcode = static_cast<std::uint8_t>(wc.opcode);
   c.wc_flags = static_cast<std::uint8_t>((has(wc.wc_flags, nicdrv::WcFlags::with_imm) ? vd::kWcWithImm : 0) |
-                                         (has(wc.wc_flags, nicdrv::WcFlags::grh) ? vd::kWcGrh : 0));
+                                         (has(wc.wc_flags, nicdrv::WcFlags::grh) ? vd::kWcGrh : 0) |
+                                         (has(wc.wc_flags, nicdrv::WcFlags::solicited) ? vd::kWcSolicited : 0));
   c.vendor_err = wc.vendor_err;
   return c;
 }
@@ -220,10 +221,10 @@ bool RdmaDevice::Impl::write_cqe(std::uint32_t cq_handle, CqObj& cq, const Guest
   ++st.cqes;
   cq.stalled = false;
   (void)g.write_obj(cq.ring_gpa + offsetof(vd::CqControl, producer), cq.produced);
-  // An armed CQ raises one event. The engine's completions do not say whether the message was
-  // solicited, so a solicited-only arm fires on any completion (a spurious wakeup: the driver
-  // polls and finds it, which verbs applications must handle anyway).
-  if (cq.armed) {
+  // An armed CQ raises one event; a solicited-only arm only for a solicited receive or an
+  // error (IBA 11.4.2.2).
+  const bool wakes = !cq.solicited_only || (cqe.wc_flags & vd::kWcSolicited) != 0 || cqe.status != 0;
+  if (cq.armed && wakes) {
     cq.armed = false;
     if (!cq.event_queued) {
       cq.event_queued = true;
@@ -265,17 +266,19 @@ void RdmaDevice::Impl::drain_cq(std::uint32_t handle) {
     }
     for (std::size_t i = 0; i < *n; ++i) {
       const auto& wc = wcs[i];
-      (void)write_cqe(handle, cq, g, to_cqe(wc));
-      if (static_cast<std::uint8_t>(wc.opcode) < 128) any_send = true;
-      if (wc.status != nicdrv::WcStatus::success && wc.status != nicdrv::WcStatus::wr_flush_err) {
+      if (wc.status != nicdrv::WcStatus::success) {
+        // The QP's status block says ERR before the driver can see the error completion.
         for (auto& [qh, qp] : qps) {
-          if (qp.eng->qp_num() == wc.qp_num && !qp.fatal_reported &&
-              qp.eng->state() == nicdrv::QpState::err) {
+          if (qp.eng->qp_num() != wc.qp_num || qp.eng->state() != nicdrv::QpState::err) continue;
+          write_status(g, qp.status_gpa, qp.sq.consumed, qp.rq.consumed, static_cast<std::uint32_t>(nicdrv::QpState::err));
+          if (!qp.fatal_reported && wc.status != nicdrv::WcStatus::wr_flush_err) {
             qp.fatal_reported = true;
             queue_event(vd::EventType::qp_fatal, qh, static_cast<std::uint32_t>(wc.status));
           }
         }
       }
+      (void)write_cqe(handle, cq, g, to_cqe(wc));
+      if (static_cast<std::uint8_t>(wc.opcode) < 128) any_send = true;
     }
     if (*n < wcs.size()) break;
   }

@@ -121,7 +121,8 @@ struct RdmaDevice::Impl {
 
   // commands.cpp
   void control(Queue& q);
-  std::vector<std::uint8_t> execute(const GuestView& g, std::span<const std::uint8_t> req, vd::Status& status);
+  std::vector<std::uint8_t> execute(const GuestView& g, std::span<const std::uint8_t> req, vd::Status& status,
+                                    std::string& why);
 
   // datapath.cpp
   void doorbells(Queue& q);

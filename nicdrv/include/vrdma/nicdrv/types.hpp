@@ -293,7 +293,9 @@ enum class WcOpcode : std::uint8_t {
 };
 std::string_view to_string(WcOpcode op) noexcept;
 
-enum class WcFlags : std::uint32_t { none = 0, grh = 1, with_imm = 2 };
+// grh and with_imm are ibv_wc_flags; solicited (not in ibv) marks a receive whose message had the
+// solicited-event bit, which a backend needs to honour a guest's solicited-only CQ arm.
+enum class WcFlags : std::uint32_t { none = 0, grh = 1, with_imm = 2, solicited = 1u << 8 };
 constexpr WcFlags operator|(WcFlags a, WcFlags b) noexcept {
   return static_cast<WcFlags>(static_cast<std::uint32_t>(a) | static_cast<std::uint32_t>(b));
 }

@@ -89,10 +89,13 @@ enum class Status : std::uint32_t {
   no_space = 28,   // ENOSPC: a per-guest limit is reached
   not_supported = 95,  // EOPNOTSUPP
 };
+// On success the response body follows; on an error the body is the device's sentence saying
+// why (msg_len bytes of UTF-8, no terminator, as much as fits the writable buffer).
 struct RespHeader {
   std::uint32_t status;  // Status
-  std::uint32_t reserved;
+  std::uint32_t msg_len;
 };
+inline constexpr std::uint32_t kMaxErrorMessage = 480;
 
 // Handles are non-zero; 0 means "none" where a handle is optional.
 inline constexpr std::uint32_t kNoHandle = 0;
@@ -178,6 +181,7 @@ struct Cqe {
 static_assert(sizeof(Cqe) == 32);
 inline constexpr std::uint8_t kWcWithImm = 1u << 0;
 inline constexpr std::uint8_t kWcGrh = 1u << 1;
+inline constexpr std::uint8_t kWcSolicited = 1u << 2;  // the message asked for a solicited event
 inline constexpr std::uint64_t kCqeOffset = sizeof(CqControl);
 // The phase a valid CQE at free-running index i carries.
 constexpr std::uint8_t cqe_phase(std::uint32_t index, std::uint32_t depth) {
