@@ -646,9 +646,11 @@ ForeignOutcome serve_perftest(Ctx& x, int fd) {
       }
     }
     write_all(fd, perftest_record(me));
-    // The second key exchange follows the client's move to RTR/RTS: the test starts now.
-    if (keys == 2) start = SteadyClock::now();
-    if (keys == 3) r.o.seconds = std::chrono::duration<double>(SteadyClock::now() - start).count();
+    // The client's test runs between its third and fourth key record (WRITE/READ) or its fourth
+    // and fifth (SEND, whose server posts its receives in between): see client_perftest.
+    const int test_key = x.c.test == "send_bw" || x.c.test == "send_lat" ? 4 : 3;
+    if (keys == test_key) start = SteadyClock::now();
+    if (keys == test_key + 1) r.o.seconds = std::chrono::duration<double>(SteadyClock::now() - start).count();
   }
   if (keys < 3) die("the perftest client stopped after " + std::to_string(keys) + " key exchanges (want at least 3)");
   return r;
