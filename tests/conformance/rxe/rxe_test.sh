@@ -178,7 +178,7 @@ run_all 1024 "_loss"
 run_all 4096 "_loss"
 dropped=$(ip netns exec "$NS" nft list table inet vrdma_loss | grep -o 'packets [0-9]*' | awk '{s+=$2} END{print s+0}')
 echo "nftables dropped $dropped RoCE packets"
-[ "$dropped" -gt 0 ] || { echo "FAIL: nftables dropped nothing"; failed=$((failed + 1)); }
+[ "$dropped" -gt 0 ] || [ -n "${ONLY:-}" ] || { echo "FAIL: nftables dropped nothing"; failed=$((failed + 1)); }
 
 # rxe's view: its counters and whether it logged any bad ICRC.
 guest_start "rdma statistic show link rxe0/1; echo BAD_ICRC=\$(dmesg | grep -ci 'icrc')"
