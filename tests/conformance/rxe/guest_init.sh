@@ -16,7 +16,7 @@ ip link set eth0 up
 ip addr add 10.77.0.2/24 dev eth0
 rdma link add rxe0 type rxe netdev eth0 || echo "guest: cannot create rxe0"
 if [ -f /lib/modules/$(uname -r)/extra/siw.ko ]; then
-  insmod /lib/modules/$(uname -r)/extra/siw.ko && rdma link add siw0 type siw netdev eth0 || echo "guest: cannot create siw0"
+  modprobe siw && rdma link add siw0 type siw netdev eth0 || echo "guest: cannot create siw0"
 fi
 stty -echo 2>/dev/null
 echo "VRDMA-GUEST-READY $(rdma link show | tr '\n' ';')"

@@ -2,7 +2,7 @@
 # Builds the reference-peer guest (../shared/RIG.md): Debian's 6.1 kernel, whose rdma_rxe is
 # Linux Soft-RoCE, and a busybox-static initramfs carrying the host's rdma-core, ibverbs-utils,
 # perftest and rdmacm-utils (copied with every library they load) and guest_init.sh as /init.
-# If SIW=1, also builds siw (Soft-iWARP, not in Debian's kernel) from Debian's kernel source.
+# It also builds siw (Soft-iWARP, not in Debian's kernel) from Debian's kernel source (below).
 # Downloads are cached in $VRDMA_RIG_CACHE (default /var/cache/vrdma-rig).
 # Prints "KERNEL=<path> INITRD=<path>"; exits 3 with a reason on stderr when a part is missing.
 set -euo pipefail
@@ -30,26 +30,31 @@ KERNEL="$KDIR/boot/vmlinuz-$KVER"
 [ -f "$KERNEL" ] || skip "kernel image missing from $KPKG"
 MODDIR="$KDIR/lib/modules/$KVER"
 
-# siw from Debian's own source for exactly this kernel ABI (optional: the soft engine has no
-# iWARP yet, so siw is loaded and listed but not yet a peer).
+# siw (Soft-iWARP, CONFIG_RDMA_SIW is unset in Debian's kernel) from Debian's own source for
+# exactly this kernel ABI. SIW=auto (default) builds it when the matching linux-headers are
+# installed, SIW=0 never; a siw that cannot be built leaves the guest without it (our engine has
+# no iWARP yet, so siw is loaded and listed, not yet a peer).
 SIW_KO=""
-if [ "${SIW:-0}" = 1 ]; then
-  SIW_KO="$CACHE/siw-$KVER/siw.ko"
-  if [ ! -f "$SIW_KO" ]; then
-    HPKG=linux-headers-$KVER
-    [ -d /usr/src/$HPKG ] || skip "siw needs $HPKG installed (scripts/setup.sh)"
-    if ! ls "$CACHE"/linux-source-6.1_*.deb >/dev/null 2>&1; then
-      timeout 600 apt-get download linux-source-6.1 >/dev/null 2>&1 || skip "cannot download linux-source-6.1"
-    fi
-    src=$(mktemp -d)
-    dpkg-deb --fsys-tarfile "$CACHE"/linux-source-6.1_*.deb | tar -x -C "$src" --wildcards '*/linux-source-6.1.tar.xz'
-    tar -xJf "$src"/usr/src/linux-source-6.1.tar.xz -C "$src" linux-source-6.1/drivers/infiniband/sw/siw
-    make -s -C /usr/src/$HPKG M="$src/linux-source-6.1/drivers/infiniband/sw/siw" CONFIG_RDMA_SIW=m modules >/dev/null
-    mkdir -p "$CACHE/siw-$KVER"
-    cp "$src/linux-source-6.1/drivers/infiniband/sw/siw/siw.ko" "$SIW_KO"
-    rm -rf "$src"
+build_siw() {
+  local ko="$CACHE/siw-$KVER/siw.ko" hdr=/usr/src/linux-headers-$KVER src
+  [ -f "$ko" ] && { SIW_KO=$ko; return 0; }
+  [ -d "$hdr" ] || { echo "make_guest: no siw: linux-headers-$KVER is not installed" >&2; return 0; }
+  if ! ls "$CACHE"/linux-source-6.1_*.deb >/dev/null 2>&1; then
+    timeout 600 apt-get download linux-source-6.1 >/dev/null 2>&1 || { echo "make_guest: no siw: cannot download linux-source-6.1" >&2; return 0; }
   fi
-fi
+  src=$(mktemp -d)
+  if dpkg-deb --fsys-tarfile "$CACHE"/linux-source-6.1_*.deb | tar -x -C "$src" --wildcards '*/linux-source-6.1.tar.xz' &&
+     tar -xJf "$src"/usr/src/linux-source-6.1.tar.xz -C "$src" linux-source-6.1/drivers/infiniband/sw/siw &&
+     make -s -C "$hdr" M="$src/linux-source-6.1/drivers/infiniband/sw/siw" CONFIG_RDMA_SIW=m modules >/dev/null; then
+    mkdir -p "$CACHE/siw-$KVER"
+    cp "$src/linux-source-6.1/drivers/infiniband/sw/siw/siw.ko" "$ko"
+    SIW_KO=$ko
+  else
+    echo "make_guest: no siw: building it from linux-source-6.1 failed" >&2
+  fi
+  rm -rf "$src"
+}
+[ "${SIW:-auto}" = 0 ] || build_siw
 
 BUSYBOX=$(command -v busybox || true)
 bb_ldd=$( [ -n "$BUSYBOX" ] && ldd "$BUSYBOX" 2>&1 || true)
@@ -67,7 +72,7 @@ if [ ! -f "$INITRD" ] || [ "$HERE/guest_init.sh" -nt "$INITRD" ] || [ "$0" -nt "
   for a in $("$BUSYBOX" --list); do [ -e "$ROOT/bin/$a" ] || ln -s busybox "$ROOT/bin/$a"; done
   ln -sf ../bin/busybox "$ROOT/sbin/modprobe"
   # Kernel modules with their dependencies, from modules.dep.
-  want="virtio_net virtio_pci rdma_rxe ib_uverbs rdma_ucm crc32_generic crc32c_generic"
+  want="virtio_net virtio_pci rdma_rxe ib_uverbs rdma_ucm crc32_generic crc32c_generic libcrc32c"  # libcrc32c: siw
   for m in $want; do
     line=$(grep -E "/${m}\.ko(\.xz|\.zst)?:" "$MODDIR/modules.dep" || true)
     [ -n "$line" ] && echo "$line" | tr ':' ' ' | tr ' ' '\n'

@@ -64,6 +64,10 @@ wait_serial() {
 }
 wait_serial "VRDMA-GUEST-READY" 180 || { echo "FAIL: the guest did not come up"; tail -30 "$work/serial.log"; exit 1; }
 grep "VRDMA-GUEST-READY" "$work/serial.log" | tr -d '\r'
+# A guest built with siw must show its link next to rxe's.
+case "$INITRD" in *-siw.cpio.gz)
+  grep "VRDMA-GUEST-READY" "$work/serial.log" | grep -q "link siw0/1 state ACTIVE" || { echo "FAIL: siw0 is not up in the guest"; siw_fail=1; } ;;
+esac
 echo "guest ready after $(($(date +%s) - T0)) s"
 
 step=0
@@ -88,7 +92,7 @@ wait_listen() {
 # work through a 512-packet window, and retransmitting the window into its backlog every 67 ms
 # keeps it behind until the retry count runs out.
 QP_TIMEOUT=17
-passed=0 failed=0
+passed=0 failed=${siw_fail:-0}
 declare -a summary
 host_ok() {  # the host side's JSON: exit status 0, no ICRC failures on our side, verified if asked
   local f=$1
