@@ -161,15 +161,19 @@ run_all() {  # mtu, suffix
     "ib_send_lat $pt -s 64 -n 200"
 }
 
-# Everything of the loss-free MTU 1024 round is captured for tshark.
-if command -v tshark >/dev/null; then
-  ip netns exec "$NS" tshark -q -i br0 -s 0 -f "udp port 4791" -w "$work/cap.pcapng" -c 60000 >/dev/null 2>&1 &
-  cap_pid=$!
-  sleep 2
-fi
-run_all 1024 ""
-if [ -n "$cap_pid" ]; then sleep 0.5; kill -INT "$cap_pid" 2>/dev/null || true; wait "$cap_pid" 2>/dev/null || true; cap_pid=""; fi
-run_all 4096 ""
+# Each round's first 30000 RoCE packets (both ways) are captured for tshark.
+capture() {  # round name, then the run_all arguments
+  local name=$1; shift
+  if command -v tshark >/dev/null; then
+    ip netns exec "$NS" tshark -q -i br0 -s 0 -f "udp port 4791" -w "$work/cap_$name.pcapng" -c 30000 >/dev/null 2>&1 &
+    cap_pid=$!
+    sleep 2
+  fi
+  run_all "$@"
+  if [ -n "$cap_pid" ]; then sleep 0.5; kill -INT "$cap_pid" 2>/dev/null || true; wait "$cap_pid" 2>/dev/null || true; cap_pid=""; fi
+}
+capture 1024 1024 ""
+capture 4096 4096 ""
 
 # Real loss on the bridge: nftables drops 2 % of RoCE packets in and out of the host side.
 ip netns exec "$NS" nft -f - <<'EOF'
@@ -178,8 +182,8 @@ table inet vrdma_loss {
   chain out { type filter hook output priority 0; udp dport 4791 numgen random mod 100 < 2 counter drop; }
 }
 EOF
-run_all 1024 "_loss"
-run_all 4096 "_loss"
+capture 1024_loss 1024 "_loss"
+capture 4096_loss 4096 "_loss"
 dropped=$(ip netns exec "$NS" nft list table inet vrdma_loss | grep -o 'packets [0-9]*' | awk '{s+=$2} END{print s+0}')
 echo "nftables dropped $dropped RoCE packets"
 [ "$dropped" -gt 0 ] || [ -n "${ONLY:-}" ] || { echo "FAIL: nftables dropped nothing"; failed=$((failed + 1)); }
@@ -190,17 +194,20 @@ guest_wait "$work/rxe_stats.guest" 90 || true
 cat "$work/rxe_stats.guest"
 if ! grep -q "^BAD_ICRC=0" "$work/rxe_stats.guest"; then echo "FAIL: rxe logged ICRC errors"; dmesg_fail=1; failed=$((failed + 1)); fi
 
-if [ -f "$work/cap.pcapng" ] && [ -z "${ONLY:-}" ]; then
-  tshark -r "$work/cap.pcapng" -Y "ip.src == $HOST" -T fields -e frame.number -e infiniband.bth.opcode \
-    -e _ws.expert.message -E separator=';' > "$work/decode.txt" 2>"$work/decode.err" || true
-  total=$(wc -l < "$work/decode.txt")
-  bth=$(awk -F';' '$2!=""' "$work/decode.txt" | wc -l)
-  bad=$(grep -ciE 'malformed|exception|bad' "$work/decode.txt" || true)
-  ops=$(awk -F';' '{print $2}' "$work/decode.txt" | sort -un | tr '\n' ' ')
-  echo "tshark: $total packets from our engine, $bth with a BTH, $bad with decode errors; opcodes: $ops"
+# Every packet our engine sent in the captures: decoded with a BTH, nothing malformed.
+for cap in "$work"/cap_*.pcapng; do
+  [ -f "$cap" ] && [ -z "${ONLY:-}" ] || continue
+  round=$(basename "$cap" .pcapng)
+  tshark -r "$cap" -Y "ip.src == $HOST" -T fields -e frame.number -e infiniband.bth.opcode \
+    -e _ws.expert.message -E separator=';' > "$work/decode_$round.txt" 2>"$work/decode_$round.err" || true
+  total=$(wc -l < "$work/decode_$round.txt")
+  bth=$(awk -F';' '$2!=""' "$work/decode_$round.txt" | wc -l)
+  bad=$(grep -ciE 'malformed|exception|bad' "$work/decode_$round.txt" || true)
+  ops=$(awk -F';' '{print $2}' "$work/decode_$round.txt" | sort -un | tr '\n' ' ')
+  echo "tshark $round: $total packets from our engine, $bth with a BTH, $bad with decode errors; opcodes: $ops"
   if [ "$total" -gt 100 ] && [ "$bth" -eq "$total" ] && [ "$bad" -eq 0 ]; then passed=$((passed + 1))
-  else echo "FAIL tshark decode"; head -20 "$work/decode.txt"; cat "$work/decode.err"; failed=$((failed + 1)); fi
-fi
+  else echo "FAIL tshark decode of $round"; head -20 "$work/decode_$round.txt"; cat "$work/decode_$round.err"; failed=$((failed + 1)); fi
+done
 
 echo QUIT >&3
 wait "$qemu_pid" 2>/dev/null || true
