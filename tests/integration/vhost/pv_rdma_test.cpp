@@ -17,6 +17,7 @@
 #include "process.hpp"
 #include "rdma_pair.hpp"
 #include "vrdma/nicdrv/registry.hpp"
+#include "vrdma/vhost/pv.hpp"
 
 using namespace vrdma;
 using namespace vrdma::nicdrv;
@@ -360,4 +361,105 @@ BOOST_AUTO_TEST_CASE(one_device_serves_16384_qps_and_cqs) {
   BOOST_REQUIRE_EQUAL(wcs.size(), 1u);
   BOOST_CHECK_EQUAL(wcs[0].status, WcStatus::success);
   BOOST_CHECK(check_pattern((*buf)->data() + 4096, 4096, 99));
+}
+
+// The device moves to a new vrdmad while an RC connection to a plain soft engine carries SENDs
+// both ways: the application suspends its pv device (rings stopped, device state taken), the
+// old vrdmad dies, a new one starts on the same host address, the device resumes there with the
+// same QPN, keys and PSNs. Every SEND on both sides completes exactly once, in order, with its
+// data; the peer only saw a pause and retransmissions.
+BOOST_AUTO_TEST_CASE(device_state_moves_to_a_new_vrdmad_with_the_connection_open) {
+  NetnsPair net{"vpm", 237};
+  BOOST_REQUIRE(net.ok());
+  TempDir dir;
+  auto old_backend = std::make_unique<Vrdmad>(dir, "old", net.ns_a(), "soft:" + net.ip_a());
+  auto dev = open_dev(old_backend->device() + "?ram_mib=64");
+  std::shared_ptr<Device> soft;
+  BOOST_REQUIRE(run_in_netns(net.ns_b(), [&] {
+    auto d = open_device("soft:" + net.ip_b());
+    if (d) soft = *d;
+  }));
+  BOOST_REQUIRE(soft);
+  PairOptions o;
+  o.buf_bytes = 2u << 20;
+  o.timeout = 12;  // ~17 ms: retransmissions start soon after the pause
+  auto a = make_endpoint(dev, o);
+  VRDMA_REQUIRE_OK(a);
+  auto b = make_endpoint(soft, o);
+  VRDMA_REQUIRE_OK(b);
+  VRDMA_REQUIRE_OK(connect(*a, *b, o));
+  const std::uint32_t qpn = a->qp->qp_num();
+  const std::uint32_t rkey = a->mr->rkey();
+
+  constexpr std::size_t kSlot = 4096, kSlots = 64, kMsgs = 400;
+  const std::size_t rx_base = 1u << 20;  // receive slots in the upper half, send sources in the lower
+  for (auto* e : {&*a, &*b})
+    for (std::size_t s = 0; s < kSlots; ++s) post_recv(*e, rx_base + s * kSlot, kSlot, s);
+  std::size_t sent[2] = {0, 0}, send_done[2] = {0, 0}, recvd[2] = {0, 0};
+  bool migrated = false;
+  Endpoint* ep[2] = {&*a, &*b};
+  const auto deadline = std::chrono::steady_clock::now() + 120s;
+  while ((send_done[0] < kMsgs || send_done[1] < kMsgs || recvd[0] < kMsgs || recvd[1] < kMsgs) &&
+         std::chrono::steady_clock::now() < deadline) {
+    for (int side = 0; side < 2; ++side) {
+      Endpoint& e = *ep[side];
+      // Keep up to 16 SENDs in flight (the peer has 64 receives posted, re-posted as they complete).
+      while (sent[side] < kMsgs && sent[side] - send_done[side] < 16 && sent[side] - recvd[1 - side] < kSlots - 8) {
+        const std::size_t i = sent[side];
+        std::uint8_t* src = e.buf.data() + (i % 64) * kSlot;
+        fill_pattern(src, kSlot, 1000 * static_cast<std::uint64_t>(side) + i);
+        Sge s{reinterpret_cast<std::uint64_t>(src), static_cast<std::uint32_t>(kSlot), e.mr->lkey()};
+        SendWr w;
+        w.wr_id = i;
+        w.opcode = WrOpcode::send_with_imm;
+        w.flags = SendFlags::signaled;
+        w.imm_data = static_cast<std::uint32_t>(i);
+        w.sg_list = std::span<const Sge>(&s, 1);
+        VRDMA_REQUIRE_OK(e.qp->post_send(std::span(&w, 1)));
+        ++sent[side];
+      }
+      std::array<WorkCompletion, 32> wcs;
+      auto n = e.cq->poll(wcs);
+      VRDMA_REQUIRE_OK(n);
+      for (std::size_t k = 0; k < *n; ++k) {
+        const auto& wc = wcs[k];
+        BOOST_REQUIRE_MESSAGE(wc.status == WcStatus::success, "side " << side << " wr " << wc.wr_id << ": " << wc.status);
+        if (wc.opcode == WcOpcode::send) {
+          BOOST_REQUIRE_EQUAL(wc.wr_id, send_done[side]);  // each SEND completes once, in order
+          ++send_done[side];
+        } else {
+          BOOST_REQUIRE_EQUAL(wc.imm_data, recvd[side]);   // each message arrives once, in order
+          const std::uint8_t* slot = e.buf.data() + rx_base + wc.wr_id * kSlot;
+          BOOST_REQUIRE_MESSAGE(check_pattern(slot, kSlot, 1000 * static_cast<std::uint64_t>(1 - side) + recvd[side]),
+                                "side " << side << " message " << recvd[side] << " corrupted");
+          ++recvd[side];
+          post_recv(e, rx_base + wc.wr_id * kSlot, kSlot, wc.wr_id);
+        }
+      }
+    }
+    if (!migrated && sent[0] >= kMsgs / 2) {
+      // Mid-stream, with SENDs in flight both ways.
+      migrated = true;
+      const auto t0 = std::chrono::steady_clock::now();
+      auto state = pv::suspend(*dev);
+      VRDMA_REQUIRE_OK(state);
+      old_backend->child->stop(SIGKILL);
+      auto fresh = std::make_unique<Vrdmad>(dir, "new", net.ns_a(), "soft:" + net.ip_a());
+      VRDMA_REQUIRE_OK(pv::resume_on(*dev, fresh->sock, *state));
+      const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+      BOOST_TEST_MESSAGE("moved to a new vrdmad in " << ms << " ms with " << sent[0] - send_done[0] << " + "
+                                                     << sent[1] - send_done[1] << " SENDs in flight; state "
+                                                     << state->size() << " bytes");
+      auto st = fresh->status();
+      BOOST_CHECK_EQUAL(st["objects"]["qp"].get<int>(), 1);
+      old_backend = std::move(fresh);
+    }
+  }
+  BOOST_CHECK(migrated);
+  BOOST_CHECK_EQUAL(send_done[0], kMsgs);
+  BOOST_CHECK_EQUAL(send_done[1], kMsgs);
+  BOOST_CHECK_EQUAL(recvd[0], kMsgs);
+  BOOST_CHECK_EQUAL(recvd[1], kMsgs);
+  BOOST_CHECK_EQUAL(a->qp->qp_num(), qpn);  // the same handles on the new backend
+  BOOST_CHECK_EQUAL(a->mr->rkey(), rkey);
 }

@@ -232,6 +232,28 @@ class PvDevice final : public Device {
     return t_->publish_and_kick(vd::kDoorbellQueue);
   }
 
+  Result<std::vector<std::uint8_t>> suspend() {
+    std::lock_guard lk(cmd_mu_);
+    return t_->suspend();
+  }
+  Status resume_on(const std::string& socket, std::span<const std::uint8_t> state) {
+    std::lock_guard lk(cmd_mu_);
+    stop_events();
+    std::lock_guard dk(db_mu_);
+    auto s = t_->resume_on(socket, state);
+    start_events();
+    return s;
+  }
+  void stop_events() {
+    if (!events_.joinable()) return;
+    const std::uint64_t one = 1;
+    [[maybe_unused]] auto w = ::write(stop_fd_, &one, sizeof one);
+    events_.join();
+    std::uint64_t n;
+    [[maybe_unused]] auto r = ::read(stop_fd_, &n, sizeof n);
+  }
+  void start_events() { events_ = std::thread([this] { event_thread(); }); }
+
   void register_cq(std::uint32_t h, PvCq* cq) {
     std::lock_guard lk(cq_mu_);
     cq_by_handle_[h] = cq;
@@ -883,6 +905,18 @@ Result<std::shared_ptr<nicdrv::Device>> open(std::unique_ptr<PvTransport> t, std
   auto d = std::make_shared<PvDevice>(std::move(t), std::move(name));
   VRDMA_TRY(d->init());
   return std::shared_ptr<nicdrv::Device>(std::move(d));
+}
+
+Result<std::vector<std::uint8_t>> suspend(nicdrv::Device& dev) {
+  auto* d = dynamic_cast<PvDevice*>(&dev);
+  if (d == nullptr) return make_error(Errc::invalid_argument, dev.name() + " is not a pv device");
+  return d->suspend();
+}
+
+Status resume_on(nicdrv::Device& dev, const std::string& socket, std::span<const std::uint8_t> state) {
+  auto* d = dynamic_cast<PvDevice*>(&dev);
+  if (d == nullptr) return make_error(Errc::invalid_argument, dev.name() + " is not a pv device");
+  return d->resume_on(socket, state);
 }
 
 Result<std::shared_ptr<nicdrv::Device>> open(std::string_view spec, const nicdrv::DeviceOptions& o) {

@@ -1,5 +1,6 @@
 // The vhost-user transport of libpvverbs: this process is the frontend (as a VMM would be),
 // with memfd-backed guest RAM of its own layout shared with vrdmad.
+#include <fcntl.h>
 #include <poll.h>
 #include <unistd.h>
 
@@ -76,7 +77,8 @@ class VhostUserTransport final : public PvTransport {
 
   Status setup() {
     VirtioFeatures want{VirtioFeature::version_1, VirtioFeature::protocol_features, VirtioFeature::ring_event_idx};
-    ProtocolFeatures pwant{ProtocolFeature::mq, ProtocolFeature::reply_ack, ProtocolFeature::config};
+    ProtocolFeatures pwant{ProtocolFeature::mq, ProtocolFeature::reply_ack, ProtocolFeature::config,
+                           ProtocolFeature::device_state};
     auto acked = fe_.negotiate(want, pwant);
     if (!acked) return std::move(acked).error();
     if (!acked->has(VirtioFeature::version_1)) return make_error(Errc::not_supported, "the device lacks VIRTIO_F_VERSION_1");
@@ -147,7 +149,87 @@ class VhostUserTransport final : public PvTransport {
   std::uint16_t free_slots(std::uint16_t queue) const override { return qs_.at(queue).free_slots(); }
   int call_fd(std::uint16_t queue) const override { return fe_.call_fd(queue); }
 
+  Result<std::vector<std::uint8_t>> suspend() override {
+    if (!fe_.protocol_features().has(ProtocolFeature::device_state))
+      return make_error(Errc::not_supported, "the backend does not offer VHOST_USER_PROTOCOL_F_DEVICE_STATE");
+    bases_.clear();
+    for (std::uint16_t i = 0; i < vrdma_dev::kNumQueues; ++i) {
+      auto b = fe_.get_vring_base(i);
+      if (!b) return std::move(b).error();
+      bases_.push_back(*b);
+    }
+    int p[2];
+    if (::pipe2(p, O_CLOEXEC) != 0) return errno_error(errno, "pipe for the device state");
+    UniqueFd rd(p[0]), wr(p[1]);
+    VRDMA_TRY(state_fd(fe_, 0, wr.get()));
+    wr.reset();
+    std::vector<std::uint8_t> blob;
+    std::uint8_t buf[65536];
+    for (;;) {
+      pollfd pf{rd.get(), POLLIN, 0};
+      if (::poll(&pf, 1, 10000) <= 0) return make_error(Errc::timeout, "the backend sent no device state within 10 s");
+      const ssize_t n = ::read(rd.get(), buf, sizeof buf);
+      if (n < 0) return errno_error(errno, "reading the device state");
+      if (n == 0) break;
+      blob.insert(blob.end(), buf, buf + n);
+    }
+    VRDMA_TRY(check_state(fe_));
+    return blob;
+  }
+
+  Status resume_on(const std::string& socket, std::span<const std::uint8_t> state) override {
+    if (bases_.size() != vrdma_dev::kNumQueues) return make_error(Errc::bad_state, "resume_on without suspend");
+    auto fe = Frontend::connect(socket, 10000);
+    if (!fe) return std::move(fe).error();
+    VirtioFeatures want = fe_.features();
+    auto acked = fe->negotiate(want, fe_.protocol_features());
+    if (!acked) return std::move(acked).error();
+    if (*acked != want) return make_error(Errc::not_supported, "the new backend does not offer the same features");
+    VRDMA_TRY(fe->set_owner());
+    VRDMA_TRY(fe->set_mem_table(ram_));
+    int p[2];
+    if (::pipe2(p, O_CLOEXEC) != 0) return errno_error(errno, "pipe for the device state");
+    UniqueFd rd(p[0]), wr(p[1]);
+    VRDMA_TRY(state_fd(*fe, 1, rd.get()));
+    rd.reset();
+    std::size_t off = 0;
+    while (off < state.size()) {
+      const ssize_t n = ::write(wr.get(), state.data() + off, state.size() - off);
+      if (n <= 0) return errno_error(errno, "writing the device state to the new backend");
+      off += static_cast<std::size_t>(n);
+    }
+    wr.reset();
+    VRDMA_TRY(check_state(*fe));
+    for (std::uint16_t i = 0; i < vrdma_dev::kNumQueues; ++i) VRDMA_TRY(fe->start_queue(i, qs_[i], bases_[i]));
+    fe_ = std::move(*fe);
+    for (std::uint16_t i = 0; i < vrdma_dev::kNumQueues; ++i) VRDMA_TRY(fe_.kick(i));
+    bases_.clear();
+    return {};
+  }
+
  private:
+  static Status state_fd(Frontend& fe, std::uint32_t direction, int fd) {
+    Message m = make_request(Request::set_device_state_fd);
+    m.set(DeviceStateXfer{direction, 0});
+    m.fds.emplace_back(::dup(fd));
+    auto r = fe.request(std::move(m));
+    if (!r) return std::move(r).error();
+    if (!r->has_value() || ((*r)->get<std::uint64_t>() & 0xff) != 0)
+      return make_error(Errc::protocol_error, "the backend refused SET_DEVICE_STATE_FD");
+    return {};
+  }
+  static Status check_state(Frontend& fe) {
+    for (int i = 0; i < 500; ++i) {
+      auto c = fe.request(make_request(Request::check_device_state));
+      if (!c) return std::move(c).error();
+      if (!c->has_value()) return make_error(Errc::protocol_error, "CHECK_DEVICE_STATE without a reply");
+      if ((*c)->get<std::uint64_t>() == 0) return {};
+      ::usleep(10000);
+    }
+    return make_error(Errc::io_error, "the backend reports the device state transfer failed (see its log)");
+  }
+
+  std::vector<std::uint32_t> bases_;
   Frontend fe_;
   GuestRam ram_;
   std::vector<DriverQueue> qs_;

@@ -107,6 +107,32 @@ void RdmaDevice::Impl::control(Queue& q) {
   }
 }
 
+Status RdmaDevice::Impl::add_cq(const GuestView& g, std::uint32_t h, std::uint32_t depth, std::uint64_t ring_gpa,
+                                bool zero_ring) {
+  auto cq = engine->create_cq(depth);
+  if (!cq) return std::move(cq).error();
+  if (zero_ring) {
+    std::vector<std::uint8_t> zeros(vd::kCqeOffset + std::size_t{depth} * sizeof(vd::Cqe), 0);
+    if (!g.write(ring_gpa, zeros.data(), zeros.size()).ok())
+      return make_error(Errc::invalid_argument, "the CQ ring cannot be written");
+  }
+  CqObj c;
+  c.depth = depth;
+  c.ring_gpa = ring_gpa;
+  c.eng = std::move(*cq);
+  const int fd = c.eng->event_fd();
+  VRDMA_TRY(loop.add(fd, EPOLLIN, [this, h](std::uint32_t) {
+    auto it = cqs.find(h);
+    if (it == cqs.end()) return;
+    it->second.eng->ack_events();
+    drain_cq(h);
+  }));
+  (void)c.eng->req_notify(false);
+  cq_by_fd[fd] = h;
+  cqs.emplace(h, std::move(c));
+  return {};
+}
+
 std::vector<std::uint8_t> RdmaDevice::Impl::execute(const GuestView& g, std::span<const std::uint8_t> req,
                                                     vd::Status& status, std::string& why_out) {
   if (req.size() < sizeof(vd::CmdHeader)) {
@@ -211,31 +237,13 @@ std::vector<std::uint8_t> RdmaDevice::Impl::execute(const GuestView& g, std::spa
           return refuse(vd::Status::no_space,
                         fmt::format("registering {} more bytes would exceed the guest's limit of {} registered bytes "
                                     "({} already)", r.length, lim.max_registered_bytes, st.registered_bytes));
-        auto mr = map_mr(g, r);
-        if (!mr) return refuse(status_of(mr.error()), mr.error().message);
-        nicdrv::MrOptions mo;
-        mo.observer = mr->observer;
-        mo.iova = r.iova;
-        const auto off0 = r.iova & ((std::uint64_t{1} << r.page_shift) - 1);
-        std::uint8_t* base = mr->window.data() != nullptr ? static_cast<std::uint8_t*>(mr->window.data())
-                                                          : nullptr;
-        if (base == nullptr) {
-          auto span = g.memory().at(mr->observer->pages()[0]);
-          if (!span) return refuse(vd::Status::fault, span.error().message);
-          base = span->ptr;
-        }
-        auto eng = pit->second.eng->reg_mr(base + off0, r.length, static_cast<nicdrv::Access>(r.access), mo);
-        if (!eng) return refuse(status_of(eng.error()), eng.error().message);
-        mr->eng = std::move(*eng);
-        mr->pd = r.pd;
-        mr->iova = r.iova;
-        mr->length = r.length;
-        mr->access = r.access;
+        MrObj mr;
+        if (auto s = register_mr(g, r, 0, mr); !s.ok()) return refuse(status_of(s.error()), s.error().message);
         const auto h = new_handle();
-        vd::RegMrResp out{h, mr->eng->lkey(), mr->eng->rkey(), 0};
+        vd::RegMrResp out{h, mr.eng->lkey(), mr.eng->rkey(), 0};
         st.registered_bytes += r.length;
         ++pit->second.users;
-        mrs.emplace(h, std::move(*mr));
+        mrs.emplace(h, std::move(mr));
         return bytes_of(out);
       }
       case vd::Cmd::dereg_mr: {
@@ -257,27 +265,8 @@ std::vector<std::uint8_t> RdmaDevice::Impl::execute(const GuestView& g, std::spa
           return refuse(vd::Status::invalid, fmt::format("CQ depth {} is not a power of two up to {}", r.depth, lim.max_cqe));
         const std::uint64_t bytes = vd::kCqeOffset + std::uint64_t{r.depth} * sizeof(vd::Cqe);
         if (auto why = check_area(g, r.ring_gpa, bytes, 4096, "the CQ ring")) return refuse(vd::Status::fault, *why);
-        auto cq = engine->create_cq(r.depth);
-        if (!cq) return refuse(status_of(cq.error()), cq.error().message);
-        std::vector<std::uint8_t> zeros(static_cast<std::size_t>(bytes), 0);
-        if (!g.write(r.ring_gpa, zeros.data(), zeros.size()).ok())
-          return refuse(vd::Status::fault, "the CQ ring cannot be written");
         const auto h = new_handle();
-        CqObj c;
-        c.depth = r.depth;
-        c.ring_gpa = r.ring_gpa;
-        c.eng = std::move(*cq);
-        const int fd = c.eng->event_fd();
-        auto w = loop.add(fd, EPOLLIN, [this, h](std::uint32_t) {
-          auto it = cqs.find(h);
-          if (it == cqs.end()) return;
-          it->second.eng->ack_events();
-          drain_cq(h);
-        });
-        if (!w.ok()) return refuse(vd::Status::io, "cannot watch the engine CQ's event fd: " + w.error().message);
-        (void)c.eng->req_notify(false);
-        cq_by_fd[fd] = h;
-        cqs.emplace(h, std::move(c));
+        if (auto s = add_cq(g, h, r.depth, r.ring_gpa, true); !s.ok()) return refuse(status_of(s.error()), s.error().message);
         return bytes_of(vd::HandleResp{h, 0});
       }
       case vd::Cmd::destroy_cq: {
@@ -328,6 +317,7 @@ std::vector<std::uint8_t> RdmaDevice::Impl::execute(const GuestView& g, std::spa
         qp.recv_cq = r.recv_cq;
         qp.srq = r.srq;
         qp.type = static_cast<nicdrv::QpType>(r.qp_type);
+        qp.sq_sig_all = r.sq_sig_all != 0;
         qp.max_send_sge = std::max(1u, r.max_send_sge);
         qp.max_recv_sge = std::max(1u, r.max_recv_sge);
         qp.max_inline = r.max_inline;
@@ -417,7 +407,7 @@ std::vector<std::uint8_t> RdmaDevice::Impl::execute(const GuestView& g, std::spa
         auto ah = pit->second.eng->create_ah(vd::ah_from_wire(r.ah));
         if (!ah) return refuse(status_of(ah.error()), ah.error().message);
         const auto h = new_handle();
-        ahs[h] = AhObj{r.pd, std::move(*ah)};
+        ahs[h] = AhObj{r.pd, r.ah, std::move(*ah)};
         ++pit->second.users;
         return bytes_of(vd::HandleResp{h, 0});
       }

@@ -69,6 +69,8 @@ void RdmaDevice::memory_changed() { impl_->memory_changed(); }
 void RdmaDevice::queue_ready(Queue& q) { impl_->queue_ready(q); }
 void RdmaDevice::queue_stopped(std::uint16_t index) { impl_->queue_stopped(index); }
 void RdmaDevice::reset() { impl_->reset(); }
+Result<std::vector<std::uint8_t>> RdmaDevice::save_state() { return impl_->save_state(); }
+Status RdmaDevice::load_state(std::span<const std::uint8_t> blob) { return impl_->load_state(blob); }
 RdmaDeviceStats RdmaDevice::stats() const {
   auto s = impl_->st;
   s.pds = static_cast<std::uint32_t>(impl_->pds.size());
@@ -241,7 +243,12 @@ void RdmaDevice::Impl::drain_cq(std::uint32_t handle) {
   CqObj& cq = it->second;
   const GuestView g = view();
   std::array<nicdrv::WorkCompletion, 32> wcs;
-  bool any_send = false;
+  bool any_send = !cq.backlog.empty();
+  while (!cq.backlog.empty() && write_cqe(handle, cq, g, cq.backlog.front())) cq.backlog.pop_front();
+  if (!cq.backlog.empty()) {
+    arm_retry_timer();
+    return;
+  }
   for (int round = 0; round < 64; ++round) {
     auto consumer = g.read_obj<std::uint32_t>(cq.ring_gpa + offsetof(vd::CqControl, consumer));
     if (!consumer) {
@@ -298,7 +305,7 @@ void RdmaDevice::Impl::drain_all() {
 void RdmaDevice::Impl::retry_stalled() {
   std::vector<std::uint32_t> hs;
   for (auto& [h, c] : cqs)
-    if (c.stalled) hs.push_back(h);
+    if (c.stalled || !c.backlog.empty()) hs.push_back(h);
   for (auto h : hs) drain_cq(h);
 }
 

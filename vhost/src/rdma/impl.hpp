@@ -50,6 +50,7 @@ struct PdObj {
 
 struct MrObj {
   std::uint32_t pd = 0;
+  std::uint32_t page_shift = 12;
   std::uint64_t iova = 0, length = 0;
   std::uint32_t access = 0;
   MmapArea window;  // the alias mapping when the pages were scattered
@@ -67,6 +68,7 @@ struct CqObj {
   bool event_queued = false;
   bool stalled = false;  // the guest's ring was full; retried by the timer
   std::uint32_t users = 0;
+  std::deque<vd::Cqe> backlog;  // completions restored from a device state, written first
 };
 
 struct WorkRing {
@@ -79,6 +81,7 @@ struct WorkRing {
 struct QpObj {
   std::uint32_t pd = 0, send_cq = 0, recv_cq = 0, srq = 0;
   nicdrv::QpType type = nicdrv::QpType::rc;
+  bool sq_sig_all = false;
   std::uint32_t max_send_sge = 0, max_recv_sge = 0, max_inline = 0;
   WorkRing sq, rq;
   std::uint64_t status_gpa = 0;
@@ -88,6 +91,7 @@ struct QpObj {
 
 struct AhObj {
   std::uint32_t pd = 0;
+  vd::AhWire wire{};
   std::shared_ptr<nicdrv::AddressHandle> eng;
 };
 
@@ -135,7 +139,16 @@ struct RdmaDevice::Impl {
   void retry_pending();
 
   // memory.cpp
-  Result<MrObj> map_mr(const GuestView& g, const vd::RegMrReq& r);
+  // The page list comes from guest memory (REG_MR) or from a saved device state.
+  Result<MrObj> map_mr(const GuestView& g, const vd::RegMrReq& r, const std::vector<std::uint64_t>* saved_pages = nullptr);
+  Status register_mr(const GuestView& g, const vd::RegMrReq& r, std::uint32_t requested_key, MrObj& out,
+                     const std::vector<std::uint64_t>* saved_pages = nullptr);
+  // commands.cpp: a CQ's engine object, zeroed guest ring and event-fd watch.
+  Status add_cq(const GuestView& g, std::uint32_t handle, std::uint32_t depth, std::uint64_t ring_gpa, bool zero_ring);
+
+  // state.cpp (device state for migration)
+  Result<std::vector<std::uint8_t>> save_state();
+  Status load_state(std::span<const std::uint8_t> blob);
 
   std::uint32_t new_handle() {
     if (next_handle_ == 0) next_handle_ = 1;  // 0 is kNoHandle

@@ -29,7 +29,8 @@ void MrObserver::on_write(std::uint64_t addr, std::uint64_t len) noexcept {
   }
 }
 
-Result<MrObj> RdmaDevice::Impl::map_mr(const GuestView& g, const vd::RegMrReq& r) {
+Result<MrObj> RdmaDevice::Impl::map_mr(const GuestView& g, const vd::RegMrReq& r,
+                                      const std::vector<std::uint64_t>* saved_pages) {
   const auto& lim = opts.limits;
   if (r.page_shift < 12 || r.page_shift > 30)
     return make_error(Errc::invalid_argument, fmt::format("page_shift {} is outside 12..30", r.page_shift));
@@ -48,8 +49,14 @@ Result<MrObj> RdmaDevice::Impl::map_mr(const GuestView& g, const vd::RegMrReq& r
   if (std::uint64_t{r.npages} * psize > off0 + r.length + psize)
     return make_error(Errc::invalid_argument, fmt::format("the page list has more pages ({}) than {} bytes need",
                                                          r.npages, r.length));
-  std::vector<std::uint64_t> pages(r.npages);
-  VRDMA_TRY(g.read(r.pages_gpa, pages.data(), pages.size() * sizeof(std::uint64_t)));
+  std::vector<std::uint64_t> pages;
+  if (saved_pages != nullptr) {
+    if (saved_pages->size() != r.npages) return make_error(Errc::invalid_argument, "page list length mismatch");
+    pages = *saved_pages;
+  } else {
+    pages.resize(r.npages);
+    VRDMA_TRY(g.read(r.pages_gpa, pages.data(), pages.size() * sizeof(std::uint64_t)));
+  }
 
   // Every page: aligned and wholly inside one mapped region. Group pages into runs that are
   // contiguous in one region.
@@ -108,6 +115,35 @@ Result<MrObj> RdmaDevice::Impl::map_mr(const GuestView& g, const vd::RegMrReq& r
   // The engine reports host addresses; base + off0 is the region's first byte as it sees it.
   mr.observer = std::make_shared<MrObserver>(log, base + off0, off0, r.page_shift, std::move(pages));
   return mr;
+}
+
+Status RdmaDevice::Impl::register_mr(const GuestView& g, const vd::RegMrReq& r, std::uint32_t requested_key,
+                                     MrObj& out, const std::vector<std::uint64_t>* saved_pages) {
+  auto pit = pds.find(r.pd);
+  if (pit == pds.end()) return make_error(Errc::not_found, fmt::format("no PD {}", r.pd));
+  auto mr = map_mr(g, r, saved_pages);
+  if (!mr) return std::move(mr).error();
+  nicdrv::MrOptions mo;
+  mo.observer = mr->observer;
+  mo.iova = r.iova;
+  mo.requested_key = requested_key;
+  const auto off0 = r.iova & ((std::uint64_t{1} << r.page_shift) - 1);
+  std::uint8_t* base = static_cast<std::uint8_t*>(mr->window.data());
+  if (base == nullptr) {
+    auto span = g.memory().at(mr->observer->pages()[0]);
+    if (!span) return std::move(span).error();
+    base = span->ptr;
+  }
+  auto eng = pit->second.eng->reg_mr(base + off0, r.length, static_cast<nicdrv::Access>(r.access), mo);
+  if (!eng) return std::move(eng).error();
+  mr->eng = std::move(*eng);
+  mr->pd = r.pd;
+  mr->page_shift = r.page_shift;
+  mr->iova = r.iova;
+  mr->length = r.length;
+  mr->access = r.access;
+  out = std::move(*mr);
+  return {};
 }
 
 }  // namespace vrdma::vhost

@@ -58,6 +58,17 @@ class PvTransport {
   [[nodiscard]] virtual std::uint16_t free_slots(std::uint16_t queue) const = 0;
   // The queue's interrupt (call) eventfd, to poll on.
   [[nodiscard]] virtual int call_fd(std::uint16_t queue) const = 0;
+
+  // Moving to another backend under a running application (a container changing hosts, tests
+  // of the device's migration): stop every ring and take the device state from the backend...
+  virtual Result<std::vector<std::uint8_t>> suspend() {
+    return make_error(Errc::not_supported, "this transport cannot move between backends");
+  }
+  // ...then connect to another backend, give it the same memory and that state, and restart
+  // the rings where they stopped. The old backend is let go.
+  virtual Status resume_on(const std::string& /*socket*/, std::span<const std::uint8_t> /*state*/) {
+    return make_error(Errc::not_supported, "this transport cannot move between backends");
+  }
 };
 
 // The vhost-user transport: connects to vrdmad at `socket` with `ram_mib` MiB of memfd RAM.
@@ -67,5 +78,11 @@ Result<std::unique_ptr<PvTransport>> connect_vhost_user(const std::string& socke
 // Opens a pv device over a transport (the nicdrv provider does this for "pv:<socket>").
 Result<std::shared_ptr<nicdrv::Device>> open(std::unique_ptr<PvTransport> t, std::string name);
 Result<std::shared_ptr<nicdrv::Device>> open(std::string_view spec, const nicdrv::DeviceOptions& o);
+
+// Moves a pv device to another vrdmad (see PvTransport::suspend/resume_on). Between the two
+// calls the application may keep posting (the work waits in its rings) but must not create or
+// modify objects. Every posted work request completes exactly once, on whichever side.
+Result<std::vector<std::uint8_t>> suspend(nicdrv::Device& dev);
+Status resume_on(nicdrv::Device& dev, const std::string& socket, std::span<const std::uint8_t> state);
 
 }  // namespace vrdma::pv

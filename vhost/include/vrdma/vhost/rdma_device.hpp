@@ -76,6 +76,12 @@ class RdmaDevice final : public Device {
   void queue_ready(Queue& q) override;
   void queue_stopped(std::uint16_t index) override;
   void reset() override;
+  // The device's objects (handles, keys, QPNs, ring positions, QP engine state, completions not
+  // yet in the guest's rings) as a versioned blob. Saving needs the rings stopped (the engine
+  // quiesced); loading needs the guest memory table and a device with no objects. The blob
+  // comes from the frontend on load and is checked field by field.
+  Result<std::vector<std::uint8_t>> save_state() override;
+  Status load_state(std::span<const std::uint8_t> blob) override;
 
   [[nodiscard]] RdmaDeviceStats stats() const;
   [[nodiscard]] const nicdrv::Device& engine() const;

@@ -1,0 +1,303 @@
+// Device state for migration: every object with its handle, keys and QPN, ring positions, each
+// QP's engine state, and completions the engine produced that are not yet in the guest's rings.
+// Saved with the rings stopped (engine quiesced); loaded into an empty device over the guest's
+// memory, where every field is checked as the commands check it (the blob comes from the
+// frontend: QEMU's migration stream or a libpvverbs process).
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "impl.hpp"
+#include "virtio_rdma_conv.hpp"
+#include "vrdma/common/log.hpp"
+
+namespace vrdma::vhost {
+namespace {
+
+constexpr std::uint32_t kMagic = 0x53445256;  // "VRDS"
+constexpr std::uint32_t kStateVersion = 1;
+
+class Writer {
+ public:
+  template <class T>
+  void put(const T& v) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    const auto* p = reinterpret_cast<const std::uint8_t*>(&v);
+    out.insert(out.end(), p, p + sizeof v);
+  }
+  void bytes(std::span<const std::uint8_t> b) {
+    put(static_cast<std::uint32_t>(b.size()));
+    out.insert(out.end(), b.begin(), b.end());
+  }
+  std::vector<std::uint8_t> out;
+};
+
+class Reader {
+ public:
+  explicit Reader(std::span<const std::uint8_t> b) : b_(b) {}
+  template <class T>
+  bool get(T& v) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    if (b_.size() - off_ < sizeof v) return false;
+    std::memcpy(&v, b_.data() + off_, sizeof v);
+    off_ += sizeof v;
+    return true;
+  }
+  bool bytes(std::vector<std::uint8_t>& v, std::size_t max) {
+    std::uint32_t n = 0;
+    if (!get(n) || n > max || b_.size() - off_ < n) return false;
+    v.assign(b_.begin() + static_cast<std::ptrdiff_t>(off_), b_.begin() + static_cast<std::ptrdiff_t>(off_ + n));
+    off_ += n;
+    return true;
+  }
+  [[nodiscard]] bool done() const { return off_ == b_.size(); }
+
+ private:
+  std::span<const std::uint8_t> b_;
+  std::size_t off_ = 0;
+};
+
+struct SavedRing {
+  std::uint64_t gpa;
+  std::uint32_t depth, stride, consumed, produced;
+};
+SavedRing save_ring(const WorkRing& r) { return {r.gpa, r.depth, r.stride, r.consumed, r.produced}; }
+
+Error bad(const std::string& what) {
+  return make_error(Errc::invalid_argument, "device state rejected: " + what);
+}
+
+}  // namespace
+
+Result<std::vector<std::uint8_t>> RdmaDevice::Impl::save_state() {
+  if (!paused && !(pds.empty() && cqs.empty()))
+    return make_error(Errc::bad_state, "the device state can be saved only after its rings are stopped (GET_VRING_BASE)");
+  if (!srqs.empty())
+    return make_error(Errc::not_supported, fmt::format("the guest has {} SRQs; migrating SRQs is not supported yet",
+                                                       srqs.size()));
+  Writer w;
+  w.put(kMagic);
+  w.put(kStateVersion);
+  w.put(next_handle_);
+  w.put(static_cast<std::uint32_t>(pds.size()));
+  for (const auto& [h, pd] : pds) w.put(h);
+  w.put(static_cast<std::uint32_t>(mrs.size()));
+  for (const auto& [h, mr] : mrs) {
+    const auto& pages = mr.observer->pages();
+    w.put(h);
+    w.put(mr.pd);
+    w.put(mr.access);
+    w.put(mr.page_shift);
+    w.put(mr.iova);
+    w.put(mr.length);
+    w.put(mr.eng->lkey());
+    w.put(mr.eng->rkey());
+    w.put(static_cast<std::uint32_t>(pages.size()));
+    for (auto p : pages) w.put(p);
+  }
+  w.put(static_cast<std::uint32_t>(cqs.size()));
+  for (auto& [h, cq] : cqs) {
+    // Completions still in the engine travel in the blob.
+    std::array<nicdrv::WorkCompletion, 64> wcs;
+    for (;;) {
+      auto n = cq.eng->poll(wcs);
+      if (!n) return make_error(Errc::io_error, fmt::format("CQ {}: {}", h, n.error().message));
+      for (std::size_t i = 0; i < *n; ++i) {
+        vd::Cqe c{};
+        c.wr_id = wcs[i].wr_id;
+        c.qp_num = wcs[i].qp_num;
+        c.byte_len = wcs[i].byte_len;
+        c.imm_data = wcs[i].imm_data;
+        c.src_qp = wcs[i].src_qp;
+        c.status = static_cast<std::uint8_t>(wcs[i].status);
+        c.opcode = static_cast<std::uint8_t>(wcs[i].opcode);
+        c.wc_flags = static_cast<std::uint8_t>((has(wcs[i].wc_flags, nicdrv::WcFlags::with_imm) ? vd::kWcWithImm : 0) |
+                                               (has(wcs[i].wc_flags, nicdrv::WcFlags::grh) ? vd::kWcGrh : 0) |
+                                               (has(wcs[i].wc_flags, nicdrv::WcFlags::solicited) ? vd::kWcSolicited : 0));
+        c.vendor_err = wcs[i].vendor_err;
+        cq.backlog.push_back(c);
+      }
+      if (*n < wcs.size()) break;
+    }
+    w.put(h);
+    w.put(cq.depth);
+    w.put(cq.ring_gpa);
+    w.put(cq.produced);
+    w.put(static_cast<std::uint8_t>(cq.armed));
+    w.put(static_cast<std::uint8_t>(cq.solicited_only));
+    w.put(static_cast<std::uint32_t>(cq.backlog.size()));
+    for (const auto& c : cq.backlog) w.put(c);
+  }
+  w.put(static_cast<std::uint32_t>(ahs.size()));
+  for (const auto& [h, ah] : ahs) {
+    w.put(h);
+    w.put(ah.pd);
+    w.put(ah.wire);
+  }
+  w.put(static_cast<std::uint32_t>(qps.size()));
+  for (const auto& [h, qp] : qps) {
+    auto blob = qp.eng->export_state();
+    if (!blob) return make_error(blob.error().code == make_error_code(Errc::not_supported) ? Errc::not_supported : Errc::io_error,
+                                 fmt::format("QP {}: {}", h, blob.error().message));
+    w.put(h);
+    w.put(qp.pd);
+    w.put(qp.send_cq);
+    w.put(qp.recv_cq);
+    w.put(static_cast<std::uint8_t>(qp.type));
+    w.put(static_cast<std::uint8_t>(qp.sq_sig_all));
+    w.put(static_cast<std::uint8_t>(qp.fatal_reported));
+    w.put(qp.max_send_sge);
+    w.put(qp.max_recv_sge);
+    w.put(qp.max_inline);
+    w.put(save_ring(qp.sq));
+    w.put(save_ring(qp.rq));
+    w.put(qp.status_gpa);
+    w.put(qp.eng->qp_num());
+    w.bytes(*blob);
+  }
+  log::info("virtio-rdma: device state saved: {} PDs, {} MRs, {} CQs, {} AHs, {} QPs, {} bytes", pds.size(), mrs.size(),
+            cqs.size(), ahs.size(), qps.size(), w.out.size());
+  return std::move(w.out);
+}
+
+Status RdmaDevice::Impl::load_state(std::span<const std::uint8_t> blob) {
+  if (!pds.empty() || !cqs.empty() || !qps.empty())
+    return make_error(Errc::bad_state, "device state can be loaded only into a device with no objects");
+  if (host == nullptr) return make_error(Errc::bad_state, "device state arrived without a frontend session");
+  const GuestView g = view();
+  const auto& lim = opts.limits;
+  Reader r(blob);
+  std::uint32_t magic = 0, version = 0, next = 0, n = 0;
+  if (!r.get(magic) || magic != kMagic) return bad("not a virtio RDMA device state (magic)");
+  if (!r.get(version) || version != kStateVersion)
+    return bad(fmt::format("version {} (this vrdmad reads version {})", version, kStateVersion));
+  if (!r.get(next)) return bad("truncated");
+  // Loading happens with the engine quiesced: nothing moves until every ring runs.
+  pause();
+  auto fail = [this](Error e) {
+    reset();
+    return e;
+  };
+  std::uint32_t max_handle = 0;
+  auto fresh = [&](std::uint32_t h, bool taken) {
+    max_handle = std::max(max_handle, h);
+    return h != vd::kNoHandle && !taken;
+  };
+  if (!r.get(n) || n > lim.max_pd) return fail(bad("PD count"));
+  for (std::uint32_t i = 0; i < n; ++i) {
+    std::uint32_t h = 0;
+    if (!r.get(h) || !fresh(h, pds.count(h) != 0)) return fail(bad("PD handle"));
+    auto pd = engine->alloc_pd();
+    if (!pd) return fail(pd.error());
+    pds[h] = PdObj{std::move(*pd), 0};
+  }
+  if (!r.get(n) || n > lim.max_mr) return fail(bad("MR count"));
+  for (std::uint32_t i = 0; i < n; ++i) {
+    std::uint32_t h = 0, lkey = 0, rkey = 0, npages = 0;
+    vd::RegMrReq q{};
+    if (!r.get(h) || !r.get(q.pd) || !r.get(q.access) || !r.get(q.page_shift) || !r.get(q.iova) || !r.get(q.length) ||
+        !r.get(lkey) || !r.get(rkey) || !r.get(npages))
+      return fail(bad("truncated MR"));
+    if (!fresh(h, mrs.count(h) != 0) || npages > lim.max_mr_pages || lkey != rkey)
+      return fail(bad(fmt::format("MR {} (pages {}, lkey {:#x}, rkey {:#x})", h, npages, lkey, rkey)));
+    std::vector<std::uint64_t> pages(npages);
+    for (auto& p : pages)
+      if (!r.get(p)) return fail(bad("truncated page list"));
+    q.npages = npages;
+    if (st.registered_bytes + q.length > lim.max_registered_bytes) return fail(bad("registered bytes over the limit"));
+    MrObj mr;
+    if (auto s = register_mr(g, q, lkey, mr, &pages); !s.ok()) return fail(prefixed(fmt::format("MR {}: ", h), s.error()));
+    if (mr.eng->lkey() != lkey) return fail(make_error(Errc::not_supported, "the engine cannot keep the MR's key"));
+    st.registered_bytes += q.length;
+    ++pds[q.pd].users;
+    mrs.emplace(h, std::move(mr));
+  }
+  if (!r.get(n) || n > lim.max_cq) return fail(bad("CQ count"));
+  for (std::uint32_t i = 0; i < n; ++i) {
+    std::uint32_t h = 0, depth = 0, produced = 0, backlog = 0;
+    std::uint64_t ring = 0;
+    std::uint8_t armed = 0, sol = 0;
+    if (!r.get(h) || !r.get(depth) || !r.get(ring) || !r.get(produced) || !r.get(armed) || !r.get(sol) || !r.get(backlog))
+      return fail(bad("truncated CQ"));
+    if (!fresh(h, cqs.count(h) != 0) || depth == 0 || (depth & (depth - 1)) != 0 || depth > lim.max_cqe ||
+        backlog > lim.max_cqe || ring % 4096 != 0 ||
+        !g.memory().range(ring, vd::kCqeOffset + std::uint64_t{depth} * sizeof(vd::Cqe)))
+      return fail(bad(fmt::format("CQ {} (depth {}, ring {:#x})", h, depth, ring)));
+    if (auto s = add_cq(g, h, depth, ring, false); !s.ok()) return fail(s.error());
+    auto& cq = cqs[h];
+    cq.produced = produced;
+    cq.armed = armed != 0;
+    cq.solicited_only = sol != 0;
+    for (std::uint32_t k = 0; k < backlog; ++k) {
+      vd::Cqe c{};
+      if (!r.get(c)) return fail(bad("truncated CQ backlog"));
+      cq.backlog.push_back(c);
+    }
+  }
+  if (!r.get(n) || n > lim.max_ah) return fail(bad("AH count"));
+  for (std::uint32_t i = 0; i < n; ++i) {
+    std::uint32_t h = 0, pd = 0;
+    vd::AhWire wire{};
+    if (!r.get(h) || !r.get(pd) || !r.get(wire)) return fail(bad("truncated AH"));
+    auto pit = pds.find(pd);
+    if (!fresh(h, ahs.count(h) != 0) || pit == pds.end()) return fail(bad(fmt::format("AH {}", h)));
+    auto ah = pit->second.eng->create_ah(vd::ah_from_wire(wire));
+    if (!ah) return fail(ah.error());
+    ahs[h] = AhObj{pd, wire, std::move(*ah)};
+    ++pit->second.users;
+  }
+  if (!r.get(n) || n > lim.max_qp) return fail(bad("QP count"));
+  for (std::uint32_t i = 0; i < n; ++i) {
+    std::uint32_t h = 0, qpn = 0;
+    std::uint8_t type = 0, sig = 0, fatal = 0;
+    QpObj qp;
+    SavedRing sq{}, rq{};
+    std::vector<std::uint8_t> eng_blob;
+    if (!r.get(h) || !r.get(qp.pd) || !r.get(qp.send_cq) || !r.get(qp.recv_cq) || !r.get(type) || !r.get(sig) ||
+        !r.get(fatal) || !r.get(qp.max_send_sge) || !r.get(qp.max_recv_sge) || !r.get(qp.max_inline) || !r.get(sq) ||
+        !r.get(rq) || !r.get(qp.status_gpa) || !r.get(qpn) || !r.bytes(eng_blob, 1u << 24))
+      return fail(bad("truncated QP"));
+    auto pit = pds.find(qp.pd);
+    auto scq = cqs.find(qp.send_cq);
+    auto rcq = cqs.find(qp.recv_cq);
+    const auto ring_ok = [&](const SavedRing& s, std::uint32_t stride) {
+      return s.depth != 0 && (s.depth & (s.depth - 1)) == 0 && s.depth <= lim.max_qp_wr && s.stride == stride &&
+             s.produced - s.consumed <= s.depth && g.memory().range(s.gpa, std::uint64_t{s.depth} * s.stride).ok();
+    };
+    if (!fresh(h, qps.count(h) != 0) || pit == pds.end() || scq == cqs.end() || rcq == cqs.end() || (type != 2 && type != 4) ||
+        qp.max_send_sge == 0 || qp.max_send_sge > lim.max_sge || qp.max_recv_sge == 0 || qp.max_recv_sge > lim.max_sge ||
+        qp.max_inline > lim.max_inline || !ring_ok(sq, vd::send_stride(qp.max_send_sge, qp.max_inline)) ||
+        !ring_ok(rq, vd::recv_stride(qp.max_recv_sge)) || !g.memory().range(qp.status_gpa, sizeof(vd::QpStatus)))
+      return fail(bad(fmt::format("QP {}", h)));
+    qp.type = static_cast<nicdrv::QpType>(type);
+    qp.sq_sig_all = sig != 0;
+    qp.fatal_reported = fatal != 0;
+    qp.sq = WorkRing{sq.gpa, sq.depth, sq.stride, sq.consumed, sq.produced};
+    qp.rq = WorkRing{rq.gpa, rq.depth, rq.stride, rq.consumed, rq.produced};
+    nicdrv::QpInitAttr ia;
+    ia.type = qp.type;
+    ia.send_cq = scq->second.eng.get();
+    ia.recv_cq = rcq->second.eng.get();
+    ia.cap = nicdrv::QpCap{sq.depth, rq.depth, qp.max_send_sge, qp.max_recv_sge, qp.max_inline};
+    ia.sq_sig_all = qp.sq_sig_all;
+    nicdrv::QpOptions qo;
+    qo.requested_qpn = qpn;
+    auto eng = pit->second.eng->create_qp(ia, qo);
+    if (!eng) return fail(prefixed(fmt::format("QP {}: ", h), eng.error()));
+    if (auto s = (*eng)->import_state(eng_blob); !s.ok()) return fail(prefixed(fmt::format("QP {}: ", h), s.error()));
+    qp.eng = std::move(*eng);
+    ++pit->second.users;
+    ++scq->second.users;
+    ++rcq->second.users;
+    if (qp.sq.produced != qp.sq.consumed) pending_sq.insert(h);
+    if (qp.rq.produced != qp.rq.consumed) pending_rq.insert(h);
+    qps.emplace(h, std::move(qp));
+  }
+  if (!r.done()) return fail(bad("trailing bytes"));
+  next_handle_ = std::max(next, max_handle + 1);
+  log::info("virtio-rdma: device state loaded: {} PDs, {} MRs, {} CQs, {} AHs, {} QPs; resuming when the rings run",
+            pds.size(), mrs.size(), cqs.size(), ahs.size(), qps.size());
+  return {};
+}
+
+}  // namespace vrdma::vhost
