@@ -2,7 +2,9 @@
 // every command handler) and doorbell records (work-request rings, arming), against a real
 // RdmaDevice on a real soft engine (loopback), through real virtqueues in real guest memory.
 // Input: records of [u8 tag][u16 length][length bytes]; an even tag is a control request, an
-// odd tag a chain of doorbell records. AddressSanitizer catches any access outside the guest
+// odd tag a chain of doorbell records, tag 0xff a device state to load into a reset device
+// (the migration blob, untrusted too) and tag 0xfd a save of the current state (rings stopped)
+// loaded back into a reset device. AddressSanitizer catches any access outside the guest
 // memory; the device is reset after every input so state stays bounded.
 #include <cstdint>
 #include <cstdio>
@@ -108,7 +110,21 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     data += 3;
     size -= 3;
     len = std::min({len, size, std::size_t{2048}});
-    if (tag % 2 == 0)
+    if (tag == 0xff) {
+      w->dev->reset();
+      (void)w->dev->load_state(std::span(data, len));
+    } else if (tag == 0xfd) {
+      w->dev->queue_stopped(vd::kControlQueue);
+      auto blob = w->dev->save_state();
+      if (const char* dump = std::getenv("VRDMA_FUZZ_DUMP_STATE"); dump != nullptr && blob) {  // to make seeds
+        if (FILE* f = std::fopen(dump, "wb")) {
+          std::fwrite(blob->data(), 1, blob->size(), f);
+          std::fclose(f);
+        }
+      }
+      w->dev->reset();
+      if (blob) (void)w->dev->load_state(*blob);
+    } else if (tag % 2 == 0)
       w->send(vd::kControlQueue, *w->ctl, *w->ctl_ring, data, len);
     else if (len >= sizeof(vd::Doorbell))
       w->send(vd::kDoorbellQueue, *w->db, *w->db_ring, data, len / sizeof(vd::Doorbell) * sizeof(vd::Doorbell));
