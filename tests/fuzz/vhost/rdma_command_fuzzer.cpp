@@ -117,7 +117,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       w->dev->queue_stopped(vd::kControlQueue);
       auto blob = w->dev->save_state();
       if (const char* dump = std::getenv("VRDMA_FUZZ_DUMP_STATE"); dump != nullptr && blob) {  // to make seeds
-        if (FILE* f = std::fopen(dump, "wb")) {
+        if (FILE* f = std::fopen(dump, "wbx")) {  // the first save only
           std::fwrite(blob->data(), 1, blob->size(), f);
           std::fclose(f);
         }
