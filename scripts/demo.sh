@@ -47,9 +47,10 @@ ip netns exec $A "$PWD/build/vhost/vrdmad" --socket "$TMP/guest.sock" --engine s
 for _ in $(seq 100); do [ -S "$TMP/guest.ctl" ] && break; sleep 0.05; done
 runpv() {
   ip netns exec $B timeout 60 "$PERF" --device soft:$IPB "$@" >/dev/null &
+  local server=$!
   sleep 0.3
   ip netns exec $A timeout 60 "$PERF" --device "pv:$TMP/guest.sock?ram_mib=64" --connect $IPB "$@"
-  wait
+  wait $server
 }
 echo "== pv RDMA WRITE, 64 KiB messages, data verified"
 runpv --test write_bw --size 65536 --duration 3 --depth 64 --mtu 4096 --verify

@@ -249,48 +249,60 @@ void RdmaDevice::Impl::drain_cq(std::uint32_t handle) {
     arm_retry_timer();
     return;
   }
-  for (int round = 0; round < 64; ++round) {
-    auto consumer = g.read_obj<std::uint32_t>(cq.ring_gpa + offsetof(vd::CqControl, consumer));
-    if (!consumer) {
-      log::error("virtio-rdma: CQ {}'s ring at {:#x} is no longer in guest memory; its completions wait", handle,
-                 cq.ring_gpa);
-      return;
-    }
-    const std::uint32_t room = cq.depth - std::min(cq.depth, cq.produced - *consumer);
-    if (room == 0) {
-      if (!cq.stalled) {
-        cq.stalled = true;
-        ++st.cq_overruns;
+  // Moves what the engine has into the guest's ring; -1 when the CQ cannot be served.
+  auto drain_engine = [&]() -> long {
+    long moved = 0;
+    for (int round = 0; round < 64; ++round) {
+      auto consumer = g.read_obj<std::uint32_t>(cq.ring_gpa + offsetof(vd::CqControl, consumer));
+      if (!consumer) {
+        log::error("virtio-rdma: CQ {}'s ring at {:#x} is no longer in guest memory; its completions wait", handle,
+                   cq.ring_gpa);
+        return -1;
       }
-      arm_retry_timer();
-      break;
-    }
-    auto n = cq.eng->poll(std::span(wcs.data(), std::min<std::size_t>(wcs.size(), room)));
-    if (!n) {
-      log::error("virtio-rdma: engine CQ of CQ {} failed: {}", handle, n.error().message);
-      queue_event(vd::EventType::cq_error, handle);
-      return;
-    }
-    for (std::size_t i = 0; i < *n; ++i) {
-      const auto& wc = wcs[i];
-      if (wc.status != nicdrv::WcStatus::success) {
-        // The QP's status block says ERR before the driver can see the error completion.
-        for (auto& [qh, qp] : qps) {
-          if (qp.eng->qp_num() != wc.qp_num || qp.eng->state() != nicdrv::QpState::err) continue;
-          write_status(g, qp.status_gpa, qp.sq.consumed, qp.rq.consumed, static_cast<std::uint32_t>(nicdrv::QpState::err));
-          if (!qp.fatal_reported && wc.status != nicdrv::WcStatus::wr_flush_err) {
-            qp.fatal_reported = true;
-            queue_event(vd::EventType::qp_fatal, qh, static_cast<std::uint32_t>(wc.status));
+      const std::uint32_t room = cq.depth - std::min(cq.depth, cq.produced - *consumer);
+      if (room == 0) {
+        if (!cq.stalled) {
+          cq.stalled = true;
+          ++st.cq_overruns;
+        }
+        arm_retry_timer();
+        return moved;
+      }
+      auto n = cq.eng->poll(std::span(wcs.data(), std::min<std::size_t>(wcs.size(), room)));
+      if (!n) {
+        log::error("virtio-rdma: engine CQ of CQ {} failed: {}", handle, n.error().message);
+        queue_event(vd::EventType::cq_error, handle);
+        return -1;
+      }
+      for (std::size_t i = 0; i < *n; ++i) {
+        const auto& wc = wcs[i];
+        if (wc.status != nicdrv::WcStatus::success) {
+          // The QP's status block says ERR before the driver can see the error completion.
+          for (auto& [qh, qp] : qps) {
+            if (qp.eng->qp_num() != wc.qp_num || qp.eng->state() != nicdrv::QpState::err) continue;
+            write_status(g, qp.status_gpa, qp.sq.consumed, qp.rq.consumed, static_cast<std::uint32_t>(nicdrv::QpState::err));
+            if (!qp.fatal_reported && wc.status != nicdrv::WcStatus::wr_flush_err) {
+              qp.fatal_reported = true;
+              queue_event(vd::EventType::qp_fatal, qh, static_cast<std::uint32_t>(wc.status));
+            }
           }
         }
+        (void)write_cqe(handle, cq, g, to_cqe(wc));
+        ++moved;
+        if (static_cast<std::uint8_t>(wc.opcode) < 128) any_send = true;
       }
-      (void)write_cqe(handle, cq, g, to_cqe(wc));
-      if (static_cast<std::uint8_t>(wc.opcode) < 128) any_send = true;
+      if (*n < wcs.size()) break;
     }
-    if (*n < wcs.size()) break;
+    return moved;
+  };
+  if (drain_engine() < 0) return;
+  // The engine raises its event only for a completion pushed while armed: one that arrived
+  // between the last poll and the arm would wait forever, so look again after arming.
+  for (int k = 0; k < 16; ++k) {
+    (void)cq.eng->req_notify(false);
+    const long more = drain_engine();
+    if (more <= 0) break;
   }
-  (void)cq.eng->req_notify(false);
-  // Completions that raced the re-arm are picked up by the event fd firing again.
   if (any_send || !pending_rq.empty() || !pending_srq.empty() || !pending_sq.empty()) retry_pending();
   if (!events.empty() && host->queue_running(vd::kEventQueue)) host->run_queue(vd::kEventQueue);
 }
