@@ -463,3 +463,51 @@ BOOST_AUTO_TEST_CASE(device_state_moves_to_a_new_vrdmad_with_the_connection_open
   BOOST_CHECK_EQUAL(a->qp->qp_num(), qpn);  // the same handles on the new backend
   BOOST_CHECK_EQUAL(a->mr->rkey(), rkey);
 }
+
+// One message in flight at a time, many times: every completion must wake its poller (a lost
+// wakeup between vrdmad's last poll of an engine CQ and its re-arm once stalled this after a few
+// thousand round trips).
+BOOST_AUTO_TEST_CASE(twenty_thousand_pv_ping_pongs_never_stall) {
+  NetnsPair net{"vpq", 238};
+  BOOST_REQUIRE(net.ok());
+  TempDir dir;
+  Vrdmad v(dir, "pp", net.ns_a(), "soft:" + net.ip_a());
+  auto dev = open_dev(v.device() + "?ram_mib=32");
+  std::shared_ptr<Device> soft;
+  BOOST_REQUIRE(run_in_netns(net.ns_b(), [&] {
+    auto d = open_device("soft:" + net.ip_b());
+    if (d) soft = *d;
+  }));
+  BOOST_REQUIRE(soft);
+  PairOptions o;
+  o.buf_bytes = 1u << 20;
+  auto a = make_endpoint(dev, o);
+  auto b = make_endpoint(soft, o);
+  VRDMA_REQUIRE_OK(a);
+  VRDMA_REQUIRE_OK(b);
+  VRDMA_REQUIRE_OK(connect(*a, *b, o));
+  constexpr int kRounds = 20000;
+  post_recv(*a, 4096, 64, 0);
+  post_recv(*b, 4096, 64, 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < kRounds; ++i) {
+    for (auto [from, to] : {std::pair{&*a, &*b}, std::pair{&*b, &*a}}) {
+      Sge s{reinterpret_cast<std::uint64_t>(from->buf.data()), 64, from->mr->lkey()};
+      SendWr w;
+      w.wr_id = static_cast<std::uint64_t>(i);
+      w.opcode = WrOpcode::send_with_imm;
+      w.imm_data = static_cast<std::uint32_t>(i);
+      w.flags = SendFlags::signaled;
+      w.sg_list = std::span<const Sge>(&s, 1);
+      VRDMA_REQUIRE_OK(from->qp->post_send(std::span(&w, 1)));
+      auto rc = wait_cq(*to->cq, 1, 5s);
+      BOOST_REQUIRE_MESSAGE(rc.size() == 1, "round " << i << ": the message never arrived");
+      BOOST_REQUIRE_EQUAL(rc[0].imm_data, static_cast<std::uint32_t>(i));
+      post_recv(*to, 4096, 64, 0);
+      auto sc = wait_cq(*from->cq, 1, 5s);
+      BOOST_REQUIRE_MESSAGE(sc.size() == 1 && sc[0].status == WcStatus::success, "round " << i << ": no send completion");
+    }
+  }
+  const auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
+  BOOST_TEST_MESSAGE(kRounds << " ping-pongs over pv in " << us / 1000 << " ms (" << us / kRounds << " us per round trip)");
+}
