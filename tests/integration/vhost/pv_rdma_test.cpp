@@ -76,6 +76,17 @@ std::shared_ptr<Device> open_dev(const std::string& name) {
   return *d;
 }
 
+// A plain soft engine of this process on host `ns` (its socket lives in that namespace).
+std::shared_ptr<Device> soft_engine_in(const std::string& ns, const std::string& ip) {
+  std::shared_ptr<Device> soft;
+  BOOST_REQUIRE(run_in_netns(ns, [&] {
+    auto d = open_device("soft:" + ip);
+    if (d) soft = *d;
+  }));
+  BOOST_REQUIRE_MESSAGE(soft, "cannot open soft:" + ip + " in " + ns);
+  return soft;
+}
+
 struct TwoHosts {
   NetnsPair net{"vpv", 231};
   TempDir dir;
@@ -234,13 +245,7 @@ BOOST_AUTO_TEST_CASE(pv_against_a_plain_soft_engine) {
   TempDir dir;
   Vrdmad v(dir, "a", net.ns_a(), "soft:" + net.ip_a());
   auto da = open_dev(v.device() + "?ram_mib=64");
-  std::shared_ptr<Device> soft;
-  // A plain soft engine of this process on host b (its socket lives in b's namespace).
-  BOOST_REQUIRE(run_in_netns(net.ns_b(), [&] {
-    auto d = open_device("soft:" + net.ip_b());
-    if (d) soft = *d;
-  }));
-  BOOST_REQUIRE(soft);
+  auto soft = soft_engine_in(net.ns_b(), net.ip_b());
   PairOptions o;
   o.buf_bytes = 4u << 20;
   auto a = make_endpoint(da, o);
@@ -374,12 +379,7 @@ BOOST_AUTO_TEST_CASE(device_state_moves_to_a_new_vrdmad_with_the_connection_open
   TempDir dir;
   auto old_backend = std::make_unique<Vrdmad>(dir, "old", net.ns_a(), "soft:" + net.ip_a());
   auto dev = open_dev(old_backend->device() + "?ram_mib=64");
-  std::shared_ptr<Device> soft;
-  BOOST_REQUIRE(run_in_netns(net.ns_b(), [&] {
-    auto d = open_device("soft:" + net.ip_b());
-    if (d) soft = *d;
-  }));
-  BOOST_REQUIRE(soft);
+  auto soft = soft_engine_in(net.ns_b(), net.ip_b());
   PairOptions o;
   o.buf_bytes = 2u << 20;
   o.timeout = 12;  // ~17 ms: retransmissions start soon after the pause
@@ -473,12 +473,7 @@ BOOST_AUTO_TEST_CASE(twenty_thousand_pv_ping_pongs_never_stall) {
   TempDir dir;
   Vrdmad v(dir, "pp", net.ns_a(), "soft:" + net.ip_a());
   auto dev = open_dev(v.device() + "?ram_mib=32");
-  std::shared_ptr<Device> soft;
-  BOOST_REQUIRE(run_in_netns(net.ns_b(), [&] {
-    auto d = open_device("soft:" + net.ip_b());
-    if (d) soft = *d;
-  }));
-  BOOST_REQUIRE(soft);
+  auto soft = soft_engine_in(net.ns_b(), net.ip_b());
   PairOptions o;
   o.buf_bytes = 1u << 20;
   auto a = make_endpoint(dev, o);

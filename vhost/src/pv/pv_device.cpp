@@ -174,7 +174,7 @@ class PvDevice final : public Device {
         }
         const std::size_t got = u->second - sizeof r;
         std::vector<std::uint8_t> out(resp_len, 0);
-        std::memcpy(out.data(), cmd_.a.host + 2048 + sizeof r, std::min(got, resp_len));
+        if (resp_len > 0) std::memcpy(out.data(), cmd_.a.host + 2048 + sizeof r, std::min(got, resp_len));
         return out;
       }
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
@@ -638,7 +638,7 @@ Status PvQp::post_send(std::span<const SendWr> wrs, std::size_t* bad_index) {
     if (inl) {
       std::uint32_t off = 0;
       for (const auto& g : wr.sg_list) {
-        std::memcpy(p + sizeof w + off, reinterpret_cast<const void*>(g.addr), g.length);
+        if (g.length > 0) std::memcpy(p + sizeof w + off, reinterpret_cast<const void*>(g.addr), g.length);
         off += g.length;
       }
       w.inline_len = off;
