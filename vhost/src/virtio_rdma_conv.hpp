@@ -94,4 +94,21 @@ inline std::optional<nicdrv::QpAttr> qp_attr_from_wire(const QpAttrWire& w) {
   return a;
 }
 
+// The guest's CQE for an engine completion.
+inline Cqe to_cqe(const nicdrv::WorkCompletion& wc) {
+  Cqe c{};
+  c.wr_id = wc.wr_id;
+  c.qp_num = wc.qp_num;
+  c.byte_len = wc.byte_len;
+  c.imm_data = wc.imm_data;
+  c.src_qp = wc.src_qp;
+  c.status = static_cast<std::uint8_t>(wc.status);
+  c.opcode = static_cast<std::uint8_t>(wc.opcode);
+  c.wc_flags = static_cast<std::uint8_t>((has(wc.wc_flags, nicdrv::WcFlags::with_imm) ? kWcWithImm : 0) |
+                                         (has(wc.wc_flags, nicdrv::WcFlags::grh) ? kWcGrh : 0) |
+                                         (has(wc.wc_flags, nicdrv::WcFlags::solicited) ? kWcSolicited : 0));
+  c.vendor_err = wc.vendor_err;
+  return c;
+}
+
 }  // namespace vrdma::vrdma_dev

@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "soft/engine.hpp"
+#include "vrdma/common/bytes.hpp"
 
 namespace vrdma::nicdrv::soft {
 namespace {
@@ -12,45 +13,6 @@ namespace {
 constexpr std::uint32_t kMagic = 0x56514d31;  // "VQM1"
 constexpr std::uint32_t kVersion = 1;
 
-class Writer {
- public:
-  template <class T>
-  void put(const T& v) {
-    static_assert(std::is_trivially_copyable_v<T>);
-    const auto* p = reinterpret_cast<const std::uint8_t*>(&v);
-    out.insert(out.end(), p, p + sizeof(T));
-  }
-  void bytes(const std::vector<std::uint8_t>& b) {
-    put(static_cast<std::uint32_t>(b.size()));
-    out.insert(out.end(), b.begin(), b.end());
-  }
-  std::vector<std::uint8_t> out;
-};
-
-class Reader {
- public:
-  explicit Reader(std::span<const std::uint8_t> in) : in_(in) {}
-  template <class T>
-  bool get(T& v) {
-    static_assert(std::is_trivially_copyable_v<T>);
-    if (in_.size() - pos_ < sizeof(T)) return false;
-    std::memcpy(&v, in_.data() + pos_, sizeof(T));
-    pos_ += sizeof(T);
-    return true;
-  }
-  bool bytes(std::vector<std::uint8_t>& b, std::size_t max) {
-    std::uint32_t n = 0;
-    if (!get(n) || n > max || in_.size() - pos_ < n) return false;
-    b.assign(in_.data() + pos_, in_.data() + pos_ + n);
-    pos_ += n;
-    return true;
-  }
-  [[nodiscard]] bool at_end() const { return pos_ == in_.size(); }
-
- private:
-  std::span<const std::uint8_t> in_;
-  std::size_t pos_ = 0;
-};
 
 // Fixed-layout part of a send WQE (everything but the inline bytes).
 struct WqeRec {
@@ -73,7 +35,7 @@ RecvWqe from_rec(const RecvRec& r) { return RecvWqe{r.wr_id, std::min<std::uint3
 
 Result<std::vector<std::uint8_t>> SoftQp::export_state() const {
   std::lock_guard lk(dev.mu_);
-  Writer w;
+  ByteWriter w;
   w.put(kMagic);
   w.put(kVersion);
   w.put(qpn_);
@@ -123,7 +85,7 @@ Status SoftQp::import_state(std::span<const std::uint8_t> blob) {
     return make_error(Errc::invalid_argument, "QP " + std::to_string(qpn_) + ": state blob rejected (" + what + ")");
   };
   if (state() != QpState::reset) return make_error(Errc::bad_state, "QP " + std::to_string(qpn_) + ": import_state needs a QP in RESET");
-  Reader r(blob);
+  ByteReader r(blob);
   std::uint32_t magic = 0, version = 0, qpn = 0;
   std::uint8_t type = 0, st8 = 0;
   if (!r.get(magic) || magic != kMagic) return bad("not a soft-engine QP state");

@@ -122,7 +122,6 @@ void RdmaDevice::Impl::post_sq(const GuestView& g, std::uint32_t handle, QpObj& 
   while (qp.sq.consumed != qp.sq.produced && !engine_full) {
     std::size_t n = 0;
     std::uint32_t idx = qp.sq.consumed;
-    std::uint32_t skipped = 0;  // WQEs refused by the device itself, completed with an error
     while (n < kBatch && idx != qp.sq.produced) {
       const std::uint64_t gpa = qp.sq.gpa + std::uint64_t{idx & (qp.sq.depth - 1)} * qp.sq.stride;
       auto w = g.read_obj<vd::SendWqe>(gpa);
@@ -195,7 +194,6 @@ void RdmaDevice::Impl::post_sq(const GuestView& g, std::uint32_t handle, QpObj& 
           ++n;
         }
       }
-      if (n == 0 || slot_idx[n - 1] != idx) ++skipped;
       ++idx;
     }
     std::size_t posted = n;
@@ -219,7 +217,6 @@ void RdmaDevice::Impl::post_sq(const GuestView& g, std::uint32_t handle, QpObj& 
     }
     st.send_wqes += posted;
     qp.sq.consumed = idx;
-    (void)skipped;
   }
   if (qp.sq.consumed == qp.sq.produced) pending_sq.erase(handle);
   write_status(g, qp.status_gpa, qp.sq.consumed, qp.rq.consumed, static_cast<std::uint32_t>(qp.eng->state()));

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "impl.hpp"
+#include "virtio_rdma_conv.hpp"
 #include "vrdma/common/log.hpp"
 
 namespace vrdma::vhost {
@@ -175,25 +176,6 @@ void RdmaDevice::Impl::reset() {
 }
 
 // ---- Completions --------------------------------------------------------------------------------
-namespace {
-
-vd::Cqe to_cqe(const nicdrv::WorkCompletion& wc) {
-  vd::Cqe c{};
-  c.wr_id = wc.wr_id;
-  c.qp_num = wc.qp_num;
-  c.byte_len = wc.byte_len;
-  c.imm_data = wc.imm_data;
-  c.src_qp = wc.src_qp;
-  c.status = static_cast<std::uint8_t>(wc.status);
-  c.opcode = static_cast<std::uint8_t>(wc.opcode);
-  c.wc_flags = static_cast<std::uint8_t>((has(wc.wc_flags, nicdrv::WcFlags::with_imm) ? vd::kWcWithImm : 0) |
-                                         (has(wc.wc_flags, nicdrv::WcFlags::grh) ? vd::kWcGrh : 0) |
-                                         (has(wc.wc_flags, nicdrv::WcFlags::solicited) ? vd::kWcSolicited : 0));
-  c.vendor_err = wc.vendor_err;
-  return c;
-}
-
-}  // namespace
 
 // Writes one CQE if the guest's ring has room. The CQE's body is written first, its owner
 // (phase) byte last with release order, so a polling driver never sees half a CQE.
@@ -287,7 +269,7 @@ void RdmaDevice::Impl::drain_cq(std::uint32_t handle) {
             }
           }
         }
-        (void)write_cqe(handle, cq, g, to_cqe(wc));
+        (void)write_cqe(handle, cq, g, vd::to_cqe(wc));
         ++moved;
         if (static_cast<std::uint8_t>(wc.opcode) < 128) any_send = true;
       }

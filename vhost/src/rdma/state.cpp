@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "impl.hpp"
+#include "vrdma/common/bytes.hpp"
 #include "virtio_rdma_conv.hpp"
 #include "vrdma/common/log.hpp"
 
@@ -17,45 +18,6 @@ namespace {
 constexpr std::uint32_t kMagic = 0x53445256;  // "VRDS"
 constexpr std::uint32_t kStateVersion = 1;
 
-class Writer {
- public:
-  template <class T>
-  void put(const T& v) {
-    static_assert(std::is_trivially_copyable_v<T>);
-    const auto* p = reinterpret_cast<const std::uint8_t*>(&v);
-    out.insert(out.end(), p, p + sizeof v);
-  }
-  void bytes(std::span<const std::uint8_t> b) {
-    put(static_cast<std::uint32_t>(b.size()));
-    out.insert(out.end(), b.begin(), b.end());
-  }
-  std::vector<std::uint8_t> out;
-};
-
-class Reader {
- public:
-  explicit Reader(std::span<const std::uint8_t> b) : b_(b) {}
-  template <class T>
-  bool get(T& v) {
-    static_assert(std::is_trivially_copyable_v<T>);
-    if (b_.size() - off_ < sizeof v) return false;
-    std::memcpy(&v, b_.data() + off_, sizeof v);
-    off_ += sizeof v;
-    return true;
-  }
-  bool bytes(std::vector<std::uint8_t>& v, std::size_t max) {
-    std::uint32_t n = 0;
-    if (!get(n) || n > max || b_.size() - off_ < n) return false;
-    v.assign(b_.begin() + static_cast<std::ptrdiff_t>(off_), b_.begin() + static_cast<std::ptrdiff_t>(off_ + n));
-    off_ += n;
-    return true;
-  }
-  [[nodiscard]] bool done() const { return off_ == b_.size(); }
-
- private:
-  std::span<const std::uint8_t> b_;
-  std::size_t off_ = 0;
-};
 
 struct SavedRing {
   std::uint64_t gpa;
@@ -75,7 +37,7 @@ Result<std::vector<std::uint8_t>> RdmaDevice::Impl::save_state() {
   if (!srqs.empty())
     return make_error(Errc::not_supported, fmt::format("the guest has {} SRQs; migrating SRQs is not supported yet",
                                                        srqs.size()));
-  Writer w;
+  ByteWriter w;
   w.put(kMagic);
   w.put(kStateVersion);
   w.put(next_handle_);
@@ -102,21 +64,7 @@ Result<std::vector<std::uint8_t>> RdmaDevice::Impl::save_state() {
     for (;;) {
       auto n = cq.eng->poll(wcs);
       if (!n) return make_error(Errc::io_error, fmt::format("CQ {}: {}", h, n.error().message));
-      for (std::size_t i = 0; i < *n; ++i) {
-        vd::Cqe c{};
-        c.wr_id = wcs[i].wr_id;
-        c.qp_num = wcs[i].qp_num;
-        c.byte_len = wcs[i].byte_len;
-        c.imm_data = wcs[i].imm_data;
-        c.src_qp = wcs[i].src_qp;
-        c.status = static_cast<std::uint8_t>(wcs[i].status);
-        c.opcode = static_cast<std::uint8_t>(wcs[i].opcode);
-        c.wc_flags = static_cast<std::uint8_t>((has(wcs[i].wc_flags, nicdrv::WcFlags::with_imm) ? vd::kWcWithImm : 0) |
-                                               (has(wcs[i].wc_flags, nicdrv::WcFlags::grh) ? vd::kWcGrh : 0) |
-                                               (has(wcs[i].wc_flags, nicdrv::WcFlags::solicited) ? vd::kWcSolicited : 0));
-        c.vendor_err = wcs[i].vendor_err;
-        cq.backlog.push_back(c);
-      }
+      for (std::size_t i = 0; i < *n; ++i) cq.backlog.push_back(vd::to_cqe(wcs[i]));
       if (*n < wcs.size()) break;
     }
     w.put(h);
@@ -166,7 +114,7 @@ Status RdmaDevice::Impl::load_state(std::span<const std::uint8_t> blob) {
   if (host == nullptr) return make_error(Errc::bad_state, "device state arrived without a frontend session");
   const GuestView g = view();
   const auto& lim = opts.limits;
-  Reader r(blob);
+  ByteReader r(blob);
   std::uint32_t magic = 0, version = 0, next = 0, n = 0;
   if (!r.get(magic) || magic != kMagic) return bad("not a virtio RDMA device state (magic)");
   if (!r.get(version) || version != kStateVersion)
@@ -293,7 +241,7 @@ Status RdmaDevice::Impl::load_state(std::span<const std::uint8_t> blob) {
     if (qp.rq.produced != qp.rq.consumed) pending_rq.insert(h);
     qps.emplace(h, std::move(qp));
   }
-  if (!r.done()) return fail(bad("trailing bytes"));
+  if (!r.at_end()) return fail(bad("trailing bytes"));
   next_handle_ = std::max(next, max_handle + 1);
   log::info("virtio-rdma: device state loaded: {} PDs, {} MRs, {} CQs, {} AHs, {} QPs; resuming when the rings run",
             pds.size(), mrs.size(), cqs.size(), ahs.size(), qps.size());
