@@ -1,10 +1,15 @@
 // vrdmad: the virtio RDMA device backend, one process per guest device.
 //
-//   vrdmad --socket PATH --engine soft:<ip>|verbs:<ibdev> [--control PATH] [limits...]
+//   vrdmad --socket PATH --engine soft:<ip>|verbs:<ibdev> [--control PATH] [--mac MAC]
+//          [--incoming tcp:IP:PORT] [--announce IFNAME] [limits...]
 //
 // Serves vhost-user on PATH (to QEMU, or to a libpvverbs process acting as the frontend) and,
-// with --control, a JSON control socket: each connection sends one request line
-// ({"cmd":"status"} or {"cmd":"stats"}) and gets one JSON line back. SIGTERM/SIGINT end it.
+// with --control, a JSON control socket: each connection sends one request line and gets one
+// JSON line back:
+//   {"cmd":"status"} / {"cmd":"stats"}           objects, counters and the migration phase
+//   {"cmd":"migrate","to":"tcp:IP:PORT"}         start a live migration to a destination vrdmad
+//   {"cmd":"cancel"}                             give up an armed migration
+// --incoming makes this vrdmad a migration destination (docs/migration.md). SIGTERM/SIGINT end it.
 #include <sys/epoll.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
@@ -13,6 +18,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <cstdio>
 #include <cstring>
 #include <string>
 
@@ -20,6 +26,7 @@
 #include <nlohmann/json.hpp>
 
 #include "vrdma/common/log.hpp"
+#include "vrdma/migration/switchover.hpp"
 #include "vrdma/nicdrv/registry.hpp"
 #include "vrdma/vhost/backend.hpp"
 #include "vrdma/vhost/rdma_device.hpp"
@@ -28,10 +35,30 @@ using namespace vrdma;
 
 namespace {
 
-nlohmann::json stats_json(const vhost::RdmaDevice& dev, const vhost::BackendServer& srv, const std::string& engine) {
+nlohmann::json migration_json(const migration::MigratingDevice& mig) {
+  const auto m = mig.status();
+  return {{"phase", migration::to_string(m.phase)}, {"peer", m.peer},           {"message", m.message},
+          {"state_bytes", m.state_bytes},          {"save_ms", m.save_ms},     {"load_ms", m.load_ms},
+          {"stop_to_active_ms", m.stop_to_active_ms}, {"garps", m.garps}};
+}
+
+bool parse_mac(const std::string& s, std::uint8_t (&mac)[6]) {
+  unsigned v[6];
+  char tail;
+  if (std::sscanf(s.c_str(), "%x:%x:%x:%x:%x:%x%c", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &tail) != 6) return false;
+  for (int i = 0; i < 6; ++i) {
+    if (v[i] > 0xff) return false;
+    mac[i] = static_cast<std::uint8_t>(v[i]);
+  }
+  return true;
+}
+
+nlohmann::json stats_json(const vhost::RdmaDevice& dev, const migration::MigratingDevice& mig,
+                          const vhost::BackendServer& srv, const std::string& engine) {
   const auto s = dev.stats();
   const auto& b = srv.stats();
   return {
+      {"migration", migration_json(mig)},
       {"engine", engine},
       {"connected", srv.connected()},
       {"paused", s.paused},
@@ -69,12 +96,17 @@ Result<UniqueFd> listen_unix(const std::string& path) {
 
 int main(int argc, char** argv) {
   CLI::App app{"vrdmad: virtio RDMA device backend (vhost-user), one process per guest device"};
-  std::string sock, engine_name, control;
+  std::string sock, engine_name, control, incoming, announce, mac = "52:54:00:00:00:01";
   vhost::RdmaDeviceOptions opts;
   auto& lim = opts.limits;
   app.add_option("--socket", sock, "vhost-user socket to serve")->required();
   app.add_option("--engine", engine_name, "RDMA engine: soft:<ip|ifname>[?opts] or verbs:<ibdev|pci>")->required();
-  app.add_option("--control", control, "JSON control socket (status, stats)");
+  app.add_option("--control", control, "JSON control socket (status, stats, migrate, cancel)");
+  app.add_option("--mac", mac, "the guest device's MAC address")->capture_default_str();
+  app.add_option("--incoming", incoming, "be a migration destination: receive the guest's device state on tcp:IP:PORT");
+  app.add_option("--announce", announce,
+                 "interface holding the guest's address on this host (soft engine): kept silent (NOARP) while the "
+                 "guest is elsewhere, announced with gratuitous ARPs when it arrives");
   app.add_option("--max-qp", lim.max_qp, "QPs per guest")->capture_default_str();
   app.add_option("--max-cq", lim.max_cq, "CQs per guest")->capture_default_str();
   app.add_option("--max-mr", lim.max_mr, "MRs per guest")->capture_default_str();
@@ -83,6 +115,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--max-qp-wr", lim.max_qp_wr, "work requests per queue")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  if (!parse_mac(mac, opts.mac)) {
+    log::error("vrdmad: --mac {} is not a MAC address like 52:54:00:12:34:56", mac);
+    return 2;
+  }
 
   // One fd per CQ (its engine event fd): allow as many as the hard limit permits.
   rlimit rl{};
@@ -102,7 +138,17 @@ int main(int argc, char** argv) {
     return 1;
   }
   vhost::RdmaDevice dev(*engine, *loop, opts);
-  auto srv = vhost::BackendServer::listen(sock, dev, *loop);
+  migration::MigrationOptions mopts{engine_name, mac, announce, sock};
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) == 0) mopts.self = std::string(host) + ":" + sock;
+  migration::MigratingDevice mig(dev, *loop, mopts);
+  if (!incoming.empty()) {
+    if (auto s = mig.listen_incoming(incoming); !s.ok()) {
+      log::error("vrdmad: cannot wait for an incoming migration on {}: {}", incoming, s.error().message);
+      return 1;
+    }
+  }
+  auto srv = vhost::BackendServer::listen(sock, mig, *loop);
   if (!srv) {
     log::error("vrdmad: cannot serve {}: {}", sock, srv.error().message);
     return 1;
@@ -138,19 +184,32 @@ int main(int argc, char** argv) {
       if (req.is_discarded() || !req.is_object() || !req.contains("cmd") || !req["cmd"].is_string()) {
         reply = {{"error", "the request is not a JSON object with a \"cmd\" string; send {\"cmd\":\"status\"}"}};
       } else if (req["cmd"] == "status" || req["cmd"] == "stats") {
-        reply = stats_json(dev, **srv, engine_name);
+        reply = stats_json(dev, mig, **srv, engine_name);
+      } else if (req["cmd"] == "migrate") {
+        if (!req.contains("to") || !req["to"].is_string()) {
+          reply = {{"error", "migrate needs \"to\": the destination vrdmad's tcp:IP:PORT (its --incoming)"}};
+        } else {
+          auto st = mig.migrate_to(req["to"].get<std::string>());
+          reply = st.ok() ? nlohmann::json{{"ok", true}, {"migration", migration_json(mig)}}
+                          : nlohmann::json{{"ok", false}, {"error", st.error().message}};
+        }
+      } else if (req["cmd"] == "cancel") {
+        auto st = mig.cancel("cancelled by the operator");
+        reply = st.ok() ? nlohmann::json{{"ok", true}} : nlohmann::json{{"ok", false}, {"error", st.error().message}};
       } else {
-        reply = {{"error", "unknown command " + req["cmd"].get<std::string>() + "; commands: status, stats"}};
+        reply = {{"error", "unknown command " + req["cmd"].get<std::string>() +
+                               "; commands: status, stats, migrate, cancel"}};
       }
       const auto out = reply.dump() + "\n";
       [[maybe_unused]] auto w = ::send(c.get(), out.data(), out.size(), MSG_NOSIGNAL);
     });
   }
 
-  log::info("vrdmad: serving {} on engine {}{}", sock, engine_name, control.empty() ? "" : ", control " + control);
+  log::info("vrdmad: serving {} on engine {}{}{}", sock, engine_name, control.empty() ? "" : ", control " + control,
+            incoming.empty() ? "" : ", waiting for an incoming guest on " + incoming);
   auto st = loop->run();
   if (!st.ok()) log::error("vrdmad: event loop failed: {}", st.error().message);
-  log::info("vrdmad: exiting: {}", stats_json(dev, **srv, engine_name).dump());
+  log::info("vrdmad: exiting: {}", stats_json(dev, mig, **srv, engine_name).dump());
   if (!control.empty()) ::unlink(control.c_str());
   return st.ok() ? 0 : 1;
 }

@@ -17,6 +17,7 @@
 #include "netns.hpp"
 #include "process.hpp"
 #include "rdma_pair.hpp"
+#include "vrdmad_proc.hpp"
 #include "vrdma/vhost/driver_queue.hpp"
 #include "vrdma/vhost/frontend.hpp"
 #include "vrdma/vhost/guest_ram.hpp"
@@ -136,20 +137,6 @@ class RawGuest {
   std::unique_ptr<GuestRam> ram_;
   std::vector<DriverQueue> qs_;
   std::uint64_t req_ = 0, rsp_ = 0;
-};
-
-struct Vrdmad {
-  std::string sock, log;
-  std::unique_ptr<Child> child;
-  Vrdmad(const TempDir& dir, const std::string& name, const std::string& ns, const std::string& engine) {
-    sock = dir.file(name + ".sock");
-    log = dir.file(name + ".log");
-    child = std::make_unique<Child>(std::vector<std::string>{"/usr/sbin/ip", "netns", "exec", ns, VRDMAD, "--socket", sock,
-                                                             "--engine", engine},
-                                    log);
-    BOOST_REQUIRE_MESSAGE(wait_for_path(sock, 10000), "vrdmad did not start; log:\n" + read_file(log));
-  }
-  ~Vrdmad() { child->stop(SIGTERM); }
 };
 
 constexpr auto kOk = 0u;

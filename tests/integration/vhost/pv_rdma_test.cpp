@@ -16,6 +16,7 @@
 #include "netns.hpp"
 #include "process.hpp"
 #include "rdma_pair.hpp"
+#include "vrdmad_proc.hpp"
 #include "vrdma/nicdrv/registry.hpp"
 #include "vrdma/vhost/pv.hpp"
 
@@ -25,50 +26,6 @@ using namespace vrdma::test;
 using namespace std::chrono_literals;
 
 namespace {
-
-struct Vrdmad {
-  std::string sock, ctl, log;
-  std::unique_ptr<Child> child;
-  Vrdmad(const TempDir& dir, const std::string& name, const std::string& ns, const std::string& engine,
-         std::vector<std::string> extra = {}) {
-    sock = dir.file(name + ".sock");
-    ctl = dir.file(name + ".ctl");
-    log = dir.file(name + ".log");
-    std::vector<std::string> argv;
-    if (!ns.empty()) argv = {"/usr/sbin/ip", "netns", "exec", ns};
-    for (auto a : {std::string(VRDMAD), std::string("--socket"), sock, std::string("--engine"), engine,
-                   std::string("--control"), ctl})
-      argv.push_back(a);
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    child = std::make_unique<Child>(argv, log);
-    BOOST_REQUIRE_MESSAGE(wait_for_path(ctl, 10000), "vrdmad did not start; log:\n" + read_file(log));
-  }
-  ~Vrdmad() {
-    if (child) child->stop(SIGTERM);
-  }
-  [[nodiscard]] std::string device() const { return "pv:" + sock; }
-  nlohmann::json status() const {
-    int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_un a{};
-    a.sun_family = AF_UNIX;
-    std::strncpy(a.sun_path, ctl.c_str(), sizeof a.sun_path - 1);
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-      ::close(fd);
-      return {};
-    }
-    const std::string req = R"({"cmd":"status"})";
-    (void)::send(fd, req.data(), req.size(), MSG_NOSIGNAL);
-    std::string out;
-    char buf[4096];
-    ssize_t n;
-    while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) {
-      out.append(buf, static_cast<std::size_t>(n));
-      if (out.find('\n') != std::string::npos) break;
-    }
-    ::close(fd);
-    return nlohmann::json::parse(out, nullptr, false);
-  }
-};
 
 std::shared_ptr<Device> open_dev(const std::string& name) {
   auto d = open_device(name);

@@ -140,7 +140,8 @@ class PvDevice final : public Device {
   const vd::Config& config() const { return cfg_; }
 
   // One control command; returns the response body.
-  Result<std::vector<std::uint8_t>> command(vd::Cmd cmd, const void* body, std::size_t len, std::size_t resp_len) const {
+  Result<std::vector<std::uint8_t>> command(vd::Cmd cmd, const void* body, std::size_t len, std::size_t resp_len,
+                                            int timeout_ms = kCommandTimeoutMs) const {
     std::lock_guard lk(cmd_mu_);
     const std::size_t req_len = sizeof(vd::CmdHeader) + len;
     const std::size_t rsp_len = sizeof(vd::RespHeader) + std::max<std::size_t>(resp_len, vd::kMaxErrorMessage);
@@ -154,7 +155,7 @@ class PvDevice final : public Device {
     auto id = t_->add(vd::kControlQueue, bufs);
     if (!id) return std::move(id).error();
     VRDMA_TRY(t_->publish_and_kick(vd::kControlQueue));
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kCommandTimeoutMs);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
     for (;;) {
       if (auto u = t_->get_used(vd::kControlQueue)) {
         if (u->second < sizeof(vd::RespHeader))
@@ -180,7 +181,7 @@ class PvDevice final : public Device {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
       if (left.count() <= 0)
         return make_error(Errc::timeout, fmt::format("{}: the device did not answer {} within {} ms; is vrdmad alive?", name_,
-                                                     vd::cmd_name(static_cast<std::uint32_t>(cmd)), kCommandTimeoutMs));
+                                                     vd::cmd_name(static_cast<std::uint32_t>(cmd)), timeout_ms));
       pollfd p{t_->call_fd(vd::kControlQueue), POLLIN, 0};
       if (::poll(&p, 1, static_cast<int>(std::min<long>(left.count(), 100))) > 0) {
         std::uint64_t n;
@@ -243,6 +244,45 @@ class PvDevice final : public Device {
     auto s = t_->resume_on(socket, state);
     start_events();
     return s;
+  }
+  Status migrate(const std::string& socket, std::chrono::milliseconds probe) {
+    {
+      std::lock_guard lk(cmd_mu_);
+      stop_events();
+      std::lock_guard dk(db_mu_);  // posting waits meanwhile, like a stopped vCPU
+      if (auto s = t_->stop_rings(); !s.ok()) {
+        start_events();
+        return s;
+      }
+      if (auto s = t_->start_on(socket); !s.ok()) {
+        auto back = t_->restart_here();
+        start_events();
+        if (!back.ok()) return make_error(Errc::io_error, s.error().message + "; and restarting here failed too: " + back.error().message);
+        return make_error(Errc::io_error, "the new backend at " + socket + " could not take the device (it runs on here): " + s.error().message);
+      }
+      start_events();
+    }
+    // The new backend answers commands only once it holds the device state.
+    auto q = command(vd::Cmd::query_config, nullptr, 0, sizeof(vd::Config), static_cast<int>(probe.count()));
+    if (q) {
+      std::lock_guard lk(cmd_mu_);
+      t_->commit_switch();
+      return {};
+    }
+    std::lock_guard lk(cmd_mu_);
+    stop_events();
+    std::lock_guard dk(db_mu_);
+    auto back = t_->restart_here();
+    if (back.ok()) {
+      // The unanswered probe now runs here: take its answer off the ring before anything else.
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      while (!t_->get_used(vd::kControlQueue) && std::chrono::steady_clock::now() < until) ::usleep(1000);
+    }
+    start_events();
+    if (!back.ok()) return make_error(Errc::io_error, q.error().message + "; and restarting here failed too: " + back.error().message);
+    return make_error(Errc::timeout, "the new backend at " + socket + " did not run the device within " +
+                                         std::to_string(probe.count()) + " ms (see its log); it runs on here: " +
+                                         q.error().message);
   }
   void stop_events() {
     if (!events_.joinable()) return;
@@ -917,6 +957,12 @@ Status resume_on(nicdrv::Device& dev, const std::string& socket, std::span<const
   auto* d = dynamic_cast<PvDevice*>(&dev);
   if (d == nullptr) return make_error(Errc::invalid_argument, dev.name() + " is not a pv device");
   return d->resume_on(socket, state);
+}
+
+Status migrate(nicdrv::Device& dev, const std::string& socket, std::chrono::milliseconds probe) {
+  auto* d = dynamic_cast<PvDevice*>(&dev);
+  if (d == nullptr) return make_error(Errc::invalid_argument, dev.name() + " is not a pv device");
+  return d->migrate(socket, probe);
 }
 
 Result<std::shared_ptr<nicdrv::Device>> open(std::string_view spec, const nicdrv::DeviceOptions& o) {

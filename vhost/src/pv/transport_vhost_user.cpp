@@ -207,6 +207,50 @@ class VhostUserTransport final : public PvTransport {
     return {};
   }
 
+  Status stop_rings() override {
+    bases_.clear();
+    for (std::uint16_t i = 0; i < vrdma_dev::kNumQueues; ++i) {
+      auto b = fe_.get_vring_base(i);
+      if (!b) return std::move(b).error();
+      bases_.push_back(*b);
+    }
+    return {};
+  }
+
+  Status start_on(const std::string& socket) override {
+    if (bases_.size() != vrdma_dev::kNumQueues) return make_error(Errc::bad_state, "start_on without stop_rings");
+    auto fe = Frontend::connect(socket, 10000);
+    if (!fe) return std::move(fe).error();
+    VirtioFeatures want = fe_.features();
+    auto acked = fe->negotiate(want, fe_.protocol_features());
+    if (!acked) return std::move(acked).error();
+    if (*acked != want) return make_error(Errc::not_supported, "the new backend does not offer the same features");
+    VRDMA_TRY(fe->set_owner());
+    VRDMA_TRY(fe->set_mem_table(ram_));
+    for (std::uint16_t i = 0; i < vrdma_dev::kNumQueues; ++i) VRDMA_TRY(fe->start_queue(i, qs_[i], bases_[i]));
+    for (std::uint16_t i = 0; i < vrdma_dev::kNumQueues; ++i) VRDMA_TRY(fe->kick(i));
+    old_fe_.emplace(std::move(fe_));
+    fe_ = std::move(*fe);
+    return {};
+  }
+
+  void commit_switch() override {
+    old_fe_.reset();  // the old backend sees the frontend go, like a source QEMU quitting
+    bases_.clear();
+  }
+
+  Status restart_here() override {
+    if (bases_.size() != vrdma_dev::kNumQueues) return make_error(Errc::bad_state, "restart_here without stop_rings");
+    if (old_fe_) {
+      fe_ = std::move(*old_fe_);  // the new backend's connection closes here
+      old_fe_.reset();
+    }
+    for (std::uint16_t i = 0; i < vrdma_dev::kNumQueues; ++i) VRDMA_TRY(fe_.start_queue(i, qs_[i], bases_[i]));
+    for (std::uint16_t i = 0; i < vrdma_dev::kNumQueues; ++i) VRDMA_TRY(fe_.kick(i));
+    bases_.clear();
+    return {};
+  }
+
  private:
   static Status state_fd(Frontend& fe, std::uint32_t direction, int fd) {
     Message m = make_request(Request::set_device_state_fd);
@@ -231,6 +275,7 @@ class VhostUserTransport final : public PvTransport {
 
   std::vector<std::uint32_t> bases_;
   Frontend fe_;
+  std::optional<Frontend> old_fe_;  // during a backend-driven migration, until commit_switch
   GuestRam ram_;
   std::vector<DriverQueue> qs_;
   PageHeap heap_;

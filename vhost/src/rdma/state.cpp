@@ -16,7 +16,7 @@ namespace vrdma::vhost {
 namespace {
 
 constexpr std::uint32_t kMagic = 0x53445256;  // "VRDS"
-constexpr std::uint32_t kStateVersion = 1;
+constexpr std::uint32_t kStateVersion = RdmaDevice::kStateVersion;
 
 
 struct SavedRing {

@@ -14,6 +14,7 @@
 // CQ events into each CQ's event fd.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -69,6 +70,19 @@ class PvTransport {
   virtual Status resume_on(const std::string& /*socket*/, std::span<const std::uint8_t> /*state*/) {
     return make_error(Errc::not_supported, "this transport cannot move between backends");
   }
+
+  // Migration the backends carry out themselves (migration/: the old vrdmad streams the device
+  // state to the new one when the rings stop), the way QEMU drives a vhost-user device: stop
+  // every ring and keep the connection...
+  virtual Status stop_rings() { return make_error(Errc::not_supported, "this transport cannot move between backends"); }
+  // ...start the rings where they stopped on the backend at `socket`, keeping the old
+  // connection until commit_switch()...
+  virtual Status start_on(const std::string& /*socket*/) {
+    return make_error(Errc::not_supported, "this transport cannot move between backends");
+  }
+  virtual void commit_switch() {}
+  // ...or let the new backend go and start the rings on the old one again.
+  virtual Status restart_here() { return make_error(Errc::not_supported, "this transport cannot move between backends"); }
 };
 
 // The vhost-user transport: connects to vrdmad at `socket` with `ram_mib` MiB of memfd RAM.
@@ -84,5 +98,14 @@ Result<std::shared_ptr<nicdrv::Device>> open(std::string_view spec, const nicdrv
 // modify objects. Every posted work request completes exactly once, on whichever side.
 Result<std::vector<std::uint8_t>> suspend(nicdrv::Device& dev);
 Status resume_on(nicdrv::Device& dev, const std::string& socket, std::span<const std::uint8_t> state);
+
+// Moves a pv device to the vrdmad at `socket` the way a VM migrates, with the backends moving
+// the device state themselves: the current vrdmad must have been told where to send it
+// ({"cmd":"migrate","to":...} on its control socket; the new one runs with --incoming). Every
+// ring stops here (the state goes), the rings start there, and once the new backend answers a
+// control command within `probe` the old connection is let go. If the new backend cannot be
+// reached or does not answer (it refused the state, say), the rings start here again and the
+// device carries on where it was, nothing lost. The application may keep posting throughout.
+Status migrate(nicdrv::Device& dev, const std::string& socket, std::chrono::milliseconds probe = std::chrono::seconds(10));
 
 }  // namespace vrdma::pv

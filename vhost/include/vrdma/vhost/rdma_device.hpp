@@ -63,6 +63,9 @@ struct RdmaDeviceStats {
 
 class RdmaDevice final : public Device {
  public:
+  // The format version of save_state()'s blob (a destination refuses another version).
+  static constexpr std::uint32_t kStateVersion = 1;
+
   RdmaDevice(std::shared_ptr<nicdrv::Device> engine, EventLoop& loop, RdmaDeviceOptions opts = {});
   ~RdmaDevice() override;
   RdmaDevice(const RdmaDevice&) = delete;

@@ -1,0 +1,72 @@
+// The switchover stream between a source and a destination vrdmad (docs/migration.md): framed
+// messages over one TCP connection. Every frame is a 16-byte header (magic "VRMG", version,
+// type, payload length) and a payload whose size is bounded per type. The destination reads
+// bytes from the network, so FrameReader checks every header before buffering a payload, and
+// decode_hello() checks every field; both are fuzzed (tests/fuzz/migration).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "vrdma/common/result.hpp"
+
+namespace vrdma::migration {
+
+inline constexpr std::uint32_t kStreamMagic = 0x474d5256;  // "VRMG" little-endian
+inline constexpr std::uint16_t kStreamVersion = 1;
+inline constexpr std::size_t kHeaderSize = 16;
+inline constexpr std::uint32_t kMaxStateBytes = 64u << 20;  // a device state larger than this is refused
+inline constexpr std::uint32_t kMaxTextBytes = 4096;        // hellos and sentences
+
+enum class FrameType : std::uint16_t {
+  hello = 1,     // source -> destination: the guest's identity (JSON, see Hello)
+  hello_ok = 2,  // destination -> source: identity accepted, waiting for the state
+  refuse = 3,    // destination -> source: identity refused (a sentence)
+  state = 4,     // source -> destination: the device state blob (RdmaDevice::save_state)
+  loaded = 5,    // destination -> source: state loaded (JSON: load time)
+  reject = 6,    // destination -> source: state rejected (a sentence)
+  active = 7,    // destination -> source: the guest runs here now; let go of it
+  abort = 8,     // source -> destination: the guest runs on at the source; discard the state
+};
+[[nodiscard]] const char* to_string(FrameType t) noexcept;
+
+struct Frame {
+  FrameType type{};
+  std::vector<std::uint8_t> payload;
+  [[nodiscard]] std::string text() const { return {payload.begin(), payload.end()}; }
+};
+
+// Header + payload, ready to write.
+std::vector<std::uint8_t> encode(FrameType type, std::span<const std::uint8_t> payload);
+std::vector<std::uint8_t> encode(FrameType type, const std::string& text);
+
+// Incremental reader: feed() what the socket gave, then take frames with next(). After an
+// error the stream is unusable (the connection must be closed).
+class FrameReader {
+ public:
+  void feed(std::span<const std::uint8_t> bytes);
+  // A complete frame, nullopt when more bytes are needed, or an error for a malformed header.
+  Result<std::optional<Frame>> next();
+  [[nodiscard]] std::size_t buffered() const { return buf_.size() - pos_; }
+
+ private:
+  std::vector<std::uint8_t> buf_;
+  std::size_t pos_ = 0;
+};
+
+// The guest's identity as the source states it; the destination must present the same one.
+struct Hello {
+  std::string gid;            // the engine's GID 0, e.g. "::ffff:10.66.0.1"
+  std::string mac;            // the device's MAC, "52:54:00:66:00:01"
+  std::string engine;         // the engine's provider ("soft", "verbs")
+  std::uint32_t state_version = 0;  // the device-state format version the blob will have
+  std::string source;         // who sends (host name and control socket), for log lines
+};
+std::string encode_hello(const Hello& h);
+Result<Hello> decode_hello(std::span<const std::uint8_t> payload);
+
+}  // namespace vrdma::migration

@@ -1,0 +1,112 @@
+// Live migration of a virtio RDMA device between two vrdmad processes (docs/migration.md).
+//
+// MigratingDevice wraps the device model (vhost::RdmaDevice) as a vhost::Device and adds the
+// switchover protocol of stream.hpp on top, so the device model itself knows nothing about
+// migration beyond save_state()/load_state():
+//
+//   source                                         destination (vrdmad --incoming tcp:IP:PORT)
+//   migrate_to(addr): connect, HELLO  ---------->  identity checked (GID, MAC, engine, version)
+//                                     <----------  HELLO_OK (or REFUSE + sentence)
+//   ... the guest runs; the frontend (QEMU) dirty-logs and copies memory ...
+//   every ring stopped (GET_VRING_BASE): the engine is quiesced at a consistent point
+//   save_state(), STATE              ---------->  kept until the guest memory table arrives,
+//                                                  then load_state()
+//                                     <----------  LOADED (or REJECT + sentence)
+//                                                  rings start (the guest runs here): announce
+//                                                  the guest's address (gratuitous ARP), the
+//                                                  engine resumes, peers see retransmissions
+//                                     <----------  ACTIVE
+//   let go: objects destroyed without a packet, address silenced (NOARP)
+//
+// Which side runs is decided by the frontend (QEMU), never by this stream: a source whose rings
+// start again after sending its state (the migration failed) sends ABORT and carries on with
+// nothing lost; a destination never runs rings without a loaded state (it holds them, and says
+// so in the log, until the state arrives).
+//
+// Threads: everything runs on the backend's event loop, like every vhost::Device call. Only
+// migrate_to() blocks, for at most its timeout, while it connects and waits for HELLO_OK.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "vrdma/common/result.hpp"
+#include "vrdma/vhost/event_loop.hpp"
+#include "vrdma/vhost/rdma_device.hpp"
+
+namespace vrdma::migration {
+
+enum class Phase {
+  idle,          // no migration configured
+  incoming,      // destination: listening, no state yet
+  holding,       // destination: rings started before the state arrived; waiting for it
+  loaded,        // destination: state loaded, waiting for the rings to start
+  armed,         // source: destination accepted the identity; waiting for the rings to stop
+  state_sent,    // source: state sent, waiting for LOADED
+  handed_over,   // source: the destination loaded the state; waiting for ACTIVE
+  migrated,      // source: the guest runs at the destination; this device is done
+  failed,        // source: the migration failed (why in status().message); the guest runs on here
+  running,       // destination: the guest runs here (an incoming migration completed)
+};
+[[nodiscard]] const char* to_string(Phase p) noexcept;
+
+struct MigrationOptions {
+  std::string engine_name;   // e.g. "soft:10.66.0.1" (its provider prefix goes into HELLO)
+  std::string mac;           // the guest device's MAC, "aa:bb:cc:dd:ee:ff"
+  // The interface that carries the guest's address on this host (soft engine). When set, the
+  // destination keeps it silent (NOARP) until the guest runs here, then announces the address
+  // with gratuitous ARPs; the source silences it after the hand-over.
+  std::string announce_if;
+  std::string self;          // who we are, for the peer's log lines
+};
+
+struct MigrationStatus {
+  Phase phase = Phase::idle;
+  std::string peer;             // the other vrdmad (address)
+  std::string message;          // last sentence (why a migration failed, what we wait for)
+  std::uint64_t state_bytes = 0;
+  double save_ms = 0;           // rings stopped -> state captured
+  double load_ms = 0;           // destination: state received -> loaded
+  double stop_to_active_ms = 0; // source: last ring stopped -> ACTIVE received
+  std::uint32_t garps = 0;      // gratuitous ARPs sent
+};
+
+class MigratingDevice final : public vhost::Device {
+ public:
+  MigratingDevice(vhost::RdmaDevice& inner, vhost::EventLoop& loop, MigrationOptions opts);
+  ~MigratingDevice() override;
+  MigratingDevice(const MigratingDevice&) = delete;
+  MigratingDevice& operator=(const MigratingDevice&) = delete;
+
+  // Destination: accept the state of a guest from a source vrdmad at "tcp:IP:PORT".
+  Status listen_incoming(const std::string& addr);
+  // Source: start a migration to the destination vrdmad at "tcp:IP:PORT". Returns once the
+  // destination has accepted the guest's identity (or with the reason it did not). The state
+  // goes when every ring has stopped.
+  Status migrate_to(const std::string& addr, std::chrono::milliseconds timeout = std::chrono::seconds(5));
+  // Source: give up an armed migration (before the state has gone).
+  Status cancel(const std::string& why);
+  [[nodiscard]] MigrationStatus status() const;
+
+  // vhost::Device: forwarded to the device model, with the switchover protocol around it.
+  [[nodiscard]] vhost::DeviceInfo info() const override;
+  [[nodiscard]] std::vector<std::uint8_t> config() const override;
+  Status write_config(std::uint32_t offset, std::span<const std::uint8_t> data) override;
+  void features_acked(vhost::VirtioFeatures acked) override;
+  void attach(vhost::DeviceHost* host) override;
+  void memory_changed() override;
+  void queue_ready(vhost::Queue& q) override;
+  void queue_stopped(std::uint16_t index) override;
+  void reset() override;
+  Result<std::vector<std::uint8_t>> save_state() override;
+  Status load_state(std::span<const std::uint8_t> blob) override;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace vrdma::migration

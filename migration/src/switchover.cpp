@@ -1,0 +1,554 @@
+// The switchover protocol (switchover.hpp, docs/migration.md): both roles in one state machine
+// around the device model, on the backend's event loop.
+#include "vrdma/migration/switchover.hpp"
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "net.hpp"
+#include "vrdma/common/log.hpp"
+#include "vrdma/migration/stream.hpp"
+
+namespace vrdma::migration {
+
+using Clock = std::chrono::steady_clock;
+
+const char* to_string(Phase p) noexcept {
+  switch (p) {
+    case Phase::idle: return "idle";
+    case Phase::incoming: return "incoming";
+    case Phase::holding: return "holding";
+    case Phase::loaded: return "loaded";
+    case Phase::armed: return "armed";
+    case Phase::state_sent: return "state-sent";
+    case Phase::handed_over: return "handed-over";
+    case Phase::migrated: return "migrated";
+    case Phase::failed: return "failed";
+    case Phase::running: return "running";
+  }
+  return "unknown";
+}
+
+namespace {
+double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+}  // namespace
+
+struct MigratingDevice::Impl {
+  vhost::RdmaDevice& inner;
+  vhost::EventLoop& loop;
+  MigrationOptions opts;
+  vhost::DeviceHost* host = nullptr;
+  MigrationStatus st;
+
+  UniqueFd listener;
+  UniqueFd link;
+  FrameReader in;
+  std::vector<std::uint8_t> out;
+  std::size_t out_off = 0;
+  bool link_out_armed = false;
+
+  std::vector<std::uint8_t> pending_state;  // destination: received, not loaded yet
+  bool have_state = false;
+  Clock::time_point t_stop{}, t_state{};
+  bool told_dropping = false;
+
+  Impl(vhost::RdmaDevice& d, vhost::EventLoop& l, MigrationOptions o) : inner(d), loop(l), opts(std::move(o)) {}
+  ~Impl() {
+    drop_link();
+    if (listener) loop.remove(listener.get());
+  }
+
+  // ---- identity --------------------------------------------------------------------------------
+  Hello identity() const {
+    Hello h;
+    auto g = inner.engine().query_gid(0);
+    h.gid = g ? g->gid.str() : std::string("?");
+    h.mac = opts.mac;
+    h.engine = opts.engine_name.substr(0, opts.engine_name.find(':'));
+    h.state_version = vhost::RdmaDevice::kStateVersion;
+    h.source = opts.self;
+    return h;
+  }
+  // The destination's check of a source's HELLO: a sentence when it cannot take the guest.
+  std::optional<std::string> refuse_reason(const Hello& h) const {
+    const Hello me = identity();
+    if (st.phase != Phase::incoming && st.phase != Phase::holding)
+      return fmt::format("this vrdmad is not waiting for a guest (it is {})", to_string(st.phase));
+    if (h.state_version != me.state_version)
+      return fmt::format("the source sends device state version {}, this vrdmad reads version {}: run the same vrdma "
+                         "release on both hosts", h.state_version, me.state_version);
+    if (h.engine != me.engine)
+      return fmt::format("the guest uses a {} engine, this vrdmad a {} engine", h.engine, me.engine);
+    if (h.gid != me.gid)
+      return fmt::format("the guest's GID is {} but this vrdmad's engine has GID {}: start the destination with --engine "
+                         "on the guest's own address", h.gid, me.gid);
+    if (h.mac != me.mac)
+      return fmt::format("the guest's MAC is {} but this vrdmad serves MAC {}: start it with --mac {}", h.mac, me.mac, h.mac);
+    const auto s = inner.stats();
+    if (s.pds + s.cqs + s.qps + s.mrs != 0) return std::string("this vrdmad already serves a guest with RDMA objects");
+    return std::nullopt;
+  }
+
+  // ---- the link ---------------------------------------------------------------------------------
+  void drop_link() {
+    if (!link) return;
+    loop.remove(link.get());
+    link.reset();
+    out.clear();
+    out_off = 0;
+    in = FrameReader{};
+    link_out_armed = false;
+  }
+
+  void send(FrameType t, std::span<const std::uint8_t> payload) {
+    if (!link) return;
+    auto f = encode(t, payload);
+    out.insert(out.end(), f.begin(), f.end());
+    flush();
+  }
+  void send(FrameType t, const std::string& text) {
+    send(t, std::span(reinterpret_cast<const std::uint8_t*>(text.data()), std::min<std::size_t>(text.size(), kMaxTextBytes)));
+  }
+
+  void flush() {
+    while (link && out_off < out.size()) {
+      const ssize_t n = ::send(link.get(), out.data() + out_off, out.size() - out_off, MSG_NOSIGNAL);
+      if (n < 0 && (errno == EAGAIN || errno == EINTR)) break;
+      if (n <= 0) return link_lost(fmt::format("writing to {} failed: {}", st.peer, std::strerror(errno)));
+      out_off += static_cast<std::size_t>(n);
+    }
+    if (!link) return;
+    if (out_off == out.size()) {
+      out.clear();
+      out_off = 0;
+    }
+    const bool want = out_off < out.size();
+    if (want != link_out_armed) {
+      link_out_armed = want;
+      (void)loop.modify(link.get(), EPOLLIN | (want ? EPOLLOUT : 0u));
+    }
+  }
+
+  Status watch_link() {
+    return loop.add(link.get(), EPOLLIN, [this](std::uint32_t ev) { on_link(ev); });
+  }
+
+  void on_link(std::uint32_t ev) {
+    if (ev & EPOLLOUT) flush();
+    if (!link) return;
+    if (ev & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
+      std::uint8_t buf[65536];
+      std::string closed;  // the peer's last frames count even when its close arrives with them
+      for (;;) {
+        const ssize_t n = ::recv(link.get(), buf, sizeof buf, 0);
+        if (n < 0 && (errno == EAGAIN || errno == EINTR)) break;
+        if (n <= 0) {
+          closed = n == 0 ? st.peer + " closed the migration connection"
+                          : fmt::format("reading from {} failed: {}", st.peer, std::strerror(errno));
+          break;
+        }
+        in.feed(std::span(buf, static_cast<std::size_t>(n)));
+        if (in.buffered() > kMaxStateBytes + kHeaderSize) return link_lost("the peer sent more than a device state");
+      }
+      for (;;) {
+        auto f = in.next();
+        if (!f) return link_lost(fmt::format("{} broke the migration protocol: {}", st.peer, f.error().message));
+        if (!f->has_value()) break;
+        on_frame(std::move(**f));
+        if (!link) return;
+      }
+      if (!closed.empty()) return link_lost(closed);
+    }
+  }
+
+  void link_lost(const std::string& why) {
+    drop_link();
+    switch (st.phase) {
+      case Phase::armed:
+      case Phase::state_sent:
+        fail(why + "; the guest keeps running here with its RDMA state intact");
+        break;
+      case Phase::handed_over:
+        st.message = why + "; the destination has the state: the guest runs wherever the frontend starts it";
+        log::warn("migration: {}", st.message);
+        break;
+      case Phase::incoming:
+      case Phase::holding:
+        if (!have_state) {
+          st.message = why + " before the device state arrived; waiting for another source";
+          log::warn("migration: {}", st.message);
+        }
+        break;
+      default:
+        break;
+    }
+  }
+
+  void fail(const std::string& why) {
+    st.phase = Phase::failed;
+    st.message = why;
+    log::error("migration to {} failed: {}", st.peer, why);
+  }
+
+  void on_frame(Frame f) {
+    const bool source = st.phase == Phase::armed || st.phase == Phase::state_sent || st.phase == Phase::handed_over;
+    if (source) {
+      switch (f.type) {
+        case FrameType::loaded: {
+          if (st.phase != Phase::state_sent) break;
+          st.phase = Phase::handed_over;
+          auto j = nlohmann::json::parse(f.payload.begin(), f.payload.end(), nullptr, false);
+          if (j.is_object() && j.contains("load_ms") && j["load_ms"].is_number()) st.load_ms = j["load_ms"].get<double>();
+          st.message = "the destination loaded the state; waiting for the guest to run there";
+          log::info("migration: {} loaded the device state ({} bytes) in {:.1f} ms", st.peer, st.state_bytes, st.load_ms);
+          return;
+        }
+        case FrameType::reject:
+          drop_link();
+          return fail(st.peer + " rejected the device state: " + f.text() +
+                      "; the guest keeps running here once its rings start again");
+        case FrameType::refuse:
+          drop_link();
+          return fail(st.peer + " refused the guest: " + f.text());
+        case FrameType::active:
+          return let_go();
+        default:
+          break;
+      }
+      drop_link();
+      return fail(fmt::format("{} sent an unexpected {} frame", st.peer, to_string(f.type)));
+    }
+    // Destination.
+    switch (f.type) {
+      case FrameType::hello: {
+        auto h = decode_hello(f.payload);
+        if (!h) {
+          send(FrameType::refuse, h.error().message);
+          return drop_link();
+        }
+        if (auto why = refuse_reason(*h)) {
+          log::warn("migration: refusing the guest from {}: {}", h->source, *why);
+          send(FrameType::refuse, *why);
+          return drop_link();
+        }
+        st.peer = h->source;
+        st.message = "identity accepted; waiting for the device state";
+        log::info("migration: {} offers the guest {} ({}); accepted, waiting for its state", h->source, h->gid, h->mac);
+        return send(FrameType::hello_ok, std::string("{}"));
+      }
+      case FrameType::state:
+        if (have_state || (st.phase != Phase::incoming && st.phase != Phase::holding)) break;
+        pending_state = std::move(f.payload);
+        have_state = true;
+        t_state = Clock::now();
+        st.state_bytes = pending_state.size();
+        log::info("migration: received the device state ({} bytes) from {}", st.state_bytes, st.peer);
+        return try_load();
+      case FrameType::abort:
+        if (st.phase == Phase::running) {
+          log::error("migration: {} aborted after the guest already runs here ({}); ignoring: the frontend started "
+                     "the guest on both hosts?", st.peer, f.text());
+          return drop_link();
+        }
+        log::warn("migration: {} aborted: {}; discarding its state", st.peer, f.text());
+        if (st.phase == Phase::loaded) inner.reset();
+        pending_state.clear();
+        have_state = false;
+        st.phase = st.phase == Phase::holding ? Phase::holding : Phase::incoming;
+        st.message = "the source aborted: " + f.text();
+        return drop_link();
+      default:
+        break;
+    }
+    log::warn("migration: {} sent an unexpected {} frame; closing", st.peer, to_string(f.type));
+    drop_link();
+  }
+
+  // ---- destination -------------------------------------------------------------------------------
+  void accept_source() {
+    UniqueFd c(::accept4(listener.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+    if (!c) return;
+    if (link || (st.phase != Phase::incoming && st.phase != Phase::holding)) {
+      const auto f = encode(FrameType::refuse, std::string("this vrdmad is already receiving a guest"));
+      [[maybe_unused]] auto n = ::send(c.get(), f.data(), f.size(), MSG_NOSIGNAL);
+      return;
+    }
+    int one = 1;  // LOADED and ACTIVE are small frames back to back: no Nagle delay
+    ::setsockopt(c.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    link = std::move(c);
+    st.peer = "the source";
+    if (auto s = watch_link(); !s.ok()) {
+      log::error("migration: {}", s.error().message);
+      link.reset();
+    }
+  }
+
+  bool have_memory() const { return host != nullptr && !host->memory().memory().regions().empty(); }
+
+  void try_load() {
+    if (!have_state || !have_memory() || (st.phase != Phase::incoming && st.phase != Phase::holding)) return;
+    const auto t0 = Clock::now();
+    auto s = inner.load_state(pending_state);
+    pending_state.clear();
+    pending_state.shrink_to_fit();
+    have_state = false;
+    if (!s.ok()) {
+      st.message = "rejected the device state: " + s.error().message;
+      log::error("migration: {}", st.message);
+      inner.reset();
+      send(FrameType::reject, s.error().message);
+      return drop_link();
+    }
+    st.load_ms = ms_since(t0);
+    send(FrameType::loaded, nlohmann::json{{"load_ms", st.load_ms}}.dump());
+    const bool was_holding = st.phase == Phase::holding;
+    st.phase = Phase::loaded;
+    st.message = "state loaded; the guest runs here when its rings start";
+    if (was_holding) activate();
+  }
+
+  void activate() {
+    st.phase = Phase::running;
+    st.message = "the guest runs here";
+    if (!opts.announce_if.empty()) {
+      if (auto s = set_noarp(opts.announce_if, false); !s.ok()) log::error("migration: {}", s.error().message);
+      auto n = send_gratuitous_arp(opts.announce_if, 3);
+      if (n) st.garps += *n;
+      else log::error("migration: announcing the guest's address: {}", n.error().message);
+    }
+    send(FrameType::active, std::string("{}"));
+    if (listener) {
+      loop.remove(listener.get());
+      listener.reset();
+    }
+    log::info("migration: the guest runs here (state {} bytes, loaded in {:.1f} ms, {} gratuitous ARPs on {})",
+              st.state_bytes, st.load_ms, st.garps, opts.announce_if.empty() ? "-" : opts.announce_if);
+    if (host != nullptr)
+      for (std::uint16_t i = 0; i < inner.info().num_queues; ++i) host->run_queue(i);
+  }
+
+  // ---- source --------------------------------------------------------------------------------------
+  void send_state() {
+    const auto t0 = Clock::now();
+    auto blob = inner.save_state();
+    if (!blob) {
+      send(FrameType::abort, blob.error().message);
+      drop_link();
+      return fail("capturing the device state failed: " + blob.error().message);
+    }
+    st.save_ms = ms_since(t0);
+    st.state_bytes = blob->size();
+    if (blob->size() > kMaxStateBytes) {
+      send(FrameType::abort, std::string("device state too large"));
+      drop_link();
+      return fail(fmt::format("the device state is {} bytes, more than the {} a migration carries", blob->size(),
+                              kMaxStateBytes));
+    }
+    st.phase = Phase::state_sent;
+    st.message = "state sent; waiting for the destination to load it";
+    log::info("migration: every ring stopped; device state captured in {:.1f} ms ({} bytes), sending it to {}", st.save_ms,
+              st.state_bytes, st.peer);
+    send(FrameType::state, *blob);
+  }
+
+  void let_go() {
+    st.stop_to_active_ms = ms_since(t_stop);
+    st.phase = Phase::migrated;
+    st.message = "the guest runs at " + st.peer + "; this device is done (stop this vrdmad)";
+    drop_link();
+    inner.reset();  // engine objects go without a packet: the destination owns the QPs now
+    if (!opts.announce_if.empty())
+      if (auto s = set_noarp(opts.announce_if, true); !s.ok()) log::error("migration: {}", s.error().message);
+    log::info("migration: the guest runs at {} {:.1f} ms after its rings stopped here; let go of it", st.peer,
+              st.stop_to_active_ms);
+  }
+
+  bool others_stopped(std::uint16_t index) const {
+    if (host == nullptr) return true;
+    for (std::uint16_t i = 0; i < inner.info().num_queues; ++i)
+      if (i != index && host->queue_running(i)) return false;
+    return true;
+  }
+
+  bool all_stopped() const {
+    if (host == nullptr) return true;
+    for (std::uint16_t i = 0; i < inner.info().num_queues; ++i)
+      if (host->queue_running(i)) return false;
+    return true;
+  }
+
+  Status migrate_to(const std::string& addr, std::chrono::milliseconds timeout) {
+    if (st.phase == Phase::incoming || st.phase == Phase::holding || st.phase == Phase::loaded)
+      return make_error(Errc::bad_state, "this vrdmad is waiting for an incoming guest; it cannot send one");
+    if (st.phase == Phase::armed || st.phase == Phase::state_sent || st.phase == Phase::handed_over)
+      return make_error(Errc::busy, fmt::format("a migration to {} is already in progress ({})", st.peer, to_string(st.phase)));
+    if (st.phase == Phase::migrated) return make_error(Errc::bad_state, "the guest already left this vrdmad");
+    auto a = parse_tcp_address(addr);
+    if (!a) return std::move(a).error();
+    const auto deadline = Clock::now() + timeout;
+    auto fd = tcp_connect(*a, timeout);
+    if (!fd) return std::move(fd).error();
+    const auto hello = encode(FrameType::hello, encode_hello(identity()));
+    if (::send(fd->get(), hello.data(), hello.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(hello.size()))
+      return errno_error(errno, "sending HELLO to " + addr);
+    FrameReader r;
+    for (;;) {
+      auto f = r.next();
+      if (!f) return make_error(Errc::protocol_error, addr + " answered with a broken frame: " + f.error().message);
+      if (f->has_value()) {
+        if ((*f)->type == FrameType::hello_ok) break;
+        if ((*f)->type == FrameType::refuse)
+          return make_error(Errc::access_denied, "the destination at " + addr + " refused the guest: " + (*f)->text());
+        return make_error(Errc::protocol_error, fmt::format("{} answered HELLO with {}", addr, to_string((*f)->type)));
+      }
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      pollfd p{fd->get(), POLLIN, 0};
+      if (left <= 0 || ::poll(&p, 1, static_cast<int>(left)) <= 0)
+        return make_error(Errc::timeout, fmt::format("the destination at {} did not answer HELLO within {} ms", addr,
+                                                     timeout.count()));
+      std::uint8_t buf[4096];
+      const ssize_t n = ::recv(fd->get(), buf, sizeof buf, 0);
+      if (n <= 0) return make_error(Errc::connection_lost, "the destination at " + addr + " closed the connection");
+      r.feed(std::span(buf, static_cast<std::size_t>(n)));
+    }
+    link = std::move(*fd);
+    in = std::move(r);
+    VRDMA_TRY(watch_link());
+    st = MigrationStatus{};
+    st.phase = Phase::armed;
+    st.peer = addr;
+    st.message = "destination ready; the state goes when every ring stops (GET_VRING_BASE)";
+    log::info("migration: {} accepted the guest; the state goes when the frontend stops the rings", addr);
+    if (all_stopped() && inner.stats().paused) {
+      t_stop = Clock::now();
+      send_state();
+    }
+    return {};
+  }
+};
+
+MigratingDevice::MigratingDevice(vhost::RdmaDevice& inner, vhost::EventLoop& loop, MigrationOptions opts)
+    : impl_(std::make_unique<Impl>(inner, loop, std::move(opts))) {}
+MigratingDevice::~MigratingDevice() = default;
+
+Status MigratingDevice::listen_incoming(const std::string& addr) {
+  auto& m = *impl_;
+  if (m.st.phase != Phase::idle) return make_error(Errc::bad_state, "listen_incoming twice");
+  auto a = parse_tcp_address(addr);
+  if (!a) return std::move(a).error();
+  auto l = tcp_listen(*a);
+  if (!l) return std::move(l).error();
+  m.listener = std::move(*l);
+  VRDMA_TRY(m.loop.add(m.listener.get(), EPOLLIN, [&m](std::uint32_t) { m.accept_source(); }));
+  if (!m.opts.announce_if.empty()) VRDMA_TRY(set_noarp(m.opts.announce_if, true));
+  m.st.phase = Phase::incoming;
+  m.st.message = "waiting for a source vrdmad on " + addr;
+  return {};
+}
+
+Status MigratingDevice::migrate_to(const std::string& addr, std::chrono::milliseconds timeout) {
+  return impl_->migrate_to(addr, timeout);
+}
+
+Status MigratingDevice::cancel(const std::string& why) {
+  auto& m = *impl_;
+  if (m.st.phase != Phase::armed) return make_error(Errc::bad_state, fmt::format("no armed migration to cancel ({})",
+                                                                               to_string(m.st.phase)));
+  m.send(FrameType::abort, why);
+  m.drop_link();
+  m.fail("cancelled: " + why);
+  return {};
+}
+
+MigrationStatus MigratingDevice::status() const { return impl_->st; }
+
+vhost::DeviceInfo MigratingDevice::info() const { return impl_->inner.info(); }
+std::vector<std::uint8_t> MigratingDevice::config() const { return impl_->inner.config(); }
+Status MigratingDevice::write_config(std::uint32_t offset, std::span<const std::uint8_t> data) {
+  return impl_->inner.write_config(offset, data);
+}
+void MigratingDevice::features_acked(vhost::VirtioFeatures acked) { impl_->inner.features_acked(acked); }
+
+void MigratingDevice::attach(vhost::DeviceHost* host) {
+  impl_->host = host;
+  impl_->inner.attach(host);
+}
+
+void MigratingDevice::memory_changed() {
+  impl_->inner.memory_changed();
+  impl_->try_load();
+}
+
+void MigratingDevice::queue_ready(vhost::Queue& q) {
+  auto& m = *impl_;
+  switch (m.st.phase) {
+    case Phase::incoming:
+    case Phase::holding:
+      if (m.st.phase == Phase::incoming) {
+        m.st.phase = Phase::holding;
+        m.st.message = "the guest's rings started before its device state arrived; holding them until it does";
+        log::warn("migration: ring {} started before the device state arrived from the source; holding every ring "
+                  "until it does (is the source vrdmad migrating to us?)", q.index());
+      }
+      return;
+    case Phase::loaded:
+      m.activate();  // runs every ring, this one included
+      return;
+    case Phase::migrated:
+      if (!m.told_dropping) {
+        m.told_dropping = true;
+        log::error("migration: the guest's rings started again here after it moved to {}; ignoring them", m.st.peer);
+      }
+      return;
+    case Phase::state_sent:
+    case Phase::handed_over:
+      // The frontend runs the guest here again: the migration failed on its side.
+      m.send(FrameType::abort, std::string("the guest runs on at the source"));
+      m.drop_link();
+      m.fail("the frontend restarted the guest here after the state went; told the destination to discard it");
+      break;
+    default:
+      break;
+  }
+  m.inner.queue_ready(q);
+}
+
+void MigratingDevice::queue_stopped(std::uint16_t index) {
+  auto& m = *impl_;
+  m.inner.queue_stopped(index);
+  if (m.st.phase == Phase::armed && m.others_stopped(index)) {
+    m.t_stop = Clock::now();
+    m.send_state();
+  }
+}
+
+void MigratingDevice::reset() {
+  auto& m = *impl_;
+  if (m.st.phase == Phase::loaded || m.st.phase == Phase::holding) {
+    // The destination's frontend went away before the guest ran here: nothing to keep.
+    log::warn("migration: the frontend reset the device before the guest ran here; discarding the incoming state");
+    m.st.phase = Phase::incoming;
+    m.have_state = false;
+    m.pending_state.clear();
+  }
+  m.inner.reset();
+}
+
+Result<std::vector<std::uint8_t>> MigratingDevice::save_state() { return impl_->inner.save_state(); }
+
+Status MigratingDevice::load_state(std::span<const std::uint8_t> blob) {
+  auto& m = *impl_;
+  VRDMA_TRY(m.inner.load_state(blob));
+  // QEMU >= 8.2 brought the state through its own stream (DEVICE_STATE): no source link needed.
+  if (m.st.phase == Phase::incoming || m.st.phase == Phase::holding) m.st.phase = Phase::loaded;
+  return {};
+}
+
+}  // namespace vrdma::migration

@@ -1,0 +1,354 @@
+// Live migration of the virtio RDMA device with open RC connections, the peer unmodified.
+//
+// Four network namespaces on one bridge: "switch" (the bridge, where nftables may drop
+// packets), host A and host B (each with an interface for the guest: same MAC, same address
+// 10.66.0.1, and a management link between them for the switchover stream), and the peer
+// (10.66.0.2, a plain soft engine in this process). The guest is libpvverbs in this process:
+// its device runs on vrdmad A, moves to vrdmad B (started with --incoming) and back to a new
+// vrdmad on A, while SENDs flow both ways and RDMA WRITEs with immediate flow to the peer, all
+// checksummed; every work request completes exactly once, in order. Then the failures: a
+// destination that refuses the guest, one that dies before the switchover, one that rejects
+// the state: the guest carries on at the source each time, nothing lost.
+#define BOOST_TEST_MODULE migration_switchover
+#include <boost/test/unit_test.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#include "check.hpp"
+#include "netns.hpp"
+#include "process.hpp"
+#include "rdma_pair.hpp"
+#include "vrdma/nicdrv/registry.hpp"
+#include "vrdma/vhost/pv.hpp"
+#include "vrdmad_proc.hpp"
+
+using namespace vrdma;
+using namespace vrdma::nicdrv;
+using namespace vrdma::test;
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr const char* kGuestIp = "10.66.0.1";
+constexpr const char* kPeerIp = "10.66.0.2";
+constexpr const char* kGuestMac = "52:54:00:66:00:01";
+
+// The four namespaces. Removed on destruction.
+struct Fabric {
+  std::string sw = "mgsw", a = "mga", b = "mgb", p = "mgp";
+  bool ok = false;
+  explicit Fabric(int loss_percent = 0) {
+    teardown();
+    std::string c;
+    for (const auto& n : {sw, a, b, p})
+      c += "ip netns add " + n + " && ip netns exec " + n +
+           " sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1 && ip -n " + n +
+           " link set lo up && ";
+    c += "ip -n " + sw + " link add br0 type bridge && ip -n " + sw + " link set br0 up && ";
+    // Guest-facing interfaces: the same MAC and address on both hosts (the guest's identity).
+    const std::pair<std::string, std::string> legs[] = {{a, "gA"}, {b, "gB"}, {p, "gP"}};
+    for (const auto& [ns, ifn] : legs) {
+      const std::string port = "s" + ifn;
+      c += "ip -n " + ns + " link add " + ifn + " type veth peer name " + port + " netns " + sw + " && ip -n " + sw +
+           " link set " + port + " master br0 up && ";
+      if (ns != p) c += "ip -n " + ns + " link set " + ifn + " address " + kGuestMac + " && ip -n " + ns + " addr add " +
+                        kGuestIp + "/24 dev " + ifn + " && ";
+      else c += "ip -n " + ns + " addr add " + kPeerIp + "/24 dev " + ifn + " && ";
+      c += "ip -n " + ns + " link set " + ifn + " up && ";
+    }
+    // Host B's copy of the guest's address stays silent until the guest arrives.
+    c += "ip -n " + b + " link set gB arp off && ";
+    // The management link between the hosts (the switchover stream).
+    c += "ip -n " + a + " link add mA type veth peer name mB netns " + b + " && ip -n " + a +
+         " addr add 10.67.0.1/24 dev mA && ip -n " + b + " addr add 10.67.0.2/24 dev mB && ip -n " + a +
+         " link set mA up && ip -n " + b + " link set mB up";
+    ok = sh(c) == 0;
+    if (ok && loss_percent > 0) {
+      // Lose RoCE packets on the switch (both directions), like a lossy fabric.
+      ok = sh("ip netns exec " + sw + " nft add table bridge loss && ip netns exec " + sw +
+              " nft add chain bridge loss lossy '{ type filter hook forward priority 0; }' && ip netns exec " + sw +
+              " nft add rule bridge loss lossy udp dport 4791 numgen random mod 100 '<' " + std::to_string(loss_percent) +
+              " counter drop") == 0;
+    }
+  }
+  ~Fabric() { teardown(); }
+  // Packets the switch dropped so far (the nftables counter).
+  [[nodiscard]] long dropped() const {
+    FILE* f = ::popen(("ip netns exec " + sw + " nft list chain bridge loss lossy 2>/dev/null").c_str(), "r");
+    if (f == nullptr) return -1;
+    std::string out;
+    char buf[512];
+    while (std::fgets(buf, sizeof buf, f) != nullptr) out += buf;
+    ::pclose(f);
+    const auto at = out.find("counter packets ");
+    return at == std::string::npos ? -1 : std::atol(out.c_str() + at + 16);
+  }
+  void teardown() {
+    for (const auto& n : {sw, a, b, p}) sh("ip netns del " + n + " 2>/dev/null");
+  }
+};
+
+std::shared_ptr<Device> soft_engine_in(const std::string& ns, const std::string& ip) {
+  std::shared_ptr<Device> soft;
+  BOOST_REQUIRE(run_in_netns(ns, [&] {
+    auto d = open_device("soft:" + ip);
+    if (d) soft = *d;
+  }));
+  BOOST_REQUIRE_MESSAGE(soft, "cannot open soft:" + ip + " in " + ns);
+  return soft;
+}
+
+void post_recv(Endpoint& e, std::size_t off, std::size_t len, std::uint64_t id) {
+  Sge s{reinterpret_cast<std::uint64_t>(e.buf.data() + off), static_cast<std::uint32_t>(len), e.mr->lkey()};
+  RecvWr r{id, std::span<const Sge>(&s, 1)};
+  VRDMA_REQUIRE_OK(e.qp->post_recv(std::span(&r, 1)));
+}
+
+// Checked traffic on one RC connection: side 0 (the guest) and side 1 (the peer) each send
+// kMsgs messages; the guest's odd messages are RDMA WRITE WITH IMMEDIATE into a slot of the
+// peer's buffer, everything else SEND WITH IMMEDIATE. Each message carries a pattern seeded by
+// (side, index); the receiver checks it and that messages arrive once, in order; the sender
+// checks that its work requests complete once, in order.
+struct Stream {
+  static constexpr std::size_t kSlot = 4096, kSlots = 64;
+  static constexpr std::size_t kRxBase = 1u << 20, kWriteBase = kRxBase + kSlots * kSlot;
+  Endpoint* ep[2];
+  std::size_t msgs;
+  std::size_t sent[2] = {0, 0}, send_done[2] = {0, 0}, recvd[2] = {0, 0};
+  Clock::time_point last_completion = Clock::now();
+  double longest_gap_ms = 0;
+
+  Stream(Endpoint& guest, Endpoint& peer, std::size_t n) : ep{&guest, &peer}, msgs(n) {
+    for (auto* e : ep)
+      for (std::size_t s = 0; s < kSlots; ++s) post_recv(*e, kRxBase + s * kSlot, kSlot, s);
+  }
+  [[nodiscard]] bool done() const {
+    return send_done[0] == msgs && send_done[1] == msgs && recvd[0] == msgs && recvd[1] == msgs;
+  }
+  static std::uint64_t seed(int side, std::size_t i) { return 100000 * static_cast<std::uint64_t>(side + 1) + i; }
+
+  // One round: post what the windows allow, poll both CQs. Returns false on a failed check.
+  void step() {
+    for (int side = 0; side < 2; ++side) {
+      Endpoint& e = *ep[side];
+      Endpoint& other = *ep[1 - side];
+      while (sent[side] < msgs && sent[side] - send_done[side] < 16 && sent[side] - recvd[1 - side] < kSlots - 8) {
+        const std::size_t i = sent[side];
+        std::uint8_t* src = e.buf.data() + (i % kSlots) * kSlot;
+        fill_pattern(src, kSlot, seed(side, i));
+        Sge s{reinterpret_cast<std::uint64_t>(src), static_cast<std::uint32_t>(kSlot), e.mr->lkey()};
+        SendWr w;
+        w.wr_id = i;
+        w.flags = SendFlags::signaled;
+        w.imm_data = static_cast<std::uint32_t>(i);
+        w.sg_list = std::span<const Sge>(&s, 1);
+        if (side == 0 && i % 2 == 1) {
+          w.opcode = WrOpcode::rdma_write_with_imm;
+          w.rdma.remote_addr = other.mr->addr() + kWriteBase + (i % kSlots) * kSlot;
+          w.rdma.rkey = other.mr->rkey();
+        } else {
+          w.opcode = WrOpcode::send_with_imm;
+        }
+        VRDMA_REQUIRE_OK(e.qp->post_send(std::span(&w, 1)));
+        ++sent[side];
+      }
+      std::array<WorkCompletion, 32> wcs;
+      auto n = e.cq->poll(wcs);
+      VRDMA_REQUIRE_OK(n);
+      if (*n > 0) {
+        const auto now = Clock::now();
+        longest_gap_ms = std::max(longest_gap_ms, std::chrono::duration<double, std::milli>(now - last_completion).count());
+        last_completion = now;
+      }
+      for (std::size_t k = 0; k < *n; ++k) {
+        const auto& wc = wcs[k];
+        BOOST_REQUIRE_MESSAGE(wc.status == WcStatus::success, "side " << side << " wr " << wc.wr_id << ": " << wc.status);
+        if (wc.opcode == WcOpcode::send || wc.opcode == WcOpcode::rdma_write) {
+          BOOST_REQUIRE_EQUAL(wc.wr_id, send_done[side]);  // each work request completes once, in order
+          ++send_done[side];
+          continue;
+        }
+        BOOST_REQUIRE_EQUAL(wc.imm_data, recvd[side]);  // each message arrives once, in order
+        const std::size_t i = recvd[side];
+        const bool write = side == 1 && i % 2 == 1;
+        BOOST_REQUIRE(write == (wc.opcode == WcOpcode::recv_rdma_with_imm));
+        const std::uint8_t* data =
+            write ? e.buf.data() + kWriteBase + (i % kSlots) * kSlot : e.buf.data() + kRxBase + wc.wr_id * kSlot;
+        BOOST_REQUIRE_MESSAGE(check_pattern(data, kSlot, seed(1 - side, i)),
+                              "side " << side << " message " << i << " corrupted");
+        ++recvd[side];
+        post_recv(e, kRxBase + wc.wr_id * kSlot, kSlot, wc.wr_id);
+      }
+    }
+  }
+  // Runs until `until` says stop (or done), bounded in time.
+  template <class F>
+  void run_until(F until, std::chrono::seconds limit = 120s) {
+    const auto deadline = Clock::now() + limit;
+    while (!done() && !until() && Clock::now() < deadline) step();
+    BOOST_REQUIRE_MESSAGE(Clock::now() < deadline, "the stream made no progress for " << limit.count() << " s: sent "
+                                                       << sent[0] << "/" << sent[1] << " done " << send_done[0] << "/"
+                                                       << send_done[1] << " received " << recvd[0] << "/" << recvd[1]);
+  }
+  void finish() {
+    run_until([] { return false; });
+    BOOST_CHECK(done());
+  }
+};
+
+nlohmann::json wait_phase(const Vrdmad& d, const std::string& phase, std::chrono::milliseconds limit = 5000ms) {
+  const auto deadline = Clock::now() + limit;
+  nlohmann::json st;
+  while (Clock::now() < deadline) {
+    st = d.status();
+    if (st.is_object() && st["migration"]["phase"] == phase) return st;
+    std::this_thread::sleep_for(10ms);
+  }
+  BOOST_ERROR("vrdmad " << d.sock << " did not reach phase " << phase << ": " << st.dump() << "\nlog:\n" << read_file(d.log));
+  return st;
+}
+
+std::vector<std::string> incoming_args(const std::string& addr, const std::string& ifname) {
+  return {"--incoming", addr, "--announce", ifname, "--mac", kGuestMac};
+}
+
+struct Guest {
+  Fabric& net;
+  TempDir dir;
+  std::unique_ptr<Vrdmad> here;
+  std::shared_ptr<Device> dev, peer;
+  PairOptions o;
+  std::optional<Endpoint> a, b;
+  Guest(Fabric& f) : net(f) {
+    here = std::make_unique<Vrdmad>(dir, "a", net.a, std::string("soft:") + kGuestIp,
+                                    std::vector<std::string>{"--announce", "gA", "--mac", kGuestMac});
+    auto d = open_device(here->device() + "?ram_mib=64");
+    VRDMA_REQUIRE_OK(d);
+    dev = *d;
+    peer = soft_engine_in(net.p, kPeerIp);
+    o.buf_bytes = 2u << 20;
+    o.timeout = 14;  // ~67 ms local ACK timeout, 7 retries: the peer waits out a pause of ~0.5 s
+    o.retry_cnt = 7;
+    auto ea = make_endpoint(dev, o);
+    VRDMA_REQUIRE_OK(ea);
+    auto eb = make_endpoint(peer, o);
+    VRDMA_REQUIRE_OK(eb);
+    a.emplace(std::move(*ea));
+    b.emplace(std::move(*eb));
+    VRDMA_REQUIRE_OK(connect(*a, *b, o));
+  }
+};
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(guest_moves_a_to_b_and_back_with_traffic_and_packet_loss) {
+  BOOST_REQUIRE_MESSAGE(can_make_netns(), "needs root for network namespaces");
+  Fabric net(2);
+  BOOST_REQUIRE_MESSAGE(net.ok, "cannot build the namespaces and the bridge (nftables?)");
+  Guest g(net);
+  const std::uint32_t qpn = g.a->qp->qp_num(), rkey = g.a->mr->rkey();
+  Stream s(*g.a, *g.b, 900);
+
+  struct Move {
+    std::string to_ns, to_if, addr;
+  };
+  const Move moves[] = {{net.b, "gB", "tcp:10.67.0.2:7811"}, {net.a, "gA", "tcp:10.67.0.1:7812"}};
+  int n = 0;
+  for (const auto& m : moves) {
+    ++n;
+    s.run_until([&] { return s.sent[0] >= s.msgs * n / 3; });
+    BOOST_TEST_CONTEXT("move " << n << " to " << m.to_ns) {
+      auto dst = std::make_unique<Vrdmad>(g.dir, "dst" + std::to_string(n), m.to_ns, std::string("soft:") + kGuestIp,
+                                          incoming_args(m.addr, m.to_if));
+      BOOST_CHECK_EQUAL(dst->status()["migration"]["phase"], "incoming");
+      auto r = g.here->control({{"cmd", "migrate"}, {"to", m.addr}});
+      BOOST_REQUIRE_MESSAGE(r["ok"] == true, r.dump());
+      BOOST_CHECK_EQUAL(r["migration"]["phase"], "armed");
+      const auto in_flight = (s.sent[0] - s.send_done[0]) + (s.sent[1] - s.send_done[1]);
+      const auto t0 = Clock::now();
+      VRDMA_REQUIRE_OK(pv::migrate(*g.dev, dst->sock));
+      const double switch_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+      auto src_st = wait_phase(*g.here, "migrated");
+      auto dst_st = wait_phase(*dst, "running");
+      BOOST_CHECK_GE(dst_st["migration"]["garps"].get<int>(), 1);
+      BOOST_CHECK_EQUAL(dst_st["objects"]["qp"].get<int>(), 1);
+      BOOST_CHECK_EQUAL(src_st["objects"]["qp"].get<int>(), 0);  // the source let go of everything
+      BOOST_TEST_MESSAGE("move " << n << ": switched in " << switch_ms << " ms with " << in_flight
+                                 << " work requests in flight; state " << src_st["migration"]["state_bytes"]
+                                 << " bytes, saved in " << src_st["migration"]["save_ms"] << " ms, loaded in "
+                                 << dst_st["migration"]["load_ms"] << " ms, rings stopped -> destination active "
+                                 << src_st["migration"]["stop_to_active_ms"] << " ms");
+      g.here->child->stop(SIGTERM);
+      g.here = std::move(dst);
+    }
+  }
+  s.finish();
+  const long lost = net.dropped();
+  BOOST_TEST_MESSAGE("longest pause between completions: " << s.longest_gap_ms << " ms; the switch dropped " << lost
+                                                              << " RoCE packets");
+  BOOST_CHECK_GT(lost, 0);
+  BOOST_CHECK_EQUAL(g.a->qp->qp_num(), qpn);  // the same handles after two moves
+  BOOST_CHECK_EQUAL(g.a->mr->rkey(), rkey);
+}
+
+BOOST_AUTO_TEST_CASE(failed_migrations_leave_the_guest_running_at_the_source) {
+  BOOST_REQUIRE_MESSAGE(can_make_netns(), "needs root for network namespaces");
+  Fabric net;
+  BOOST_REQUIRE(net.ok);
+  Guest g(net);
+  Stream s(*g.a, *g.b, 600);
+  s.run_until([&] { return s.sent[0] >= 100; });
+
+  // 1. A destination that is not the guest's (another MAC) refuses it at once, with the reason.
+  {
+    Vrdmad dst(g.dir, "wrongmac", net.b, std::string("soft:") + kGuestIp,
+               {"--incoming", "tcp:10.67.0.2:7821", "--announce", "gB", "--mac", "52:54:00:99:99:99"});
+    auto r = g.here->control({{"cmd", "migrate"}, {"to", "tcp:10.67.0.2:7821"}});
+    BOOST_CHECK(r["ok"] == false);
+    BOOST_CHECK_MESSAGE(r["error"].get<std::string>().find("MAC") != std::string::npos, r.dump());
+    BOOST_CHECK_EQUAL(g.here->status()["migration"]["phase"], "idle");
+  }
+  s.run_until([&] { return s.sent[0] >= 200; });
+
+  // 2. The destination dies after accepting the guest, before the rings stop: the source says
+  //    so, the frontend cannot reach the destination and runs the guest on at the source.
+  {
+    auto dst = std::make_unique<Vrdmad>(g.dir, "dies", net.b, std::string("soft:") + kGuestIp,
+                                        incoming_args("tcp:10.67.0.2:7822", "gB"));
+    auto r = g.here->control({{"cmd", "migrate"}, {"to", "tcp:10.67.0.2:7822"}});
+    BOOST_REQUIRE_MESSAGE(r["ok"] == true, r.dump());
+    const std::string sock = dst->sock;
+    dst->child->stop(SIGKILL);
+    auto st = wait_phase(*g.here, "failed");
+    BOOST_CHECK_MESSAGE(st["migration"]["message"].get<std::string>().find("keeps running here") != std::string::npos,
+                        st.dump());
+    auto m = pv::migrate(*g.dev, sock, 2000ms);
+    BOOST_CHECK(!m.ok());
+    if (!m.ok()) BOOST_TEST_MESSAGE("pv::migrate said: " << m.error().message);
+  }
+  s.run_until([&] { return s.sent[0] >= 350; });
+
+  // 3. The destination rejects the state (its per-guest limits are lower than what the guest
+  //    uses): the rings start there but are held, the probe gets no answer, the guest runs on
+  //    at the source.
+  {
+    auto args = incoming_args("tcp:10.67.0.2:7823", "gB");
+    args.insert(args.end(), {"--max-qp-wr", "8"});
+    Vrdmad dst(g.dir, "rejects", net.b, std::string("soft:") + kGuestIp, args);
+    auto r = g.here->control({{"cmd", "migrate"}, {"to", "tcp:10.67.0.2:7823"}});
+    BOOST_REQUIRE_MESSAGE(r["ok"] == true, r.dump());
+    auto m = pv::migrate(*g.dev, dst.sock, 3000ms);
+    BOOST_CHECK(!m.ok());
+    auto st = wait_phase(*g.here, "failed");
+    BOOST_CHECK_MESSAGE(st["migration"]["message"].get<std::string>().find("rejected the device state") != std::string::npos,
+                        st.dump());
+    BOOST_CHECK_EQUAL(st["objects"]["qp"].get<int>(), 1);
+    BOOST_CHECK_EQUAL(dst.status()["objects"]["qp"].get<int>(), 0);
+  }
+  s.finish();
+  BOOST_CHECK_EQUAL(g.here->status()["migration"]["phase"], "failed");  // and still serving the guest
+}
