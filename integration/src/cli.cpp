@@ -2,7 +2,12 @@
 
 #include <cstdio>
 #include <cstring>
+#include <iostream>
+#include <string>
+#include <vector>
 
+#include "vrdma/integration/hook.hpp"
+#include "vrdma/integration/migrate.hpp"
 #include "vrdma/sriov/cli.hpp"
 
 namespace vrdma::integration {
@@ -12,7 +17,10 @@ namespace {
 int usage() {
   std::fprintf(stderr,
                "usage: vrdmactl vf <list|enable|disable|assign|release|show|reconcile|network-xml> [options]\n"
-               "Run 'vrdmactl vf --help' for the options of each command.\n");
+               "       vrdmactl migrate DOMAIN DEST_URI [--connect SRC_URI] [--migrateuri URI] [--timeout S]\n"
+               "       vrdmactl device <status|migrate> --control PATH [--to tcp:IP:PORT] [--timeout S]\n"
+               "       vrdmactl hook qemu DOMAIN OPERATION SUB-OPERATION [EXTRA]   (libvirt's hook; XML on stdin)\n"
+               "Run 'vrdmactl vf --help', 'vrdmactl migrate --help' or 'vrdmactl device' for the options.\n");
   return 2;
 }
 
@@ -20,7 +28,17 @@ int usage() {
 
 int vrdmactl_main(int argc, char** argv) {
   if (argc < 2) return usage();
+  const std::vector<std::string> rest(argv + 2, argv + argc);
   if (std::strcmp(argv[1], "vf") == 0) return sriov::vf_cli_main(argc, argv);
+  if (std::strcmp(argv[1], "migrate") == 0) return migrate_cli(rest);
+  if (std::strcmp(argv[1], "device") == 0) return device_cli(rest);
+  if (std::strcmp(argv[1], "hook") == 0) {
+    if (rest.empty() || rest[0] != "qemu") {
+      std::fprintf(stderr, "usage: vrdmactl hook qemu DOMAIN OPERATION SUB-OPERATION [EXTRA]\n");
+      return 2;
+    }
+    return hook_qemu_run(std::vector<std::string>(rest.begin() + 1, rest.end()), std::cin, std::cout, std::cerr);
+  }
   return usage();
 }
 

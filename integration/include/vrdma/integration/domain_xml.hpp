@@ -1,0 +1,55 @@
+// The vrdma element in a libvirt domain's <metadata> and the rewrites the hook does on it.
+//
+//   <metadata>
+//     <vrdma:device xmlns:vrdma="https://vrdma.dev/xmlns/1"
+//                   backend="vrdmad" socket="/run/vrdma/g1.sock" control="/run/vrdma/g1.ctl"
+//                   engine="soft:10.0.0.5" mac="52:54:00:12:34:56" announce="eth0"
+//                   incoming="tcp:0.0.0.0:7811"/>
+//   </metadata>
+//
+// backend is "vrdmad" (the default: the virtio RDMA device; engine and incoming required, mac,
+// announce and control optional; migration-port="P" is short for incoming="tcp:0.0.0.0:P"), or "vhost-user-blk"
+// (the test fixture backend; disk). socket is the vhost-user
+// socket that the domain's device (e.g. <disk type='vhostuser'>) names as its source path.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "vrdma/common/result.hpp"
+
+namespace vrdma::integration {
+
+inline constexpr const char* kMetadataNamespace = "https://vrdma.dev/xmlns/1";
+
+enum class BackendKind { vrdmad, vhost_user_blk };
+
+struct DeviceMeta {
+  BackendKind backend = BackendKind::vrdmad;
+  std::string socket;          // vhost-user socket (required)
+  std::string control;         // vrdmad control socket (default: socket with ".ctl")
+  std::string engine;          // vrdmad --engine (required for vrdmad)
+  std::string mac;             // vrdmad --mac (optional)
+  std::string announce;        // vrdmad --announce (optional)
+  std::string incoming;        // vrdmad --incoming tcp:IP:PORT on a destination (required for vrdmad)
+  std::string disk;            // vhost-user-blk --disk (required for vhost-user-blk)
+};
+
+struct DomainInfo {
+  std::string name;
+  std::optional<DeviceMeta> device;  // empty: not a vrdma domain (the hook leaves it alone)
+};
+
+// Parses a domain XML. Errors: the XML does not parse, or the vrdma element is incomplete
+// (the sentence names the missing attribute).
+Result<DomainInfo> parse_domain(const std::string& xml);
+
+// The per-host names of a migrating guest's sockets: <dir of socket>/<domain>.<host>.sock (and
+// .ctl), so that two hosts sharing a folder (and a host receiving its guest back) never collide.
+DeviceMeta for_host(const DomainInfo& dom, const std::string& host);
+
+// The domain XML with every device source path equal to from.socket replaced by to.socket and
+// the vrdma element's socket and control updated. Error when the XML does not parse.
+Result<std::string> rewrite_sockets(const std::string& xml, const DeviceMeta& from, const DeviceMeta& to);
+
+}  // namespace vrdma::integration

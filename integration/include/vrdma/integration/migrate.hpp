@@ -1,0 +1,44 @@
+// `vrdmactl migrate`: a live, peer-to-peer migration of a libvirt domain on the libvirt C API
+// (virDomainMigrateToURI3 with VIR_MIGRATE_LIVE | VIR_MIGRATE_PEER2PEER), with progress lines from
+// MIGRATION_ITERATION events and virDomainGetJobStats, and the JOB_COMPLETED figures at the end.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace vrdma::integration {
+
+// What the pre-flight checks look at, gathered from this host and the domain (tests fill it in).
+struct TransportFacts {
+  std::vector<std::string> rdma_devices;  // /sys/class/infiniband entries
+  bool hard_limit_set = false;            // the domain's <memtune><hard_limit>
+  unsigned long long memlock_limit = 0;   // RLIMIT_MEMLOCK of this process (bytes; ~0ULL: unlimited)
+  bool cap_sys_resource = false;          // may raise it (libvirt raises QEMU's to hard_limit)
+  unsigned long long guest_memory = 0;    // bytes
+};
+
+struct TransportChoice {
+  std::string migrate_uri;          // what goes into VIR_MIGRATE_PARAM_URI ("" lets libvirt choose)
+  bool rdma = false;                // rdma:// with VIR_MIGRATE_RDMA_PIN_ALL
+  std::vector<std::string> notes;   // sentences for the operator (why TCP, and so on)
+};
+
+// requested: the --migrateuri (may be empty); dest_host: the destination's host name from the
+// libvirt URI. rdma:// is kept only when every check passes; otherwise the same host and port over
+// tcp://, with one sentence per failed check.
+TransportChoice choose_transport(const std::string& requested, const std::string& dest_host, const TransportFacts& f);
+
+// The host part of a libvirt or migration URI: qemu+tcp://h/system -> h, tcp://h:p -> h, tcp:h:p -> h.
+std::string uri_host(const std::string& uri);
+
+// args excludes "migrate". Exit status: 0 migrated, 1 failed, 2 usage.
+int migrate_cli(const std::vector<std::string>& args);
+
+// args excludes "device": status|migrate --control PATH [--to tcp:IP:PORT] [--timeout S].
+int device_cli(const std::vector<std::string>& args);
+
+// One sentence for a vrdmad migration phase ("idle", "armed", ...).
+std::string phase_sentence(const std::string& phase);
+
+}  // namespace vrdma::integration

@@ -1,0 +1,35 @@
+// Starting, finding and stopping a guest's backend process (vrdmad or the vhost-user-blk
+// fixture) for the libvirt hook. The hook runs and exits; the backend outlives it, detached
+// (its own session, stdio on a log file), with its pid in <socket>.pid and its log in
+// <socket>.log.
+#pragma once
+
+#include <string>
+
+#include "vrdma/common/result.hpp"
+#include "vrdma/integration/domain_xml.hpp"
+
+namespace vrdma::integration {
+
+struct BackendPrograms {
+  std::string vrdmad;          // $VRDMA_VRDMAD, else vrdmad next to this executable
+  std::string vhost_user_blk;  // $VRDMA_BLK_BACKEND, else vhost_blk_backend next to this executable
+  static BackendPrograms from_environment();
+};
+
+// The backend's pid if it runs (pid file present, process alive and serving m.socket), else 0.
+int backend_pid(const DeviceMeta& m);
+
+// Starts the backend for m unless it already runs; incoming makes vrdmad a migration
+// destination on m.incoming. Returns once the vhost-user socket exists (and,
+// for vrdmad, the control socket answers), or with the backend's own last log line.
+Status ensure_backend(const DeviceMeta& m, bool incoming, const BackendPrograms& progs);
+
+// SIGTERM (SIGKILL after 5 s), then removes the sockets and the pid file. No error if it
+// does not run.
+Status stop_backend(const DeviceMeta& m);
+
+// One request line to a vrdmad control socket, one JSON line back (timeout_ms for both).
+Result<std::string> control_request(const std::string& path, const std::string& line, int timeout_ms = 2000);
+
+}  // namespace vrdma::integration

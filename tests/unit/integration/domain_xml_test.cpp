@@ -1,0 +1,124 @@
+#define BOOST_TEST_MODULE integration_domain_xml
+#include <boost/test/unit_test.hpp>
+
+#include <string>
+
+#include "vrdma/integration/domain_xml.hpp"
+
+using namespace vrdma::integration;
+
+namespace {
+
+std::string domain(const std::string& device_attrs, const std::string& socket = "/run/vrdma/g1.sock") {
+  return "<domain type='qemu'><name>g1</name><memory unit='MiB'>256</memory>"
+         "<metadata><other:x xmlns:other='https://example.org/other'/>"
+         "<vrdma:device xmlns:vrdma='https://vrdma.dev/xmlns/1' " +
+         device_attrs +
+         "/></metadata>"
+         "<devices><disk type='vhostuser' device='disk'><driver name='qemu' type='raw'/>"
+         "<source type='unix' path='" +
+         socket +
+         "'><reconnect enabled='yes' timeout='1'/></source><target dev='vda' bus='virtio'/></disk>"
+         "<serial type='file'><source path='/var/log/g1.console'/></serial></devices></domain>";
+}
+
+const std::string kFull =
+    "socket='/run/vrdma/g1.sock' engine='soft:10.0.0.5' mac='52:54:00:12:34:56' announce='eth0' "
+    "incoming='tcp:10.99.9.2:7811'";
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_domain_without_the_element_is_left_alone) {
+  auto d = parse_domain("<domain type='qemu'><name>plain</name><metadata><a:b xmlns:a='urn:x'/></metadata></domain>");
+  BOOST_REQUIRE(d.ok());
+  BOOST_TEST(d->name == "plain");
+  BOOST_TEST(!d->device.has_value());
+  // Same local name in another namespace is not ours either.
+  auto other = parse_domain(
+      "<domain><name>o</name><metadata><v:device xmlns:v='https://example.org/v' socket='/x'/></metadata></domain>");
+  BOOST_REQUIRE(other.ok());
+  BOOST_TEST(!other->device.has_value());
+}
+
+BOOST_AUTO_TEST_CASE(every_attribute_is_read) {
+  auto d = parse_domain(domain(kFull));
+  BOOST_REQUIRE(d.ok());
+  BOOST_REQUIRE(d->device.has_value());
+  const auto& m = *d->device;
+  BOOST_TEST((m.backend == BackendKind::vrdmad));
+  BOOST_TEST(m.socket == "/run/vrdma/g1.sock");
+  BOOST_TEST(m.engine == "soft:10.0.0.5");
+  BOOST_TEST(m.mac == "52:54:00:12:34:56");
+  BOOST_TEST(m.announce == "eth0");
+  BOOST_TEST(m.incoming == "tcp:10.99.9.2:7811");
+  BOOST_TEST(m.control == "/run/vrdma/g1.ctl");  // default: next to the socket, named after the domain
+}
+
+BOOST_AUTO_TEST_CASE(migration_port_is_short_for_incoming_on_every_address) {
+  auto d = parse_domain(domain("socket='/run/vrdma/g1.sock' engine='soft:10.0.0.5' migration-port='7811'"));
+  BOOST_REQUIRE(d.ok());
+  BOOST_TEST(d->device->incoming == "tcp:0.0.0.0:7811");
+}
+
+BOOST_AUTO_TEST_CASE(incomplete_or_wrong_elements_are_refused_with_the_attribute_named) {
+  auto no_engine = parse_domain(domain("socket='/run/vrdma/g1.sock' incoming='tcp:1.2.3.4:5'"));
+  BOOST_REQUIRE(!no_engine.ok());
+  BOOST_TEST(no_engine.error().message.find("engine") != std::string::npos);
+  auto no_incoming = parse_domain(domain("socket='/run/vrdma/g1.sock' engine='soft:1.2.3.4'"));
+  BOOST_REQUIRE(!no_incoming.ok());
+  BOOST_TEST(no_incoming.error().message.find("incoming") != std::string::npos);
+  auto relative = parse_domain(domain("socket='g1.sock' engine='soft:1.2.3.4' incoming='tcp:1.2.3.4:5'"));
+  BOOST_REQUIRE(!relative.ok());
+  BOOST_TEST(relative.error().message.find("socket") != std::string::npos);
+  auto bad_incoming = parse_domain(domain("socket='/s' engine='soft:1.2.3.4' incoming='udp:1.2.3.4:x'"));
+  BOOST_REQUIRE(!bad_incoming.ok());
+  BOOST_TEST(bad_incoming.error().message.find("tcp:IP:PORT") != std::string::npos);
+  auto bad_port = parse_domain(domain("socket='/s' engine='soft:1.2.3.4' migration-port='70000'"));
+  BOOST_REQUIRE(!bad_port.ok());
+  auto bad_backend = parse_domain(domain("backend='nope' socket='/s'"));
+  BOOST_REQUIRE(!bad_backend.ok());
+  BOOST_TEST(bad_backend.error().message.find("nope") != std::string::npos);
+  auto blk_no_disk = parse_domain(domain("backend='vhost-user-blk' socket='/s'"));
+  BOOST_REQUIRE(!blk_no_disk.ok());
+  BOOST_TEST(blk_no_disk.error().message.find("disk") != std::string::npos);
+  BOOST_TEST(!parse_domain("<domain><name>x</name>").ok());
+  BOOST_TEST(!parse_domain("<network/>").ok());
+}
+
+BOOST_AUTO_TEST_CASE(per_host_names_do_not_collide) {
+  auto d = parse_domain(domain(kFull));
+  BOOST_REQUIRE(d.ok());
+  const auto a = for_host(*d, "lv9-a");
+  const auto b = for_host(*d, "lv9-b");
+  BOOST_TEST(a.socket == "/run/vrdma/g1.lv9-a.sock");
+  BOOST_TEST(a.control == "/run/vrdma/g1.lv9-a.ctl");
+  BOOST_TEST(b.socket == "/run/vrdma/g1.lv9-b.sock");
+  BOOST_TEST(a.incoming == d->device->incoming);
+  // A guest that comes back: from b's name to a's, not a's name with another suffix.
+  auto back = parse_domain(domain(kFull, b.socket));
+  BOOST_REQUIRE(back.ok());
+}
+
+BOOST_AUTO_TEST_CASE(rewrite_replaces_the_device_source_and_the_element_only) {
+  const auto xml = domain(kFull);
+  auto d = parse_domain(xml);
+  BOOST_REQUIRE(d.ok());
+  const auto here = for_host(*d, "lv9-b");
+  auto out = rewrite_sockets(xml, *d->device, here);
+  BOOST_REQUIRE(out.ok());
+  BOOST_TEST(out->find("path=\"/run/vrdma/g1.lv9-b.sock\"") != std::string::npos);
+  BOOST_TEST(out->find("/run/vrdma/g1.sock") == std::string::npos);
+  BOOST_TEST(out->find("/var/log/g1.console") != std::string::npos);       // other sources untouched
+  BOOST_TEST(out->find("https://example.org/other") != std::string::npos);  // other metadata kept
+  BOOST_TEST(out->find("<reconnect") != std::string::npos);
+  // The printed XML parses again, with the new names, and rewriting it back gives the old names.
+  auto again = parse_domain(*out);
+  BOOST_REQUIRE(again.ok());
+  BOOST_TEST(again->device->socket == here.socket);
+  BOOST_TEST(again->device->control == here.control);
+  BOOST_TEST(again->device->engine == "soft:10.0.0.5");
+  auto back = rewrite_sockets(*out, here, *d->device);
+  BOOST_REQUIRE(back.ok());
+  BOOST_TEST(back->find("path=\"/run/vrdma/g1.sock\"") != std::string::npos);
+  BOOST_TEST(!rewrite_sockets("not xml", here, *d->device).ok());
+}

@@ -1,0 +1,79 @@
+#define BOOST_TEST_MODULE integration_transport
+#include <boost/test/unit_test.hpp>
+
+#include "vrdma/integration/migrate.hpp"
+
+using namespace vrdma::integration;
+
+namespace {
+bool mentions(const TransportChoice& t, const std::string& s) {
+  for (const auto& n : t.notes)
+    if (n.find(s) != std::string::npos) return true;
+  return false;
+}
+TransportFacts rdma_ready() {
+  TransportFacts f;
+  f.rdma_devices = {"mlx5_0"};
+  f.hard_limit_set = true;
+  f.memlock_limit = ~0ULL;
+  f.guest_memory = 1ULL << 30;
+  return f;
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(uri_hosts) {
+  BOOST_TEST(uri_host("qemu+tcp://10.99.9.2/system") == "10.99.9.2");
+  BOOST_TEST(uri_host("qemu+ssh://root@hostb:22/system?keyfile=x") == "hostb");
+  BOOST_TEST(uri_host("tcp://10.0.0.1:49152") == "10.0.0.1");
+  BOOST_TEST(uri_host("rdma://[fe80::1]:4444") == "fe80::1");
+  BOOST_TEST(uri_host("tcp:10.0.0.1:7811") == "10.0.0.1");
+}
+
+BOOST_AUTO_TEST_CASE(no_rdma_device_means_tcp_with_the_reason) {
+  TransportFacts f;
+  auto t = choose_transport("", "10.99.9.2", f);
+  BOOST_TEST(!t.rdma);
+  BOOST_TEST(t.migrate_uri == "tcp://10.99.9.2");
+  BOOST_TEST(mentions(t, "no RDMA device"));
+  auto given = choose_transport("tcp://10.99.9.2:49300", "x", f);
+  BOOST_TEST(given.migrate_uri == "tcp://10.99.9.2:49300");
+}
+
+BOOST_AUTO_TEST_CASE(rdma_is_kept_when_every_check_passes) {
+  auto t = choose_transport("rdma://10.0.0.2:4444", "b", rdma_ready());
+  BOOST_TEST(t.rdma);
+  BOOST_TEST(t.migrate_uri == "rdma://10.0.0.2:4444");
+}
+
+BOOST_AUTO_TEST_CASE(rdma_falls_back_to_tcp_naming_each_failed_check) {
+  TransportFacts here;  // what this machine has: no device, no hard_limit, 8 MiB locked memory, no capability
+  here.memlock_limit = 8ULL << 20;
+  here.guest_memory = 256ULL << 20;
+  auto t = choose_transport("rdma://10.99.9.2:4444", "b", here);
+  BOOST_TEST(!t.rdma);
+  BOOST_TEST(t.migrate_uri == "tcp://10.99.9.2:4444");
+  BOOST_TEST(mentions(t, "no RDMA device"));
+  BOOST_TEST(mentions(t, "hard_limit"));
+  BOOST_TEST(mentions(t, "locked-memory limit is 8.0 MiB"));
+  BOOST_TEST(mentions(t, "CAP_SYS_RESOURCE"));
+  BOOST_TEST(mentions(t, "Falling back to TCP"));
+
+  auto no_limit = rdma_ready();
+  no_limit.hard_limit_set = false;
+  auto t2 = choose_transport("rdma://h:1", "b", no_limit);
+  BOOST_TEST(!t2.rdma);
+  BOOST_TEST(mentions(t2, "hard_limit"));
+  BOOST_TEST(!mentions(t2, "no RDMA device"));
+
+  auto low = rdma_ready();
+  low.memlock_limit = 8ULL << 20;
+  BOOST_TEST(!choose_transport("rdma://h:1", "b", low).rdma);
+  low.cap_sys_resource = true;  // libvirt can raise it for QEMU
+  BOOST_TEST(choose_transport("rdma://h:1", "b", low).rdma);
+}
+
+BOOST_AUTO_TEST_CASE(phase_sentences) {
+  BOOST_TEST(phase_sentence("migrated").find("destination") != std::string::npos);
+  BOOST_TEST(phase_sentence("failed").find("keeps running here") != std::string::npos);
+  BOOST_TEST(phase_sentence("bogus").find("unknown") != std::string::npos);
+}
