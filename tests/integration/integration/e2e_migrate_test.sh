@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# End to end through libvirt: a TCG guest (the vhost rig's kernel and initramfs, vrdma.mode=migrate)
+# with a vhost-user-blk disk whose backend the libvirt hook (vrdmactl hook qemu) starts on each host
+# keeps writing and reading back checksummed data while it moves
+#   host a -> host b   with plain `virsh migrate --live --p2p`
+#   host b -> host a   with `vrdmactl migrate`, asking for rdma:// (this machine has no RDMA
+#                      device, so the pre-flight falls back to TCP and must say why)
+# After each move the domain runs on the other host only; at the end the host writes the stop
+# marker and the guest must report RESULT OK (every read-back matched). Downtimes are printed.
+# Usage: e2e_migrate_test.sh VRDMACTL VHOST_BLK_BACKEND
+set -uo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+SRC=$(cd "$HERE/../../.." && pwd)
+[ "$#" = 2 ] || { echo "usage: $0 VRDMACTL VHOST_BLK_BACKEND" >&2; exit 2; }
+export VRDMACTL=$1 BLK=$2
+skip() { echo "e2e_migrate: SKIP: $*" >&2; exit 77; }
+[ "$(id -u)" -eq 0 ] || skip "needs root"
+for t in libvirtd virsh qemu-system-x86_64; do
+  command -v $t >/dev/null || skip "$t is not installed (scripts/setup.sh installs libvirt and QEMU)"
+done
+G=$("$SRC/tests/conformance/vhost/make_guest.sh") || skip "the guest kernel/initramfs cannot be built (make_guest.sh: status $?)"
+eval "$G"  # KERNEL=... INITRD=...
+
+export W=$(mktemp -d /tmp/lv9e2e.XXXXXX)
+cleanup() { rm -rf "$W"; }
+trap cleanup EXIT
+cat > "$W/hook" <<H
+#!/bin/sh
+VRDMA_BLK_BACKEND=$BLK VRDMA_HOOK_LOG=$W/hook.log exec $VRDMACTL hook qemu "\$@"
+H
+chmod 755 "$W/hook"
+export LV_HOOK=$W/hook KERNEL INITRD
+
+inner() {
+  set -u
+  fail() {
+    echo "FAIL: $*" >&2
+    echo "--- hook log"; cat "$W/hook.log" 2>/dev/null
+    echo "--- console"; tail -20 "$W/console.log" 2>/dev/null
+    for h in a b; do d=LV_${h^^}_DIR; echo "--- qemu log on $h"; tail -15 "${!d}/var/log/libvirt/qemu/lv9g1.log" 2>/dev/null; done
+    for f in "$W"/*.log; do case $f in *hook.log|*console.log) ;; *) echo "--- $f"; tail -5 "$f";; esac; done
+    exit 1
+  } >&2
+  A="virsh -q -c $LV_A_URI" B="virsh -q -c $LV_B_URI"
+  cat > "$W/dom.xml" <<X
+<domain type='qemu'>
+  <name>lv9g1</name>
+  <memory unit='MiB'>256</memory>
+  <vcpu>1</vcpu>
+  <metadata>
+    <vrdma:device xmlns:vrdma='https://vrdma.dev/xmlns/1' backend='vhost-user-blk' socket='$W/g1.sock' disk='$W/disk.img'/>
+  </metadata>
+  <memoryBacking><source type='memfd'/><access mode='shared'/></memoryBacking>
+  <os><type arch='x86_64' machine='pc'>hvm</type><kernel>$KERNEL</kernel><initrd>$INITRD</initrd>
+    <cmdline>console=ttyS0 quiet panic=-1 vrdma.mode=migrate</cmdline></os>
+  <features><acpi/></features>
+  <on_crash>destroy</on_crash>
+  <devices>
+    <emulator>/usr/bin/qemu-system-x86_64</emulator>
+    <disk type='vhostuser' device='disk'>
+      <driver name='qemu' type='raw'/>
+      <source type='unix' path='$W/g1.sock'><reconnect enabled='yes' timeout='2'/></source>
+      <target dev='vda' bus='virtio'/>
+    </disk>
+    <serial type='file'><source path='$W/console.log' append='on'/></serial>
+    <controller type='usb' model='none'/>
+    <memballoon model='none'/>
+  </devices>
+</domain>
+X
+  $A create "$W/dom.xml" >/dev/null || fail "host a cannot start the guest"
+  for i in $(seq 600); do grep -q "loop started" "$W/console.log" 2>/dev/null && break; sleep 0.1; done
+  grep -q "loop started" "$W/console.log" || fail "the guest did not start its I/O loop within 60 s"
+  grep -q "lv9-a lv9g1 prepare begin: started backend on $W/g1.sock" "$W/hook.log" ||
+    fail "the hook did not start the backend on host a"
+  sleep 2
+
+  # 1. a -> b, plain virsh.
+  t0=$(date +%s%N)
+  $A migrate --live --p2p lv9g1 "$LV_B_TCP" --migrateuri "tcp://$LV_B_IP" || fail "virsh migrate a -> b failed"
+  t1=$(date +%s%N)
+  [ "$($B domstate lv9g1 2>/dev/null)" = running ] || fail "the guest does not run on host b after virsh migrate"
+  [ -z "$($A list --name)" ] || fail "the guest still shows on host a after virsh migrate"
+  grep -q "lv9-b lv9g1 migrate begin: started vhost-user-blk on $W/lv9g1.lv9-b.sock" "$W/hook.log" ||
+    fail "the hook on host b did not start the incoming backend with a rewritten socket"
+  for i in $(seq 50); do grep -q "lv9-a lv9g1 release end" "$W/hook.log" && break; sleep 0.1; done
+  grep -q "lv9-a lv9g1 release end" "$W/hook.log" || fail "host a's hook did not release the backend"
+  [ ! -e "$W/g1.sock.pid" ] || fail "host a's backend still has a pid file after release"
+  # virsh shows the completed job's figures on the destination.
+  dt=$($B domjobinfo --completed lv9g1 2>/dev/null | awk '/^Total downtime:/ {print $3}')
+  echo "virsh migrate a -> b: $(( (t1 - t0) / 1000000 )) ms wall, downtime ${dt:-unknown} ms"
+  sleep 2
+  iters=$(grep -c "VRDMA-GUEST: iter .* ok" "$W/console.log")
+
+  # 2. b -> a, vrdmactl migrate (rdma:// requested, falls back to TCP with the reasons).
+  out=$("$VRDMACTL" migrate lv9g1 "$LV_A_TCP" --connect "$LV_B_URI" --migrateuri "rdma://$LV_A_IP:49338" --timeout 120 2>&1)
+  rc=$?
+  echo "$out" | sed 's/^/  vrdmactl: /'
+  [ $rc = 0 ] || fail "vrdmactl migrate b -> a failed (status $rc)"
+  echo "$out" | grep -q "RDMA migration is not possible: this host has no RDMA device" ||
+    fail "vrdmactl did not explain the missing RDMA device"
+  echo "$out" | grep -q "hard_limit" || fail "vrdmactl did not mention the missing hard_limit"
+  echo "$out" | grep -q "Falling back to TCP (tcp://$LV_A_IP:49338)" || fail "vrdmactl did not fall back to TCP"
+  echo "$out" | grep -qE "Domain lv9g1 now runs on .* with [0-9]+ ms of downtime" ||
+    fail "vrdmactl did not print the JOB_COMPLETED figures"
+  echo "$out" | grep -qE "remaining|Memory copy pass" || fail "vrdmactl printed no progress"
+  [ "$($A domstate lv9g1 2>/dev/null)" = running ] || fail "the guest does not run on host a after vrdmactl migrate"
+  [ -z "$($B list --name)" ] || fail "the guest still shows on host b after vrdmactl migrate"
+  grep -q "lv9-a lv9g1 migrate begin: started vhost-user-blk on $W/lv9g1.lv9-a.sock" "$W/hook.log" ||
+    fail "the hook on host a did not start the incoming backend"
+  sleep 2
+  iters2=$(grep -c "VRDMA-GUEST: iter .* ok" "$W/console.log")
+  [ "$iters2" -gt "$iters" ] || fail "the guest's I/O loop made no progress after coming back to host a"
+
+  # 3. Stop the guest's loop: every read-back must have matched across both moves.
+  printf 'VRDMA-STOP' | dd of="$W/disk.img" bs=512 seek=120000 conv=notrunc status=none
+  for i in $(seq 600); do grep -q "RESULT" "$W/console.log" && break; sleep 0.1; done
+  grep -q "RESULT OK" "$W/console.log" || fail "the guest did not report RESULT OK: $(grep RESULT "$W/console.log")"
+  echo "guest: $(grep RESULT "$W/console.log" | tail -1 | sed 's/.*VRDMA-GUEST: //')"
+  for i in $(seq 100); do [ -z "$($A list --name)" ] && break; sleep 0.1; done
+  for i in $(seq 50); do [ ! -e "$W/lv9g1.lv9-a.sock.pid" ] && break; sleep 0.1; done
+  [ ! -e "$W/lv9g1.lv9-a.sock.pid" ] || fail "host a's backend was not stopped when the guest ended"
+  echo "hook calls:"; sed 's/^/  /' "$W/hook.log"
+}
+export -f inner
+"$HERE/two_hosts.sh" bash -c inner
