@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# vrdmactl hook qemu and vrdmactl device, on their own (no libvirt): the hook's decisions for
+# vrdmad domains (incoming backend on migrate begin with the XML rewritten, ensure on
+# prepare/start, stop on release, sentences and status 1 on failure) and the device subcommand
+# against a stand-in vrdmad control socket (fake_vrdmad.py).
+set -uo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+V=$1
+command -v python3 >/dev/null || { echo "SKIP: python3 is not installed" >&2; exit 77; }
+W=$(mktemp -d /tmp/lv9hook.XXXXXX)
+cleanup() {
+  local p
+  for p in "$W"/*.pid; do [ -e "$p" ] && kill "$(cat "$p")" 2>/dev/null; done
+  rm -rf "$W"
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+# Running (a zombie counts as gone: the detached backend's new parent may never reap it).
+runs() { [ -r /proc/$1/stat ] && [ "$(sed 's/.*) //' /proc/$1/stat | cut -c1)" != Z ]; }
+export VRDMA_VRDMAD=$HERE/fake_vrdmad.py VRDMA_HOOK_LOG=$W/hook.log
+host=$(hostname -s)
+
+dom() {
+  cat <<X
+<domain type='kvm'><name>g1</name>
+  <metadata><vrdma:device xmlns:vrdma='https://vrdma.dev/xmlns/1' $1/></metadata>
+  <devices><interface type='vhostuser'><source type='unix' path='$W/g1.sock' mode='client'/></interface></devices>
+</domain>
+X
+}
+GOOD="socket='$W/g1.sock' engine='soft:10.0.0.5' mac='52:54:00:00:00:01' announce='eth0' incoming='tcp:10.99.9.2:7811'"
+
+# Not ours: nothing printed (libvirt keeps its XML), status 0; operations we ignore: status 0.
+out=$(echo "<domain><name>x</name></domain>" | "$V" hook qemu x migrate begin -) || fail "plain domain: status $?"
+[ -z "$out" ] || fail "the hook printed XML for a domain without vrdma:device"
+dom "$GOOD" | "$V" hook qemu g1 started begin - || fail "started begin must be a no-op"
+"$V" hook qemu 2>/dev/null; [ $? = 2 ] || fail "a hook call without arguments is a usage error"
+
+# An incomplete element: status 1 and a sentence naming the attribute.
+err=$(dom "socket='$W/g1.sock' incoming='tcp:1.2.3.4:5'" | "$V" hook qemu g1 prepare begin - 2>&1 >/dev/null)
+[ $? = 1 ] || fail "an element without engine must fail the hook"
+echo "$err" | grep -q "vrdma hook: domain g1: .*no engine attribute" || fail "unclear message: $err"
+
+# migrate begin: the destination backend in incoming mode, the XML with this host's socket.
+xml=$(dom "$GOOD" | "$V" hook qemu g1 migrate begin -) || fail "migrate begin failed"
+S=$W/g1.$host.sock
+echo "$xml" | grep -q "path=\"$S\"" || fail "the printed XML does not name $S: $xml"
+echo "$xml" | grep -q "control=\"$W/g1.$host.ctl\"" || fail "the printed XML has no per-host control socket"
+[ -S "$S" ] || fail "the incoming backend does not serve $S"
+grep -q -- "--incoming tcp:10.99.9.2:7811" "$S.args" || fail "the backend is not in incoming mode: $(cat "$S.args")"
+grep -q -- "--engine soft:10.0.0.5 --control $W/g1.$host.ctl --mac 52:54:00:00:00:01 --announce eth0" "$S.args" ||
+  fail "the backend's arguments are wrong: $(cat "$S.args")"
+pid=$(cat "$S.pid")
+"$V" device status --control "$W/g1.$host.ctl" | grep -q "waits for an incoming migration" ||
+  fail "vrdmactl device status does not describe the incoming phase"
+
+# prepare/start with the rewritten XML: the same backend, not a second one.
+echo "$xml" | "$V" hook qemu g1 prepare begin - || fail "prepare begin failed"
+echo "$xml" | "$V" hook qemu g1 start begin - || fail "start begin failed"
+[ "$(cat "$S.pid")" = "$pid" ] || fail "prepare/start started a second backend"
+grep -q "g1 start begin: backend already runs" "$W/hook.log" || fail "the hook log does not say the backend runs"
+
+# release: the backend stops, its sockets and pid file go.
+echo "$xml" | "$V" hook qemu g1 release end - || fail "release end failed"
+! runs $pid || fail "the backend $pid still runs after release"
+[ ! -e "$S" ] && [ ! -e "$S.pid" ] && [ ! -e "$W/g1.$host.ctl" ] || fail "release left sockets or the pid file"
+
+# prepare on a plain start (not a migration): the backend without --incoming.
+dom "$GOOD" | "$V" hook qemu g1 prepare begin - || fail "prepare begin (start) failed"
+! grep -q -- --incoming "$W/g1.sock.args" || fail "a plain start must not make vrdmad a migration destination"
+
+# vrdmactl device migrate: phases as sentences until migrated.
+C=$W/g1.ctl
+out=$("$V" device migrate --control "$C" --to tcp:10.99.9.2:7811 --timeout 10) || fail "device migrate failed: $out"
+echo "$out" | grep -q "vrdmad accepted the migration to tcp:10.99.9.2:7811" || fail "no acceptance line: $out"
+echo "$out" | grep -q "waits for the guest's rings to stop" || fail "the armed phase was not reported: $out"
+echo "$out" | grep -q "The device was migrated" || fail "the migrated phase was not reported: $out"
+"$V" device status --control "$C" | grep -q "The device was migrated" || fail "device status after migration"
+dom "$GOOD" | "$V" hook qemu g1 release end - || fail "release end failed"
+
+# A backend that exits at start: status 1 and its own words.
+err=$(dom "$GOOD" | FAKE_MODE=die "$V" hook qemu g1 prepare begin - 2>&1)
+[ $? = 1 ] || fail "a backend that exits at start must fail the hook"
+echo "$err" | grep -q "cannot start the vrdmad backend for domain g1.*no such address" || fail "unclear message: $err"
+err=$(dom "$GOOD" | VRDMA_VRDMAD=/nonexistent "$V" hook qemu g1 prepare begin - 2>&1)
+[ $? = 1 ] && echo "$err" | grep -q "/nonexistent is not there" || fail "a missing backend program: $err"
+
+# device migrate: refusal, failure and timeout are status 1 with a sentence.
+for m in refuse fail stuck; do
+  dom "$GOOD" | FAKE_MODE=$m "$V" hook qemu g1 prepare begin - || fail "prepare ($m) failed"
+  err=$("$V" device migrate --control "$C" --to tcp:10.99.9.2:7811 --timeout 2 2>&1)
+  [ $? = 1 ] || fail "device migrate ($m) must fail"
+  case $m in
+    refuse) echo "$err" | grep -q "vrdmad refused the migration to tcp:10.99.9.2:7811: the destination refused" ;;
+    fail) echo "$err" | grep -q "failed: the destination closed the connection before LOADED" ;;
+    stuck) echo "$err" | grep -q "did not finish within 2 s (phase armed)" ;;
+  esac || fail "unclear message for $m: $err"
+  dom "$GOOD" | "$V" hook qemu g1 release end - || fail "release ($m) failed"
+done
+err=$("$V" device status --control "$W/none.ctl" 2>&1)
+[ $? = 1 ] && echo "$err" | grep -q "connecting to vrdmad's control socket $W/none.ctl" ||
+  fail "device status on a missing socket: $err"
+echo "hook and device subcommands ok"
