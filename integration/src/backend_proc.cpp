@@ -121,7 +121,11 @@ Result<int> spawn_detached(const std::vector<std::string>& argv, const std::stri
 
 BackendPrograms BackendPrograms::from_environment() {
   const auto dir = self_dir();
-  return {env_or("VRDMA_VRDMAD", dir + "/vrdmad"), env_or("VRDMA_BLK_BACKEND", dir + "/vhost_blk_backend")};
+  // In a build tree vrdmad sits next to vrdmactl's folder (vhost/); installed, in ../sbin.
+  std::string vrdmad = dir + "/../sbin/vrdmad";
+  for (const auto& c : {dir + "/vrdmad", dir + "/../vhost/vrdmad"})
+    if (::access(c.c_str(), X_OK) == 0) vrdmad = c;
+  return {env_or("VRDMA_VRDMAD", vrdmad), env_or("VRDMA_BLK_BACKEND", dir + "/vhost_blk_backend")};
 }
 
 int backend_pid(const DeviceMeta& m) {

@@ -12,7 +12,7 @@
 namespace vrdma::integration {
 
 struct BackendPrograms {
-  std::string vrdmad;          // $VRDMA_VRDMAD, else vrdmad next to this executable
+  std::string vrdmad;          // $VRDMA_VRDMAD, else vrdmad next to this executable or in ../sbin
   std::string vhost_user_blk;  // $VRDMA_BLK_BACKEND, else vhost_blk_backend next to this executable
   static BackendPrograms from_environment();
 };
