@@ -13,7 +13,9 @@ namespace vrdma::vhost {
 
 BackendSession::Reply BackendSession::get_config(Message& m) {
   const auto c = m.get<ConfigHeader>();
-  const auto cfg = dev_.config();
+  auto cfg = dev_.config();
+  // A frontend reading less than the whole config from its start is a carrier's (docs/virtio-rdma.md).
+  if (c.offset == 0 && c.size < cfg.size() && !info_.compact_config.empty()) cfg = info_.compact_config;
   Message r = make_reply(m);
   r.set(c);
   std::array<std::uint8_t, kMaxConfigSize> window{};

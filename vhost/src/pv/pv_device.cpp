@@ -92,18 +92,40 @@ class PvDevice final : public Device {
   Status init() {
     auto cfg = t_->read_config(0, sizeof(vd::Config));
     if (!cfg) return std::move(cfg).error();
-    if (cfg->size() < sizeof(vd::Config))
-      return make_error(Errc::protocol_error, "the device's config space is too short for a virtio RDMA device");
-    std::memcpy(&cfg_, cfg->data(), sizeof cfg_);
+    // Behind a carrier (QEMU's vhost-user-blk) the config space is a blk-sized window with our
+    // signature at offset 8; the whole Config then comes from QUERY_CONFIG (docs/virtio-rdma.md).
+    bool carrier = false;
+    std::uint32_t sig0 = 0;
+    if (cfg->size() >= sizeof sig0) std::memcpy(&sig0, cfg->data(), sizeof sig0);
+    if (sig0 != vd::kSignature && cfg->size() >= sizeof(vd::CarrierConfig)) {
+      vd::CarrierConfig w;
+      std::memcpy(&w, cfg->data(), sizeof w);
+      if (w.signature != vd::kSignature || w.blk_capacity != 0)
+        return make_error(Errc::no_device, fmt::format("{} is not a virtio RDMA device (config signature {:#x}, carrier "
+                                                       "signature {:#x})", name_, sig0, w.signature));
+      if (w.config_size < sizeof(vd::Config))
+        return make_error(Errc::protocol_error, fmt::format("{}: the carrier window announces a {}-byte config; a virtio "
+                                                            "RDMA config has {}", name_, w.config_size, sizeof(vd::Config)));
+      carrier = true;
+    } else {
+      if (cfg->size() < sizeof(vd::Config))
+        return make_error(Errc::protocol_error, "the device's config space is too short for a virtio RDMA device");
+      std::memcpy(&cfg_, cfg->data(), sizeof cfg_);
+    }
+    auto req = t_->alloc_dma(4096);
+    if (!req) return std::move(req).error();
+    cmd_ = Dma(t_.get(), *req);
+    if (carrier) {
+      auto full = command(vd::Cmd::query_config, nullptr, 0, sizeof(vd::Config));
+      if (!full) return std::move(full).error();
+      std::memcpy(&cfg_, full->data(), sizeof cfg_);
+    }
     if (cfg_.signature != vd::kSignature)
       return make_error(Errc::no_device, fmt::format("{} is not a virtio RDMA device (config signature {:#x})", name_,
                                                      cfg_.signature));
     if (cfg_.version != vd::kVersion)
       return make_error(Errc::not_supported, fmt::format("{} speaks virtio RDMA version {}; this driver speaks {}", name_,
                                                          cfg_.version, vd::kVersion));
-    auto req = t_->alloc_dma(4096);
-    if (!req) return std::move(req).error();
-    cmd_ = Dma(t_.get(), *req);
     auto db = t_->alloc_dma(256 * sizeof(vd::Doorbell));
     if (!db) return std::move(db).error();
     db_ = Dma(t_.get(), *db);

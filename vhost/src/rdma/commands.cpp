@@ -461,6 +461,12 @@ std::vector<std::uint8_t> RdmaDevice::Impl::execute(const GuestView& g, std::spa
         srqs.erase(it);
         return std::vector<std::uint8_t>{};
       }
+      case vd::Cmd::query_config: {
+        const vd::Config c = config_space();
+        std::vector<std::uint8_t> out(sizeof c);
+        std::memcpy(out.data(), &c, sizeof c);
+        return out;
+      }
       case vd::Cmd::count_:
         break;
     }

@@ -24,18 +24,29 @@ DeviceInfo RdmaDevice::info() const {
   DeviceInfo i;
   i.num_queues = vd::kNumQueues;
   i.max_queue_size = 1024;
+  // Behind QEMU's vhost-user-blk the frontend reads a blk-sized window: describe the device there.
+  const auto w = vd::carrier_config(impl_->config_space());
+  i.compact_config.resize(sizeof w);
+  std::memcpy(i.compact_config.data(), &w, sizeof w);
   return i;
 }
 
 std::vector<std::uint8_t> RdmaDevice::config() const {
+  const vd::Config c = impl_->config_space();
+  std::vector<std::uint8_t> out(sizeof c);
+  std::memcpy(out.data(), &c, sizeof c);
+  return out;
+}
+
+vd::Config RdmaDevice::Impl::config_space() const {
   vd::Config c{};
   c.signature = vd::kSignature;
   c.version = vd::kVersion;
   c.num_queues = vd::kNumQueues;
-  const auto& lim = impl_->opts.limits;
-  auto attr = impl_->engine->query_device();
-  auto port = impl_->engine->query_port(1);
-  auto gid = impl_->engine->query_gid(0, 1);
+  const auto& lim = opts.limits;
+  auto attr = engine->query_device();
+  auto port = engine->query_port(1);
+  auto gid = engine->query_gid(0, 1);
   c.features = vd::kFeatureUd | vd::kFeatureSrq | vd::kFeatureMigration;
   if (attr && attr->atomic_cap != nicdrv::AtomicCap::none) c.features |= vd::kFeatureAtomic;
   auto cap = [](std::uint32_t mine, std::uint32_t eng) { return eng != 0 ? std::min(mine, eng) : mine; };
@@ -52,14 +63,12 @@ std::vector<std::uint8_t> RdmaDevice::config() const {
   c.max_mr_pages = lim.max_mr_pages;
   c.max_qp_rd_atom = attr ? attr->max_qp_rd_atom : 0;
   c.max_registered_bytes = lim.max_registered_bytes;
-  std::memcpy(c.mac, impl_->opts.mac, sizeof c.mac);
+  std::memcpy(c.mac, opts.mac, sizeof c.mac);
   c.port_state = port ? static_cast<std::uint8_t>(port->state) : 1;
   c.active_mtu = port ? static_cast<std::uint8_t>(port->active_mtu) : 3;
   if (gid) std::memcpy(c.gid, gid->gid.raw.data(), sizeof c.gid);
   c.transport = attr ? static_cast<std::uint32_t>(attr->transport) : 3;
-  std::vector<std::uint8_t> out(sizeof c);
-  std::memcpy(out.data(), &c, sizeof c);
-  return out;
+  return c;
 }
 
 void RdmaDevice::attach(DeviceHost* host) {

@@ -148,6 +148,8 @@ struct RdmaDevice::Impl {
 
   // state.cpp (device state for migration)
   Result<std::vector<std::uint8_t>> save_state();
+  // The device's config space (virtio_rdma.hpp Config): GET_CONFIG and QUERY_CONFIG.
+  [[nodiscard]] vd::Config config_space() const;
   Status load_state(std::span<const std::uint8_t> blob);
 
   std::uint32_t new_handle() {

@@ -42,6 +42,10 @@ struct DeviceInfo {
   std::uint16_t num_queues = 1;
   std::uint16_t max_queue_size = 1024;
   VirtioFeatures features;  // device-specific bits; ring and transport bits are added by the backend
+  // What a GET_CONFIG at offset 0 reading fewer bytes than config() holds gets instead of
+  // config() (empty: config() as usual). A device riding another device type's frontend (QEMU's
+  // vhost-user-blk reads only a blk-sized config) describes itself in that smaller window.
+  std::vector<std::uint8_t> compact_config;
 };
 
 // What the backend offers a device outside its queue callbacks (loop thread only): the

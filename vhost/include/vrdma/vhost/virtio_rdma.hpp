@@ -49,6 +49,35 @@ inline constexpr std::uint64_t kFeatureSrq = 1u << 1;
 inline constexpr std::uint64_t kFeatureAtomic = 1u << 2;
 inline constexpr std::uint64_t kFeatureMigration = 1u << 3;
 
+// ---- Carrier window (docs/virtio-rdma.md "Riding vhost-user-blk") ---------------------------
+// Stock QEMU has no vhost-user RDMA device, so the device rides vhost-user-blk-pci. That
+// frontend reads only a blk-sized config (GET_CONFIG of 36..60 bytes at offset 0 in QEMU 7.2),
+// shows it to the guest as a virtio_blk_config, overwrites bytes 34..35 (blk num_queues) with
+// its own queue count, and masks the virtio feature word to the blk feature list. A GET_CONFIG
+// at offset 0 shorter than Config therefore gets this layout instead: blk capacity 0 (virtio_blk
+// sees an empty disk and does no I/O), our signature at offset 8, and the device features the
+// carrier masks. The driver reads the whole Config with QUERY_CONFIG on the control queue.
+struct CarrierConfig {
+  std::uint64_t blk_capacity;  // 0
+  std::uint32_t signature;     // kSignature
+  std::uint16_t version;       // kVersion
+  std::uint16_t num_queues;    // kNumQueues
+  std::uint64_t features;      // Config::features
+  std::uint32_t config_size;   // sizeof(Config): what QUERY_CONFIG returns
+  std::uint32_t reserved;
+};
+static_assert(sizeof(CarrierConfig) == 32);
+inline constexpr std::uint32_t kCarrierSignatureOffset = 8;
+// Bytes the carrier owns in its window (virtio_blk_config.num_queues): never ours.
+inline constexpr std::uint32_t kCarrierBlkNumQueuesOffset = 34;
+static_assert(sizeof(CarrierConfig) <= kCarrierBlkNumQueuesOffset);
+// virtio_blk_config's size up to num_queues: the smallest window QEMU's vhost-user-blk reads.
+inline constexpr std::uint32_t kCarrierMinWindow = 36;
+// The carrier window describing the device whose full config space is `c`.
+constexpr CarrierConfig carrier_config(const Config& c) {
+  return CarrierConfig{0, c.signature, c.version, c.num_queues, c.features, sizeof(Config), 0};
+}
+
 // ---- Control queue: one chain = readable request, writable response ---------------------------
 enum class Cmd : std::uint32_t {
   query_device = 1,
@@ -68,6 +97,7 @@ enum class Cmd : std::uint32_t {
   destroy_ah = 15,
   create_srq = 16,
   destroy_srq = 17,
+  query_config = 18,  // response: Config (the whole config space, for drivers behind a carrier)
   count_
 };
 std::string_view cmd_name(std::uint32_t cmd) noexcept;
