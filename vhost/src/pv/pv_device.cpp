@@ -989,10 +989,12 @@ Status migrate(nicdrv::Device& dev, const std::string& socket, std::chrono::mill
 
 Result<std::shared_ptr<nicdrv::Device>> open(std::string_view spec, const nicdrv::DeviceOptions& o) {
   if (spec.empty())
-    return make_error(Errc::invalid_argument, "a pv device name is pv:<vrdmad socket path>[?ram_mib=N]");
-  std::uint64_t mib = 256;
+    return make_error(Errc::invalid_argument,
+                      "a pv device name is pv:<vrdmad socket path>[?ram_mib=N] or pv:pci:<PCI address|auto>[?ram_mib=N]");
+  const bool pci = spec.starts_with("pci:");
+  std::uint64_t mib = pci ? 64 : 256;
   if (auto v = o.get("ram_mib"); !v.empty()) mib = std::strtoull(std::string(v).c_str(), nullptr, 10);
-  auto t = connect_vhost_user(std::string(spec), mib);
+  auto t = pci ? connect_pci(std::string(spec.substr(4)), mib) : connect_vhost_user(std::string(spec), mib);
   if (!t) return std::move(t).error();
   return open(std::move(*t), "pv:" + std::string(spec));
 }

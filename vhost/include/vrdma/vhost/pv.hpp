@@ -1,10 +1,11 @@
 // libpvverbs: the driver side of the virtio RDMA device (docs/virtio-rdma.md), exposed as the
-// `pv` provider of the nicdrv API ("pv:<vhost-user socket>[?ram_mib=N]"), so everything written
+// `pv` provider of the nicdrv API ("pv:<vhost-user socket>[?ram_mib=N]", or inside a VM
+// "pv:pci:<address|auto>[?ram_mib=N]"), so everything written
 // against nicdrv (vrdma-perf, the provider conformance suite) runs over it unchanged.
 //
 // Transport: how the driver reaches the device is behind PvTransport. Here the driver is itself
 // the vhost-user frontend (memfd guest RAM, eventfds), as DPDK's virtio-user is for containers;
-// the VM transport (virtio-pci from user space inside a guest) implements the same interface.
+// inside a VM, connect_pci() drives the virtio-pci function from user space.
 //
 // Memory: the device can only reach the transport's DMA memory, so buffers to register must
 // come from Device::alloc_buffer(); reg_mr() of any other address fails with a sentence.
@@ -88,6 +89,14 @@ class PvTransport {
 // The vhost-user transport: connects to vrdmad at `socket` with `ram_mib` MiB of memfd RAM.
 Result<std::unique_ptr<PvTransport>> connect_vhost_user(const std::string& socket, std::uint64_t ram_mib,
                                                         int timeout_ms = 5000);
+
+// The virtio-pci transport, inside a VM (docs/virtio-rdma.md "Inside a VM"): drives the PCI
+// function at `pci_address` ("0000:00:04.0", or "auto": the first virtio function bound to
+// uio_pci_generic) from user space: BARs mapped through sysfs, the modern virtio-pci interface,
+// INTx through /dev/uioN, and `ram_mib` MiB of DMA memory from 2 MiB hugepages whose
+// guest-physical addresses come from /proc/self/pagemap. Needs root, the function bound to
+// uio_pci_generic (pvverbs-bind does it) and free hugepages (vm.nr_hugepages).
+Result<std::unique_ptr<PvTransport>> connect_pci(const std::string& pci_address, std::uint64_t ram_mib);
 
 // Opens a pv device over a transport (the nicdrv provider does this for "pv:<socket>").
 Result<std::shared_ptr<nicdrv::Device>> open(std::unique_ptr<PvTransport> t, std::string name);

@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# Paravirtual verbs inside a real QEMU 7.2 VM with no guest kernel module (docs/virtio-rdma.md
+# "Inside a VM"): vrdmad (soft engine) serves the device over vhost-user to QEMU's own
+# vhost-user-blk-pci, the carrier; in the guest (Debian kernel, busybox initramfs, TCG),
+# pvverbs-bind takes the function from virtio_blk and gives it to uio_pci_generic, and
+# vrdma-perf over pv:pci:auto (libpvverbs' virtio-pci transport, hugepage DMA memory) moves
+# data to a vrdma-perf on the soft engine at another address of the namespace, data checked
+# (--verify) on both sides. Every guest command runs under `timeout`.
+#   vm_test.sh VRDMA_PERF VRDMAD PVVERBS_BIND     exits 77 (skip) without root, QEMU or the guest
+#   KEEP_WORK=1 keeps the logs.
+set -euo pipefail
+PERF=$(readlink -f "$1"); VRDMAD=$(readlink -f "$2"); BIND=$(readlink -f "$3")
+HERE=$(cd "$(dirname "$0")" && pwd)
+skip() { echo "SKIP: $*"; exit 77; }
+[ "$(id -u)" -eq 0 ] && ip netns list >/dev/null 2>&1 || skip "needs root to create network namespaces"
+command -v qemu-system-x86_64 >/dev/null || skip "qemu-system-x86_64 is not installed (apt-get install qemu-system-x86)"
+rc=0; out=$("$HERE/make_guest.sh" "$PERF" "$BIND" 2>&1) || rc=$?
+if [ $rc -eq 3 ]; then skip "guest unavailable: $out"; elif [ $rc -ne 0 ]; then echo "$out"; exit 1; fi
+KERNEL=$(echo "$out" | sed -n 's/.*KERNEL=\([^ ]*\).*/\1/p')
+INITRD=$(echo "$out" | sed -n 's/.*INITRD=\([^ ]*\).*/\1/p')
+
+T0=$(date +%s.%N)
+NS=vm7$$
+BRIDGE=10.77.7.1 GUEST=10.77.7.2 PEER=10.77.7.3 DEVIP=10.77.7.12
+work=$(mktemp -d)
+qemu_pid="" cat_pid="" vrdmad_pid=""
+cleanup() {
+  exec 3>&- 2>/dev/null || true
+  for p in $qemu_pid $cat_pid $vrdmad_pid; do kill "$p" 2>/dev/null || true; done
+  ip netns pids "$NS" 2>/dev/null | xargs -r kill 2>/dev/null || true
+  ip netns del "$NS" 2>/dev/null || true
+  if [ -n "${KEEP_WORK:-}" ]; then echo "work dir kept: $work"; else rm -rf "$work"; fi
+}
+trap cleanup EXIT
+
+# One "host": a bridge holding the tap of the guest's virtio-net (TCP for vrdma-perf's
+# exchange), the guest device's RDMA address (vrdmad's soft engine) and the peer's address.
+ip netns add "$NS"
+ip -n "$NS" link set lo up
+ip -n "$NS" link add br0 type bridge
+ip -n "$NS" addr add $BRIDGE/24 dev br0
+ip -n "$NS" addr add $PEER/24 dev br0
+ip -n "$NS" addr add $DEVIP/24 dev br0
+ip -n "$NS" tuntap add tap0 mode tap
+ip -n "$NS" link set tap0 master br0 up
+ip -n "$NS" link set br0 up
+
+ip netns exec "$NS" "$VRDMAD" --socket "$work/vrdma.sock" --engine soft:$DEVIP --control "$work/vrdma.ctl" \
+  >"$work/vrdmad.log" 2>&1 &
+vrdmad_pid=$!
+for _ in $(seq 100); do [ -S "$work/vrdma.sock" ] && break; sleep 0.05; done
+[ -S "$work/vrdma.sock" ] || { echo "FAIL: vrdmad did not start"; cat "$work/vrdmad.log"; exit 1; }
+
+mkfifo "$work/con.in" "$work/con.out"
+cat "$work/con.out" > "$work/serial.log" &
+cat_pid=$!
+ip netns exec "$NS" qemu-system-x86_64 -accel tcg -cpu max -m 1G -smp 1 -display none -monitor none -no-reboot \
+  -object memory-backend-memfd,id=mem,size=1G,share=on -numa node,memdev=mem \
+  -kernel "$KERNEL" -initrd "$INITRD" -append "console=ttyS0 quiet panic=-1" \
+  -chardev pipe,id=con,path="$work/con" -serial chardev:con \
+  -chardev socket,id=vr,path="$work/vrdma.sock" -device vhost-user-blk-pci,chardev=vr,num-queues=3,queue-size=256 \
+  -netdev tap,id=n0,ifname=tap0,script=no,downscript=no -device virtio-net-pci,netdev=n0,mac=52:54:00:77:07:02 \
+  >"$work/qemu.log" 2>&1 &
+qemu_pid=$!
+exec 3>"$work/con.in"
+
+wait_serial() {  # a line matching $1 in the serial log within $2 seconds
+  local pat=$1 secs=$2 i
+  for ((i = 0; i < secs * 10; i++)); do
+    grep -q -- "$pat" "$work/serial.log" 2>/dev/null && return 0
+    kill -0 "$qemu_pid" 2>/dev/null || { echo "QEMU exited:"; cat "$work/qemu.log"; return 1; }
+    sleep 0.1
+  done
+  return 1
+}
+failed=0
+fail() { echo "FAIL: $*"; failed=$((failed + 1)); }
+wait_serial "VRDMA-GUEST-READY" 120 || { echo "FAIL: the guest did not come up"; tail -30 "$work/serial.log"; cat "$work/qemu.log"; exit 1; }
+boot=$(echo "$(date +%s.%N) - $T0" | bc)
+echo "guest ready after ${boot} s wall: $(grep -a "VRDMA-GUEST-READY" "$work/serial.log" | tr -d '\r')"
+
+step=0
+guest() {  # guest SECONDS OUTFILE COMMAND: runs COMMAND under timeout, output in OUTFILE, returns its status
+  local secs=$1 f=$2; shift 2
+  step=$((step + 1))
+  echo "STEP $step timeout $secs $*" >&3
+  wait_serial "=== END $step rc=" $((secs + 15)) || { echo "(guest step $step timed out)" > "$f"; return 124; }
+  tr -d '\r' < "$work/serial.log" | sed -n "/^=== BEGIN $step\$/,/^=== END $step rc=/p" > "$f"
+  local rc
+  rc=$(sed -n "s/^=== END $step rc=\([0-9]*\).*/\1/p" "$f")
+  return "${rc:-1}"
+}
+
+# 1. The carrier function: virtio_blk took it at boot (an empty disk); pvverbs-bind finds it by
+#    its signature, moves it to uio_pci_generic and prints its address.
+guest 30 "$work/list.out" "pvverbs-bind --list; ls /sys/block" || true
+cat "$work/list.out"
+grep -q " carrier driver=virtio-pci virtio=virtio_blk" "$work/list.out" ||
+  fail "pvverbs-bind --list does not show the carrier function under virtio-pci with virtio_blk on top"
+grep -q "^vd" "$work/list.out" || fail "virtio_blk made no disk of the carrier (the guest kernel did not take it as a blk device)"
+guest 30 "$work/bind.out" pvverbs-bind || fail "pvverbs-bind failed: $(cat "$work/bind.out")"
+ADDR=$(grep -oE '^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$' "$work/bind.out" | head -1 || true)
+[ -n "$ADDR" ] || fail "pvverbs-bind printed no PCI address"
+guest 10 "$work/drv.out" "readlink /sys/bus/pci/devices/$ADDR/driver; cat /sys/bus/pci/devices/$ADDR/driver_override; ls /sys/block" || true
+grep -q "uio_pci_generic$" "$work/drv.out" || fail "$ADDR is not bound to uio_pci_generic: $(cat "$work/drv.out")"
+grep -q "^vd" "$work/drv.out" && fail "virtio_blk still has a disk on the carrier after pvverbs-bind: $(cat "$work/drv.out")"
+echo "bound $ADDR: $(grep -v '===' "$work/drv.out" | tr '\n' ' ')"
+
+# 2. vrdma-perf over pv in the guest against vrdma-perf on the soft engine at $PEER; the peer
+#    serves, the guest connects; --verify compares CRC-32s of the moved bytes on both sides.
+run_case() {  # name, guest-secs, vrdma-perf args
+  local name=$1 secs=$2 args=$3 port=$((18600 + step)) hp ok=0
+  # shellcheck disable=SC2086
+  timeout $((secs + 20)) ip netns exec "$NS" "$PERF" -d soft:$PEER -p $port $args --verify --json \
+    >"$work/$name.host" 2>&1 &
+  hp=$!
+  sleep 0.3
+  if ! guest "$secs" "$work/$name.guest" vrdma-perf -d "pv:pci:$ADDR?ram_mib=64" -c $PEER -p $port $args --verify --json; then
+    ok=1
+  fi
+  wait $hp || ok=1
+  local line
+  line=$(grep -o '{.*}' "$work/$name.guest" | tail -1 || true)
+  if [ $ok -eq 0 ] && echo "$line" | grep -q '"verified":true' && echo "$line" | grep -q '"device":"pv:pci:'; then
+    echo "ok   $name: $line"
+  else
+    fail "$name"; echo "--- guest:"; cat "$work/$name.guest"; echo "--- host:"; cat "$work/$name.host"
+  fi
+}
+run_case write_bw_64k 90 "-t write_bw -s 65536 -n 400 -q 16"
+run_case send_bw_4k 60 "-t send_bw -s 4096 -n 400 -q 16"
+run_case read_bw_64k 60 "-t read_bw -s 65536 -n 200 -q 8"
+run_case send_lat_64 60 "-t send_lat -s 64 -n 300"
+
+# 3. vrdmad saw a guest through the carrier: QEMU's frontend, our commands and doorbells.
+stats=$(timeout 5 python3 -c 'import socket,sys
+s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); s.sendall(b"{\"cmd\":\"status\"}\n")
+print(s.makefile().readline().strip())' "$work/vrdma.ctl" 2>/dev/null || true)
+echo "vrdmad: $stats" | cut -c1-400
+if [ -n "$stats" ]; then echo "$stats" | grep -q '"connected":true' || fail "vrdmad reports no frontend"; fi
+
+echo QUIT >&3
+for _ in $(seq 100); do kill -0 "$qemu_pid" 2>/dev/null || break; sleep 0.1; done
+echo "vm conformance: $failed failed, $(echo "$(date +%s.%N) - $T0" | bc) s"
+[ $failed -eq 0 ]
