@@ -5,25 +5,27 @@
 
 #include <atomic>
 
+#include "vrdma/common/log.hpp"
+
 #include "ring_layout.hpp"
 
 namespace vrdma::vhost {
 namespace {
 
 template <class T>
-T* at(GuestRam* r, std::uint64_t gpa) {
+T* at(DriverMemory* r, std::uint64_t gpa) {
   return reinterpret_cast<T*>(r->host(gpa, sizeof(T)));
 }
-std::uint16_t load_acq(GuestRam* r, std::uint64_t gpa) {
+std::uint16_t load_acq(DriverMemory* r, std::uint64_t gpa) {
   return std::atomic_ref<std::uint16_t>(*at<std::uint16_t>(r, gpa)).load(std::memory_order_acquire);
 }
-void store_rel(GuestRam* r, std::uint64_t gpa, std::uint16_t v) {
+void store_rel(DriverMemory* r, std::uint64_t gpa, std::uint16_t v) {
   std::atomic_ref<std::uint16_t>(*at<std::uint16_t>(r, gpa)).store(v, std::memory_order_release);
 }
 
 }  // namespace
 
-Result<DriverQueue> DriverQueue::create(GuestRam& ram, std::uint16_t size, bool packed, bool event_idx) {
+Result<DriverQueue> DriverQueue::create(DriverMemory& ram, std::uint16_t size, bool packed, bool event_idx) {
   if (size == 0 || size > kMaxQueueSize || (!packed && (size & (size - 1)) != 0))
     return make_error(Errc::invalid_argument, fmt::format("queue size {} is invalid", size));
   DriverQueue q;
@@ -172,22 +174,31 @@ bool DriverQueue::needs_kick() {
   return (load_acq(ram_, device_) & kUsedNoNotify) == 0;
 }
 
-std::optional<UsedBuf> DriverQueue::get_used() { return packed_ ? used_packed() : used_split(); }
+std::optional<UsedBuf> DriverQueue::get_used() {
+  if (broken_) return std::nullopt;
+  return packed_ ? used_packed() : used_split();
+}
 
 std::optional<UsedBuf> DriverQueue::used_split() {
   const std::uint16_t used = load_acq(ram_, device_ + kUsedIdx);
   if (used == last_used_) return std::nullopt;
   const UsedElem e = *at<UsedElem>(ram_, device_ + kUsedRing + (std::uint64_t{last_used_} % size_) * 8);
+  if (e.id >= size_ || chain_len_[e.id] == 0) {
+    log::error("virtqueue: the device returned buffer id {} which it does not own; the queue stops", e.id);
+    broken_ = true;
+    return std::nullopt;
+  }
   ++last_used_;
   if (event_idx_) store_rel(ram_, driver_ + kAvailRing + std::uint64_t{size_} * 2, last_used_);
-  const auto id = static_cast<std::uint16_t>(e.id % size_);
+  const auto id = static_cast<std::uint16_t>(e.id);
   // Return the chain's descriptors to the free list.
   std::uint16_t tail = id;
   for (std::uint16_t k = 1; k < chain_len_[id]; ++k) tail = at<SplitDesc>(ram_, desc_ + std::uint64_t{tail} * 16)->next;
   at<SplitDesc>(ram_, desc_ + std::uint64_t{tail} * 16)->next = free_head_;
   free_head_ = id;
   free_ = static_cast<std::uint16_t>(free_ + chain_len_[id]);
-  return UsedBuf{static_cast<std::uint16_t>(e.id), e.len};
+  chain_len_[id] = 0;
+  return UsedBuf{id, e.len};
 }
 
 std::optional<UsedBuf> DriverQueue::used_packed() {
@@ -198,7 +209,11 @@ std::optional<UsedBuf> DriverQueue::used_packed() {
   const auto* pd = at<PackedDesc>(ram_, d);
   const std::uint16_t id = pd->id;
   const std::uint32_t len = pd->len;
-  if (id >= size_ || chain_len_[id] == 0) return std::nullopt;  // device bug; caller times out
+  if (id >= size_ || chain_len_[id] == 0) {
+    log::error("virtqueue: the device returned buffer id {} which it does not own; the queue stops", id);
+    broken_ = true;
+    return std::nullopt;
+  }
   next_used_ = static_cast<std::uint16_t>(next_used_ + chain_len_[id]);
   if (next_used_ >= size_) {
     next_used_ = static_cast<std::uint16_t>(next_used_ - size_);

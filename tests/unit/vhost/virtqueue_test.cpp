@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "vrdma/vhost/driver_queue.hpp"
+#include "vrdma/vhost/guest_ram.hpp"
 #include "vrdma/vhost/virtqueue.hpp"
 
 using namespace vrdma;
@@ -265,4 +266,36 @@ BOOST_AUTO_TEST_CASE(packed_event_suppression) {
   auto c3 = ring->pop(r.view).value();
   BOOST_REQUIRE(ring->push(r.view, *c3, 0).ok());
   BOOST_TEST(!ring->should_notify(r.view).value());
+}
+
+BOOST_AUTO_TEST_CASE(driver_queue_stops_at_a_used_id_the_device_does_not_own) {
+  // The driver does not trust the device (libpvverbs inside a VM): a used entry naming a buffer
+  // it never posted, or returning one twice, must not corrupt its free list.
+  for (const std::uint32_t bad_id : {5u, 0u, 1000u}) {
+    Rig r;
+    auto q = DriverQueue::create(r.ram, 16, false, false).value();
+    auto ring = r.ring(q, false, false, 0);
+    const auto b = r.buf(64);
+    std::vector<DriverBuf> bufs{{b, 16, true}};
+    const auto id = q.add(bufs).value();
+    BOOST_REQUIRE_EQUAL(id, 0u);
+    q.publish();
+    auto c = ring->pop(r.view).value();
+    BOOST_REQUIRE(ring->push(r.view, *c, 7).ok());
+    auto u = q.get_used();
+    BOOST_REQUIRE(u);
+    BOOST_TEST(u->len == 7u);
+    BOOST_TEST(q.free_slots() == 16u);
+    // A forged used entry: id 5 was never posted, id 0 was already returned, 1000 is out of range.
+    auto* used = r.ram.host(q.device_gpa(), 4 + 8u * 16);
+    std::uint16_t idx;
+    std::memcpy(&idx, used + 2, 2);
+    std::memcpy(used + 4 + 8 * (idx % 16), &bad_id, 4);
+    ++idx;
+    std::memcpy(used + 2, &idx, 2);
+    BOOST_TEST(!q.get_used().has_value());
+    BOOST_TEST(q.broken());
+    BOOST_TEST(q.free_slots() == 16u);
+    BOOST_TEST(!q.get_used().has_value());
+  }
 }

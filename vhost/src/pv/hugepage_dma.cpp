@@ -81,6 +81,22 @@ Result<DmaArea> HugepageDma::alloc(std::size_t len) {
                                 map_.size() >> 20, segs_.size(), largest_segment() >> 20, n));
 }
 
+std::uint8_t* HugepageDma::host(std::uint64_t gpa, std::uint64_t len) const {
+  for (const auto& s : segs_) {
+    if (gpa < s.gpa || gpa - s.gpa >= s.len) continue;
+    return len <= s.len - (gpa - s.gpa) ? s.host + (gpa - s.gpa) : nullptr;
+  }
+  return nullptr;
+}
+
+Result<std::uint64_t> HugepageDma::alloc(std::uint64_t len, std::uint64_t align) {
+  if (align == 0 || align > kPage || (align & (align - 1)) != 0)
+    return make_error(Errc::invalid_argument, fmt::format("DMA alignment {} is not a power of two up to 4096", align));
+  auto a = alloc(static_cast<std::size_t>(len));
+  if (!a) return std::move(a).error();
+  return a->gpa;
+}
+
 void HugepageDma::free(const DmaArea& a) {
   if (a.host == nullptr) return;
   for (auto& s : segs_) {

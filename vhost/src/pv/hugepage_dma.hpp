@@ -3,7 +3,8 @@
 // pages are never swapped), locked and touched, with guest-physical addresses read from
 // /proc/self/pagemap (needs CAP_SYS_ADMIN, else the kernel reports frame 0). Each run of
 // hugepages contiguous both virtually and physically is one heap, so every area handed out is
-// physically contiguous (what the device's rings and gpa_of need). Thread-safe.
+// physically contiguous (what the device's rings and gpa_of need). As a DriverMemory it holds
+// the transport's virtqueues. Thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -14,11 +15,12 @@
 #include "page_heap.hpp"
 #include "vrdma/common/fd.hpp"
 #include "vrdma/common/result.hpp"
+#include "vrdma/vhost/driver_memory.hpp"
 #include "vrdma/vhost/pv.hpp"
 
 namespace vrdma::pv {
 
-class HugepageDma {
+class HugepageDma final : public vhost::DriverMemory {
  public:
   static constexpr std::uint64_t kHugePage = 2u << 20;
 
@@ -26,6 +28,9 @@ class HugepageDma {
   static Result<HugepageDma> create(std::uint64_t bytes);
 
   Result<DmaArea> alloc(std::size_t len);
+  // DriverMemory: whole pages (so at most 4 KiB alignment), zeroed.
+  [[nodiscard]] std::uint8_t* host(std::uint64_t gpa, std::uint64_t len) const override;
+  Result<std::uint64_t> alloc(std::uint64_t len, std::uint64_t align) override;
   void free(const DmaArea& a);
   [[nodiscard]] std::optional<std::uint64_t> gpa_of(const void* p, std::size_t len) const;
   [[nodiscard]] std::uint64_t size() const { return map_.size(); }

@@ -24,7 +24,6 @@
 
 #include "hugepage_dma.hpp"
 #include "pci_sysfs.hpp"
-#include "pci_vring.hpp"
 #include "vrdma/common/log.hpp"
 #include "vrdma/vhost/pv.hpp"
 #include "vrdma/vhost/virtio_rdma.hpp"
@@ -57,6 +56,7 @@ enum CommonCfg : std::uint32_t {
 // Device status bits (§2.1).
 constexpr std::uint8_t kAcknowledge = 1, kDriver = 2, kDriverOk = 4, kFeaturesOk = 8, kNeedsReset = 64, kFailed = 128;
 constexpr std::uint64_t kFeatureVersion1 = 1ull << 32;
+constexpr std::uint64_t kFeatureEventIdx = 1ull << 29;
 constexpr std::uint16_t kNoVector = 0xffff;
 constexpr std::uint16_t kMaxQueue = 256;
 constexpr std::uint32_t kPciCommand = 0x04;
@@ -143,19 +143,21 @@ class PciTransport final : public PvTransport {
   }
   Status publish_and_kick(std::uint16_t queue) override {
     auto& q = qs_.at(queue);
-    if (q.ring.publish()) notify_.write<std::uint16_t>(q.notify_off, queue);  // §4.1.4.4: write the queue index
+    q.ring.publish();
+    if (q.ring.needs_kick()) notify_.write<std::uint16_t>(q.notify_off, queue);  // §4.1.4.4: write the queue index
     return {};
   }
   std::optional<std::pair<std::uint16_t, std::uint32_t>> get_used(std::uint16_t queue) override {
-    return qs_.at(queue).ring.get_used();
+    auto u = qs_.at(queue).ring.get_used();
+    if (!u) return std::nullopt;
+    return std::pair{u->id, u->len};
   }
   std::uint16_t free_slots(std::uint16_t queue) const override { return qs_.at(queue).ring.free_slots(); }
   int call_fd(std::uint16_t queue) const override { return call_.at(queue).get(); }
 
  private:
   struct Queue {
-    DmaArea mem;
-    PciVring ring;
+    vhost::DriverQueue ring;
     std::uint32_t notify_off;
   };
 
@@ -218,9 +220,11 @@ class PciTransport final : public PvTransport {
     feat |= std::uint64_t{common_.read<std::uint32_t>(device_feature)} << 32;
     if ((feat & kFeatureVersion1) == 0)
       return fail(make_error(Errc::not_supported, "the device does not offer VIRTIO_F_VERSION_1"));
-    // Only VERSION_1: split rings without event idx or indirect descriptors, physical addresses.
+    // VERSION_1 and, when offered, EVENT_IDX (fewer kicks and interrupts); split rings, direct
+    // descriptors, physical addresses.
+    const bool event_idx = (feat & kFeatureEventIdx) != 0;
     common_.write<std::uint32_t>(driver_feature_select, 0);
-    common_.write<std::uint32_t>(driver_feature, 0);
+    common_.write<std::uint32_t>(driver_feature, event_idx ? static_cast<std::uint32_t>(kFeatureEventIdx) : 0u);
     common_.write<std::uint32_t>(driver_feature_select, 1);
     common_.write<std::uint32_t>(driver_feature, static_cast<std::uint32_t>(kFeatureVersion1 >> 32));
     common_.write<std::uint8_t>(device_status, kAcknowledge | kDriver | kFeaturesOk);
@@ -235,20 +239,20 @@ class PciTransport final : public PvTransport {
       const auto max = common_.read<std::uint16_t>(queue_size);
       if (max == 0) return fail(make_error(Errc::not_supported, fmt::format("queue {} is not available", i)));
       const auto size = static_cast<std::uint16_t>(std::bit_floor(std::min<std::uint16_t>(max, kMaxQueue)));
-      auto mem = dma_->alloc(PciVring::bytes(size));
-      if (!mem) return fail(std::move(mem).error());
+      auto ring = vhost::DriverQueue::create(*dma_, size, false, event_idx);
+      if (!ring) return fail(std::move(ring).error());
       const std::uint64_t notify_at = std::uint64_t{common_.read<std::uint16_t>(queue_notify_off)} * notify_mult_;
       if (notify_at > notify_.size() || notify_.size() - notify_at < 2)
         return fail(make_error(Errc::protocol_error, fmt::format("queue {}'s notify address ({:#x}) is outside the notify "
                                                                  "window ({} bytes)", i, notify_at, notify_.size())));
       qs_.reserve(vd::kNumQueues);
-      qs_.push_back(Queue{*mem, PciVring(*mem, size), static_cast<std::uint32_t>(notify_at)});
+      qs_.push_back(Queue{std::move(*ring), static_cast<std::uint32_t>(notify_at)});
       auto& r = qs_.back().ring;
       common_.write<std::uint16_t>(queue_size, size);
       common_.write<std::uint16_t>(queue_msix_vector, kNoVector);
       write64(queue_desc, r.desc_gpa());
-      write64(queue_driver, r.avail_gpa());
-      write64(queue_device, r.used_gpa());
+      write64(queue_driver, r.driver_gpa());
+      write64(queue_device, r.device_gpa());
       common_.write<std::uint16_t>(queue_enable, 1);
     }
     common_.write<std::uint16_t>(msix_config, kNoVector);

@@ -83,10 +83,7 @@ class VhostUserTransport final : public PvTransport {
     return heap_.gpa() + static_cast<std::uint64_t>(b - heap_.host());
   }
   Result<std::uint16_t> add(std::uint16_t queue, std::span<const ChainBuf> bufs) override {
-    std::vector<DriverBuf> b;
-    b.reserve(bufs.size());
-    for (const auto& x : bufs) b.push_back({x.gpa, x.len, x.writable});
-    return qs_.at(queue).add(b);
+    return qs_.at(queue).add(bufs);
   }
   Status publish_and_kick(std::uint16_t queue) override {
     auto& q = qs_.at(queue);

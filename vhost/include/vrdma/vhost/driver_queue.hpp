@@ -1,10 +1,13 @@
-// Driver side of a virtqueue (what a guest's virtio driver does), in frontend-owned memory:
-// used by the frontend (libpvverbs, tests) to post buffers to a backend.
+// Driver side of a virtqueue (what a guest's virtio driver does), in driver-owned memory
+// (DriverMemory): used by the frontend (libpvverbs, tests) to post buffers to a backend, and by
+// libpvverbs' pci transport inside a VM.
 //
 // Who owns what: this side produces descriptors and the avail ring (split) or the avail
 // flags (packed), and only reads the used ring. It publishes a descriptor before the avail
 // index (or the first descriptor's flags) with release ordering, and reads used entries
-// after an acquire load. Not thread-safe: one thread drives one queue.
+// after an acquire load. The device is not trusted: a used entry naming a buffer the driver did
+// not give it breaks the queue (broken(): nothing more is taken from it until it is made
+// again). Not thread-safe: one thread drives one queue.
 #pragma once
 
 #include <cstdint>
@@ -13,7 +16,7 @@
 #include <vector>
 
 #include "vrdma/common/result.hpp"
-#include "vrdma/vhost/guest_ram.hpp"
+#include "vrdma/vhost/driver_memory.hpp"
 
 namespace vrdma::vhost {
 
@@ -32,8 +35,8 @@ class DriverQueue {
  public:
   static constexpr std::uint16_t kMaxIndirect = 64;
 
-  // Places the rings (and per-slot indirect tables) in `ram`.
-  static Result<DriverQueue> create(GuestRam& ram, std::uint16_t size, bool packed, bool event_idx);
+  // Places the rings (and per-slot indirect tables) in `mem`, which must outlive the queue.
+  static Result<DriverQueue> create(DriverMemory& mem, std::uint16_t size, bool packed, bool event_idx);
 
   // Adds one chain (readable buffers first). With `indirect`, the chain goes into an indirect
   // table and takes one ring slot. Errc::would_block when the ring is full. Returns its id.
@@ -42,8 +45,10 @@ class DriverQueue {
   void publish();
   // Does the device want a kick for what was published since the last kick?
   bool needs_kick();
-  // The next used buffer, if any.
+  // The next used buffer, if any (none once the queue is broken).
   std::optional<UsedBuf> get_used();
+  // The device returned a buffer id it does not own.
+  [[nodiscard]] bool broken() const { return broken_; }
 
   [[nodiscard]] std::uint16_t size() const { return size_; }
   [[nodiscard]] std::uint16_t free_slots() const { return free_; }
@@ -64,9 +69,9 @@ class DriverQueue {
   std::optional<UsedBuf> used_packed();
   void write_indirect(std::uint16_t id, std::span<const DriverBuf> bufs, bool packed_layout);
 
-  GuestRam* ram_ = nullptr;
+  DriverMemory* ram_ = nullptr;
   std::uint16_t size_ = 0;
-  bool packed_ = false, event_idx_ = false;
+  bool packed_ = false, event_idx_ = false, broken_ = false;
   std::uint64_t desc_ = 0, driver_ = 0, device_ = 0, indirect_ = 0;
   std::uint16_t free_ = 0;
   // split

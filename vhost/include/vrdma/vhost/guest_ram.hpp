@@ -10,6 +10,7 @@
 
 #include "vrdma/common/fd.hpp"
 #include "vrdma/common/result.hpp"
+#include "vrdma/vhost/driver_memory.hpp"
 #include "vrdma/vhost/message.hpp"
 
 namespace vrdma::vhost {
@@ -20,7 +21,7 @@ struct RamRegion {
   std::uint64_t fd_offset;  // page-aligned
 };
 
-class GuestRam {
+class GuestRam final : public DriverMemory {
  public:
   // A VM-like layout of about `mib` MiB: [0, 640K), [1M, 1M + most of it) at fd offset 2M,
   // and a region above 4 GiB at a further offset, with holes between all three.
@@ -28,7 +29,7 @@ class GuestRam {
   static Result<GuestRam> create(const std::vector<RamRegion>& layout);
 
   // Host pointer for [gpa, gpa+len) inside one region, or nullptr.
-  [[nodiscard]] std::uint8_t* host(std::uint64_t gpa, std::uint64_t len) const;
+  [[nodiscard]] std::uint8_t* host(std::uint64_t gpa, std::uint64_t len) const override;
   // The table to send in SET_MEM_TABLE / ADD_MEM_REG (userspace_addr = our own mapping).
   [[nodiscard]] std::vector<MemRegion> table() const;
   [[nodiscard]] int fd() const { return fd_.get(); }
@@ -36,7 +37,7 @@ class GuestRam {
   [[nodiscard]] const std::vector<RamRegion>& layout() const { return layout_; }
 
   // Bump allocator over the regions (never spans a region). Error when memory runs out.
-  Result<std::uint64_t> alloc(std::uint64_t len, std::uint64_t align = 64);
+  Result<std::uint64_t> alloc(std::uint64_t len, std::uint64_t align = 64) override;
 
  private:
   UniqueFd fd_;

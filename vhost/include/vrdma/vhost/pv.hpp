@@ -26,6 +26,7 @@
 #include "vrdma/common/result.hpp"
 #include "vrdma/nicdrv/device.hpp"
 #include "vrdma/nicdrv/registry.hpp"
+#include "vrdma/vhost/driver_queue.hpp"
 
 namespace vrdma::pv {
 
@@ -36,11 +37,8 @@ struct DmaArea {
   std::size_t len = 0;
 };
 
-struct ChainBuf {
-  std::uint64_t gpa;
-  std::uint32_t len;
-  bool writable;
-};
+// One buffer of a chain posted to a device queue (guest-physical address, length, writable).
+using ChainBuf = vhost::DriverBuf;
 
 // What the driver needs from the bus (vhost-user frontend here, virtio-pci in a VM).
 class PvTransport {
