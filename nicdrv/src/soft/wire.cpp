@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include <zlib.h>
+#include <isa-l/crc.h>
 
 namespace vrdma::nicdrv::soft::wire {
 namespace {
@@ -209,9 +209,11 @@ const std::array<OpcodeInfo, 256>& opcode_table() noexcept { return kTable; }
 // ---- ICRC (Annex A17.3.3; Linux rxe_icrc.c) ---------------------------------------------------
 // CRC-32 (the Ethernet/zlib polynomial) over 8 bytes of ones for the absent LRH, the IPv4 header
 // with TOS, TTL and checksum set to ones, the UDP header with its checksum set to ones, the BTH
-// with FECN/BECN/resv6 set to ones, and the rest of the packet through the pad. zlib's crc32
-// already does the initial and final inversion that rxe does by hand (its 0xdebb20e3 start is the
-// CRC state after the 8 LRH bytes), so chaining zlib calls gives the value rxe stores.
+// with FECN/BECN/resv6 set to ones, and the rest of the packet through the pad. ISA-L's
+// crc32_gzip_refl is zlib's crc32 (reflected, inverted in and out) computed with PCLMULQDQ, about
+// twenty times fewer instructions per byte than zlib's tables; it already does the initial and
+// final inversion that rxe does by hand (its 0xdebb20e3 start is the CRC state after the 8 LRH
+// bytes), so chaining calls gives the value rxe stores.
 std::uint32_t icrc(const Ipv4Context& ip, std::span<const std::uint8_t> ib_packet) noexcept {
   constexpr std::size_t kLrh = 8, kIp = 20, kUdp = 8;
   std::array<std::uint8_t, kLrh + kIp + kUdp + kBthLen> ph;
@@ -237,10 +239,9 @@ std::uint32_t icrc(const Ipv4Context& ip, std::span<const std::uint8_t> ib_packe
   std::copy_n(ib_packet.data(), bth_bytes, bth);
   if (bth_bytes > 4) bth[4] = 0xff;  // FECN, BECN, resv6 are variant
 
-  uLong crc = crc32_z(0L, Z_NULL, 0);
-  crc = crc32_z(crc, ph.data(), kLrh + kIp + kUdp + bth_bytes);
-  if (ib_packet.size() > kBthLen) crc = crc32_z(crc, ib_packet.data() + kBthLen, ib_packet.size() - kBthLen);
-  return static_cast<std::uint32_t>(crc);
+  std::uint32_t crc = crc32_gzip_refl(0, ph.data(), kLrh + kIp + kUdp + bth_bytes);
+  if (ib_packet.size() > kBthLen) crc = crc32_gzip_refl(crc, ib_packet.data() + kBthLen, ib_packet.size() - kBthLen);
+  return crc;
 }
 
 // ---- Encode -------------------------------------------------------------------------------------
