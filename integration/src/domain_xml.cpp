@@ -5,6 +5,9 @@
 
 #include <cstdlib>
 #include <memory>
+#include <set>
+
+#include "vrdma/vhost/virtio_rdma.hpp"
 
 namespace vrdma::integration {
 namespace {
@@ -16,9 +19,10 @@ using Doc = std::unique_ptr<xmlDoc, DocFree>;
 
 const xmlChar* X(const char* s) { return reinterpret_cast<const xmlChar*>(s); }
 
-Result<Doc> read(const std::string& xml) {
+// `reindent`: drop whitespace-only text so that a re-serialised document is indented afresh.
+Result<Doc> read(const std::string& xml, bool reindent = false) {
   Doc d(xmlReadMemory(xml.data(), static_cast<int>(xml.size()), "domain.xml", nullptr,
-                      XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING));
+                      XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING | (reindent ? XML_PARSE_NOBLANKS : 0)));
   if (!d || !xmlDocGetRootElement(d.get()))
     return make_error(Errc::invalid_argument, "the domain XML does not parse");
   return d;
@@ -128,6 +132,107 @@ DeviceMeta for_host(const DomainInfo& dom, const std::string& host) {
   m.socket = sibling_path(dom.device->socket, dom.name + "." + host, ".sock");
   if (m.backend == BackendKind::vrdmad) m.control = sibling_path(dom.device->socket, dom.name + "." + host, ".ctl");
   return m;
+}
+
+namespace {
+
+Result<std::string> dump(xmlDoc* doc) {
+  xmlChar* out = nullptr;
+  int len = 0;
+  xmlDocDumpFormatMemory(doc, &out, &len, 1);
+  if (!out) return make_error(Errc::no_memory, "cannot serialise the domain XML");
+  std::string s(reinterpret_cast<const char*>(out), static_cast<std::size_t>(len));
+  xmlFree(out);
+  return s;
+}
+
+xmlNode* ensure_child(xmlNode* parent, const char* name) {
+  if (xmlNode* c = child(parent, name); c) return c;
+  return xmlNewChild(parent, nullptr, X(name), nullptr);
+}
+
+void set(xmlNode* n, const char* name, const std::string& v) { xmlSetProp(n, X(name), X(v.c_str())); }
+
+}  // namespace
+
+Result<std::string> attach_device(const std::string& xml, const AttachOptions& o) {
+  const DeviceMeta& m = o.device;
+  if (m.socket.empty() || m.socket[0] != '/')
+    return make_error(Errc::invalid_argument, "the device needs an absolute vhost-user socket path (--socket)");
+  if (m.engine.empty()) return make_error(Errc::invalid_argument, "the device needs an engine (--engine soft:IP or verbs:IBDEV)");
+  auto doc = read(xml, true);
+  if (!doc) return std::move(doc).error();
+  xmlNode* root = xmlDocGetRootElement(doc->get());
+  if (!xmlStrEqual(root->name, X("domain"))) return make_error(Errc::invalid_argument, "the XML is not a <domain>");
+  std::string name;
+  if (xmlNode* n = child(root, "name"); n) {
+    xmlChar* t = xmlNodeGetContent(n);
+    name = t ? reinterpret_cast<const char*>(t) : "";
+    xmlFree(t);
+  }
+  if (vrdma_element(root))
+    return make_error(Errc::invalid_argument, "domain " + name + " already has a vrdma:device element; edit it instead");
+
+  xmlNode* devices = ensure_child(root, "devices");
+  std::set<std::string> targets;
+  for (xmlNode* d = devices->children; d; d = d->next) {
+    if (d->type != XML_ELEMENT_NODE || !xmlStrEqual(d->name, X("disk"))) continue;
+    if (xmlNode* s = child(d, "source"); s && attr(s, "path") == m.socket)
+      return make_error(Errc::invalid_argument, "a disk of domain " + name + " already uses " + m.socket);
+    if (xmlNode* t = child(d, "target"); t) targets.insert(attr(t, "dev"));
+  }
+  std::string target = o.target;
+  if (target.empty()) {
+    for (char c = 'a'; c <= 'z' && target.empty(); ++c)
+      if (!targets.count(std::string("vd") + c)) target = std::string("vd") + c;
+    if (target.empty()) return make_error(Errc::limit_exceeded, "domain " + name + " has no free virtio disk name vda..vdz");
+  } else if (targets.count(target)) {
+    return make_error(Errc::invalid_argument, "domain " + name + " already has a disk " + target);
+  }
+
+  // Shared memfd memory: vhost-user backends map the guest's RAM from the fds QEMU passes.
+  xmlNode* mb = ensure_child(root, "memoryBacking");
+  if (!child(mb, "hugepages")) set(ensure_child(mb, "source"), "type", "memfd");
+  set(ensure_child(mb, "access"), "mode", "shared");
+
+  // The carrier: QEMU's vhost-user-blk-pci passes every queue, the config space and migration
+  // through to vrdmad (docs/virtio-rdma.md "Riding vhost-user-blk").
+  xmlNode* disk = xmlNewChild(devices, nullptr, X("disk"), nullptr);
+  set(disk, "type", "vhostuser");
+  set(disk, "device", "disk");
+  xmlNode* drv = xmlNewChild(disk, nullptr, X("driver"), nullptr);
+  set(drv, "name", "qemu");
+  set(drv, "type", "raw");
+  set(drv, "queues", std::to_string(o.queues != 0 ? o.queues : vrdma_dev::kNumQueues));
+  set(drv, "queue_size", std::to_string(o.queue_size));
+  xmlNode* src = xmlNewChild(disk, nullptr, X("source"), nullptr);
+  set(src, "type", "unix");
+  set(src, "path", m.socket);
+  xmlNode* rec = xmlNewChild(src, nullptr, X("reconnect"), nullptr);
+  set(rec, "enabled", "yes");
+  set(rec, "timeout", "2");
+  xmlNode* tgt = xmlNewChild(disk, nullptr, X("target"), nullptr);
+  set(tgt, "dev", target);
+  set(tgt, "bus", "virtio");
+
+  // The metadata the hook reads (domain_xml.hpp).
+  xmlNode* meta = ensure_child(root, "metadata");
+  xmlNode* e = xmlNewChild(meta, nullptr, X("device"), nullptr);
+  xmlNs* ns = xmlNewNs(e, X(kMetadataNamespace), X("vrdma"));
+  xmlSetNs(e, ns);
+  set(e, "backend", "vrdmad");
+  set(e, "socket", m.socket);
+  set(e, "engine", m.engine);
+  if (!m.control.empty()) set(e, "control", m.control);
+  if (!m.mac.empty()) set(e, "mac", m.mac);
+  if (!m.announce.empty()) set(e, "announce", m.announce);
+  if (!m.incoming.empty()) set(e, "incoming", m.incoming);
+  auto out = dump(doc->get());
+  if (!out) return out;
+  // What we wrote must read back as a complete device (the hook's own check).
+  auto check = parse_domain(*out);
+  if (!check) return std::move(check).error();
+  return out;
 }
 
 Result<std::string> rewrite_sockets(const std::string& xml, const DeviceMeta& from, const DeviceMeta& to) {

@@ -1,9 +1,15 @@
 #!/bin/sh
 # /init of the paravirtual-verbs guest: loads virtio_pci, virtio_blk (it binds the carrier
 # function first, as in any guest), virtio_net and uio_pci_generic, reserves 2 MiB hugepages,
-# brings eth0 up as 10.77.7.2 (the out-of-band TCP exchange of vrdma-perf), then runs the
-# host's commands. The host writes "STEP <n> <shell command>" lines to the serial console; the
-# guest answers "=== BEGIN <n>", the command's output and "=== END <n> rc=<status>". "QUIT" powers off.
+# brings eth0 up (vrdma.ip=, default 10.77.7.2: the out-of-band TCP exchange of vrdma-perf).
+# Then, by default, it runs the host's commands: the host writes "STEP <n> <shell command>"
+# lines to the serial console; the guest answers "=== BEGIN <n>", the command's output and
+# "=== END <n> rc=<status>". "QUIT" powers off.
+# With vrdma.cases= on the kernel command line it runs on its own instead (for guests whose
+# console is only a log, e.g. under libvirt): pvverbs-bind, then one vrdma-perf client per
+# case against vrdma.peer=IP, case i on TCP port vrdma.port+i (default 18600), printing
+# "VRDMA-CASE <i> <test> rc=<status> <JSON>" per case and "VRDMA-GUEST-DONE" at the end.
+# A case is test/size/iters/depth[/seconds] (seconds: run for that long instead of iters).
 mount -t proc proc /proc
 mount -t sysfs sys /sys
 mount -t devtmpfs dev /dev
@@ -13,11 +19,35 @@ for m in virtio_pci virtio_blk virtio_net uio_pci_generic; do
 done
 mount -t hugetlbfs none /dev/hugepages || echo "guest: cannot mount hugetlbfs"
 echo 64 > /proc/sys/vm/nr_hugepages
+arg() { tr ' ' '\n' < /proc/cmdline | sed -n "s/^$1=//p" | tail -1; }
+IP=$(arg vrdma.ip); IP=${IP:-10.77.7.2}
 ip link set lo up
 ip link set eth0 up
-ip addr add 10.77.7.2/24 dev eth0
+ip addr add "$IP/24" dev eth0
 stty -echo 2>/dev/null
-echo "VRDMA-GUEST-READY hugepages=$(cat /proc/sys/vm/nr_hugepages) uptime=$(cut -d' ' -f1 /proc/uptime)"
+echo "VRDMA-GUEST-READY ip=$IP hugepages=$(cat /proc/sys/vm/nr_hugepages) uptime=$(cut -d' ' -f1 /proc/uptime)"
+
+CASES=$(arg vrdma.cases)
+if [ -n "$CASES" ]; then
+  PEER=$(arg vrdma.peer); PORT=$(arg vrdma.port); PORT=${PORT:-18600}
+  echo "VRDMA-BIND $(timeout 30 pvverbs-bind 2>&1 | tr '\n' ' ')"
+  i=0
+  for c in $(echo "$CASES" | tr ',' ' '); do
+    i=$((i + 1))
+    IFS=/ read -r t s n q secs <<CASE
+$c
+CASE
+    if [ -n "$secs" ]; then run="-D $secs"; limit=$((secs + 120)); else run="-n $n"; limit=300; fi
+    # shellcheck disable=SC2086
+    out=$(timeout $limit vrdma-perf -d "pv:pci:auto?ram_mib=64" -c "$PEER" -p $((PORT + i)) -t "$t" -s "$s" -q "$q" $run \
+          --verify --json 2>&1)
+    rc=$?
+    echo "VRDMA-CASE $i $t rc=$rc $(echo "$out" | tr '\n' ' ')"
+  done
+  echo "VRDMA-GUEST-DONE"
+  poweroff -f
+fi
+
 while read -r word n cmd; do
   case "$word" in
     STEP)

@@ -122,3 +122,72 @@ BOOST_AUTO_TEST_CASE(rewrite_replaces_the_device_source_and_the_element_only) {
   BOOST_TEST(back->find("path=\"/run/vrdma/g1.sock\"") != std::string::npos);
   BOOST_TEST(!rewrite_sockets("not xml", here, *d->device).ok());
 }
+
+namespace {
+const std::string kPlain =
+    "<domain type='qemu'><name>g1</name><memory unit='MiB'>256</memory><os><type>hvm</type></os>"
+    "<devices><disk type='file' device='disk'><source file='/x.img'/><target dev='vda' bus='virtio'/></disk></devices>"
+    "</domain>";
+
+AttachOptions attach_opts() {
+  AttachOptions o;
+  o.device.socket = "/run/vrdma/g1.sock";
+  o.device.engine = "soft:10.0.0.5";
+  o.device.mac = "52:54:00:12:34:56";
+  o.device.incoming = "tcp:0.0.0.0:7811";
+  return o;
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(attach_adds_the_carrier_disk_shared_memory_and_the_metadata) {
+  auto x = attach_device(kPlain, attach_opts());
+  BOOST_REQUIRE_MESSAGE(x.ok(), (x.ok() ? "" : x.error().message));
+  BOOST_TEST(x->find("<disk type=\"vhostuser\" device=\"disk\">") != std::string::npos);
+  BOOST_TEST(x->find("<source type=\"unix\" path=\"/run/vrdma/g1.sock\">") != std::string::npos);
+  BOOST_TEST(x->find("<target dev=\"vdb\" bus=\"virtio\"/>") != std::string::npos);  // vda is taken
+  BOOST_TEST(x->find("queues=\"") != std::string::npos);
+  BOOST_TEST(x->find("<source type=\"memfd\"/>") != std::string::npos);
+  BOOST_TEST(x->find("<access mode=\"shared\"/>") != std::string::npos);
+  // The hook reads back exactly what was asked for.
+  auto d = parse_domain(*x);
+  BOOST_REQUIRE(d.ok());
+  BOOST_REQUIRE(d->device.has_value());
+  BOOST_TEST(d->device->socket == "/run/vrdma/g1.sock");
+  BOOST_TEST(d->device->engine == "soft:10.0.0.5");
+  BOOST_TEST(d->device->mac == "52:54:00:12:34:56");
+  BOOST_TEST(d->device->incoming == "tcp:0.0.0.0:7811");
+}
+
+BOOST_AUTO_TEST_CASE(attach_keeps_hugepages_and_makes_them_shared) {
+  const std::string huge =
+      "<domain type='kvm'><name>h</name><memoryBacking><hugepages/><access mode='private'/></memoryBacking>"
+      "<devices/></domain>";
+  auto x = attach_device(huge, attach_opts());
+  BOOST_REQUIRE(x.ok());
+  BOOST_TEST(x->find("<hugepages/>") != std::string::npos);
+  BOOST_TEST(x->find("memfd") == std::string::npos);
+  BOOST_TEST(x->find("<access mode=\"shared\"/>") != std::string::npos);
+  BOOST_TEST(x->find("private") == std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(attach_refuses_what_would_clash_with_sentences) {
+  auto o = attach_opts();
+  auto twice = attach_device(attach_device(kPlain, o).value(), o);
+  BOOST_REQUIRE(!twice.ok());
+  BOOST_TEST(twice.error().message.find("already has a vrdma:device") != std::string::npos);
+
+  auto taken = o;
+  taken.target = "vda";
+  auto t = attach_device(kPlain, taken);
+  BOOST_REQUIRE(!t.ok());
+  BOOST_TEST(t.error().message.find("already has a disk vda") != std::string::npos);
+
+  auto no_engine = o;
+  no_engine.device.engine.clear();
+  BOOST_TEST(attach_device(kPlain, no_engine).error().message.find("engine") != std::string::npos);
+  auto relative = o;
+  relative.device.socket = "g1.sock";
+  BOOST_TEST(attach_device(kPlain, relative).error().message.find("absolute") != std::string::npos);
+  BOOST_TEST(!attach_device("<domain><name>x</name>", o).ok());
+  BOOST_TEST(attach_device("<network/>", o).error().message.find("not a <domain>") != std::string::npos);
+}

@@ -13,8 +13,10 @@
 // socket that the domain's device (e.g. <disk type='vhostuser'>) names as its source path.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "vrdma/common/result.hpp"
 
@@ -51,5 +53,25 @@ DeviceMeta for_host(const DomainInfo& dom, const std::string& host);
 // The domain XML with every device source path equal to from.socket replaced by to.socket and
 // the vrdma element's socket and control updated. Error when the XML does not parse.
 Result<std::string> rewrite_sockets(const std::string& xml, const DeviceMeta& from, const DeviceMeta& to);
+
+// What `vrdmactl domain attach` adds to a domain.
+struct AttachOptions {
+  DeviceMeta device;                 // socket, engine (required); mac, announce, control, incoming (optional)
+  std::uint16_t queues = 0;          // the device's virtqueues (0: the virtio RDMA device's count)
+  std::uint16_t queue_size = 256;
+  std::string target;                // guest disk name for the carrier ("vdb"); empty: the first free vdX
+};
+
+// The domain XML with the virtio RDMA device attached the way stock QEMU can carry it
+// (docs/integration.md "Attaching the device"): a <disk type='vhostuser'> on the vrdmad socket
+// (QEMU's vhost-user-blk-pci, queues and queue_size set), shared memfd memory (vhost-user needs
+// the guest's RAM as shared fds; an existing hugepages backing is kept and made shared), and the
+// vrdma:device metadata the hook reads. Errors: the XML does not parse or is not a domain, it
+// already has a vrdma:device, a disk already uses the socket or the requested target, or the
+// options lack socket/engine.
+Result<std::string> attach_device(const std::string& xml, const AttachOptions& opts);
+
+// `vrdmactl domain attach ...` (args after "domain").
+int domain_cli(const std::vector<std::string>& args);
 
 }  // namespace vrdma::integration

@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# The virtio RDMA device in a libvirt guest (issue 7's libvirt form): `vrdmactl domain attach`
+# adds the device to a plain domain XML (a <disk type='vhostuser'> carrier, shared memfd
+# memory, the vrdma:device metadata), virt-xml-validate accepts it, `virsh create` starts it on
+# a real libvirtd whose QEMU hook (vrdmactl hook qemu) starts vrdmad; inside the TCG guest
+# (tests/conformance/vm's kernel and initramfs, running on its own: vrdma.cases=) pvverbs-bind
+# takes the carrier function and vrdma-perf over pv:pci moves data to a soft-engine peer on the
+# host, every case data-checked (--verify); when the guest powers off, the hook's release stops
+# vrdmad.
+# Usage: vm_libvirt_test.sh VRDMACTL VRDMAD VRDMA_PERF PVVERBS_BIND
+set -uo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+SRC=$(cd "$HERE/../../.." && pwd)
+[ "$#" = 4 ] || { echo "usage: $0 VRDMACTL VRDMAD VRDMA_PERF PVVERBS_BIND" >&2; exit 2; }
+export VRDMACTL=$(readlink -f "$1") VRDMAD=$(readlink -f "$2") PERF=$(readlink -f "$3") BIND=$(readlink -f "$4")
+skip() { echo "vm_libvirt: SKIP: $*" >&2; exit 77; }
+[ "$(id -u)" -eq 0 ] || skip "needs root"
+for t in libvirtd virsh virt-xml-validate qemu-system-x86_64; do
+  command -v $t >/dev/null || skip "$t is not installed (scripts/setup.sh installs libvirt and QEMU)"
+done
+rc=0; G=$("$SRC/tests/conformance/vm/make_guest.sh" "$PERF" "$BIND" 2>&1) || rc=$?
+[ $rc = 3 ] && skip "guest unavailable: $G"
+[ $rc = 0 ] || { echo "$G"; exit 1; }
+export KERNEL=$(echo "$G" | sed -n 's/.*KERNEL=\([^ ]*\).*/\1/p') INITRD=$(echo "$G" | sed -n 's/.*INITRD=\([^ ]*\).*/\1/p')
+
+export W=$(mktemp -d /tmp/lv7vm.XXXXXX)
+trap '[ -n "${KEEP_WORK:-}" ] && echo "kept $W" || rm -rf "$W"' EXIT
+cat > "$W/hook" <<H
+#!/bin/sh
+VRDMA_VRDMAD=$VRDMAD VRDMA_HOOK_LOG=$W/hook.log exec $VRDMACTL hook qemu "\$@"
+H
+chmod 755 "$W/hook"
+export LV_HOOK=$W/hook LV_PREFIX=lv7 LV_NET=10.98.7
+
+inner() {
+  set -u
+  NET=10.88.7 GUEST=10.88.7.2 PEER=10.88.7.3 DEVIP=10.88.7.12
+  CASES="write_bw/65536/400/16,send_bw/4096/400/16,read_bw/65536/200/8,atomic_bw/8/200/8,send_lat/64/300/1,write_lat/64/300/1"
+  fail() {
+    echo "FAIL: $*" >&2
+    echo "--- hook log"; cat "$W/hook.log" 2>/dev/null
+    echo "--- console"; tail -30 "$W/console.log" 2>/dev/null
+    echo "--- vrdmad"; tail -20 "$W"/g7.sock.log 2>/dev/null
+    echo "--- qemu"; tail -15 "$LV_A_DIR/var/log/libvirt/qemu/lv7g1.log" 2>/dev/null
+    for f in "$W"/peer*.log; do echo "--- $f"; tail -5 "$f"; done
+    kill $(jobs -p) 2>/dev/null
+    exit 1
+  } >&2
+  inA() { nsenter -t "$LV_A_PID" -n "$@"; }
+  # Host a's guest network: a bridge with the guest's tap, the device's RDMA address (vrdmad's
+  # soft engine) and the peer's address.
+  inA ip link add vmbr type bridge
+  inA ip addr add $NET.1/24 dev vmbr
+  inA ip addr add $PEER/24 dev vmbr
+  inA ip addr add $DEVIP/24 dev vmbr
+  inA ip tuntap add vmtap0 mode tap
+  inA ip link set vmtap0 master vmbr up
+  inA ip link set vmbr up
+
+  # One soft-engine server per case, on the port the guest's case i uses.
+  i=0
+  for c in ${CASES//,/ }; do
+    i=$((i + 1))
+    IFS=/ read -r t s n q <<< "$c"
+    inA timeout 400 "$PERF" -d soft:$PEER -p $((18600 + i)) -t "$t" -s "$s" -q "$q" -n "$n" --json > "$W/peer$i.log" 2>&1 &
+  done
+
+  cat > "$W/base.xml" <<X
+<domain type='qemu'>
+  <name>lv7g1</name>
+  <memory unit='MiB'>1024</memory>
+  <vcpu>1</vcpu>
+  <os><type arch='x86_64' machine='pc'>hvm</type><kernel>$KERNEL</kernel><initrd>$INITRD</initrd>
+    <cmdline>console=ttyS0 quiet panic=-1 vrdma.ip=$GUEST vrdma.peer=$PEER vrdma.cases=$CASES</cmdline></os>
+  <cpu mode='maximum' migratable='on'><feature policy='disable' name='la57'/></cpu>
+  <features><acpi/></features>
+  <on_poweroff>destroy</on_poweroff>
+  <on_crash>destroy</on_crash>
+  <devices>
+    <emulator>/usr/bin/qemu-system-x86_64</emulator>
+    <interface type='ethernet'><mac address='52:54:00:88:07:02'/><target dev='vmtap0' managed='no'/><model type='virtio'/></interface>
+    <serial type='file'><source path='$W/console.log' append='on'/></serial>
+    <controller type='usb' model='none'/>
+    <memballoon model='none'/>
+  </devices>
+</domain>
+X
+  "$VRDMACTL" domain attach --xml "$W/base.xml" --socket "$W/g7.sock" --engine soft:$DEVIP \
+    --mac 52:54:00:88:07:12 --migration-port 7711 > "$W/dom.xml" || fail "vrdmactl domain attach failed"
+  grep -q "<disk type=\"vhostuser\"" "$W/dom.xml" || fail "no vhostuser disk in the attached XML"
+  grep -q "<access mode=\"shared\"/>" "$W/dom.xml" || fail "the attached XML does not share the guest's memory"
+  virt-xml-validate "$W/dom.xml" domain || fail "virt-xml-validate rejects the attached XML"
+  # A second attach of the same device is refused with a sentence.
+  if "$VRDMACTL" domain attach --xml "$W/dom.xml" --socket "$W/g7.sock" --engine soft:$DEVIP --migration-port 7711 \
+       > /dev/null 2> "$W/again.err"; then fail "a second attach was accepted"; fi
+  grep -q "already has a vrdma:device" "$W/again.err" || fail "a second attach did not say why: $(cat "$W/again.err")"
+
+  virsh -q -c "$LV_A_URI" create "$W/dom.xml" > /dev/null || fail "virsh create failed"
+  qemu_args=$(tr '\0' ' ' < /proc/$(pgrep -f "guest=lv7g1" | head -1)/cmdline 2>/dev/null)
+  echo "$qemu_args" | grep -q "vhost-user-blk-pci" || fail "libvirt did not give QEMU a vhost-user-blk-pci device: $qemu_args"
+  echo "$qemu_args" | grep -qE "num-queues(=|\":)[0-9]" || fail "QEMU's vhost-user-blk-pci has no num-queues: $qemu_args"
+  for _ in $(seq 1800); do grep -q "VRDMA-GUEST-DONE" "$W/console.log" 2>/dev/null && break; sleep 0.1; done
+  grep -q "VRDMA-GUEST-DONE" "$W/console.log" || fail "the guest did not finish its cases within 180 s"
+  grep -a "VRDMA-BIND" "$W/console.log" | tr -d '\r'
+  i=0
+  for c in ${CASES//,/ }; do
+    i=$((i + 1))
+    line=$(grep -a "^VRDMA-CASE $i " "$W/console.log" | tr -d '\r')
+    echo "$line" | cut -c1-300
+    echo "$line" | grep -q " rc=0 " || fail "case $i ($c) failed in the guest"
+    echo "$line" | grep -q '"verified":true' || fail "case $i ($c) was not verified"
+    echo "$line" | grep -q '"device":"pv:pci:auto' || fail "case $i ($c) did not run over pv:pci"
+  done
+  grep -q "lv7-a lv7g1 prepare begin: started backend on $W/g7.sock" "$W/hook.log" ||
+    fail "the hook did not start vrdmad at prepare"
+  for _ in $(seq 100); do grep -q "lv7-a lv7g1 release end" "$W/hook.log" && break; sleep 0.1; done
+  grep -q "lv7-a lv7g1 release end" "$W/hook.log" || fail "the hook was not called to release the device"
+  [ ! -e "$W/g7.sock.pid" ] || fail "vrdmad still has a pid file after release"
+  echo "hook calls:"; sed 's/^/  /' "$W/hook.log"
+  wait
+}
+export -f inner
+"$SRC/tests/integration/integration/two_hosts.sh" bash -c inner
