@@ -29,6 +29,7 @@
 #include <thread>
 #include <vector>
 
+#include "perf_cm.hpp"
 #include "vrdma/common/fd.hpp"
 #include "vrdma/nicdrv/registry.hpp"
 #include "vrdma/nicdrv/soft.hpp"
@@ -356,7 +357,7 @@ Outcome run_lat(Ctx& x, bool is_server, std::uint64_t iters) {
     w.rdma.remote_addr = x.remote_addr;
     w.rdma.rkey = x.remote_rkey;
     if (writes) x.buf[2 * x.c.size - 1] = static_cast<std::uint8_t>(i + 1);
-    while (sent - send_done >= x.c.depth) reap();  // at most depth sends outstanding (depth 1: one at a time)
+    while (sent - send_done + 1 >= x.c.depth) reap();
     must(x.qp->post_send(std::span<const SendWr>(&w, 1)), "post send");
     ++sent;
   };
@@ -902,12 +903,22 @@ int main(int argc, char** argv) {
   app.add_flag("--verify", c.verify, "check data end to end (CRC-32 of the buffers)");
   app.add_option("--peer-format", c.peer_format,
                  "out-of-band format of the peer: vrdma (another vrdma-perf), perftest (ib_*_bw/lat), "
-                 "pingpong (ibv_rc_pingpong)")
-      ->check(CLI::IsMember({"vrdma", "perftest", "pingpong"}));
+                 "pingpong (ibv_rc_pingpong), rping (rping -s/-c; connects through RDMA-CM, default port 7174)")
+      ->check(CLI::IsMember({"vrdma", "perftest", "pingpong", "rping"}));
   app.add_option("--qp-timeout", c.qp_timeout,
                  "local ACK timeout exponent, 4.096 us x 2^n (default 14 = 67 ms; a slow peer such as a TCG guest needs more)")
       ->check(CLI::Range(1, 31));
   CLI11_PARSE(app, argc, argv);
+  if (c.peer_format == "rping") {
+    vrdma::perf::CmRunConfig r;
+    r.device = c.device;
+    r.connect = c.connect;
+    r.port = app.count("--port") != 0 ? c.port : std::uint16_t{7174};
+    r.size = app.count("--size") != 0 ? c.size : 64u;  // rping's default
+    r.iters = c.iters;
+    r.qp_timeout = c.qp_timeout;
+    return vrdma::perf::run_rping(r);
+  }
   if (c.peer_format != "vrdma") return run_foreign(c);
   if (c.test == "atomic_bw") c.size = std::max<std::uint32_t>(c.size, 8);
 

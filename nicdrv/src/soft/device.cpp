@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "soft/engine.hpp"
+#include "soft/gsi.hpp"
 #include "vrdma/common/log.hpp"
 
 namespace vrdma::nicdrv::soft {
@@ -188,6 +189,7 @@ SoftDevice::SoftDevice(std::string name, std::string netdev, std::uint32_t ip_be
     rx_[i].cap = static_cast<std::uint32_t>(kPktBuf);
   }
   for (std::size_t i = 0; i < kTxSlots; ++i) tx_[i].data = tx_mem_.data() + i * kPktBuf;
+  gsi = std::make_unique<GsiAgent>(*this);
 }
 
 SoftDevice::~SoftDevice() { stop(); }
@@ -227,7 +229,20 @@ void SoftDevice::set_faults(const FaultConfig& cfg) {
 
 EngineStats SoftDevice::stats_snapshot() const {
   std::lock_guard lk(mu_);
-  return st;
+  EngineStats s = st;
+  s.cm_mads_received = gsi->stats.mads_received;
+  s.cm_mads_sent = gsi->stats.mads_sent;
+  s.cm_mads_dropped = gsi->stats.mads_dropped;
+  s.cm_resends = gsi->stats.resends;
+  return s;
+}
+
+std::uint64_t SoftDevice::node_guid() const noexcept {
+  // EUI-64 from the MAC, as RoCE devices derive their node GUID.
+  const std::uint8_t e[8] = {static_cast<std::uint8_t>(mac_[0] ^ 2), mac_[1], mac_[2], 0xff, 0xfe, mac_[3], mac_[4], mac_[5]};
+  std::uint64_t g = 0;
+  for (auto b : e) g = (g << 8) | b;
+  return g;
 }
 
 Result<DeviceAttr> SoftDevice::query_device() const {
@@ -444,6 +459,10 @@ void SoftDevice::handle_rx(RxPacket& p) {
     log::debug("soft {}: dropped a packet: {}", name_, wire::to_string(err));
     return;
   }
+  if (pkt.hdr.bth.dest_qp == 1) {  // QP1: the General Services Interface (CM MADs)
+    gsi->on_packet(pkt, p.src_ip_be);
+    return;
+  }
   auto it = qps.find(pkt.hdr.bth.dest_qp);
   if (it == qps.end() || it->second == nullptr) {
     ++st.rx_dropped_no_qp;
@@ -466,6 +485,10 @@ void SoftDevice::handle_rx(RxPacket& p) {
     ++st.rx_dropped_malformed;
     return;
   }
+  if (qp.cm_wait_rtu) {  // the peer got our REP and is in RTS (IBA 12.9.7.3)
+    qp.cm_wait_rtu = false;
+    gsi->on_qp_traffic(qp.qp_num());
+  }
   if ((oi.flags & wire::kIsRequest) != 0) {
     if (s == QpState::rtr || s == QpState::rts || s == QpState::sqd) responder_packet(qp, pkt, p.src_ip_be);
   } else {
@@ -486,6 +509,7 @@ bool SoftDevice::engine_round() {
   if (!quiesced && now >= next_timer_scan_) {
     for (auto& [n, qp] : qps)
       if (qp != nullptr) timers_run(*qp, now);
+    gsi->on_timers(now);
     next_timer_scan_ = now + std::chrono::microseconds(200);
   }
   // Receive first: ACKs free send window and RNR/NAKs redirect the requester.
@@ -543,6 +567,7 @@ void SoftDevice::engine_main() {
       }
       for (auto& [n, qp] : qps)
         if (qp != nullptr && (qp->retx_deadline != TimePoint{} || qp->rnr_wait)) timers = true;
+      if (gsi->has_timers()) timers = true;
     }
     epoll_event evs[2];
     int n = ::epoll_wait(epoll_fd_.get(), evs, 2, timers ? 1 : 100);

@@ -40,6 +40,7 @@ using TimePoint = Clock::time_point;
 class SoftDevice;
 class SoftPd;
 class SoftQp;
+class GsiAgent;
 
 inline constexpr std::size_t kMaxSge = 16;
 inline constexpr std::size_t kTxSlots = 64;
@@ -303,6 +304,7 @@ class SoftQp final : public QueuePair {
 
   bool flush_pending = false;    // entered ERR: flush both queues
   bool queued = false;           // on SoftDevice::active
+  bool cm_wait_rtu = false;      // its CM connection sent REP: the first packet stands for RTU
 
   [[nodiscard]] std::uint32_t pmtu() const noexcept { return mtu_bytes(attr.path_mtu); }
   [[nodiscard]] std::uint32_t dst_ip() const noexcept { return attr.ah_attr.dgid.ipv4(); }
@@ -370,6 +372,9 @@ class SoftDevice final : public Device {
   }
   [[nodiscard]] std::uint32_t ip_be() const noexcept { return ip_be_; }
   [[nodiscard]] Mtu active_mtu() const noexcept { return active_mtu_; }
+  [[nodiscard]] std::uint64_t node_guid() const noexcept;
+  // QP1 and the connection manager (gsi.hpp), guarded by mu_.
+  std::unique_ptr<GsiAgent> gsi;
 
   // Builds one packet: pkt_begin encodes the headers and returns where `payload_len` bytes of
   // payload go; the caller fills them and calls pkt_end (which pads and writes the ICRC).

@@ -14,6 +14,7 @@
 #include <string_view>
 
 #include "vrdma/common/result.hpp"
+#include "vrdma/nicdrv/cm.hpp"
 #include "vrdma/nicdrv/device.hpp"
 #include "vrdma/nicdrv/registry.hpp"
 
@@ -39,10 +40,18 @@ struct EngineStats {
   std::uint64_t seq_naks_sent = 0, seq_naks_received = 0, duplicates_received = 0;
   std::uint64_t acks_sent = 0;
   std::uint64_t faults_dropped = 0, faults_duplicated = 0, faults_reordered = 0, faults_corrupted = 0;
+  // QP1: CM MADs received, sent, dropped (malformed, not CM, unknown connection), resent.
+  std::uint64_t cm_mads_received = 0, cm_mads_sent = 0, cm_mads_dropped = 0, cm_resends = 0;
 };
 
 // Opens a soft device (what the registry's "soft:" prefix calls).
 Result<std::shared_ptr<Device>> open(std::string_view spec, const DeviceOptions& opts);
+
+// Connection setup on a soft device: our IB CM on QP1 (see cm.hpp; what cm_resolve/cm_listen
+// call for "soft:" devices). invalid_argument if `dev` is not a soft device.
+Result<std::unique_ptr<CmConnection>> cm_resolve(const std::shared_ptr<Device>& dev, std::string_view dst_ip,
+                                                 std::uint16_t port, const CmParams& params);
+Result<std::unique_ptr<CmListener>> cm_listen(const std::shared_ptr<Device>& dev, std::uint16_t port, int backlog);
 
 // Test and diagnostics hooks on a device opened by this provider (invalid_argument otherwise).
 Status set_faults(Device& dev, const FaultConfig& cfg);

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "vrdma/common/result.hpp"
+#include "vrdma/nicdrv/cm.hpp"
 #include "vrdma/nicdrv/device.hpp"
 #include "vrdma/nicdrv/registry.hpp"
 
@@ -55,41 +56,13 @@ Result<std::string> ibdev_for_pci(const std::filesystem::path& sysfs_root, std::
 std::filesystem::path default_sysfs_root();
 
 // ---- Connection setup through librdmacm -----------------------------------------------------
-// The generic API has no connection manager yet; RoCE peers that expect the IB CM and every
-// iWARP peer (iWARP QPs only reach RTS through an MPA exchange on TCP) need one. This is a
-// small, synchronous wrapper: the QP is the caller's own verbs QP (created on the device that
-// the CM says owns the route), moved through its states by the CM's attributes.
-
-struct CmParams {
-  std::uint8_t responder_resources = 1;  // incoming READ/atomic the local QP accepts at once
-  std::uint8_t initiator_depth = 1;      // outgoing READ/atomic the local QP issues at once
-  std::uint8_t retry_count = 7;
-  std::uint8_t rnr_retry_count = 7;
-  std::chrono::milliseconds timeout{5000};  // for each step (resolution, connection, request)
-};
-
-class CmConnection {
- public:
-  virtual ~CmConnection() = default;  // disconnects if connected
-  // The device that owns the route ("verbs:<ibdev>"): open it and create the PD, CQs and the
-  // RC QP for this connection there, then call connect() or accept().
-  [[nodiscard]] virtual const std::string& device_name() const noexcept = 0;
-  // Client side (after cm_resolve): the QP must be a verbs RC QP on device_name() in RESET.
-  // Returns once the QP is in RTS and the peer has accepted.
-  virtual Status connect(QueuePair& qp, const CmParams& params = {}) = 0;
-  // Server side (a request from CmListener::get_request): same QP rules as connect().
-  virtual Status accept(QueuePair& qp, const CmParams& params = {}) = 0;
-  virtual Status reject() = 0;
-  virtual Status disconnect() = 0;
-};
-
-class CmListener {
- public:
-  virtual ~CmListener() = default;
-  // Waits up to `timeout` for the next connection request.
-  virtual Result<std::unique_ptr<CmConnection>> get_request(std::chrono::milliseconds timeout) = 0;
-  [[nodiscard]] virtual std::uint16_t port() const noexcept = 0;
-};
+// The provider-neutral connection API (cm.hpp) over librdmacm, synchronously: the QP is the
+// caller's own verbs QP (created on the device that the CM says owns the route), moved through
+// its states by the CM's attributes. RoCE peers that expect the IB CM and every iWARP peer
+// (iWARP QPs only reach RTS through an MPA exchange on TCP) need it.
+using CmParams = nicdrv::CmParams;
+using CmConnection = nicdrv::CmConnection;
+using CmListener = nicdrv::CmListener;
 
 // Resolves the address and route to `dst_ip`:`port` (from `src_ip` if not empty).
 Result<std::unique_ptr<CmConnection>> cm_resolve(std::string_view dst_ip, std::uint16_t port,

@@ -1,0 +1,26 @@
+// vrdma-perf's peers that connect through RDMA-CM (cm.hpp) instead of an out-of-band TCP
+// exchange: rping (librdmacm's example) in either role, and perftest with -R.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace vrdma::perf {
+
+struct CmRunConfig {
+  std::string device;   // our device, e.g. soft:10.77.0.1
+  std::string connect;  // the server's IPv4 address; empty: serve
+  std::uint16_t port = 7174;
+  std::uint32_t size = 64;
+  std::uint64_t iters = 10;
+  unsigned qp_timeout = 17;        // local ACK timeout exponent
+  std::string test = "send_bw";    // perftest -R: write_bw, read_bw, send_bw
+};
+
+// rping (rdma-core librdmacm/examples/rping.c): the client SENDs {addr, rkey, len} of its
+// source buffer, the server RDMA READs it and SENDs a go-ahead, the client SENDs its sink
+// buffer, the server RDMA WRITEs the data there and SENDs a go-ahead; the client compares
+// (rping -V). We check the data in both roles. Prints one JSON line; exit 0 if verified.
+int run_rping(const CmRunConfig& c);
+
+}  // namespace vrdma::perf
