@@ -143,7 +143,7 @@ void BackendSession::try_start(std::uint16_t i) {
   s.driver = *drv;
   s.device = *devc;
   InflightRegion inf;
-  if (inflight_ && !s.packed && i < inflight_->num_queues() && v.num <= inflight_->queue_size())
+  if (inflight_ && i < inflight_->num_queues() && v.num <= inflight_->queue_size())
     inf = inflight_->queue(i);
   auto ring = make_ring(s, v.base, view(), inf);
   if (!ring) {

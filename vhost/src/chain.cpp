@@ -74,22 +74,31 @@ Status append_buf(DescChain& c, std::uint64_t addr, std::uint32_t len, bool writ
   return {};
 }
 
+Result<IndirectTable> indirect_table(const GuestView& g, std::uint64_t addr, std::uint32_t len) {
+  static_assert(sizeof(SplitDesc) == sizeof(PackedDesc));
+  if (len == 0 || len % sizeof(SplitDesc) != 0)
+    return make_error(Errc::protocol_error, fmt::format("indirect table length {} is not a multiple of 16", len));
+  const std::uint64_t n = len / sizeof(SplitDesc);
+  if (n > kMaxChain)
+    return make_error(Errc::protocol_error, fmt::format("indirect table holds {} descriptors; at most {}", n, kMaxChain));
+  auto table = g.memory().range(addr, len);
+  if (!table) return make_error(Errc::protocol_error, "indirect table: " + table.error().message);
+  return IndirectTable{*table, n};
+}
+
 namespace {
 
 // An indirect table: len/16 descriptors at addr, chained by `next` inside the table.
 Status walk_split_indirect(const GuestView& g, const SplitDesc& d, DescChain& c) {
-  if (d.len == 0 || d.len % sizeof(SplitDesc) != 0)
-    return make_error(Errc::protocol_error, fmt::format("indirect table length {} is not a multiple of 16", d.len));
-  const std::uint64_t n = d.len / sizeof(SplitDesc);
-  if (n > kMaxChain)
-    return make_error(Errc::protocol_error, fmt::format("indirect table holds {} descriptors; at most {}", n, kMaxChain));
-  auto table = g.memory().range(d.addr, d.len);
-  if (!table) return make_error(Errc::protocol_error, "indirect table: " + table.error().message);
+  auto t = indirect_table(g, d.addr, d.len);
+  if (!t) return std::move(t).error();
+  const std::uint64_t n = t->count;
+  const std::uint8_t* table = t->bytes;
   std::uint64_t i = 0;
   for (std::uint64_t steps = 0;; ++steps) {
     if (steps >= n) return make_error(Errc::protocol_error, "indirect descriptor chain loops");
     SplitDesc e;
-    std::memcpy(&e, *table + i * sizeof(SplitDesc), sizeof e);
+    std::memcpy(&e, table + i * sizeof(SplitDesc), sizeof e);
     if ((e.flags & kDescIndirect) != 0)
       return make_error(Errc::protocol_error, "indirect table holds an indirect descriptor");
     VRDMA_TRY(append_buf(c, e.addr, e.len, (e.flags & kDescWrite) != 0));
@@ -129,7 +138,11 @@ Result<DescChain> walk_split_chain(const GuestView& g, std::uint64_t table_gpa, 
       return make_error(Errc::protocol_error, fmt::format("descriptor next {} is outside a queue of {}", d.next, size));
     i = d.next;
   }
-  // Every buffer must lie in guest memory (it may span adjacent regions).
+  VRDMA_TRY(check_buffers_in_memory(g, c));
+  return c;
+}
+
+Status check_buffers_in_memory(const GuestView& g, const DescChain& c) {
   for (const auto& b : c.bufs) {
     std::uint64_t off = 0;
     while (off < b.len) {
@@ -140,7 +153,7 @@ Result<DescChain> walk_split_chain(const GuestView& g, std::uint64_t table_gpa, 
       off += std::min<std::uint64_t>(s->len, b.len - off);
     }
   }
-  return c;
+  return {};
 }
 
 }  // namespace vrdma::vhost

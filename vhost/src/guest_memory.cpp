@@ -179,41 +179,40 @@ void DirtyLog::mark(std::uint64_t gpa, std::uint64_t len) noexcept {
   }
 }
 
-Status GuestView::read(std::uint64_t gpa, void* dst, std::uint64_t len) const {
-  auto* out = static_cast<std::uint8_t*>(dst);
+namespace {
+
+// Calls f(host, offset, n) for each piece of [gpa, gpa+len) that lies in one region, in order;
+// stops at the first address outside guest memory (or a wrap) with its error.
+template <class F>
+Status for_each_piece(const GuestMemory& mem, std::uint64_t gpa, std::uint64_t len, F&& f) {
   std::uint64_t done = 0;
   while (done < len) {
     std::uint64_t a = 0;
     if (__builtin_add_overflow(gpa, done, &a))
       return make_error(Errc::access_denied, fmt::format("guest range {:#x}+{:#x} wraps", gpa, len));
-    auto s = mem_->at(a);
+    auto s = mem.at(a);
     if (!s) return std::move(s).error();
     const std::uint64_t n = std::min(s->len, len - done);
-    std::memcpy(out + done, s->ptr, n);
+    f(s->ptr, done, n);
     done += n;
   }
   return {};
 }
 
+}  // namespace
+
+Status GuestView::read(std::uint64_t gpa, void* dst, std::uint64_t len) const {
+  auto* out = static_cast<std::uint8_t*>(dst);
+  return for_each_piece(*mem_, gpa, len,
+                        [&](std::uint8_t* p, std::uint64_t off, std::uint64_t n) { std::memcpy(out + off, p, n); });
+}
+
 Status GuestView::write(std::uint64_t gpa, const void* src, std::uint64_t len) const {
   // Check the whole range first so a failed write leaves guest memory untouched.
-  std::uint64_t done = 0;
-  while (done < len) {
-    std::uint64_t a = 0;
-    if (__builtin_add_overflow(gpa, done, &a))
-      return make_error(Errc::access_denied, fmt::format("guest range {:#x}+{:#x} wraps", gpa, len));
-    auto s = mem_->at(a);
-    if (!s) return std::move(s).error();
-    done += std::min(s->len, len - done);
-  }
+  VRDMA_TRY(for_each_piece(*mem_, gpa, len, [](std::uint8_t*, std::uint64_t, std::uint64_t) {}));
   const auto* in = static_cast<const std::uint8_t*>(src);
-  done = 0;
-  while (done < len) {
-    auto s = mem_->at(gpa + done);
-    const std::uint64_t n = std::min(s->len, len - done);
-    std::memcpy(s->ptr, in + done, n);
-    done += n;
-  }
+  VRDMA_TRY(for_each_piece(*mem_, gpa, len,
+                           [&](std::uint8_t* p, std::uint64_t off, std::uint64_t n) { std::memcpy(p, in + off, n); }));
   if (log_ != nullptr) log_->mark(gpa, len);
   return {};
 }

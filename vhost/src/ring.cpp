@@ -9,6 +9,13 @@ std::uint64_t desc_area_size(const RingSetup& s) { return std::uint64_t{s.size} 
 std::uint64_t driver_area_size(const RingSetup& s) { return s.packed ? 4 : 6 + std::uint64_t{s.size} * 2; }
 std::uint64_t device_area_size(const RingSetup& s) { return s.packed ? 4 : 6 + std::uint64_t{s.size} * 8; }
 
+Result<std::optional<DescChain>> Ring::pop(const GuestView& g) {
+  if (broken_) return std::optional<DescChain>{};
+  auto r = pop_inner(g);
+  if (!r) broken_ = true;
+  return r;
+}
+
 Result<std::unique_ptr<Ring>> make_ring(const RingSetup& s, std::uint32_t base, const GuestView& g,
                                         const InflightRegion& inflight) {
   if (s.size == 0 || s.size > kMaxQueueSize || (!s.packed && (s.size & (s.size - 1)) != 0))
@@ -31,7 +38,7 @@ Result<std::unique_ptr<Ring>> make_ring(const RingSetup& s, std::uint32_t base, 
     auto r = g.memory().range(a.gpa, a.len);
     if (!r) return make_error(Errc::access_denied, fmt::format("{} at {:#x}: {}", a.name, a.gpa, r.error().message));
   }
-  if (s.packed) return make_packed_ring(s, base);
+  if (s.packed) return make_packed_ring(s, base, g, PackedInflightRegion(inflight));
   return make_split_ring(s, base, g, inflight);
 }
 

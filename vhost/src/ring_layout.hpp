@@ -47,10 +47,20 @@ inline constexpr std::uint64_t kUsedIdx = 2, kUsedRing = 4;
 
 // Appends one buffer to a chain with the ordering, count and overflow checks.
 Status append_buf(DescChain& c, std::uint64_t addr, std::uint32_t len, bool writable);
+// An indirect table (either layout: 16-byte descriptors): whole descriptors, at most kMaxChain,
+// inside one guest memory region.
+struct IndirectTable {
+  const std::uint8_t* bytes;
+  std::uint64_t count;
+};
+Result<IndirectTable> indirect_table(const GuestView& g, std::uint64_t addr, std::uint32_t len);
+// Every buffer of the chain lies in guest memory (a buffer may span adjacent regions).
+Status check_buffers_in_memory(const GuestView& g, const DescChain& c);
 
 // Built by make_ring() after the layout checks.
 Result<std::unique_ptr<Ring>> make_split_ring(const RingSetup& s, std::uint32_t base, const GuestView& g,
                                               const InflightRegion& inflight);
-Result<std::unique_ptr<Ring>> make_packed_ring(const RingSetup& s, std::uint32_t base);
+Result<std::unique_ptr<Ring>> make_packed_ring(const RingSetup& s, std::uint32_t base, const GuestView& g,
+                                               PackedInflightRegion inflight);
 
 }  // namespace vrdma::vhost

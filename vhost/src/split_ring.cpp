@@ -35,13 +35,6 @@ class SplitRing final : public Ring {
     return {};
   }
 
-  Result<std::optional<DescChain>> pop(const GuestView& g) override {
-    if (broken_) return std::optional<DescChain>{};
-    auto r = pop_inner(g);
-    if (!r) broken_ = true;
-    return r;
-  }
-
   Status push(const GuestView& g, const DescChain& c, std::uint32_t written) override {
     if (broken_) return make_error(Errc::bad_state, "virtqueue is broken; not writing to it");
     const std::uint64_t elem = s_.device + kUsedRing + (std::uint64_t{used_idx_} % s_.size) * sizeof(UsedElem);
@@ -79,7 +72,7 @@ class SplitRing final : public Ring {
   [[nodiscard]] std::uint32_t base() const override { return last_avail_; }
 
  private:
-  Result<std::optional<DescChain>> pop_inner(const GuestView& g) {
+  Result<std::optional<DescChain>> pop_inner(const GuestView& g) override {
     if (!resubmit_.empty()) {
       const std::uint16_t head = resubmit_.front();
       resubmit_.pop_front();

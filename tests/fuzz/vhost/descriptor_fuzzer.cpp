@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "ring_memory.hpp"
 #include "vrdma/vhost/virtqueue.hpp"
 
 using namespace vrdma;
@@ -16,16 +17,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const auto qsize = static_cast<std::uint16_t>(1u << (data[1] % 6));  // 1..32
   data += 2;
   size -= 2;
-  // Region A: gpa 0x0, 16 KiB (the ring and tables); region B: gpa 0x10000, 4 KiB (buffers).
-  static std::vector<std::uint8_t> a(16384), b(4096);
-  std::memset(a.data(), 0, a.size());
-  std::memset(b.data(), 0, b.size());
-  std::memcpy(a.data(), data, std::min(size, a.size()));
-  if (size > a.size()) std::memcpy(b.data(), data + a.size(), std::min(size - a.size(), b.size()));
-  auto mem = GuestMemory::build({MappedRegion::wrap({0, a.size(), 0x7000000000, 0}, a.data()),
-                                 MappedRegion::wrap({0x10000, b.size(), 0x7000100000, 0}, b.data())});
+  auto mem = fuzz::ring_memory(data, size);
   if (!mem) return 0;
-  GuestView g(*mem, nullptr);
+  GuestView g(mem, nullptr);
   RingSetup s;
   s.size = qsize;
   s.packed = (mode & 1) != 0;

@@ -90,8 +90,8 @@ struct RingSetup {
 class Ring {
  public:
   virtual ~Ring() = default;
-  // Next available chain, or nullopt if the ring is empty. An error breaks the ring.
-  virtual Result<std::optional<DescChain>> pop(const GuestView& g) = 0;
+  // Next available chain, or nullopt if the ring is empty (or broken). An error breaks the ring.
+  Result<std::optional<DescChain>> pop(const GuestView& g);
   // Returns a chain to the driver with `written` bytes written into it.
   virtual Status push(const GuestView& g, const DescChain& c, std::uint32_t written) = 0;
   // After pushes: does the driver want an interrupt (event suppression)?
@@ -102,11 +102,14 @@ class Ring {
   [[nodiscard]] bool broken() const { return broken_; }
 
  protected:
+  // The layout's pop; pop() turns its errors into a broken ring.
+  virtual Result<std::optional<DescChain>> pop_inner(const GuestView& g) = 0;
   bool broken_ = false;
 };
 
 // Checks the ring's layout (alignment, inside guest memory) and builds the ring at `base`.
-// `inflight` (split rings only; may be unattached) records popped-but-unused heads for reconnect.
+// `inflight` (may be unattached) records popped-but-unused chains for reconnect; a slice that holds
+// state from an earlier backend is recovered, and the ring resumes from it instead of `base`.
 Result<std::unique_ptr<Ring>> make_ring(const RingSetup& s, std::uint32_t base, const GuestView& g,
                                         const InflightRegion& inflight);
 
