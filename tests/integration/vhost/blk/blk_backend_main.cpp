@@ -1,6 +1,7 @@
 // vhost_blk_backend: the vhost-user-blk test fixture as a process.
 //   vhost_blk_backend --socket PATH --disk FILE [--size-mib N] [--queues N] [--no-packed]
-//                     [--no-event-idx] [--no-indirect] [--no-inflight]
+//                     [--no-event-idx] [--no-indirect] [--no-inflight] [--crash-after N]
+//                     [--unlogged-reads]
 // Creates FILE of N MiB if it does not exist. Serves one frontend at a time, forever; after a
 // disconnect it accepts the next one. SIGTERM/SIGINT end it; it prints its counters on exit.
 #include <fcntl.h>
@@ -24,6 +25,7 @@ int main(int argc, char** argv) {
   std::string sock, disk;
   long size_mib = 64, queues = 1;
   long long crash_after = -1;
+  bool unlogged_reads = false;
   vhost::BackendOptions opts;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -43,6 +45,7 @@ int main(int argc, char** argv) {
     else if (a == "--no-indirect") opts.indirect = false;
     else if (a == "--no-inflight") opts.inflight = false;
     else if (a == "--crash-after") crash_after = std::strtoll(next().c_str(), nullptr, 10);
+    else if (a == "--unlogged-reads") unlogged_reads = true;
     else {
       std::fprintf(stderr, "unknown option %s\n", a.c_str());
       return 2;
@@ -67,6 +70,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (crash_after >= 0) (*dev)->crash_after(static_cast<std::uint64_t>(crash_after));
+  (*dev)->unlogged_reads(unlogged_reads);
   auto loop = vhost::EventLoop::create();
   if (!loop) {
     log::error("{}", loop.error().message);

@@ -77,7 +77,9 @@ std::uint8_t BlkDevice::serve(const vhost::GuestView& g, const vhost::DescChain&
     case kBlkIn: {
       const std::uint64_t len = c.writable - 1;
       if (!range_ok(len)) return kBlkIoErr;
-      if (!out.write(disk + h.sector * 512, len).ok()) return kBlkIoErr;
+      const vhost::GuestView unlogged(g.memory_ptr(), nullptr);
+      vhost::ChainWriter data(unlogged_reads_ ? unlogged : g, c);
+      if (!data.write(disk + h.sector * 512, len).ok()) return kBlkIoErr;
       written = static_cast<std::uint32_t>(len);
       return kBlkOk;
     }

@@ -36,6 +36,9 @@ class BlkDevice final : public vhost::Device {
 
   // Test hook: exit the process (as a crash would) after popping request number n+1.
   void crash_after(std::uint64_t n) { crash_after_ = n; }
+  // Test hook: a backend bug on purpose. Data read from the disk into the guest (IN requests) is
+  // written without marking the dirty log, so a migration test can prove it notices.
+  void unlogged_reads(bool on) { unlogged_reads_ = on; }
 
   [[nodiscard]] std::uint64_t requests() const { return requests_; }
   [[nodiscard]] std::uint64_t errors() const { return errors_; }
@@ -52,6 +55,7 @@ class BlkDevice final : public vhost::Device {
   std::uint8_t wce_ = 1;
   std::uint64_t requests_ = 0, errors_ = 0;
   std::uint64_t crash_after_ = UINT64_MAX;
+  bool unlogged_reads_ = false;
   std::vector<std::uint64_t> per_queue_;
 };
 

@@ -41,7 +41,7 @@ Result<std::unique_ptr<BlkClient>> BlkClient::connect(const std::string& sock, B
   return c;
 }
 
-Status BlkClient::setup_rings(bool fresh) {
+Status BlkClient::setup_rings(bool fresh, const std::vector<std::uint32_t>* bases) {
   VirtioFeatures want{VirtioFeature::version_1, VirtioFeature::protocol_features, VirtioFeature::blk_flush,
                       VirtioFeature::blk_mq, VirtioFeature::blk_seg_max, VirtioFeature::blk_blk_size};
   if (o_.packed) want.set(VirtioFeature::ring_packed);
@@ -90,7 +90,9 @@ Status BlkClient::setup_rings(bool fresh) {
   }
   for (std::uint16_t i = 0; i < o_.queues; ++i) {
     std::optional<std::uint32_t> base;
-    if (!fresh && !o_.packed) {
+    if (bases != nullptr) {
+      base = bases->at(i);
+    } else if (!fresh && !o_.packed) {
       // As QEMU after a backend crash: resume at the used index the ring shows.
       std::uint16_t used;
       std::memcpy(&used, ram_.host(qs_[i].device_gpa() + 2, 2), 2);
@@ -106,6 +108,19 @@ Status BlkClient::reconnect(const std::string& sock) {
   if (!fe) return std::move(fe).error();
   fe_ = std::make_unique<Frontend>(std::move(*fe));
   VRDMA_TRY(setup_rings(false));
+  for (std::uint16_t i = 0; i < o_.queues; ++i) VRDMA_TRY(fe_->kick(i));
+  return {};
+}
+
+Status BlkClient::switch_to(const std::string& sock, GuestRam ram, const std::vector<std::uint32_t>& bases) {
+  if (bases.size() != o_.queues) return make_error(Errc::invalid_argument, "one ring base per queue is needed");
+  // The queues hold a pointer to ram_: moving the copy in makes them drive the copy.
+  ram_ = std::move(ram);
+  auto fe = Frontend::connect(sock);
+  if (!fe) return std::move(fe).error();
+  fe_ = std::make_unique<Frontend>(std::move(*fe));
+  have_inflight_ = false;  // the destination backend gets an inflight area of its own
+  VRDMA_TRY(setup_rings(false, &bases));
   for (std::uint16_t i = 0; i < o_.queues; ++i) VRDMA_TRY(fe_->kick(i));
   return {};
 }

@@ -44,6 +44,11 @@ class BlkClient {
   // Reconnects to a (restarted) backend and resumes the same rings, as QEMU does: memory,
   // inflight area handed back, vrings at the used index.
   Status reconnect(const std::string& sock);
+  // The end of a live migration (vhost/live_migration.hpp): the driver continues on `ram` (the
+  // copy of its RAM) against the backend at `sock`, with the rings at `bases` (from
+  // LiveMigration::stop_and_copy), as a migrated VM does on the destination. Requests still
+  // outstanding are collected there.
+  Status switch_to(const std::string& sock, vhost::GuestRam ram, const std::vector<std::uint32_t>& bases);
 
   // Runs every op (pipelined, up to the queue size per queue); fails on a timeout or a
   // status other than OK unless allow_errors.
@@ -68,7 +73,7 @@ class BlkClient {
     std::unordered_map<std::uint16_t, std::pair<std::size_t, std::uint16_t>> inflight;  // id -> op, slot
   };
   BlkClient() = default;
-  Status setup_rings(bool fresh);
+  Status setup_rings(bool fresh, const std::vector<std::uint32_t>* bases = nullptr);
   Status submit(BlkOp& op, std::size_t index);
   Status reap(std::vector<BlkOp>& ops, std::size_t& done);
 
