@@ -135,6 +135,7 @@ static void advance_una(SoftDevice& d, SoftQp& qp, std::uint32_t una) {
   qp.retry_left = qp.attr.retry_cnt;
   qp.retx_pending = false;
   qp.retx_deadline = wire::psn_lt(qp.una_psn, qp.next_new_psn) ? d.retx_interval(qp) : TimePoint{};
+  d.rearm(qp);
 }
 
 // Cumulative acknowledgement of every PSN up to and including `psn` (IBA 9.7.5.2.1).
@@ -211,6 +212,7 @@ void SoftDevice::completer_packet(SoftQp& qp, const wire::Packet& pkt) {
           qp.rnr_psn = psn;
           qp.rnr_deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(rnr_timer(h.aeth.value()));
           qp.retx_deadline = {};
+          rearm(qp);
           return;
         }
         case wire::AckType::nak: {

@@ -3,7 +3,6 @@
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netinet/in.h>
-#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
@@ -39,22 +38,36 @@ SoftCq::SoftCq(std::shared_ptr<SoftDevice> dev, std::uint32_t cqe, UniqueFd efd)
     : dev_(std::move(dev)), cap_(cqe), efd_(std::move(efd)), ring_(cqe) {}
 
 Result<std::size_t> SoftCq::poll(std::span<WorkCompletion> out) {
-  std::lock_guard lk(mu_);
-  if (overflow_)
-    return make_error(Errc::limit_exceeded, "completion queue overflowed (capacity " + std::to_string(cap_) +
-                                                "); completions were lost: create a larger CQ or poll more often");
-  std::size_t n = std::min(out.size(), count_);
-  for (std::size_t i = 0; i < n; ++i) {
-    out[i] = ring_[head_];
-    head_ = (head_ + 1) % ring_.size();
+  std::size_t n = 0;
+  bool armed = false;
+  for (int pass = 0; pass < 2; ++pass) {
+    {
+      std::lock_guard lk(mu_);
+      if (overflow_)
+        return make_error(Errc::limit_exceeded, "completion queue overflowed (capacity " + std::to_string(cap_) +
+                                                    "); completions were lost: create a larger CQ or poll more often");
+      const std::size_t take = std::min(out.size() - n, count_);
+      for (std::size_t i = 0; i < take; ++i) {
+        out[n + i] = ring_[head_];
+        head_ = (head_ + 1) % ring_.size();
+      }
+      count_ -= take;
+      n += take;
+      armed = armed_ != 0;
+    }
+    // Room left: do the engine's receive work here (without the CQ lock, which the engine takes
+    // under the device lock), so a polling application needs no thread switch per completion.
+    if (pass == 1 || n == out.size() || !dev_->progress(armed)) break;
   }
-  count_ -= n;
   return n;
 }
 
 Status SoftCq::req_notify(bool solicited_only) {
-  std::lock_guard lk(mu_);
-  armed_ = solicited_only ? 2 : 1;
+  {
+    std::lock_guard lk(mu_);
+    armed_ = solicited_only ? 2 : 1;
+  }
+  dev_->app_waits();
   return {};
 }
 
@@ -183,10 +196,10 @@ SoftDevice::SoftDevice(std::string name, std::string netdev, std::uint32_t ip_be
       port_(port) {
   std::memcpy(mac_.data(), mac, 6);
   tx_mem_.resize(kTxSlots * kPktBuf);
-  rx_mem_.resize(kRxSlots * kPktBuf);
+  rx_mem_.resize(kRxSlots * kRxBuf);  // room for whole segmentation runs (engine_loop.cpp)
   for (std::size_t i = 0; i < kRxSlots; ++i) {
-    rx_[i].data = rx_mem_.data() + i * kPktBuf;
-    rx_[i].cap = static_cast<std::uint32_t>(kPktBuf);
+    rx_[i].data = rx_mem_.data() + i * kRxBuf;
+    rx_[i].cap = static_cast<std::uint32_t>(kRxBuf);
   }
   for (std::size_t i = 0; i < kTxSlots; ++i) tx_[i].data = tx_mem_.data() + i * kPktBuf;
   gsi = std::make_unique<GsiAgent>(*this);
@@ -195,13 +208,6 @@ SoftDevice::SoftDevice(std::string name, std::string netdev, std::uint32_t ip_be
 SoftDevice::~SoftDevice() { stop(); }
 
 void SoftDevice::start() {
-  epoll_fd_.reset(::epoll_create1(EPOLL_CLOEXEC));
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ev.data.u32 = 0;
-  ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, link_->fd(), &ev);
-  ev.data.u32 = 1;
-  ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, wake_fd_.get(), &ev);
   running_ = true;
   thread_ = std::thread([this] { engine_main(); });
 }
@@ -324,6 +330,7 @@ Result<std::shared_ptr<CompletionQueue>> SoftDevice::create_cq(std::uint32_t cqe
 Status SoftDevice::quiesce() {
   std::lock_guard lk(mu_);
   quiesced = true;
+  flush_acks();  // an ACK an application thread left for later is not part of the QP state
   tx_flush();
   return {};
 }
@@ -348,42 +355,6 @@ void SoftDevice::mark_active(SoftQp& qp) {
 }
 
 // ---- Packet I/O ---------------------------------------------------------------------------------
-std::uint8_t* SoftDevice::tx_alloc(std::uint32_t dst_ip_be) {
-  if (tx_count_ == kTxSlots) tx_flush();
-  tx_[tx_count_].dst_ip_be = dst_ip_be;
-  return tx_[tx_count_].data;
-}
-
-void SoftDevice::tx_commit(std::size_t len) {
-  tx_[tx_count_].len = static_cast<std::uint32_t>(len);
-  ++tx_count_;
-  ++st.tx_packets;
-  st.tx_bytes += len;
-}
-
-void SoftDevice::tx_flush() {
-  if (tx_count_ == 0) return;
-  link_->send(std::span<TxPacket>(tx_.data(), tx_count_));
-  tx_count_ = 0;
-}
-
-std::uint8_t* SoftDevice::pkt_begin(std::uint32_t dst_ip_be, wire::Headers& h, std::size_t payload_len) {
-  std::uint8_t* buf = tx_alloc(dst_ip_be);
-  pkt_hdr_len_ = wire::encode_headers(h, payload_len, std::span<std::uint8_t>(buf, kPktBuf));
-  pkt_payload_len_ = payload_len;
-  pkt_open_ = true;
-  return buf + pkt_hdr_len_;
-}
-
-void SoftDevice::pkt_end() {
-  if (!pkt_open_) return;
-  pkt_open_ = false;
-  std::uint8_t* buf = tx_[tx_count_].data;
-  std::size_t len = wire::finish_packet(ip_ctx(tx_[tx_count_].dst_ip_be), std::span<std::uint8_t>(buf, kPktBuf),
-                                        pkt_hdr_len_ + pkt_payload_len_);
-  tx_commit(len);
-}
-
 void SoftDevice::send_packet(std::uint32_t dst_ip_be, wire::Headers& h, std::span<const std::uint8_t> payload) {
   std::uint8_t* p = pkt_begin(dst_ip_be, h, payload.size());
   if (!payload.empty()) std::memcpy(p, payload.data(), payload.size());
@@ -451,6 +422,10 @@ void SoftDevice::handle_rx(RxPacket& p) {
   ip.dont_fragment = p.dont_fragment;
   wire::Packet pkt;
   auto err = wire::parse(std::span<const std::uint8_t>(p.data, p.len), ip, verify_icrc_, pkt);
+  if (err == wire::ParseError::bad_icrc && p.alt_ip_id >= 0) {  // a run's segment: see handle_datagram
+    ip.ip_id = static_cast<std::uint16_t>(p.alt_ip_id);
+    err = wire::parse(std::span<const std::uint8_t>(p.data, p.len), ip, verify_icrc_, pkt);
+  }
   if (err != wire::ParseError::none) {
     if (err == wire::ParseError::bad_icrc)
       ++st.rx_dropped_icrc;
@@ -500,84 +475,6 @@ TimePoint SoftDevice::retx_interval(const SoftQp& qp) const {
   auto t = ack_timeout(qp.attr.timeout);
   if (t == std::chrono::nanoseconds::max()) return TimePoint::max();
   return Clock::now() + std::chrono::duration_cast<Clock::duration>(t);
-}
-
-bool SoftDevice::engine_round() {
-  bool work = false;
-  std::lock_guard lk(mu_);
-  auto now = Clock::now();
-  if (!quiesced && now >= next_timer_scan_) {
-    for (auto& [n, qp] : qps)
-      if (qp != nullptr) timers_run(*qp, now);
-    gsi->on_timers(now);
-    next_timer_scan_ = now + std::chrono::microseconds(200);
-  }
-  // Receive first: ACKs free send window and RNR/NAKs redirect the requester.
-  for (int rounds = 0; rounds < 4 && !quiesced; ++rounds) {
-    std::size_t n = link_->recv(std::span<RxPacket>(rx_.data(), kRxSlots));
-    for (std::size_t i = 0; i < n; ++i) handle_rx(rx_[i]);
-    for (SoftQp* qp : acks) {
-      if (qp->ack_pending) {
-        qp->ack_pending = false;
-        send_ack(*qp, wire::AckType::ack, wire::kCreditInvalid, qp->ack_psn);
-      }
-    }
-    acks.clear();
-    if (n > 0) work = true;
-    if (n < kRxSlots) break;
-  }
-  if (!quiesced) {
-    // Swap with a scratch list (both keep their capacity: no allocation per round).
-    round_list_.swap(active);
-    active.clear();
-    for (SoftQp* qp : round_list_) {
-      qp->queued = false;
-      if (qp->flush_pending) flush_queues(*qp);
-      bool more = false;
-      if (qp->state() == QpState::rts || qp->state() == QpState::sqd) {
-        auto before = qp->sq_next;
-        auto psn_before = qp->send_psn;
-        requester_run(*qp, 32);
-        if (qp->sq_next != before || qp->send_psn != psn_before) work = true;
-        more = qp->sq_next != qp->sq_tail && !qp->rnr_wait;
-      }
-      if (qp->state() != QpState::err && qp->state() != QpState::reset && !qp->read_jobs.empty()) {
-        work = true;
-        more = responder_run_reads(*qp, 32) || more;
-      }
-      if (more) mark_active(*qp);
-    }
-    round_list_.clear();
-  }
-  tx_flush();
-  return work;
-}
-
-void SoftDevice::engine_main() {
-  while (running_.load(std::memory_order_acquire)) {
-    if (engine_round()) continue;
-    if (busy_poll_) continue;
-    sleeping_.store(true, std::memory_order_release);
-    bool timers = false;
-    {
-      std::lock_guard lk(mu_);
-      if (!active.empty()) {
-        sleeping_.store(false);
-        continue;
-      }
-      for (auto& [n, qp] : qps)
-        if (qp != nullptr && (qp->retx_deadline != TimePoint{} || qp->rnr_wait)) timers = true;
-      if (gsi->has_timers()) timers = true;
-    }
-    epoll_event evs[2];
-    int n = ::epoll_wait(epoll_fd_.get(), evs, 2, timers ? 1 : 100);
-    sleeping_.store(false, std::memory_order_release);
-    for (int i = 0; i < n; ++i)
-      if (evs[i].data.u32 == 1) {
-        std::uint64_t v;
-        [[maybe_unused]] auto r = ::read(wake_fd_.get(), &v, sizeof v);
-      }
-  }
 }
 
 // ---- Opening ------------------------------------------------------------------------------------
@@ -680,13 +577,15 @@ Result<std::shared_ptr<Device>> open(std::string_view spec, const DeviceOptions&
   // The link needs the device's stats block, so it is made after the device.
   {
     // rx=udp forces the plain socket path (ICRC checked assuming IP ID 0 and DF, as we send).
+    // gso=0 sends every packet on its own (no UDP_SEGMENT runs).
+    const bool gso = opts.get("gso", "1") != "0";
     std::unique_ptr<Link> link;
     if (opts.get("rx", "raw") != "udp") {
-      auto raw = make_raw_rx_link(sock, ifi->ip_be, port, dev->st);
+      auto raw = make_raw_rx_link(sock, ifi->ip_be, port, dev->st, gso);
       if (raw) link = std::move(raw).value();
       else log::info("{}: {}; checking received ICRCs as if every peer sent IP ID 0 with DF, as we do", name, raw.error().message);
     }
-    if (!link) link = make_udp_link(std::move(sock), port, dev->st);
+    if (!link) link = make_udp_link(std::move(sock), port, dev->st, gso, true);
     std::lock_guard lk(dev->mu_);
     dev->set_link(std::move(link));
   }

@@ -2,8 +2,16 @@
 //
 // Threading model: each SoftDevice owns one engine thread. All protocol state (QPs, MR table,
 // responder resources, timers) is guarded by SoftDevice::mu_. API calls take mu_ briefly to post
-// or modify; the engine thread takes it for each round of work and drops it only to sleep in
-// epoll. CQs have their own lock so that polling never waits for the engine.
+// or modify; the engine thread takes it for each round of work and drops it only to sleep.
+// CQs have their own lock so that polling never waits for the engine.
+//
+// Work also runs on the application's threads, so that a busy-polling application needs no
+// thread switch per message (on a shared core a switch costs more than the protocol itself):
+// post_send transmits what it posted right away, and CompletionQueue::poll on a CQ with fewer
+// completions than asked for does a round of receive work if the device lock is free (try_lock,
+// never waiting). While an application polls an unarmed CQ the engine thread leaves the socket
+// to it and sleeps on its doorbell and timers only; req_notify (or 1 ms without a poll) gives the
+// socket back to the engine thread.
 //
 // Roles, one file each (as Linux rxe): requester.cpp builds and (re)transmits request packets,
 // responder.cpp executes incoming requests and answers, completer.cpp handles ACKs, NAKs and
@@ -21,6 +29,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <queue>
 #include <random>
 #include <string>
 #include <thread>
@@ -49,10 +58,25 @@ inline constexpr std::size_t kPktBuf = 4096 + 128;
 inline constexpr std::uint32_t kSendWindowPkts = 512;  // unacknowledged packets in flight per QP
 
 // ---- Link: where packets go. UdpLink is the real socket; FaultLink wraps it for tests. -----------
+// UDP segmentation offload (UDP_SEGMENT, "GSO"): a run of packets to one destination leaves in
+// one send call and crosses veth/loopback as one buffer; a NIC or the receiving stack cuts it at
+// the segment size, giving segment k the IPv4 ID of the first plus k (inet_gso_segment), so the
+// ICRC of segment k is computed with that ID. We send with DF from an unconnected socket, so the
+// first ID is 0. Runs hold full path-MTU packets only, so a receiver that gets the run whole
+// (a raw socket does) can cut it again: the segment size is the first packet's header length
+// plus its QP's path MTU plus the ICRC (SoftDevice::handle_datagram).
+inline constexpr std::size_t kMaxGsoSegs = 64;           // UDP_MAX_SEGMENTS
+inline constexpr std::size_t kMaxUdpPayload = 65535 - 20 - 8;
+inline constexpr std::size_t kRxBuf = 65536;             // a whole run, as a raw socket shows it
+// The largest single RoCE packet: headers (at most 40 bytes), 4096 bytes of payload, pad, ICRC.
+inline constexpr std::size_t kMaxRocePacket = 40 + wire::kMaxPayload + 3 + wire::kIcrcLen;
+
 struct TxPacket {
   std::uint32_t dst_ip_be = 0;
   std::uint8_t* data = nullptr;
   std::uint32_t len = 0;
+  bool full = false;            // carries exactly one path MTU of payload: may start a GSO run
+  std::uint16_t gso_segs = 0;   // set by tx_flush on a run's first packet: packets in the run
 };
 struct RxPacket {
   std::uint8_t* data = nullptr;
@@ -62,6 +86,8 @@ struct RxPacket {
   std::uint16_t src_port = 0;
   std::uint16_t ip_id = 0;     // IPv4 identification and DF, which the ICRC covers (A17.3.3);
   bool dont_fragment = true;   // a plain UDP socket cannot see them (0 and DF is what we send)
+  std::uint16_t gso_size = 0;  // several packets in one (UDP_GRO told the size; 0: unknown)
+  std::int32_t alt_ip_id = -1; // a run's segment: the other IPv4 ID its ICRC may cover
 };
 
 class Link {
@@ -72,13 +98,16 @@ class Link {
   // Receives what is queued without blocking.
   virtual std::size_t recv(std::span<RxPacket> pkts) = 0;
   [[nodiscard]] virtual int fd() const = 0;
+  // Whether send() honours TxPacket::gso_segs (else every packet leaves on its own).
+  [[nodiscard]] virtual bool gso() const { return false; }
 };
 
-std::unique_ptr<Link> make_udp_link(UniqueFd sock, std::uint16_t port, EngineStats& stats);
+// `gso`: send runs with UDP_SEGMENT; `gro`: this socket receives (UDP_GRO: runs arrive whole).
+std::unique_ptr<Link> make_udp_link(UniqueFd sock, std::uint16_t port, EngineStats& stats, bool gso, bool gro);
 // Sends on `udp_sock` and receives from a raw socket that shows the IPv4 header (raw_rx.cpp).
 // Takes the socket only on success; fails without CAP_NET_RAW.
 Result<std::unique_ptr<Link>> make_raw_rx_link(UniqueFd& udp_sock, std::uint32_t ip_be, std::uint16_t port,
-                                               EngineStats& stats);
+                                               EngineStats& stats, bool gso);
 std::unique_ptr<Link> make_fault_link(std::unique_ptr<Link> inner, const FaultConfig& cfg, EngineStats& stats);
 
 // ---- Objects ------------------------------------------------------------------------------------
@@ -304,6 +333,7 @@ class SoftQp final : public QueuePair {
 
   bool flush_pending = false;    // entered ERR: flush both queues
   bool queued = false;           // on SoftDevice::active
+  TimePoint timer_at = TimePoint::max();  // earliest entry of this QP in SoftDevice::timers_
   bool cm_wait_rtu = false;      // its CM connection sent REP: the first packet stands for RTU
 
   [[nodiscard]] std::uint32_t pmtu() const noexcept { return mtu_bytes(attr.path_mtu); }
@@ -337,6 +367,12 @@ class SoftDevice final : public Device {
   void stop();
   // Wake the engine thread (called after posting work).
   void kick() noexcept;
+  // A round of receive and send work on an application thread (CompletionQueue::poll), only if
+  // the device lock is free. `cq_armed`: the caller will wait for the CQ's event, so the engine
+  // thread must keep watching the socket. True if anything happened.
+  bool progress(bool cq_armed);
+  // The application armed a CQ to sleep on its event: the engine thread takes the socket back.
+  void app_waits() noexcept;
   void set_faults(const FaultConfig& cfg);
   EngineStats stats_snapshot() const;
 
@@ -361,7 +397,15 @@ class SoftDevice final : public Device {
   // Allocates a TX slot for a packet to dst; flushes when the batch is full. Returns the buffer.
   std::uint8_t* tx_alloc(std::uint32_t dst_ip_be);
   void tx_commit(std::size_t len);
+  // Pads and writes the ICRC of every packet built since the last flush (segmentation runs
+  // numbered as the kernel will number them) and sends them.
   void tx_flush();
+  // Transmits what was just posted on qp (post_send, mu_ held); true if work is left for the
+  // engine thread.
+  bool send_now(SoftQp& qp);
+  // Queues a look at qp's timers at t (engine_loop.cpp); every deadline set calls it.
+  void arm_timer(SoftQp& qp, TimePoint t);
+  void rearm(SoftQp& qp);
   [[nodiscard]] wire::Ipv4Context ip_ctx(std::uint32_t dst_ip_be) const noexcept {
     wire::Ipv4Context c;
     c.src_be = ip_be_;
@@ -377,8 +421,9 @@ class SoftDevice final : public Device {
   std::unique_ptr<GsiAgent> gsi;
 
   // Builds one packet: pkt_begin encodes the headers and returns where `payload_len` bytes of
-  // payload go; the caller fills them and calls pkt_end (which pads and writes the ICRC).
-  std::uint8_t* pkt_begin(std::uint32_t dst_ip_be, wire::Headers& h, std::size_t payload_len);
+  // payload go; the caller fills them and calls pkt_end (tx_flush pads and writes the ICRC).
+  // `full`: the payload is exactly the QP's path MTU (the packet may lead a GSO run).
+  std::uint8_t* pkt_begin(std::uint32_t dst_ip_be, wire::Headers& h, std::size_t payload_len, bool full = false);
   void pkt_end();
   void pkt_abort() noexcept { pkt_open_ = false; }
   void send_packet(std::uint32_t dst_ip_be, wire::Headers& h, std::span<const std::uint8_t> payload);
@@ -389,9 +434,12 @@ class SoftDevice final : public Device {
                    const std::uint8_t* src, std::uint32_t len);
   std::vector<SoftQp*> acks;  // QPs with an ACK to send at the end of the receive batch
   void send_ack(SoftQp& qp, wire::AckType type, std::uint8_t value, std::uint32_t psn);
+  void flush_acks();
 
   // Role entry points (requester.cpp, responder.cpp, completer.cpp).
-  void requester_run(SoftQp& qp, std::size_t budget);
+  // Sends up to `budget` packets; true if it stopped for the budget with packets left to send
+  // (not for the window, a READ/atomic limit, a fence or an RNR wait: a response ends those).
+  bool requester_run(SoftQp& qp, std::size_t budget);
   void responder_packet(SoftQp& qp, const wire::Packet& pkt, std::uint32_t src_ip_be);
   void responder_ud_packet(SoftQp& qp, const wire::Packet& pkt, std::uint32_t src_ip_be);
   bool responder_run_reads(SoftQp& qp, std::size_t budget);
@@ -408,6 +456,10 @@ class SoftDevice final : public Device {
  private:
   void engine_main();
   bool engine_round();
+  bool work_round(int rx_batches, bool defer_acks);
+  void run_timers(TimePoint now);
+  // One received datagram: a packet, or a segmentation run cut back into packets.
+  void handle_datagram(RxPacket& p);
   void handle_rx(RxPacket& p);
 
   std::string name_, netdev_;
@@ -416,20 +468,26 @@ class SoftDevice final : public Device {
   Mtu active_mtu_;
   std::unique_ptr<Link> link_;
   UniqueFd wake_fd_;
-  UniqueFd epoll_fd_;
   bool busy_poll_;
   bool verify_icrc_;
   std::uint16_t port_;
   std::thread thread_;
   std::atomic<bool> running_{false};
   std::atomic<bool> sleeping_{false};
+  std::atomic<std::int64_t> sleep_until_ns_{0};  // while sleeping: when the engine wakes by itself
+  std::atomic<std::int64_t> app_poll_ns_{0};     // last poll of an unarmed CQ (0: the app waits)
 
   std::vector<std::uint8_t> tx_mem_, rx_mem_;
   std::array<TxPacket, kTxSlots> tx_{};
   std::size_t tx_count_ = 0;
   bool pkt_open_ = false;
   std::size_t pkt_hdr_len_ = 0, pkt_payload_len_ = 0;
-  TimePoint next_timer_scan_{};
+  bool pkt_full_ = false;
+  // Timer queue: (when, QPN), earliest first; SoftQp::timer_at is a QP's earliest entry.
+  std::priority_queue<std::pair<TimePoint, std::uint32_t>, std::vector<std::pair<TimePoint, std::uint32_t>>,
+                      std::greater<>>
+      timers_;
+  TimePoint next_timer_sweep_{};
   std::vector<SoftQp*> round_list_;  // engine_round's copy of `active`
   std::array<RxPacket, kRxSlots> rx_{};
 };

@@ -1,6 +1,7 @@
 // Packet links: the real UDP socket (batched with sendmmsg/recvmmsg) and a deterministic
 // fault-injecting wrapper for tests (drop, duplicate, reorder, corrupt).
 #include <netinet/in.h>
+#include <netinet/udp.h>
 #include <poll.h>
 #include <sys/socket.h>
 
@@ -14,28 +15,53 @@
 namespace vrdma::nicdrv::soft {
 namespace {
 
+// UDP_SEGMENT and UDP_GRO control messages: one 16-bit segment size out, one int in.
+constexpr std::size_t kCtlLen = CMSG_SPACE(sizeof(int));
+using CtlBuf = std::array<std::uint8_t, kCtlLen>;
+
 class UdpLink final : public Link {
  public:
-  UdpLink(UniqueFd sock, std::uint16_t port, EngineStats& st) : sock_(std::move(sock)), port_(port), st_(st) {}
+  UdpLink(UniqueFd sock, std::uint16_t port, EngineStats& st, bool gso, bool gro)
+      : sock_(std::move(sock)), port_(port), st_(st), gso_(gso) {
+    int one = 1;
+    // Runs sent with UDP_SEGMENT by a peer then arrive whole, with their segment size.
+    gro_ = gro && ::setsockopt(sock_.get(), IPPROTO_UDP, UDP_GRO, &one, sizeof one) == 0;
+  }
+
+  bool gso() const override { return gso_; }
 
   std::size_t send(std::span<TxPacket> pkts) override {
-    std::size_t n = std::min(pkts.size(), kTxSlots);
-    for (std::size_t i = 0; i < n; ++i) {
-      addr_[i] = sockaddr_in{};
-      addr_[i].sin_family = AF_INET;
-      addr_[i].sin_port = htons(port_);
-      addr_[i].sin_addr.s_addr = pkts[i].dst_ip_be;
-      iov_[i] = iovec{pkts[i].data, pkts[i].len};
-      msg_[i] = mmsghdr{};
-      msg_[i].msg_hdr.msg_name = &addr_[i];
-      msg_[i].msg_hdr.msg_namelen = sizeof(sockaddr_in);
-      msg_[i].msg_hdr.msg_iov = &iov_[i];
-      msg_[i].msg_hdr.msg_iovlen = 1;
+    const std::size_t n = std::min(pkts.size(), kTxSlots);
+    // One message per packet, or per segmentation run (its packets as one iovec list).
+    std::size_t m = 0;
+    for (std::size_t i = 0; i < n; ++m) {
+      const std::size_t segs = gso_ && pkts[i].gso_segs > 1 ? std::min<std::size_t>(pkts[i].gso_segs, n - i) : 1;
+      addr_[m] = sockaddr_in{};
+      addr_[m].sin_family = AF_INET;
+      addr_[m].sin_port = htons(port_);
+      addr_[m].sin_addr.s_addr = pkts[i].dst_ip_be;
+      for (std::size_t k = 0; k < segs; ++k) iov_[i + k] = iovec{pkts[i + k].data, pkts[i + k].len};
+      msg_[m] = mmsghdr{};
+      msg_[m].msg_hdr.msg_name = &addr_[m];
+      msg_[m].msg_hdr.msg_namelen = sizeof(sockaddr_in);
+      msg_[m].msg_hdr.msg_iov = &iov_[i];
+      msg_[m].msg_hdr.msg_iovlen = segs;
+      if (segs > 1) {
+        msg_[m].msg_hdr.msg_control = ctl_[m].data();
+        msg_[m].msg_hdr.msg_controllen = CMSG_SPACE(sizeof(std::uint16_t));
+        cmsghdr* c = CMSG_FIRSTHDR(&msg_[m].msg_hdr);
+        c->cmsg_level = SOL_UDP;
+        c->cmsg_type = UDP_SEGMENT;
+        c->cmsg_len = CMSG_LEN(sizeof(std::uint16_t));
+        const auto seg = static_cast<std::uint16_t>(pkts[i].len);
+        std::memcpy(CMSG_DATA(c), &seg, sizeof seg);
+      }
+      i += segs;
     }
     std::size_t done = 0;
     int spins = 0;
-    while (done < n) {
-      int r = ::sendmmsg(sock_.get(), msg_.data() + done, static_cast<unsigned>(n - done), 0);
+    while (done < m) {
+      int r = ::sendmmsg(sock_.get(), msg_.data() + done, static_cast<unsigned>(m - done), 0);
       if (r > 0) {
         done += static_cast<std::size_t>(r);
         continue;
@@ -47,13 +73,21 @@ class UdpLink final : public Link {
       }
       if (r < 0 && errno != EAGAIN) {
         // An unreachable peer or an oversize packet: the packet is lost, RC retransmits.
-        if (errno == EMSGSIZE) log::warn("soft: a {}-byte packet exceeds the interface MTU; lower the QP path MTU", iov_[done].iov_len);
+        const int e = errno;
+        if (msg_[done].msg_hdr.msg_iovlen > 1 && (e == EINVAL || e == EIO || e == EOPNOTSUPP || e == ENOPROTOOPT)) {
+          // The route cannot segment (no checksum offload, IPsec, ...): this run is lost (RC
+          // retransmits), later packets leave one by one.
+          log::warn("soft: UDP segmentation offload failed ({}); sending packets one at a time from now on", std::strerror(e));
+          gso_ = false;
+        } else if (e == EMSGSIZE) {
+          log::warn("soft: a {}-byte packet exceeds the interface MTU; lower the QP path MTU", msg_[done].msg_hdr.msg_iov[0].iov_len);
+        }
         ++done;
         continue;
       }
       break;
     }
-    return done;
+    return n;
   }
 
   std::size_t recv(std::span<RxPacket> pkts) override {
@@ -65,6 +99,10 @@ class UdpLink final : public Link {
       msg_rx_[i].msg_hdr.msg_namelen = sizeof(sockaddr_in);
       msg_rx_[i].msg_hdr.msg_iov = &iov_rx_[i];
       msg_rx_[i].msg_hdr.msg_iovlen = 1;
+      if (gro_) {
+        msg_rx_[i].msg_hdr.msg_control = ctl_rx_[i].data();
+        msg_rx_[i].msg_hdr.msg_controllen = kCtlLen;
+      }
     }
     int r = ::recvmmsg(sock_.get(), msg_rx_.data(), static_cast<unsigned>(n), MSG_DONTWAIT, nullptr);
     if (r <= 0) return 0;
@@ -80,6 +118,15 @@ class UdpLink final : public Link {
       p.len = m.msg_len;
       p.src_ip_be = addr_rx_[static_cast<std::size_t>(i)].sin_addr.s_addr;
       p.src_port = ntohs(addr_rx_[static_cast<std::size_t>(i)].sin_port);
+      p.ip_id = 0;  // what we send (unseen here: see raw_rx.cpp)
+      p.dont_fragment = true;
+      p.gso_size = 0;
+      for (cmsghdr* c = CMSG_FIRSTHDR(&m.msg_hdr); gro_ && c != nullptr; c = CMSG_NXTHDR(&m.msg_hdr, c))
+        if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO && c->cmsg_len >= CMSG_LEN(sizeof(int))) {
+          int g = 0;
+          std::memcpy(&g, CMSG_DATA(c), sizeof g);
+          p.gso_size = static_cast<std::uint16_t>(std::clamp(g, 0, 65535));
+        }
       ++got;
     }
     return got;
@@ -91,12 +138,15 @@ class UdpLink final : public Link {
   UniqueFd sock_;
   std::uint16_t port_;
   EngineStats& st_;
+  bool gso_ = false, gro_ = false;
   std::array<sockaddr_in, kTxSlots> addr_{};
   std::array<iovec, kTxSlots> iov_{};
   std::array<mmsghdr, kTxSlots> msg_{};
+  std::array<CtlBuf, kTxSlots> ctl_{};
   std::array<sockaddr_in, kRxSlots> addr_rx_{};
   std::array<iovec, kRxSlots> iov_rx_{};
   std::array<mmsghdr, kRxSlots> msg_rx_{};
+  std::array<CtlBuf, kRxSlots> ctl_rx_{};
 };
 
 // Test seam (named as such): decides each transmitted packet's fate from a seeded PRNG.
@@ -182,8 +232,8 @@ class FaultLink final : public Link {
 
 }  // namespace
 
-std::unique_ptr<Link> make_udp_link(UniqueFd sock, std::uint16_t port, EngineStats& st) {
-  return std::make_unique<UdpLink>(std::move(sock), port, st);
+std::unique_ptr<Link> make_udp_link(UniqueFd sock, std::uint16_t port, EngineStats& st, bool gso, bool gro) {
+  return std::make_unique<UdpLink>(std::move(sock), port, st, gso, gro);
 }
 
 std::unique_ptr<Link> make_fault_link(std::unique_ptr<Link> inner, const FaultConfig& cfg, EngineStats& st) {

@@ -111,7 +111,7 @@ Status SoftQp::modify(const QpAttr& a, QpAttrMask mask) {
     rd_res.clear();
     in_send = in_write = have_recv = false;
     retx_deadline = rnr_deadline = {};
-    rnr_wait = retx_pending = flush_pending = false;
+    rnr_wait = retx_pending = flush_pending = ack_pending = false;
     rd_atomic_outstanding = 0;
     std::erase(dev.active, this);
     queued = false;
@@ -213,9 +213,12 @@ Status SoftQp::post_send(std::span<const SendWr> wrs, std::size_t* bad_index) {
     ++sq_tail;
   }
   if (s == QpState::err) flush_pending = true;
-  dev.mark_active(*this);
+  // Transmit now, on the caller's thread; the engine thread is woken only for what is left over
+  // (a long message past the budget, the error flush; not a full window: an ACK reopens it).
+  const bool left = dev.send_now(*this);
+  if (sq_next != sq_tail || flush_pending) dev.mark_active(*this);
   lk.unlock();
-  dev.kick();
+  if (left) dev.kick();
   return {};
 }
 

@@ -187,6 +187,7 @@ Status SoftQp::import_state(std::span<const std::uint8_t> blob) {
   send_psn = una_psn;
   dev.go_back_n(*this, una_psn);
   if (wire::psn_lt(una_psn, next_new_psn)) retx_deadline = dev.retx_interval(*this);
+  dev.rearm(*this);
   dev.mark_active(*this);
   return {};
 }

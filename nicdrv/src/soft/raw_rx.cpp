@@ -24,6 +24,7 @@ class RawRxLink final : public Link {
   RawRxLink(std::unique_ptr<Link> tx, UniqueFd raw, EngineStats& st) : tx_(std::move(tx)), raw_(std::move(raw)), st_(st) {}
 
   std::size_t send(std::span<TxPacket> pkts) override { return tx_->send(pkts); }
+  bool gso() const override { return tx_->gso(); }
 
   std::size_t recv(std::span<RxPacket> pkts) override {
     std::size_t n = std::min(pkts.size(), kRxSlots);
@@ -53,6 +54,7 @@ class RawRxLink final : public Link {
       p.src_port = get16(h + 20);
       p.ip_id = get16(h + 4);
       p.dont_fragment = (get16(h + 6) & 0x4000) != 0;
+      p.gso_size = 0;  // a raw socket does not say; engine_loop.cpp works it out
       ++got;
     }
     return got;
@@ -72,7 +74,7 @@ class RawRxLink final : public Link {
 }  // namespace
 
 Result<std::unique_ptr<Link>> make_raw_rx_link(UniqueFd& udp_sock, std::uint32_t ip_be, std::uint16_t port,
-                                               EngineStats& st) {
+                                               EngineStats& st, bool gso) {
   UniqueFd raw(::socket(AF_INET, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_UDP));
   if (!raw) return errno_error(errno, "soft: raw UDP socket (needs CAP_NET_RAW)");
   // A raw socket sees every UDP datagram for its bound address; the kernel keeps only ours.
@@ -101,7 +103,7 @@ Result<std::unique_ptr<Link>> make_raw_rx_link(UniqueFd& udp_sock, std::uint32_t
   sock_fprog drop{1, none};
   if (::setsockopt(udp_sock.get(), SOL_SOCKET, SO_ATTACH_FILTER, &drop, sizeof drop) != 0)
     return errno_error(errno, "soft: filter on the UDP socket");
-  return std::unique_ptr<Link>(std::make_unique<RawRxLink>(make_udp_link(std::move(udp_sock), port, st), std::move(raw), st));
+  return std::unique_ptr<Link>(std::make_unique<RawRxLink>(make_udp_link(std::move(udp_sock), port, st, gso, false), std::move(raw), st));
 }
 
 }  // namespace vrdma::nicdrv::soft

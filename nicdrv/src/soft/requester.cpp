@@ -72,17 +72,17 @@ static void send_ud(SoftDevice& d, SoftQp& qp, SendWqe& w) {
   d.complete_send(qp, w, WcStatus::success);
 }
 
-void SoftDevice::requester_run(SoftQp& qp, std::size_t budget) {
+bool SoftDevice::requester_run(SoftQp& qp, std::size_t budget) {
   if (qp.type() == QpType::ud) {
-    while (budget-- > 0 && qp.sq_next != qp.sq_tail && qp.state() == QpState::rts) {
+    for (; budget > 0 && qp.sq_next != qp.sq_tail && qp.state() == QpState::rts; --budget) {
       SendWqe& w = qp.wqe(qp.sq_next);
       ++qp.sq_next;
       send_ud(*this, qp, w);
     }
     retire_completed(qp);
-    return;
+    return budget == 0 && qp.sq_next != qp.sq_tail;
   }
-  if (qp.rnr_wait) return;
+  if (qp.rnr_wait) return false;
   // An ACK for packets sent before a go-back-N may have overtaken the retransmission point.
   if (wire::psn_lt(qp.send_psn, qp.una_psn)) seek(qp, qp.una_psn);
   const std::uint32_t mtu = qp.pmtu();
@@ -158,7 +158,7 @@ void SoftDevice::requester_run(SoftQp& qp, std::size_t budget) {
         h.reth.dma_len = w.length;
       }
       h.imm = w.imm;
-      std::uint8_t* p = pkt_begin(qp.dst_ip(), h, len);
+      std::uint8_t* p = pkt_begin(qp.dst_ip(), h, len, len == mtu);
       WcStatus s = wqe_payload(*this, qp, w, off, p, len);
       if (s != WcStatus::success) {
         // Local protection/length error: complete in error, QP to ERR (IBA 10.8.3.1 class B).
@@ -167,15 +167,19 @@ void SoftDevice::requester_run(SoftQp& qp, std::size_t budget) {
         w.done = true;
         complete_send(qp, w, s);
         move_to_error(qp);
-        return;
+        return false;
       }
       pkt_end();
       qp.send_psn = wire::psn_add(qp.send_psn, 1);
       if (k + 1 == w.npkts) ++qp.sq_next;
       --budget;
     }
-    if (qp.retx_deadline == TimePoint{}) qp.retx_deadline = retx_interval(qp);
+    if (qp.retx_deadline == TimePoint{}) {
+      qp.retx_deadline = retx_interval(qp);
+      rearm(qp);
+    }
   }
+  return budget == 0 && qp.sq_next != qp.sq_tail;
 }
 
 }  // namespace vrdma::nicdrv::soft

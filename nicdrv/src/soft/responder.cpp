@@ -311,7 +311,7 @@ bool SoftDevice::responder_run_reads(SoftQp& qp, std::size_t budget) {
       }
       src = mr->at(j.va + off, len);
     }
-    std::uint8_t* dst = pkt_begin(qp.dst_ip(), h, len);
+    std::uint8_t* dst = pkt_begin(qp.dst_ip(), h, len, len == mtu);
     if (len > 0) std::memcpy(dst, src, len);
     pkt_end();
     j.next_psn = wire::psn_add(j.next_psn, 1);

@@ -35,6 +35,8 @@ struct FaultConfig {
 struct EngineStats {
   std::uint64_t tx_packets = 0, rx_packets = 0;
   std::uint64_t tx_bytes = 0, rx_bytes = 0;
+  // UDP segmentation runs sent (UDP_SEGMENT) and received whole (cut back into packets here).
+  std::uint64_t tx_gso_runs = 0, rx_gso_runs = 0;
   std::uint64_t rx_dropped_icrc = 0, rx_dropped_malformed = 0, rx_dropped_no_qp = 0, rx_dropped_qkey = 0;
   std::uint64_t retransmits = 0, timeouts = 0, rnr_naks_sent = 0, rnr_naks_received = 0;
   std::uint64_t seq_naks_sent = 0, seq_naks_received = 0, duplicates_received = 0;
