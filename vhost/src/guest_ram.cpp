@@ -38,6 +38,13 @@ Result<GuestRam> GuestRam::create(const std::vector<RamRegion>& layout) {
   return g;
 }
 
+Result<GuestRam> GuestRam::create_like(const GuestRam& src) {
+  auto g = create(src.layout_);
+  if (!g) return std::move(g).error();
+  g->next_ = src.next_;
+  return g;
+}
+
 std::uint8_t* GuestRam::host(std::uint64_t gpa, std::uint64_t len) const {
   for (std::size_t i = 0; i < layout_.size(); ++i) {
     const auto& r = layout_[i];

@@ -289,3 +289,63 @@ BOOST_AUTO_TEST_CASE(ring_at_a_wild_address_stays_stopped) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+// The inflight area comes back from the frontend on reconnect: a restarted backend must treat it
+// as untrusted. A packed slice that lies (a head in flight with more descriptors than the ring
+// has) keeps that ring stopped with a sentence; the backend stays up for the next frontend.
+BOOST_AUTO_TEST_CASE(an_inconsistent_packed_inflight_area_keeps_the_ring_stopped_and_the_backend_serving) {
+  TempDir dir;
+  const std::string sock = dir.file("blk.sock"), log = dir.file("backend.log"), disk = dir.file("disk.img");
+  auto start = [&] {
+    ::unlink(sock.c_str());
+    auto c = std::make_unique<Child>(std::vector<std::string>{VHOST_BLK_BACKEND, "--socket", sock, "--disk", disk,
+                                                              "--size-mib", "8", "--queues", "1"},
+                                     log);
+    BOOST_REQUIRE(wait_for_path(sock, 5000));
+    return c;
+  };
+  auto logged = [&](const std::string& s) {
+    for (int i = 0; i < 400; ++i) {
+      if (read_file(log).find(s) != std::string::npos) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    BOOST_TEST_MESSAGE("log was:\n" << read_file(log));
+    return false;
+  };
+  auto backend = start();
+  BlkClientOptions o;
+  o.queues = 1;
+  o.packed = true;
+  o.queue_size = 32;
+  o.ram_mib = 16;
+  auto c = BlkClient::connect(sock, o);
+  BOOST_REQUIRE(c);
+  std::vector<BlkOp> ops;
+  for (int i = 0; i < 8; ++i) ops.push_back({0, kBlkOut, std::uint64_t(i) * 8, pattern(50 + i, 4096)});
+  BOOST_REQUIRE((*c)->run(ops).ok());
+  backend->stop(SIGKILL);
+  // Entry 3 of queue 0's slice (32-byte header, 32-byte entries): in flight, 40 descriptors.
+  const auto& inf = (*c)->inflight_area();
+  void* p = ::mmap(nullptr, inf.info.mmap_size, PROT_READ | PROT_WRITE, MAP_SHARED, inf.fd.get(),
+                   static_cast<off_t>(inf.info.mmap_offset));
+  BOOST_REQUIRE(p != MAP_FAILED);
+  auto* entry3 = static_cast<std::uint8_t*>(p) + 32 + 32 * 3;
+  entry3[0] = 1;
+  const std::uint16_t num = 40;
+  std::memcpy(entry3 + 6, &num, 2);
+  ::munmap(p, inf.info.mmap_size);
+  backend = start();
+  BOOST_REQUIRE((*c)->reconnect(sock).ok());
+  BOOST_TEST(logged("inflight area of a packed queue of 32 is inconsistent: entry 3 is in flight with 40 descriptors"));
+  BOOST_TEST(logged("the ring stays stopped"));
+  BOOST_REQUIRE(backend->alive());
+  // The next frontend (with an area of its own) is served, and the data written before is there.
+  (*c).reset();
+  auto d = BlkClient::connect(sock, o);
+  BOOST_REQUIRE(d);
+  std::vector<BlkOp> reads;
+  for (int i = 0; i < 8; ++i) reads.push_back({0, kBlkIn, std::uint64_t(i) * 8, {}, 4096});
+  BOOST_REQUIRE((*d)->run(reads).ok());
+  for (int i = 0; i < 8; ++i)
+    BOOST_TEST(checksum(reads[i].data.data(), 4096) == checksum(pattern(50 + i, 4096).data(), 4096));
+}

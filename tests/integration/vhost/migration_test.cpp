@@ -198,7 +198,7 @@ Outcome migrate(BlkClientOptions o, std::vector<std::string> source_args, bool e
   BOOST_REQUIRE(cl.run(fill).ok());
   w.verify(fill, "fill");
 
-  auto dst = vhost::GuestRam::create(cl.ram().layout());
+  auto dst = vhost::GuestRam::create_like(cl.ram());
   BOOST_REQUIRE(dst);
   auto mig = vhost::LiveMigration::begin(cl.frontend(), cl.ram(), *dst);
   if (!mig && mig.error().is(Errc::not_supported)) {
@@ -259,6 +259,10 @@ Outcome migrate(BlkClientOptions o, std::vector<std::string> source_args, bool e
                      << downtime.count() << " us");
   a.child->stop(SIGTERM);
   a.child.reset();
+  // The driver's allocations moved with its RAM: a new allocation lands past the rings and slots.
+  auto fresh = cl.ram().alloc(4096, 4096);
+  BOOST_REQUIRE(fresh);
+  for (std::uint16_t q = 0; q < o.queues; ++q) BOOST_TEST(*fresh > cl.queue(q).device_gpa());
   // The driver carries on at the destination.
   for (int i = 0; i < 4; ++i) {
     auto ops = w.batch(per_batch);
@@ -322,7 +326,7 @@ BOOST_AUTO_TEST_CASE(a_cancelled_migration_leaves_the_source_running_without_log
   auto fill = w.fill();
   BOOST_REQUIRE(cl.run(fill).ok());
   w.verify(fill, "fill");
-  auto dst = vhost::GuestRam::create(cl.ram().layout());
+  auto dst = vhost::GuestRam::create_like(cl.ram());
   BOOST_REQUIRE(dst);
   auto mig = vhost::LiveMigration::begin(cl.frontend(), cl.ram(), *dst);
   if (!mig && mig.error().is(Errc::not_supported)) {

@@ -61,6 +61,8 @@ class BlkClient {
   vhost::Frontend& frontend() { return *fe_; }
   vhost::GuestRam& ram() { return ram_; }
   vhost::DriverQueue& queue(std::uint16_t i) { return qs_[i]; }
+  // The inflight area this frontend keeps for reconnects (invalid fd until the first setup).
+  [[nodiscard]] const vhost::Frontend::Inflight& inflight_area() const { return inflight_; }
   [[nodiscard]] const BlkClientOptions& options() const { return o_; }
 
  private:

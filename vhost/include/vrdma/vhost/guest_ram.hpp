@@ -27,6 +27,9 @@ class GuestRam final : public DriverMemory {
   // and a region above 4 GiB at a further offset, with holes between all three.
   static std::vector<RamRegion> vm_layout(std::uint64_t mib);
   static Result<GuestRam> create(const std::vector<RamRegion>& layout);
+  // An empty RAM with `src`'s layout and allocation state: the destination of a live migration
+  // (vhost/live_migration.hpp), where what the driver allocated moves with the memory.
+  static Result<GuestRam> create_like(const GuestRam& src);
 
   // Host pointer for [gpa, gpa+len) inside one region, or nullptr.
   [[nodiscard]] std::uint8_t* host(std::uint64_t gpa, std::uint64_t len) const override;

@@ -67,9 +67,10 @@ class LiveMigration {
   };
 
   // `src` is the source backend's frontend, negotiated, with LOG_SHMFD acked; `src_ram` the RAM
-  // it was given (SET_MEM_TABLE); `dst_ram` an empty RAM of the same layout. All three must
-  // outlive the LiveMigration. Errors: LOG_SHMFD or LOG_ALL not offered, layouts differ, the
-  // kernel cannot track the driver's writes, or the backend refused the log.
+  // it was given (SET_MEM_TABLE); `dst_ram` an empty RAM of the same layout
+  // (GuestRam::create_like). All three must outlive the LiveMigration. Errors: LOG_SHMFD or
+  // LOG_ALL not offered, layouts differ, the kernel cannot track the driver's writes, or the
+  // backend refused the log.
   static Result<std::unique_ptr<LiveMigration>> begin(Frontend& src, const GuestRam& src_ram, GuestRam& dst_ram);
   ~LiveMigration();
   LiveMigration(const LiveMigration&) = delete;
