@@ -184,29 +184,47 @@ struct Outcome {
   std::uint64_t bad_reads = 0;
 };
 
+// A client of the backend at `a`, with every block of the disk written once, and the start of a
+// migration of its device to `dst`. Exits 77 (skip) when the kernel cannot track the driver's
+// writes to its RAM (Linux < 6.7).
+struct Started {
+  std::unique_ptr<BlkClient> client;
+  Workload work;
+  std::unique_ptr<vhost::GuestRam> dst;  // on the heap: the migration keeps its address
+  std::unique_ptr<vhost::LiveMigration> mig;
+};
+Started start_migration(const BackendProc& a, const BlkClientOptions& o) {
+  Started s{nullptr, Workload(o.queues), nullptr, nullptr};
+  auto c = BlkClient::connect(a.sock, o);
+  BOOST_REQUIRE_MESSAGE(c, (c ? "" : c.error().message) + "\n" + read_file(a.log));
+  s.client = std::move(*c);
+  auto fill = s.work.fill();
+  BOOST_REQUIRE(s.client->run(fill).ok());
+  s.work.verify(fill, "fill");
+  auto dst = vhost::GuestRam::create_like(s.client->ram());
+  BOOST_REQUIRE(dst);
+  s.dst = std::make_unique<vhost::GuestRam>(std::move(*dst));
+  auto mig = vhost::LiveMigration::begin(s.client->frontend(), s.client->ram(), *s.dst);
+  if (!mig && mig.error().is(Errc::not_supported)) {
+    BOOST_TEST_MESSAGE("skipped: " << mig.error().message);
+    std::exit(77);
+  }
+  BOOST_REQUIRE_MESSAGE(mig, (mig ? "" : mig.error().message) + "\n" + read_file(a.log));
+  s.mig = std::move(*mig);
+  return s;
+}
+
 // The whole scenario; `source_args` lets a test give the source backend a fault on purpose.
 Outcome migrate(BlkClientOptions o, std::vector<std::string> source_args, bool expect_clean) {
   TempDir dir;
   const std::string disk = dir.file("disk.img");
   BackendProc a(dir, "a", disk, std::move(source_args));
   BackendProc b(dir, "b", disk, {});
-  auto c = BlkClient::connect(a.sock, o);
-  BOOST_REQUIRE_MESSAGE(c, (c ? "" : c.error().message) + "\n" + read_file(a.log));
-  BlkClient& cl = **c;
-  Workload w(o.queues);
-  auto fill = w.fill();
-  BOOST_REQUIRE(cl.run(fill).ok());
-  w.verify(fill, "fill");
-
-  auto dst = vhost::GuestRam::create_like(cl.ram());
-  BOOST_REQUIRE(dst);
-  auto mig = vhost::LiveMigration::begin(cl.frontend(), cl.ram(), *dst);
-  if (!mig && mig.error().is(Errc::not_supported)) {
-    BOOST_TEST_MESSAGE("skipped: " << mig.error().message);
-    std::exit(77);
-  }
-  BOOST_REQUIRE_MESSAGE(mig, (mig ? "" : mig.error().message) + "\n" + read_file(a.log));
-  vhost::LiveMigration& m = **mig;
+  Started mg = start_migration(a, o);
+  BlkClient& cl = *mg.client;
+  Workload& w = mg.work;
+  vhost::GuestRam& dst = *mg.dst;
+  vhost::LiveMigration& m = *mg.mig;
 
   // Pre-copy: each round runs while a batch of requests is in the backend's hands; the driver
   // then collects and checks it and posts the next. At least 3 rounds, until a round copies
@@ -240,7 +258,7 @@ Outcome migrate(BlkClientOptions o, std::vector<std::string> source_args, bool e
   auto bases = m.stop_and_copy(o.queues);
   BOOST_REQUIRE_MESSAGE(bases, (bases ? "" : bases.error().message) + "\n" + read_file(a.log));
   Outcome out;
-  out.diff_bytes = ram_differences(cl.ram(), *dst, out.diff_pages);
+  out.diff_bytes = ram_differences(cl.ram(), dst, out.diff_pages);
   BOOST_TEST_MESSAGE("final round copied " << m.rounds().back().copied << " pages; " << out.diff_pages
                                            << " pages differ between source and destination");
   std::uint64_t ram_pages = 0;
@@ -249,9 +267,9 @@ Outcome migrate(BlkClientOptions o, std::vector<std::string> source_args, bool e
   if (!expect_clean) return out;
   BOOST_TEST(out.diff_bytes == 0u, "destination RAM differs from the stopped source in " << out.diff_pages << " pages");
 
-  auto st = cl.switch_to(b.sock, std::move(*dst), *bases);
-  BOOST_REQUIRE_MESSAGE(st.ok(), (st.ok() ? "" : st.error().message) + "\n" + read_file(b.log));
-  st = cl.collect(last, 10000);
+  auto sw = cl.switch_to(b.sock, std::move(dst), *bases);
+  BOOST_REQUIRE_MESSAGE(sw.ok(), (sw.ok() ? "" : sw.error().message) + "\n" + read_file(b.log));
+  auto st = cl.collect(last, 10000);
   const auto downtime = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0);
   BOOST_REQUIRE_MESSAGE(st.ok(), (st.ok() ? "" : st.error().message) + "\n" + read_file(b.log));
   w.verify(last, "destination, requests in flight at switchover");
@@ -319,24 +337,12 @@ BOOST_AUTO_TEST_CASE(a_cancelled_migration_leaves_the_source_running_without_log
   BackendProc a(dir, "a", disk, {});
   BlkClientOptions o;
   o.queues = 2;
-  auto c = BlkClient::connect(a.sock, o);
-  BOOST_REQUIRE(c);
-  BlkClient& cl = **c;
-  Workload w(o.queues);
-  auto fill = w.fill();
-  BOOST_REQUIRE(cl.run(fill).ok());
-  w.verify(fill, "fill");
-  auto dst = vhost::GuestRam::create_like(cl.ram());
-  BOOST_REQUIRE(dst);
-  auto mig = vhost::LiveMigration::begin(cl.frontend(), cl.ram(), *dst);
-  if (!mig && mig.error().is(Errc::not_supported)) {
-    BOOST_TEST_MESSAGE("skipped: " << mig.error().message);
-    std::exit(77);
-  }
-  BOOST_REQUIRE(mig);
-  BOOST_REQUIRE((*mig)->precopy().ok());
-  BOOST_REQUIRE((*mig)->cancel().ok());
-  BOOST_TEST(!(*mig)->precopy().ok());  // nothing more to do after a cancel
+  Started mg = start_migration(a, o);
+  BlkClient& cl = *mg.client;
+  Workload& w = mg.work;
+  BOOST_REQUIRE(mg.mig->precopy().ok());
+  BOOST_REQUIRE(mg.mig->cancel().ok());
+  BOOST_TEST(!mg.mig->precopy().ok());  // nothing more to do after a cancel
   BOOST_TEST(!cl.frontend().features().has(vhost::VirtioFeature::log_all));
   auto ops = w.batch(24);
   BOOST_REQUIRE(cl.run(ops).ok());
