@@ -117,11 +117,12 @@ class SoftCmConnection final : public CmConnection {
     const mad::Rep rep = en.conn.rep();
     lk.unlock();
     // RTR then RTS with the REP's values (IBA 12.7.2, the kernel's cm_init_qp_rtr/rts_attr).
+    // Each side's Starting PSN is the one it expects to receive: we send from the REP's.
     QpAttr a;
     a.qp_state = QpState::rtr;
     a.path_mtu = static_cast<Mtu>(req.path_mtu);
     a.dest_qp_num = rep.local_qpn;
-    a.rq_psn = rep.starting_psn;
+    a.rq_psn = req.starting_psn;
     a.max_dest_rd_atomic = std::max<std::uint8_t>(req.responder_resources, 1);
     a.min_rnr_timer = 12;
     a.ah_attr.dgid = Gid::from_ipv4(peer_);
@@ -129,7 +130,7 @@ class SoftCmConnection final : public CmConnection {
     Status st = qp->modify(a, M::state | M::av | M::path_mtu | M::dest_qpn | M::rq_psn | M::max_dest_rd_atomic | M::min_rnr_timer);
     if (st) {
       a.qp_state = QpState::rts;
-      a.sq_psn = req.starting_psn;
+      a.sq_psn = rep.starting_psn;
       a.timeout = req.primary_local_ack_timeout;
       a.retry_cnt = req.retry_count;
       a.rnr_retry = rep.rnr_retry_count;
@@ -165,32 +166,41 @@ class SoftCmConnection final : public CmConnection {
       return failed(*e, what);
     const mad::Req req = e->conn.req();
     lk.unlock();
+    // The passive side takes the path from the REQ (IBA 12.7.1): the initiator sends packets of
+    // its path MTU, so one above what our port runs cannot be taken (REJ "invalid MTU").
+    if (req.path_mtu < 1 || req.path_mtu > static_cast<std::uint8_t>(dev_->active_mtu())) {
+      lk.lock();
+      if ((e = g.find(id_)) != nullptr)
+        g.apply(*e, e->conn.reject(mad::RejReason::invalid_mtu, "path MTU too large"));
+      return make_error(Errc::invalid_argument,
+                        what + ": the initiator's path MTU (enum " + std::to_string(req.path_mtu) + ") is above " +
+                            dev_->name() + "'s active MTU " + std::to_string(mtu_bytes(dev_->active_mtu())) +
+                            "; rejected (raise the interface MTU or the device's mtu= cap)");
+    }
     VRDMA_TRY(to_init(*qp));
-    // The passive side takes the path from the REQ (IBA 12.7.1); a path MTU above what our port
-    // runs is lowered to ours (the initiator asked for the largest it has).
-    const auto mtu = static_cast<Mtu>(std::clamp<std::uint8_t>(req.path_mtu, 1, static_cast<std::uint8_t>(dev_->active_mtu())));
+    const auto mtu = static_cast<Mtu>(req.path_mtu);
     const std::uint8_t responder = std::max<std::uint8_t>(std::min<std::uint8_t>(params_.responder_resources, 16), 1);
     const std::uint8_t initiator = std::max<std::uint8_t>(std::min<std::uint8_t>({params_.initiator_depth, req.responder_resources, 16}), 1);
+    std::uint32_t psn = 0;  // what we expect to receive: the REP's Starting PSN
+    {
+      std::lock_guard lk2(dev_->mu_);
+      psn = g.random_psn();
+    }
     QpAttr a;
     a.qp_state = QpState::rtr;
     a.path_mtu = mtu;
     a.dest_qp_num = req.local_qpn;
-    a.rq_psn = req.starting_psn;
+    a.rq_psn = psn;
     a.max_dest_rd_atomic = responder;
     a.min_rnr_timer = 12;
     a.ah_attr.dgid = Gid::from_ipv4(peer_);
     using M = QpAttrMask;
     Status st = qp->modify(a, M::state | M::av | M::path_mtu | M::dest_qpn | M::rq_psn | M::max_dest_rd_atomic | M::min_rnr_timer);
-    std::uint32_t psn = 0;
     if (st) {
-      {
-        std::lock_guard lk2(dev_->mu_);
-        psn = g.random_psn();
-      }
       // RTS before the REP, as librdmacm's rdma_accept does: the initiator may send as soon as
       // it has our REP. Its retry counts come from its REQ.
       a.qp_state = QpState::rts;
-      a.sq_psn = psn;
+      a.sq_psn = req.starting_psn;  // the initiator expects this one (cm.c: sq_psn from the REQ)
       a.timeout = std::max<std::uint8_t>(req.primary_local_ack_timeout, params_.local_ack_timeout);
       a.retry_cnt = req.retry_count;
       a.rnr_retry = req.rnr_retry_count;

@@ -114,13 +114,10 @@ void SoftDevice::handle_datagram(RxPacket& p) {
   std::size_t seg = 0;
   if (p.gso_size != 0) {
     if (p.len > p.gso_size) seg = p.gso_size;
-  } else if (p.len > wire::kBthLen + wire::kIcrcLen) {
-    const auto& oi = wire::opcode_table()[p.data[0]];
+  } else if (p.len >= wire::kBthLen) {
     auto it = qps.find(get24(p.data + 5));
-    if (oi.valid && it != qps.end() && it->second != nullptr) {
-      const std::size_t one = oi.hdr_len + ((oi.flags & wire::kHasPayload) != 0 ? it->second->pmtu() : 0) + wire::kIcrcLen;
-      if (p.len > one + 3) seg = one;  // (+3: the most pad a packet can carry)
-    }
+    if (it != qps.end() && it->second != nullptr)
+      seg = wire::run_segment_size(std::span<const std::uint8_t>(p.data, p.len), it->second->pmtu());
   }
   if (seg == 0) {
     handle_rx(p);

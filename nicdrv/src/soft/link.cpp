@@ -167,7 +167,8 @@ class FaultLink final : public Link {
     };
     for (const auto& p : pkts) {
       std::uint64_t seq = seq_++;
-      if (seq < cfg_.drop_first_n || roll(cfg_.drop_ppm)) {
+      if (seq < cfg_.drop_first_n || std::find(cfg_.drop_seq.begin(), cfg_.drop_seq.end(), seq) != cfg_.drop_seq.end() ||
+          roll(cfg_.drop_ppm)) {
         ++st_.faults_dropped;
         continue;
       }

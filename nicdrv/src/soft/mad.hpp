@@ -118,7 +118,7 @@ struct Req {
   std::uint8_t remote_cm_response_timeout = 0;  // 5 bits
   std::uint8_t transport_service_type = 0;   // 2 bits: 0 RC, 1 UC, 2 RD
   bool end_to_end_flow_control = false;
-  std::uint32_t starting_psn = 0;            // 24 bits
+  std::uint32_t starting_psn = 0;            // 24 bits: the PSN the REQ's sender expects to receive
   std::uint8_t local_cm_response_timeout = 0;   // 5 bits
   std::uint8_t retry_count = 0;              // 3 bits
   std::uint16_t pkey = 0xffff;
@@ -165,7 +165,7 @@ struct Rep {
   std::uint32_t local_qkey = 0;
   std::uint32_t local_qpn = 0;     // 24 bits
   std::uint32_t local_eecn = 0;    // 24 bits
-  std::uint32_t starting_psn = 0;  // 24 bits
+  std::uint32_t starting_psn = 0;  // 24 bits: the PSN the REP's sender expects to receive
   std::uint8_t responder_resources = 0, initiator_depth = 0;
   std::uint8_t target_ack_delay = 0;  // 5 bits
   std::uint8_t failover_accepted = 0;  // 2 bits

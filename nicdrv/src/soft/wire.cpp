@@ -288,6 +288,14 @@ std::string_view to_string(ParseError e) noexcept {
   return "unknown";
 }
 
+std::size_t run_segment_size(std::span<const std::uint8_t> datagram, std::uint32_t pmtu) noexcept {
+  if (datagram.size() < kBthLen + kIcrcLen) return 0;
+  const OpcodeInfo& oi = kTable[datagram[0]];
+  if (!oi.valid) return 0;
+  const std::size_t one = oi.hdr_len + ((oi.flags & kHasPayload) != 0 ? std::size_t{pmtu} : 0) + kIcrcLen;
+  return datagram.size() > one + 3 ? one : 0;  // +3: the most pad one packet can carry
+}
+
 ParseError parse(std::span<const std::uint8_t> datagram, const Ipv4Context& ip, bool verify_icrc,
                  Packet& out) noexcept {
   const std::size_t n = datagram.size();

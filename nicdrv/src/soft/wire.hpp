@@ -209,6 +209,12 @@ struct Packet {
 ParseError parse(std::span<const std::uint8_t> datagram, const Ipv4Context& ip, bool verify_icrc,
                  Packet& out) noexcept;
 
+// A UDP datagram longer than one packet of its first packet's opcode can be on a QP with path
+// MTU `pmtu` is a segmentation run carried whole (UDP_SEGMENT; see soft/engine.hpp, whose senders
+// lead runs with a full path-MTU packet). Returns its segment size (that packet's headers + pmtu
+// of payload + ICRC), or 0: a single packet (or too short, or an unknown opcode: parse decides).
+std::size_t run_segment_size(std::span<const std::uint8_t> datagram, std::uint32_t pmtu) noexcept;
+
 // ---- PSN arithmetic (24-bit, IBA 9.7.1) -------------------------------------------------------
 constexpr std::uint32_t psn_add(std::uint32_t psn, std::uint32_t n) noexcept { return (psn + n) & kPsnMask; }
 // Signed distance a - b in the 24-bit space, in [-2^23, 2^23).

@@ -1,5 +1,6 @@
 // Fuzzes wire::parse() on untrusted UDP payloads (port 4791), with and without ICRC checks,
-// and checks that whatever parses re-encodes to the same packet.
+// and checks that whatever parses re-encodes to the same packet; and wire::run_segment_size(),
+// which decides whether a datagram is a segmentation run and where to cut it.
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -85,6 +86,22 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (e2 == ParseError::none) {
       FUZZ_CHECK(checked.hdr == plain.hdr && checked.icrc == plain.icrc);
       FUZZ_CHECK(checked.payload.data() == plain.payload.data() && checked.payload.size() == plain.payload.size());
+    }
+  }
+
+  // As a segmentation run on a QP whose path MTU the last byte picks: the cut stays inside the
+  // datagram, and every segment (an exact-size copy) parses or is refused without overreading.
+  if (size > 0) {
+    const std::uint32_t pmtu = 256u << (data[size - 1] % 5);
+    const std::size_t seg = w::run_segment_size(d, pmtu);
+    if (seg != 0) {
+      FUZZ_CHECK(seg >= w::kBthLen + w::kIcrcLen && seg < size && size > seg + 3);
+      for (std::size_t off = 0; off < size; off += seg) {
+        const std::vector<std::uint8_t> one(buf.begin() + static_cast<std::ptrdiff_t>(off),
+                                            buf.begin() + static_cast<std::ptrdiff_t>(std::min(size, off + seg)));
+        w::Packet s;
+        FUZZ_CHECK(!w::to_string(w::parse(one, ip, true, s)).empty());
+      }
     }
   }
 

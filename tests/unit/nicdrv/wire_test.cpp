@@ -466,3 +466,29 @@ BOOST_AUTO_TEST_CASE(psn_arithmetic_wraps_at_24_bits) {
     }
   }
 }
+
+// A datagram is a segmentation run only when it is longer than one packet of its first packet's
+// opcode can be on the QP (headers + path MTU + the most pad + ICRC); the cut is at a full packet.
+BOOST_AUTO_TEST_CASE(run_segment_size_cuts_only_what_one_packet_cannot_hold) {
+  auto dgram = [](Opcode op, std::size_t len) {
+    std::vector<std::uint8_t> d(len, 0);
+    if (!d.empty()) d[0] = static_cast<std::uint8_t>(op);
+    return d;
+  };
+  // RDMA WRITE Middle on a 1024-byte path MTU: one packet is at most 12 + 1024 + 4 bytes (+ pad).
+  BOOST_TEST(w::run_segment_size(dgram(Opcode::rc_write_middle, 1040), 1024) == 0u);
+  BOOST_TEST(w::run_segment_size(dgram(Opcode::rc_write_middle, 1043), 1024) == 0u);
+  BOOST_TEST(w::run_segment_size(dgram(Opcode::rc_write_middle, 1044), 1024) == 1040u);
+  BOOST_TEST(w::run_segment_size(dgram(Opcode::rc_write_middle, 61680), 4096) == 4112u);
+  // WRITE First carries a RETH: 28 bytes of headers.
+  BOOST_TEST(w::run_segment_size(dgram(Opcode::rc_write_first, 4128 + 4112), 4096) == 4128u);
+  // No payload (ACK): one packet is 12 + 4 + 4 bytes, whatever the MTU.
+  BOOST_TEST(w::run_segment_size(dgram(Opcode::rc_acknowledge, 20), 4096) == 0u);
+  BOOST_TEST(w::run_segment_size(dgram(Opcode::rc_acknowledge, 40), 4096) == 20u);
+  // Too short for a BTH and ICRC, or an opcode that does not exist: not a run (parse refuses it).
+  BOOST_TEST(w::run_segment_size(dgram(Opcode::rc_write_middle, 15), 256) == 0u);
+  BOOST_TEST(w::run_segment_size(std::vector<std::uint8_t>{}, 256) == 0u);
+  auto bad = dgram(Opcode::rc_write_middle, 9000);
+  bad[0] = 0x1f;  // reserved RC opcode
+  BOOST_TEST(w::run_segment_size(bad, 256) == 0u);
+}

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <string_view>
+#include <vector>
 
 #include "vrdma/common/result.hpp"
 #include "vrdma/nicdrv/cm.hpp"
@@ -30,6 +31,7 @@ struct FaultConfig {
   std::uint32_t corrupt_ppm = 0;   // flip one byte (the receiver's ICRC check must catch it)
   // Drop every packet whose sequence number (count of packets sent so far, from 0) is listed.
   std::uint64_t drop_first_n = 0;  // drop the first N packets outright
+  std::vector<std::uint64_t> drop_seq;  // and these (e.g. {1}: the second packet, a CM test's RTU)
 };
 
 struct EngineStats {

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# RDMA-CM between two soft engines in two network namespaces joined by veth: vrdma-perf speaking
+# rping's protocol (server in one namespace, client in the other) connects through our IB CM on
+# QP1, moves data with SEND/READ/WRITE, checks it, and disconnects; tshark decodes every CM MAD
+# on the veth (REQ, MRA, REP, RTU, DREQ, DREP, nothing malformed). Then again with nftables
+# dropping 10 % of RoCE packets both ways (lost MADs are resent, lost data retransmitted).
+#   netns_cm_test.sh PATH/TO/vrdma-perf          exits 77 (skip) without root
+set -euo pipefail
+PERF=$(readlink -f "$1")
+if [ "$(id -u)" -ne 0 ] || ! ip netns list >/dev/null 2>&1; then
+  echo "SKIP: needs root to create network namespaces"; exit 77
+fi
+A=hcm-a$$ B=hcm-b$$
+IPA=10.91.0.1 IPB=10.91.0.2
+work=$(mktemp -d)
+cap_pid=""
+cleanup() {
+  [ -n "$cap_pid" ] && kill "$cap_pid" 2>/dev/null
+  ip netns pids "$A" 2>/dev/null | xargs -r kill 2>/dev/null || true
+  ip netns pids "$B" 2>/dev/null | xargs -r kill 2>/dev/null || true
+  ip netns del "$A" 2>/dev/null || true
+  ip netns del "$B" 2>/dev/null || true
+  if [ -n "${KEEP_WORK:-}" ]; then echo "work dir kept: $work"; else rm -rf "$work"; fi
+}
+trap cleanup EXIT
+ip netns add "$A"; ip netns add "$B"
+ip link add hcmv$$a netns "$A" mtu 9000 type veth peer name hcmv$$b netns "$B" mtu 9000
+ip -n "$A" addr add $IPA/24 dev hcmv$$a; ip -n "$B" addr add $IPB/24 dev hcmv$$b
+ip -n "$A" link set hcmv$$a up; ip -n "$B" link set hcmv$$b up
+ip -n "$A" link set lo up; ip -n "$B" link set lo up
+
+fail=0 passed=0
+run_rping() {  # name, iterations, size
+  local name=$1 iters=$2 size=$3 spid
+  timeout 60 ip netns exec "$A" "$PERF" --device soft:$IPA --peer-format rping --size "$size" >"$work/$name.srv" 2>&1 &
+  spid=$!
+  sleep 0.3
+  if timeout 60 ip netns exec "$B" "$PERF" --device soft:$IPB --peer-format rping --connect $IPA --size "$size" \
+       --iters "$iters" --qp-timeout 14 >"$work/$name.cli" 2>&1 \
+     && wait $spid && grep -q '"verified":true' "$work/$name.cli" && grep -q '"verified":true' "$work/$name.srv" \
+     && grep -q "\"pings\":$iters," "$work/$name.srv"; then
+    echo "ok   $name: $(cat "$work/$name.cli")"; passed=$((passed + 1))
+  else
+    echo "FAIL $name"; cat "$work/$name.cli" "$work/$name.srv"; fail=$((fail + 1)); wait $spid 2>/dev/null || true
+  fi
+}
+
+have_tshark=0
+if command -v tshark >/dev/null; then
+  have_tshark=1
+  ip netns exec "$A" tshark -q -i hcmv$$a -s 0 -f "udp port 4791" -w "$work/cm.pcapng" >/dev/null 2>&1 &
+  cap_pid=$!
+  # tshark writes the file header once it captures; on a loaded machine that takes seconds.
+  for ((i = 0; i < 150; i++)); do [ -s "$work/cm.pcapng" ] && break; sleep 0.1; done
+  sleep 0.5
+fi
+run_rping rping_4k 100 4096
+run_rping rping_64k 20 65535
+if [ -n "$cap_pid" ]; then sleep 0.5; kill -TERM "$cap_pid"; wait "$cap_pid" 2>/dev/null || true; cap_pid=""; fi
+
+if [ $have_tshark -eq 1 ]; then
+  # Every MAD (packets to QP1): its attribute, and any expert message (malformed, bad field).
+  tshark -r "$work/cm.pcapng" -Y "infiniband.bth.destqp == 1" -T fields -e ip.src -e infiniband.mad.attributeid \
+    -e _ws.col.Info -e _ws.expert.message -E separator='|' >"$work/mads.txt" 2>/dev/null || true
+  bad=$(grep -ciE 'malformed|exception' "$work/mads.txt" || true)
+  attrs=$(awk -F'|' '{print $2}' "$work/mads.txt" | sort -u | tr '\n' ' ')
+  echo "tshark: $(wc -l <"$work/mads.txt") CM MADs, attributes: $attrs; $bad with decode errors"
+  if [ "$bad" -eq 0 ] && [ "$attrs" = "0x0010 0x0011 0x0013 0x0014 0x0015 0x0016 " ]; then passed=$((passed + 1))
+  else echo "FAIL tshark decode of the CM MADs"; cat "$work/mads.txt"; fail=$((fail + 1)); fi
+else
+  echo "tshark is not installed: CM MADs not decoded"
+fi
+
+for ns in "$A" "$B"; do
+  ip netns exec "$ns" nft -f - <<'EOF'
+table inet hcm_loss {
+  chain out { type filter hook output priority 0; udp dport 4791 numgen random mod 100 < 10 counter drop; }
+}
+EOF
+done
+run_rping rping_loss 200 4096
+dropped=$(for ns in "$A" "$B"; do ip netns exec "$ns" nft list table inet hcm_loss; done | grep -o 'packets [0-9]*' | awk '{s+=$2} END{print s+0}')
+echo "nftables dropped $dropped RoCE packets; CM resends: $(grep -ho '"cm_resends":[0-9]*' "$work/rping_loss.cli" "$work/rping_loss.srv" | tr '\n' ' ')"
+[ "$dropped" -gt 0 ] || { echo "FAIL nftables dropped nothing"; fail=$((fail + 1)); }
+
+echo "netns CM: $passed passed, $fail failed"
+[ $fail -eq 0 ]
