@@ -131,6 +131,7 @@ struct Ctx {
   std::uint64_t remote_addr = 0;
   std::uint32_t remote_rkey = 0;
   std::size_t slots = 1;
+  GidEntry gid;  // ours, as peers address us (local_gid)
 
   Sge sge(std::size_t slot, std::uint32_t len) const {
     return Sge{reinterpret_cast<std::uint64_t>(buf.data()) + slot * c.size, len, mr->lkey()};
@@ -165,6 +166,16 @@ struct Remote {
   std::uint8_t min_rnr_timer = 1;
 };
 
+// The GID peers reach us at: a RoCE v2 IPv4-mapped one where the device has it (a verbs device
+// such as rxe lists its link-local IPv6 GID first), else the first entry.
+GidEntry local_gid(const Device& d) {
+  auto t = must(d.gid_table(1), "read the GID table");
+  if (t.empty()) die(d.name() + " has an empty GID table");
+  for (const auto& g : t)
+    if (g.type == GidType::roce_v2 && g.gid.is_ipv4_mapped()) return g;
+  return t.front();
+}
+
 void create_resources(Ctx& x, bool is_server) {
   x.dev = must(open_device(x.c.device), "open device");
   x.pd = must(x.dev->alloc_pd(), "alloc PD");
@@ -193,6 +204,7 @@ void create_resources(Ctx& x, bool is_server) {
   x.mem = must(x.dev->alloc_buffer(bytes), "allocate buffer");
   x.buf = x.mem->bytes().first(bytes);
   fill(x.buf, is_server ? 2 : 1);
+  x.gid = local_gid(*x.dev);
   if (x.c.test == "write_lat") std::fill(x.buf.begin(), x.buf.end(), 0);
   x.mr = must(x.pd->reg_mr(x.buf.data(), x.buf.size(),
                            Access::local_write | Access::remote_write | Access::remote_read | Access::remote_atomic),
@@ -223,6 +235,7 @@ void connect_qp(Ctx& x, const Remote& r, std::uint32_t my_psn) {
   a.max_dest_rd_atomic = 16;
   a.min_rnr_timer = r.min_rnr_timer;
   a.ah_attr.dgid = r.gid;
+  a.ah_attr.sgid_index = static_cast<std::uint8_t>(x.gid.index);
   must(x.qp->modify(a, M::state | M::av | M::path_mtu | M::dest_qpn | M::rq_psn | M::max_dest_rd_atomic | M::min_rnr_timer),
        "QP to RTR");
   a.qp_state = QpState::rts;
@@ -236,7 +249,7 @@ void connect_qp(Ctx& x, const Remote& r, std::uint32_t my_psn) {
 
 void setup(Ctx& x, int oob, bool is_server) {
   create_resources(x, is_server);
-  auto gid = must(x.dev->query_gid(0), "query GID");
+  const GidEntry& gid = x.gid;
   std::uint32_t psn = initial_psn();
   json me = {{"qpn", x.qp->qp_num()}, {"psn", psn}, {"gid", gid.gid.str()}, {"rkey", x.mr->rkey()},
              {"addr", x.mr->addr()}, {"test", x.c.test}, {"size", x.c.size}, {"verify", x.c.verify}};
@@ -577,7 +590,7 @@ ForeignDest my_dest(Ctx& x, std::uint32_t psn) {
   d.psn = psn;
   d.rkey = x.mr->rkey();
   d.vaddr = x.mr->addr();
-  d.gid = must(x.dev->query_gid(0), "query GID").gid;
+  d.gid = x.gid.gid;
   return d;
 }
 

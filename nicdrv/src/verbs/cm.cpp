@@ -111,6 +111,7 @@ class Connection final : public CmConnection {
     auto ev = next_event(ch_->ch, params_.timeout, "connect to " + peer());
     if (!ev) return ev.error();
     if (ev->type == RDMA_CM_EVENT_ESTABLISHED && iwarp()) {
+      q->note_state(QpState::rts);  // the kernel's iWARP CM moved it after MPA
       connected_ = true;
       return {};
     }
@@ -133,6 +134,7 @@ class Connection final : public CmConnection {
     VRDMA_TRY(expect(next_event(ch_->ch, params_.timeout, "accept from " + peer()), RDMA_CM_EVENT_ESTABLISHED,
                      "accept from " + peer()));
     if (!iwarp()) VRDMA_TRY(step(*q, IBV_QPS_RTS));
+    else q->note_state(QpState::rts);
     connected_ = true;
     return {};
   }

@@ -1,5 +1,7 @@
 // Discovery and the device-level objects of the verbs provider: device, PD, MR, AH, CQ, SRQ.
 #include <fcntl.h>
+#include <ifaddrs.h>
+#include <linux/if_packet.h>
 #include <net/if.h>
 
 #include <cerrno>
@@ -48,7 +50,10 @@ namespace {
 struct DeviceList {
   ibv_device** list = nullptr;
   int n = 0;
-  DeviceList() : list(ibv_get_device_list(&n)) {
+  // In the body, not the initialiser list: `n`'s default initialiser runs after `list`'s, and
+  // would reset the count ibv_get_device_list just wrote (every device list looked empty).
+  DeviceList() {
+    list = ibv_get_device_list(&n);
     if (list == nullptr) n = 0;
   }
   ~DeviceList() {
@@ -92,6 +97,22 @@ std::string ifname_of(std::uint32_t ifindex) {
   char buf[IF_NAMESIZE] = {};
   if (ifindex == 0 || ::if_indextoname(ifindex, buf) == nullptr) return {};
   return buf;
+}
+
+// The interface with this MAC address. iWARP devices carry their netdev's MAC as GID (siw,
+// irdma) and their GID entries name no netdev.
+std::string ifname_by_mac(const std::uint8_t* mac) {
+  ifaddrs* ifs = nullptr;
+  if (::getifaddrs(&ifs) != 0) return {};
+  std::string out;
+  for (ifaddrs* i = ifs; i != nullptr && out.empty(); i = i->ifa_next) {
+    if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_PACKET) continue;
+    sockaddr_ll ll{};
+    std::memcpy(&ll, i->ifa_addr, sizeof ll);
+    if (ll.sll_halen == 6 && std::memcmp(ll.sll_addr, mac, 6) == 0) out = i->ifa_name;
+  }
+  ::freeifaddrs(ifs);
+  return out;
 }
 
 GidType gid_type_of(const VerbsDevice& d, std::uint32_t t) {
@@ -161,7 +182,27 @@ Result<std::shared_ptr<Device>> open(std::string_view spec, const DeviceOptions&
 // ---- device --------------------------------------------------------------------------------
 VerbsDevice::VerbsDevice(std::shared_ptr<Context> c, std::string name) : c_(std::move(c)), name_(std::move(name)) {
   ibv_device_attr a{};
-  if (ibv_query_device(c_->ctx, &a) == 0 && a.phys_port_cnt > 0) ports_ = a.phys_port_cnt;
+  if (ibv_query_device(c_->ctx, &a) == 0) {
+    if (a.phys_port_cnt > 0) ports_ = a.phys_port_cnt;
+    atomics_ = a.atomic_cap != IBV_ATOMIC_NONE;
+    vendor_id_ = a.vendor_id;
+    max_sge_rd_ = a.max_sge_rd > 0 ? static_cast<std::uint32_t>(a.max_sge_rd) : 0;
+  }
+  // Asynchronous events are read when a QP's state is asked for, never waited on.
+  const int fl = ::fcntl(c_->ctx->async_fd, F_GETFL);
+  if (fl >= 0) (void)::fcntl(c_->ctx->async_fd, F_SETFL, fl | O_NONBLOCK);
+}
+
+void Context::drain_async_events() {
+  ibv_async_event ev{};
+  while (ibv_get_async_event(ctx, &ev) == 0) {  // EAGAIN ends it
+    if (ev.event_type == IBV_EVENT_QP_FATAL || ev.event_type == IBV_EVENT_QP_REQ_ERR ||
+        ev.event_type == IBV_EVENT_QP_ACCESS_ERR) {
+      std::lock_guard lk(qps_mu);  // a QP unregisters before it is destroyed
+      if (auto it = qps.find(ev.element.qp->qp_num); it != qps.end()) it->second->mark_failed();
+    }
+    ibv_ack_async_event(&ev);
+  }
 }
 
 Status VerbsDevice::check_port(std::uint8_t port) const {
@@ -232,6 +273,10 @@ Result<PortAttr> VerbsDevice::query_port(std::uint8_t port) const {
   out.active_speed_mbps = speed_mbps(p.active_width, p.active_speed);
   ibv_gid_entry g{};
   if (ibv_query_gid_ex(c_->ctx, port, 0, &g, 0) == 0) out.netdev = ifname_of(g.ndev_ifindex);
+  if (out.netdev.empty() && iwarp()) {
+    ibv_gid raw{};
+    if (ibv_query_gid(c_->ctx, port, 0, &raw) == 0) out.netdev = ifname_by_mac(raw.raw);
+  }
   return out;
 }
 
@@ -312,14 +357,40 @@ Result<std::shared_ptr<MemoryRegion>> VerbsPd::reg_mr(void* addr, std::size_t le
   if (opts.observer)
     return make_error(Errc::not_supported, "reg_mr: " + dn + " writes registered memory by DMA and cannot report the "
                                                "bytes it writes; a write observer is not supported by verbs");
+  constexpr std::uint32_t kSiwVendor = 0x626d74;  // "bmt", siw's vendor id
+  if (opts.iova != 0 && dev_->vendor_id() == kSiwVendor && dev_->iwarp())
+    return make_error(Errc::not_supported,
+                      "reg_mr: " + dn + " (Linux siw) registers user memory at its process address and ignores an "
+                                        "iova (siw_reg_user_mr drops it): MrOptions::iova is not supported there");
   const int acc = static_cast<int>(static_cast<std::uint32_t>(access));
   ibv_mr* mr = opts.iova != 0 ? ibv_reg_mr_iova(pd_, addr, length, opts.iova, acc) : ibv_reg_mr(pd_, addr, length, acc);
   if (mr == nullptr) return verbs_error(errno, dn + ": register " + std::to_string(length) + " bytes");
   const std::uint64_t a = opts.iova != 0 ? opts.iova : reinterpret_cast<std::uint64_t>(addr);
+  {
+    std::lock_guard lk(mr_mu_);
+    mrs_[mr->lkey] = MrSpan{a, static_cast<std::uint8_t*>(addr), length};
+  }
   return std::shared_ptr<MemoryRegion>(std::make_shared<VerbsMr>(shared_from_this(), mr, a, access));
 }
 
+std::uint8_t* VerbsPd::host_of(std::uint32_t lkey, std::uint64_t addr, std::uint64_t len) const {
+  std::lock_guard lk(mr_mu_);
+  auto it = mrs_.find(lkey);
+  if (it == mrs_.end()) return nullptr;
+  const MrSpan& m = it->second;
+  if (addr < m.addr || addr - m.addr > m.length || len > m.length - (addr - m.addr)) return nullptr;
+  return m.host + (addr - m.addr);
+}
+
+void VerbsPd::forget_mr(std::uint32_t lkey) {
+  std::lock_guard lk(mr_mu_);
+  mrs_.erase(lkey);
+}
+
 Result<std::shared_ptr<AddressHandle>> VerbsPd::create_ah(const AhAttr& a) {
+  if (dev_->iwarp())
+    return make_error(Errc::not_supported, "create_ah: " + dev_->name() +
+                                               " is iWARP, which has connected (RC) QPs only: no UD, so no address handles");
   auto ll = dev_->link_layer(a.port_num);
   if (!ll) return std::move(ll).error();
   if (*ll == LinkLayer::infiniband)
@@ -390,12 +461,38 @@ Result<std::size_t> VerbsCq::poll(std::span<WorkCompletion> out) {
         o.imm_data = be32toh(w.imm_data);
       }
       o.wc_flags = static_cast<WcFlags>(f);
-      // The GRH (and so the sender's GID) is in the first 40 bytes of the receive buffer, where
-      // the caller can read it; verbs does not hand it out separately.
+      annotate(w, o);
     }
     if (n < want) break;
   }
   return done;
+}
+
+void VerbsCq::attach(VerbsQp* qp) {
+  std::lock_guard lk(qps_mu_);
+  qps_[qp->qp_num()] = qp;
+}
+
+void VerbsCq::detach(std::uint32_t qp_num) {
+  std::lock_guard lk(qps_mu_);
+  qps_.erase(qp_num);
+}
+
+// What only the QP knows about a completion: whether it was an error (iWARP state tracking) and,
+// for a UD receive with a GRH, the sender's GID from the receive buffer (verbs hands out only
+// the wr_id; the NIC wrote the GRH into the first 40 bytes of the buffer).
+void VerbsCq::annotate(const ibv_wc& w, WorkCompletion& o) {
+  const bool ok = w.status == IBV_WC_SUCCESS;
+  const bool recv = ok && (w.opcode & IBV_WC_RECV) != 0;  // the opcode is valid only on success
+  std::lock_guard lk(qps_mu_);  // a QP detaches in its destructor: it lives while we hold this
+  auto it = qps_.find(w.qp_num);
+  if (it == qps_.end()) return;
+  VerbsQp& qp = *it->second;
+  auto e = qp.completed(w.wr_id, ok, recv);
+  if (!e || (w.wc_flags & IBV_WC_GRH) == 0 || e->length < 40) return;
+  const std::uint8_t* grh = qp.pd().host_of(e->lkey, e->addr, 40);
+  if (grh == nullptr) return;
+  if (auto g = grh_source(std::span<const std::uint8_t, 40>(grh, 40))) o.sgid = *g;
 }
 
 Status VerbsCq::req_notify(bool solicited_only) {
@@ -423,13 +520,14 @@ Status VerbsSrq::post_recv(std::span<const RecvWr> wrs, std::size_t* bad_index) 
                                                     " SGEs, the SRQ takes at most " + std::to_string(max_sge_));
     }
     ibv_sge sg[kMaxSge];
-    for (std::size_t k = 0; k < w.sg_list.size(); ++k) sg[k] = ibv_sge{w.sg_list[k].addr, w.sg_list[k].length, w.sg_list[k].lkey};
     ibv_recv_wr r{};
     r.wr_id = w.wr_id;
     r.sg_list = sg;
-    r.num_sge = static_cast<int>(w.sg_list.size());
+    r.num_sge = copy_sges(w.sg_list, sg);
     ibv_recv_wr* bad = nullptr;
+    log_.add(wrs.subspan(i, 1));  // before the NIC can complete it
     if (int e = ibv_post_srq_recv(srq_, &r, &bad); e != 0) {
+      log_.undo_last();
       if (bad_index) *bad_index = i;
       if (e == ENOMEM) return make_error(Errc::no_memory, "SRQ on " + pd_->dev().name() + " is full (" + std::to_string(max_wr_) + " work requests)");
       return verbs_error(e, "SRQ on " + pd_->dev().name() + ": post receive");

@@ -15,6 +15,20 @@ constexpr std::size_t kBatch = 16;     // work requests per ibv_post_* call
 
 bool mask_has(QpAttrMask m, QpAttrMask bit) { return any(m & bit); }
 
+}  // namespace
+
+// An SGE of length 0 moves nothing and is left out, as NIC libraries do (libmlx5: a data
+// segment of length 0 would mean 2 GiB); siw in Linux 6.1 dereferences a NULL memory pointer
+// for one inside a gathered SEND (siw_tx_hdt) and oopses. Returns how many were kept.
+int copy_sges(std::span<const Sge> in, ibv_sge* out) noexcept {
+  int n = 0;
+  for (const Sge& s : in)
+    if (s.length != 0) out[n++] = ibv_sge{s.addr, s.length, s.lkey};
+  return n;
+}
+
+namespace {
+
 // types.hpp promises libibverbs' values; the casts below rely on it.
 static_assert(static_cast<int>(WrOpcode::atomic_fetch_and_add) == IBV_WR_ATOMIC_FETCH_AND_ADD);
 static_assert(static_cast<int>(WrOpcode::send_with_imm) == IBV_WR_SEND_WITH_IMM);
@@ -56,6 +70,75 @@ ibv_qp_state to_ibv(QpState s) { return static_cast<ibv_qp_state>(static_cast<in
 
 }  // namespace
 
+void RecvLog::add(std::span<const RecvWr> wrs) {
+  std::lock_guard lk(mu_);
+  for (const RecvWr& w : wrs) {
+    Entry e{w.wr_id, 0, 0, 0};
+    for (const Sge& g : w.sg_list)
+      if (g.length != 0) {  // the first the NIC writes to (see copy_sges)
+        e.addr = g.addr;
+        e.length = g.length;
+        e.lkey = g.lkey;
+        break;
+      }
+    q_.push_back(e);
+    if (q_.size() > bound_) q_.pop_front();
+  }
+}
+
+std::optional<RecvLog::Entry> RecvLog::take(std::uint64_t wr_id) {
+  std::lock_guard lk(mu_);
+  for (auto it = q_.begin(); it != q_.end(); ++it) {
+    if (it->wr_id != wr_id) continue;
+    Entry e = *it;
+    // A QP's receives complete in posting order: the older ones have completed already (as
+    // errors, whose completions carry no opcode and so were not matched here).
+    q_.erase(in_order_ ? q_.begin() : it, it + 1);
+    return e;
+  }
+  return std::nullopt;
+}
+
+void RecvLog::undo_last() {
+  std::lock_guard lk(mu_);
+  if (!q_.empty()) q_.pop_back();
+}
+
+void RecvLog::clear() {
+  std::lock_guard lk(mu_);
+  q_.clear();
+}
+
+VerbsQp::VerbsQp(std::shared_ptr<VerbsPd> pd, std::shared_ptr<VerbsCq> scq, std::shared_ptr<VerbsCq> rcq,
+                 std::shared_ptr<VerbsSrq> srq, ibv_qp* qp, QpType t, const QpCap& cap)
+    : pd_(std::move(pd)), scq_(std::move(scq)), rcq_(std::move(rcq)), srq_(std::move(srq)), qp_(qp), type_(t),
+      cap_(cap) {
+  if (t == QpType::ud && !srq_) log_ = std::make_unique<RecvLog>(true, 2 * std::size_t{cap.max_recv_wr} + 64);
+  scq_->attach(this);
+  if (rcq_ != scq_) rcq_->attach(this);
+  std::lock_guard lk(dev().context().qps_mu);
+  dev().context().qps[qp_->qp_num] = this;
+}
+
+VerbsQp::~VerbsQp() {
+  // Detach first: after this no poll or event can reach the QP; then the NIC forgets it.
+  scq_->detach(qp_->qp_num);
+  if (rcq_ != scq_) rcq_->detach(qp_->qp_num);
+  {
+    std::lock_guard lk(dev().context().qps_mu);
+    dev().context().qps.erase(qp_->qp_num);
+  }
+  ibv_destroy_qp(qp_);
+}
+
+std::optional<RecvLog::Entry> VerbsQp::completed(std::uint64_t wr_id, bool ok, bool recv) {
+  if (!ok) failed_ = true;
+  if (!recv) return std::nullopt;
+  if (srq_) return srq_->log().take(wr_id);
+  if (log_) return log_->take(wr_id);
+  return std::nullopt;
+}
+
 // ---- creation ------------------------------------------------------------------------------
 Result<std::shared_ptr<QueuePair>> VerbsPd::create_qp(const QpInitAttr& attr, const QpOptions& opts) {
   const std::string& dn = dev_->name();
@@ -64,6 +147,8 @@ Result<std::shared_ptr<QueuePair>> VerbsPd::create_qp(const QpInitAttr& attr, co
                                                std::to_string(opts.requested_qpn) + ") is not supported by verbs");
   if (attr.type != QpType::rc && attr.type != QpType::ud)
     return make_error(Errc::not_supported, "create_qp: the API offers RC and UD QPs only");
+  if (attr.type == QpType::ud && dev_->iwarp())
+    return make_error(Errc::not_supported, "create_qp: " + dn + " is iWARP, which has connected (RC) QPs only; UD is not supported");
   auto* scq = dynamic_cast<VerbsCq*>(attr.send_cq);
   auto* rcq = dynamic_cast<VerbsCq*>(attr.recv_cq);
   if (scq == nullptr || rcq == nullptr || &scq->dev() != dev_.get() || &rcq->dev() != dev_.get())
@@ -112,8 +197,15 @@ QpState VerbsQp::state() const noexcept {
   // so ask it rather than remember.
   ibv_qp_attr a{};
   ibv_qp_init_attr ia{};
-  if (ibv_query_qp(qp_, &a, IBV_QP_STATE, &ia) != 0) return from_ibv(qp_->state);
-  return from_ibv(a.qp_state);
+  const QpState set = set_state_.load();
+  const QpState nic = ibv_query_qp(qp_, &a, IBV_QP_STATE, &ia) != 0 ? from_ibv(qp_->state) : from_ibv(a.qp_state);
+  // An iWARP device that answers RESET for a QP we moved on does not report state (siw): then
+  // it is what we and the CM set, or ERR after an error completion.
+  if (dev().iwarp() && nic == QpState::reset && set != QpState::reset) {
+    dev().context().drain_async_events();
+    return failed_.load() && set != QpState::err ? QpState::err : set;
+  }
+  return nic;
 }
 
 Status VerbsQp::modify_raw(ibv_qp_attr& a, int mask, const char* step) {
@@ -139,6 +231,11 @@ Status VerbsQp::modify(const QpAttr& a, QpAttrMask mask) {
   }
   if (mask_has(mask, QpAttrMask::alt_path) || mask_has(mask, QpAttrMask::path_mig_state))
     return make_error(Errc::not_supported, what() + ": alternate paths (APM) are not offered by the API");
+  if (dev().iwarp() && (next == QpState::rtr || (next == QpState::rts && cur != QpState::rts)))
+    return make_error(Errc::not_supported,
+                      what() + " is iWARP: its QPs reach RTR and RTS only through the connection manager, which runs "
+                               "the MPA exchange (verbs::cm_resolve/cm_listen, then connect/accept); " +
+                          std::string(to_string(cur)) + " -> " + std::string(to_string(next)) + " by modify is not supported");
 
   ibv_qp_attr ia{};
   ia.qp_state = to_ibv(a.qp_state);
@@ -169,6 +266,8 @@ Status VerbsQp::modify(const QpAttr& a, QpAttrMask mask) {
     return verbs_error(e, what() + ": " + std::string(to_string(cur)) + " -> " + std::string(to_string(next)) +
                               " with " + mask_names(mask) + " refused by the NIC");
   set_state_ = next;
+  if (next == QpState::reset || next == QpState::init) failed_ = false;
+  if (next == QpState::reset && log_) log_->clear();  // RESET empties the receive queue
   return {};
 }
 
@@ -232,14 +331,24 @@ Status VerbsQp::post_send(std::span<const SendWr> wrs, std::size_t* bad_index) {
                                                                      std::string(to_string(in.opcode))));
       if (static_cast<unsigned>(in.opcode) > static_cast<unsigned>(WrOpcode::atomic_fetch_and_add))
         return fail(base + k, make_error(Errc::invalid_argument, what() + ": unknown opcode"));
+      if (in.opcode == WrOpcode::rdma_read && dev().max_sge_rd() != 0 && in.sg_list.size() > dev().max_sge_rd())
+        return fail(base + k, make_error(Errc::not_supported, what() + ": an RDMA READ into " + std::to_string(in.sg_list.size()) +
+                                                                  " SGEs; " + dev().name() + " scatters READ responses into at most " +
+                                                                  std::to_string(dev().max_sge_rd()) + " (max_sge_rd)"));
+      const bool atomic = in.opcode == WrOpcode::atomic_cmp_and_swp || in.opcode == WrOpcode::atomic_fetch_and_add;
+      if (atomic && !dev().atomics())
+        return fail(base + k, make_error(Errc::not_supported, what() + ": " + dev().name() +
+                                                                  " has no atomic operations (its atomic_cap is none)"));
+      if (dev().iwarp() && (in.opcode == WrOpcode::send_with_imm || in.opcode == WrOpcode::rdma_write_with_imm))
+        return fail(base + k, make_error(Errc::not_supported, what() + ": " + dev().name() + " is iWARP, which carries no "
+                                                                  "immediate data (RFC 5040); " +
+                                                                  std::string(to_string(in.opcode)) + " is not supported"));
       ibv_send_wr& o = w[k];
       o = ibv_send_wr{};
-      for (std::size_t j = 0; j < in.sg_list.size(); ++j)
-        sg[k][j] = ibv_sge{in.sg_list[j].addr, in.sg_list[j].length, in.sg_list[j].lkey};
       o.wr_id = in.wr_id;
       o.next = k + 1 < n ? &w[k + 1] : nullptr;
       o.sg_list = sg[k];
-      o.num_sge = static_cast<int>(in.sg_list.size());
+      o.num_sge = copy_sges(in.sg_list, sg[k]);
       o.opcode = static_cast<ibv_wr_opcode>(static_cast<int>(in.opcode));  // same values as ibv_wr_opcode
       o.send_flags = static_cast<unsigned>(in.flags);                       // same bits as ibv_send_flags
       if (in.opcode == WrOpcode::send_with_imm || in.opcode == WrOpcode::rdma_write_with_imm)
@@ -290,17 +399,18 @@ Status VerbsQp::post_recv(std::span<const RecvWr> wrs, std::size_t* bad_index) {
       if (in.sg_list.size() > cap_.max_recv_sge)
         return fail(base + k, make_error(Errc::invalid_argument, what() + ": " + std::to_string(in.sg_list.size()) +
                                                                      " SGEs, the QP takes at most " + std::to_string(cap_.max_recv_sge)));
-      for (std::size_t j = 0; j < in.sg_list.size(); ++j)
-        sg[k][j] = ibv_sge{in.sg_list[j].addr, in.sg_list[j].length, in.sg_list[j].lkey};
       w[k] = ibv_recv_wr{};
       w[k].wr_id = in.wr_id;
       w[k].next = k + 1 < n ? &w[k + 1] : nullptr;
       w[k].sg_list = sg[k];
-      w[k].num_sge = static_cast<int>(in.sg_list.size());
+      w[k].num_sge = copy_sges(in.sg_list, sg[k]);
     }
+    if (log_) log_->add(wrs.subspan(base, n));  // before the NIC can complete them
     ibv_recv_wr* bad = nullptr;
     if (int e = ibv_post_recv(qp_, w, &bad); e != 0) {
       const std::size_t at = base + (bad != nullptr ? static_cast<std::size_t>(bad - w) : 0);
+      if (log_)
+        for (std::size_t k = at - base; k < n; ++k) log_->undo_last();
       if (e == ENOMEM)
         return fail(at, make_error(Errc::no_memory, what() + ": receive queue is full (" + std::to_string(cap_.max_recv_wr) +
                                                         " work requests)"));

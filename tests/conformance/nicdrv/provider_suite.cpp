@@ -8,11 +8,18 @@
 //
 // Provider-neutral on purpose: every buffer it registers comes from Device::alloc_buffer (the pv
 // provider can only register memory it hands out), it uses nothing but the public API, and a
-// capability a device lacks (atomics, SRQ, inline, requested keys) is checked as "not supported"
-// with the device's name or skipped with a message, never assumed.
+// capability a device lacks (atomics, SRQ, inline, requested keys, UD and immediate data on
+// iWARP) is checked as "not supported" with the device's name or skipped with a message, never
+// assumed. Two things are not the generic API: iWARP QPs reach RTS only through the connection
+// manager, so on an iWARP device pairs are connected through verbs::cm_listen/cm_resolve; and a
+// few departures of real devices from IBA, found by running this suite on them, are accepted
+// on that device only and printed ("KNOWN DEVIATION", see known_of()).
 #define BOOST_TEST_MODULE nicdrv_provider_suite
 #define BOOST_TEST_NO_MAIN
 #include <fcntl.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
 #include <poll.h>
 
 #include <boost/test/unit_test.hpp>
@@ -26,6 +33,7 @@
 #include "rdma_pair.hpp"
 #include "vrdma/nicdrv/qp_state.hpp"
 #include "vrdma/nicdrv/registry.hpp"
+#include "vrdma/nicdrv/verbs.hpp"
 
 using namespace vrdma;
 using namespace vrdma::nicdrv;
@@ -146,6 +154,106 @@ struct Link {
   std::uint8_t rd_atomic = 1;
 };
 
+bool is_iwarp(const Device& d) {
+  auto a = d.query_device();
+  VRDMA_REQUIRE_OK(a);
+  return a->transport == Transport::iwarp;
+}
+
+// Departures from IBA of devices this suite has run on, each accepted on that device only and
+// printed when it shows. Linux 6.1's rxe (vendor 0xffffff, docs/nicdrv.md "what runs where"):
+//  - a SEND longer than the receive: copy_data() answers EINVAL, not ENOSPC, so the responder
+//    takes it for a malformed WQE: the receive completes with local QP operation error (IBA:
+//    local length error) and the requester gets remote operation error (IBA: remote invalid
+//    request);
+//  - a bad L_Key: the requester's copy_data() fails with EINVAL, reported as local QP operation
+//    error (IBA: local protection error);
+//  - a receive posted to a QP already in ERR is not flushed: user-space receives ring no
+//    doorbell, and rxe flushes its receive queue only when its responder runs.
+// Linux 6.1's siw (vendor 0x626d74, built from Debian's source):
+//  - a bad L_Key: local QP operation error (IBA: local protection error);
+//  - work posted to a QP already in ERR is never flushed: the doorbell of a user-space QP
+//    flushes only kernel work requests (siw_post_send/siw_post_receive), the rings stay as
+//    they are;
+//  - a CQ armed for solicited completions only is never woken: siw_rqe_complete() hands
+//    siw_cq_notify_now() SIW_WQE_SIGNALLED instead of the SEND's solicited flag;
+//  - a requester whose peer answered with a TERMINATE cannot be seen in ERR: siw_query_qp()
+//    fills no state and no asynchronous event reports the TERMINATE (the responder side is
+//    seen in ERR through its flushed receives);
+//  - an RDMA READ of an MR registered without remote read succeeds: the READ response is built
+//    after siw_check_sgl_tx(..., perms 0), which checks bounds and PD but no rights.
+// Our own pv provider (libpvverbs):
+//  - WorkCompletion::sgid stays empty: the virtio CQE (32 bytes) has no room for it and
+//    libpvverbs does not read the GRH back from the receive buffer yet (the verbs provider
+//    does, see nicdrv/src/verbs).
+struct Known {
+  std::string who;  // empty: nothing known
+  bool short_recv_is_qp_op_err = false, bad_lkey_is_qp_op_err = false, recv_in_err_not_flushed = false,
+       send_in_err_not_flushed = false, solicited_never_wakes = false, terminate_unseen = false,
+       read_ignores_mr_rights = false, sgid_not_filled = false;
+};
+Known known_of(const Device& d) {
+  Known k;
+  auto a = d.query_device();
+  VRDMA_REQUIRE_OK(a);
+  if (a->provider == "verbs" && a->vendor_id == 0xffffff) {
+    k.who = d.name() + " (Linux rxe)";
+    k.short_recv_is_qp_op_err = k.bad_lkey_is_qp_op_err = k.recv_in_err_not_flushed = true;
+  } else if (a->provider == "verbs" && a->vendor_id == 0x626d74) {
+    k.who = d.name() + " (Linux siw)";
+    k.bad_lkey_is_qp_op_err = k.recv_in_err_not_flushed = k.send_in_err_not_flushed = k.solicited_never_wakes = true;
+    k.terminate_unseen = k.read_ignores_mr_rights = true;
+  } else if (a->provider == "pv") {
+    k.who = d.name() + " (libpvverbs)";
+    k.sgid_not_filled = true;
+  }
+  return k;
+}
+void deviation(const Known& k, const std::string& what) {
+  BOOST_TEST_MESSAGE("KNOWN DEVIATION of " << k.who << ": " << what);
+}
+void skip(const std::string& why) { BOOST_TEST_MESSAGE("SKIP: " << why); }
+bool iwarp_under_test() { return is_iwarp(*open_or_fail(g_dev_a)); }
+// Waits (bounded) for a QP to reach `want`: on iWARP the peer's TERMINATE moves it, after the
+// completion that caused it.
+bool reaches(const QueuePair& qp, QpState want, std::chrono::milliseconds t = 5s) {
+  const auto end = std::chrono::steady_clock::now() + t;
+  while (qp.state() != want) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(10ms);
+  }
+  return true;
+}
+// iWARP: the requester's QP goes to ERR when the peer's TERMINATE arrives.
+void requester_reaches_err(const Side& a) {
+  if (reaches(*a.qp, QpState::err)) return;
+  if (const Known k = known_of(*a.dev); k.terminate_unseen)
+    deviation(k, "the requester's QP is not seen in ERR after the peer's TERMINATE");
+  else
+    BOOST_TEST(false, a.name << ": the requester's QP is " << to_string(a.qp->state()) << " after a TERMINATE, not ERR");
+}
+
+// The IPv4 address of a network interface (iWARP connections are set up by IP address).
+std::string ipv4_of(const std::string& ifname) {
+  ifaddrs* ifs = nullptr;
+  std::string out;
+  if (::getifaddrs(&ifs) != 0) return out;
+  for (ifaddrs* i = ifs; i != nullptr && out.empty(); i = i->ifa_next)
+    if (i->ifa_addr != nullptr && i->ifa_addr->sa_family == AF_INET && ifname == i->ifa_name) {
+      char buf[INET_ADDRSTRLEN];
+      ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, buf, sizeof buf);
+      out = buf;
+    }
+  ::freeifaddrs(ifs);
+  return out;
+}
+
+// One connection made by the connection manager (iWARP); closing it disconnects the QPs.
+struct CmLink {
+  std::unique_ptr<verbs::CmListener> listener;
+  std::unique_ptr<verbs::CmConnection> client, server;
+};
+
 // RESET -> INIT -> RTR -> RTS, pointing `self` at `peer`.
 Status bring_up(QueuePair& self, const Side& me, QueuePair& peer, const Side& other, std::uint32_t my_psn,
                 std::uint32_t peer_psn, const Opts& o, const Link& l) {
@@ -182,18 +290,64 @@ Status bring_up(QueuePair& self, const Side& me, QueuePair& peer, const Side& ot
   return self.modify(a, M::state | M::sq_psn);
 }
 
+// iWARP: A connects to B through the connection manager, B listening on its interface's
+// address. The route must lead to the device under test (another RDMA device on the same
+// interface would take the connection: the test script leaves siw alone on its interface).
+void cm_connect(QueuePair& qa, const Side& a, QueuePair& qb, const Side& b, const Link& l, const Opts& o, CmLink& out) {
+  auto port = b.dev->query_port(1);
+  VRDMA_REQUIRE_OK(port);
+  const std::string ip = ipv4_of(port->netdev);
+  BOOST_REQUIRE_MESSAGE(!ip.empty(), b.name + " sits on '" + port->netdev + "', which has no IPv4 address to connect to");
+  auto lis = verbs::cm_listen(ip, 0);
+  VRDMA_REQUIRE_OK(lis);
+  verbs::CmParams cp;
+  cp.responder_resources = cp.initiator_depth = l.rd_atomic;
+  cp.retry_count = o.retry_cnt;
+  cp.rnr_retry_count = o.rnr_retry;
+  auto cli = verbs::cm_resolve(ip, (*lis)->port(), ip, cp);
+  VRDMA_REQUIRE_OK(cli);
+  BOOST_REQUIRE_MESSAGE((*cli)->device_name() == a.name, "the connection manager routes " + ip + " through " +
+                                                             (*cli)->device_name() + ", not " + a.name);
+  Status srv_st;
+  std::unique_ptr<verbs::CmConnection> srv;
+  std::thread t([&] {
+    auto r = (*lis)->get_request(10s);
+    if (!r) {
+      srv_st = std::move(r).error();
+      return;
+    }
+    srv = std::move(*r);
+    srv_st = srv->accept(qb, cp);
+  });
+  auto st = (*cli)->connect(qa, cp);
+  t.join();
+  VRDMA_REQUIRE_OK(st);
+  VRDMA_REQUIRE_OK(srv_st);
+  out.listener = std::move(*lis);
+  out.client = std::move(*cli);
+  out.server = std::move(srv);
+}
+
 struct Pair {
   Opts o;
   Side a, b;
   Link l;
+  bool iwarp = false;
+  std::vector<CmLink> cm;  // after the sides: closed before their QPs go
   explicit Pair(Opts opts = {}) : o(opts) {
     a = make_side(g_dev_a, o);
     b = make_side(g_dev_b, o);
     l.mtu = std::min(a.active_mtu, b.active_mtu);
     l.rd_atomic = rd_atomic_of(*a.dev, *b.dev);
+    iwarp = is_iwarp(*a.dev);
     connect(*a.qp, *b.qp);
   }
   void connect(QueuePair& qa, QueuePair& qb) {
+    if (iwarp) {
+      cm.emplace_back();
+      cm_connect(qa, a, qb, b, l, o, cm.back());
+      return;
+    }
     auto s1 = bring_up(qa, a, qb, b, o.psn_a, o.psn_b, o, l);
     VRDMA_REQUIRE_OK(s1);
     auto s2 = bring_up(qb, b, qa, a, o.psn_b, o.psn_a, o, l);
@@ -317,10 +471,17 @@ BOOST_AUTO_TEST_CASE(children_keep_parents_alive_whatever_the_order_of_release) 
     std::shared_ptr<SharedReceiveQueue> srq;
     if (auto r = pd->create_srq(8, 1); r.ok()) srq = *r;
     AhAttr ah_attr;
-    ah_attr.dgid = pick_gid(*dev).gid;
-    auto ah_r = pd->create_ah(ah_attr);
-    VRDMA_REQUIRE_OK(ah_r);
-    std::shared_ptr<AddressHandle> ah = *ah_r;
+    const GidEntry g = pick_gid(*dev);
+    ah_attr.dgid = g.gid;
+    ah_attr.sgid_index = static_cast<std::uint8_t>(g.index);  // the same type of address as the destination
+    std::shared_ptr<AddressHandle> ah;
+    if (auto ah_r = pd->create_ah(ah_attr); ah_r.ok()) {
+      ah = *ah_r;
+    } else {
+      BOOST_REQUIRE_MESSAGE(ah_r.error().is(Errc::not_supported) && is_iwarp(*dev), ah_r.error().message);
+      BOOST_TEST(ah_r.error().message.find(dev->name()) != std::string::npos, ah_r.error().message);
+      if (order == orders.front()) skip(ah_r.error().message);
+    }
     const std::uint32_t lkey = mr->lkey();
     for (int k : order) {
       switch (k) {
@@ -395,6 +556,28 @@ BOOST_AUTO_TEST_CASE(qp_state_machine_takes_legal_transitions_and_refuses_the_re
   at.qp_state = QpState::init;
   REQUIRE_OK_ONCE(q.modify(at, M::state | M::pkey_index | M::port | M::access_flags));
   BOOST_TEST(q.state() == QpState::init);
+  if (is_iwarp(*a.dev)) {
+    // iWARP: RTR and RTS come from the connection manager only (every other case connects
+    // through it); modify says so by name. ERR and RESET are still reachable from anywhere.
+    at.path_mtu = std::min(a.active_mtu, b.active_mtu);
+    at.dest_qp_num = b.qp->qp_num();
+    at.qp_state = QpState::rtr;
+    auto st = q.modify(at, M::state | M::av | M::path_mtu | M::dest_qpn | M::rq_psn | M::max_dest_rd_atomic | M::min_rnr_timer);
+    BOOST_REQUIRE(!st.ok());
+    BOOST_TEST(st.error().is(Errc::not_supported), st.error().message);
+    BOOST_TEST(st.error().message.find(a.name) != std::string::npos, st.error().message);
+    skip(st.error().message);
+    at.qp_state = QpState::err;
+    REQUIRE_OK_ONCE(q.modify(at, M::state));
+    BOOST_TEST(q.state() == QpState::err);
+    at.qp_state = QpState::reset;
+    REQUIRE_OK_ONCE(q.modify(at, M::state));
+    BOOST_TEST(q.state() == QpState::reset);
+    at.qp_state = QpState::init;
+    CHECK_OK_ONCE(q.modify(at, M::state | M::pkey_index | M::port | M::access_flags));
+    BOOST_TEST(q.state() == QpState::init);
+    return;
+  }
   refused(QpState::rts, M::state | M::sq_psn | M::timeout | M::retry_cnt | M::rnr_retry | M::max_qp_rd_atomic,
           "not a legal transition");  // INIT -> RTS skips RTR
   at.path_mtu = std::min(a.active_mtu, b.active_mtu);
@@ -470,7 +653,15 @@ BOOST_AUTO_TEST_CASE(send_and_send_with_imm_every_size_through_scatter_gather_li
     post_recv(*p.b.qp, 100 + len, r);
     auto w = wr_of(len % 2 == 0 ? WrOpcode::send_with_imm : WrOpcode::send, len, s);
     w.imm_data = 0xdeadbeef;
-    post_send(*p.a.qp, w);
+    if (auto st = p.a.qp->post_send(std::span<const SendWr>(&w, 1)); !st.ok()) {
+      // A device without immediate data (iWARP) says so by name; the SEND goes plain.
+      BOOST_REQUIRE_MESSAGE(w.opcode == WrOpcode::send_with_imm && st.error().is(Errc::not_supported), st.error().message);
+      BOOST_TEST(st.error().message.find(p.a.name) != std::string::npos, st.error().message);
+      if (len == 0) skip(st.error().message);
+      w.opcode = WrOpcode::send;
+      post_send(*p.a.qp, w);
+    }
+    const bool imm = w.opcode == WrOpcode::send_with_imm;
     auto sc = one(p.a);
     BOOST_TEST(sc.status == WcStatus::success);
     BOOST_TEST(sc.wr_id == len);
@@ -481,8 +672,8 @@ BOOST_AUTO_TEST_CASE(send_and_send_with_imm_every_size_through_scatter_gather_li
     BOOST_TEST(rc.opcode == WcOpcode::recv);
     BOOST_TEST(rc.byte_len == len);
     BOOST_TEST(rc.qp_num == p.b.qp->qp_num());
-    BOOST_TEST(has(rc.wc_flags, WcFlags::with_imm) == (len % 2 == 0));
-    if (len % 2 == 0) BOOST_TEST(rc.imm_data == 0xdeadbeefu);
+    BOOST_TEST(has(rc.wc_flags, WcFlags::with_imm) == imm);
+    if (imm) BOOST_TEST(rc.imm_data == 0xdeadbeefu);
     std::vector<std::uint8_t> got(p.b.at(0), p.b.at(0) + std::min(len, r1));
     if (len > r1) got.insert(got.end(), p.b.at(r1 + 64), p.b.at(r1 + 64) + (len - r1));
     BOOST_TEST(test::check_pattern(got.data(), len, len + 3));
@@ -512,6 +703,18 @@ BOOST_AUTO_TEST_CASE(rdma_write_and_write_with_imm_land_where_addressed) {
     BOOST_TEST(nothing_within(p.b, 1ms));  // a plain WRITE consumes no receive
   }
   // WRITE_WITH_IMM consumes a receive (even one without buffers) and reports imm and length.
+  if (p.iwarp) {  // no immediate data: the device says so by name (no receive posted for it)
+    Sge s0 = p.a.sge(0, 8);
+    auto w0 = wr_of(WrOpcode::rdma_write_with_imm, 3, {&s0, 1});
+    w0.rdma.remote_addr = p.b.mr->addr();
+    w0.rdma.rkey = p.b.mr->rkey();
+    auto st = p.a.qp->post_send(std::span<const SendWr>(&w0, 1));
+    BOOST_REQUIRE(!st.ok());
+    BOOST_TEST(st.error().is(Errc::not_supported), st.error().message);
+    BOOST_TEST(st.error().message.find(p.a.name) != std::string::npos, st.error().message);
+    skip(st.error().message);
+    return;
+  }
   post_recv(*p.b.qp, 44, {});
   Sge s = p.a.sge(0, 5000);
   auto w = wr_of(WrOpcode::rdma_write_with_imm, 3, {&s, 1});
@@ -519,7 +722,12 @@ BOOST_AUTO_TEST_CASE(rdma_write_and_write_with_imm_land_where_addressed) {
   w.rdma.rkey = p.b.mr->rkey();
   w.imm_data = 77;
   test::fill_pattern(p.a.at(0), 5000, 99);
-  post_send(*p.a.qp, w);
+  if (auto st = p.a.qp->post_send(std::span<const SendWr>(&w, 1)); !st.ok()) {
+    BOOST_TEST(st.error().is(Errc::not_supported), st.error().message);
+    BOOST_TEST(st.error().message.find(p.a.name) != std::string::npos, st.error().message);
+    skip(st.error().message);
+    return;
+  }
   BOOST_TEST(one(p.a).status == WcStatus::success);
   auto rc = one(p.b);
   BOOST_TEST(rc.status == WcStatus::success);
@@ -544,7 +752,15 @@ BOOST_AUTO_TEST_CASE(rdma_read_scatters_remote_bytes_locally) {
     auto r = wr_of(WrOpcode::rdma_read, 2, d);
     r.rdma.remote_addr = p.b.mr->addr() + 100;
     r.rdma.rkey = p.b.mr->rkey();
-    post_send(*p.a.qp, r);
+    Sge whole = p.a.sge(dst, len);
+    if (auto st = p.a.qp->post_send(std::span<const SendWr>(&r, 1)); !st.ok()) {
+      // A device that scatters READ responses into fewer SGEs (max_sge_rd) says so by name.
+      BOOST_REQUIRE_MESSAGE(st.error().is(Errc::not_supported), st.error().message);
+      BOOST_TEST(st.error().message.find(p.a.name) != std::string::npos, st.error().message);
+      if (len == 1) skip(st.error().message + "; reading into one SGE instead");
+      r.sg_list = {&whole, 1};
+      post_send(*p.a.qp, r);
+    }
     auto c = one(p.a);
     BOOST_TEST(c.status == WcStatus::success);
     BOOST_TEST(c.opcode == WcOpcode::rdma_read);
@@ -640,12 +856,25 @@ BOOST_AUTO_TEST_CASE(status_local_length_error_on_a_short_receive) {
   post_recv(*p.b.qp, 1, {&r, 1});
   Sge s = p.a.sge(0, 2000);
   post_send(*p.a.qp, wr_of(WrOpcode::send, 2, {&s, 1}));
+  const Known k = known_of(*p.b.dev);
   auto rc = one(p.b);
   BOOST_TEST(rc.wr_id == 1u);
-  BOOST_TEST(rc.status == WcStatus::loc_len_err);
   auto sc = one(p.a);
   BOOST_TEST(sc.wr_id == 2u);
-  BOOST_TEST(sc.status == WcStatus::rem_inv_req_err);  // the responder NAKs an invalid request
+  if (p.iwarp) {
+    // iWARP completes a SEND once it is on the wire (RFC 5040 8.1): the receiver's error comes
+    // back as a TERMINATE, which moves the sender's QP to ERR after its completion.
+    BOOST_TEST(rc.status == WcStatus::loc_len_err, to_string(rc.status));
+    BOOST_TEST((sc.status == WcStatus::success || sc.status == WcStatus::rem_inv_req_err), to_string(sc.status));
+    requester_reaches_err(p.a);
+    return;
+  }
+  if (k.short_recv_is_qp_op_err && rc.status == WcStatus::loc_qp_op_err && sc.status == WcStatus::rem_op_err) {
+    deviation(k, "a SEND longer than the receive completes as local QP operation error / remote operation error");
+  } else {
+    BOOST_TEST(rc.status == WcStatus::loc_len_err);
+    BOOST_TEST(sc.status == WcStatus::rem_inv_req_err);  // the responder NAKs an invalid request
+  }
   BOOST_TEST(p.a.qp->state() == QpState::err);
 }
 
@@ -660,6 +889,22 @@ BOOST_AUTO_TEST_CASE(status_remote_access_error_then_flush_on_both_sides) {
     w.rdma.rkey = p.b.mr->rkey();
     post_send(*p.a.qp, w);
     post_send(*p.a.qp, wr_of(WrOpcode::send, 2, {&s, 1}));
+    if (p.iwarp) {
+      // iWARP completes a WRITE once it is on the wire (RFC 5040 8.1), so the WRITE and the SEND
+      // behind it may both complete before the responder's TERMINATE is back; the responder
+      // goes to ERR and flushes its receive.
+      auto got = test::wait_cq(*p.a.cq, 2, 5s);
+      BOOST_REQUIRE(!got.empty());
+      BOOST_TEST(got[0].wr_id == 1u);
+      BOOST_TEST((got[0].status == WcStatus::success || got[0].status == WcStatus::rem_access_err), to_string(got[0].status));
+      if (got.size() > 1)
+        BOOST_TEST((got[1].status == WcStatus::success || got[1].status == WcStatus::wr_flush_err), to_string(got[1].status));
+      auto rc = one(p.b);
+      BOOST_TEST(rc.wr_id == 99u);
+      BOOST_TEST(rc.status == WcStatus::wr_flush_err);
+      BOOST_TEST(p.b.qp->state() == QpState::err);
+      requester_reaches_err(p.a);
+    } else {
     auto wcs = test::wait_cq(*p.a.cq, 2);
     BOOST_REQUIRE_EQUAL(wcs.size(), 2u);
     BOOST_TEST(wcs[0].wr_id == 1u);
@@ -671,6 +916,7 @@ BOOST_AUTO_TEST_CASE(status_remote_access_error_then_flush_on_both_sides) {
     BOOST_TEST(rc.status == WcStatus::wr_flush_err);
     BOOST_TEST(p.a.qp->state() == QpState::err);
     BOOST_TEST(p.b.qp->state() == QpState::err);
+    }
   }
   {
     Pair p;  // a wrong rkey
@@ -679,18 +925,45 @@ BOOST_AUTO_TEST_CASE(status_remote_access_error_then_flush_on_both_sides) {
     w.rdma.remote_addr = p.b.mr->addr();
     w.rdma.rkey = p.b.mr->rkey() ^ 0x5a5a00;
     post_send(*p.a.qp, w);
-    BOOST_TEST(one(p.a).status == WcStatus::rem_access_err);
+    const auto st = one(p.a).status;
+    if (p.iwarp && st == WcStatus::success)  // completed on the wire; the TERMINATE follows
+      requester_reaches_err(p.a);
+    else
+      BOOST_TEST(st == WcStatus::rem_access_err, to_string(st));
+  }
+  {
+    Pair p;  // an MR without remote read: the R_Key does not grant it (IBA 10.6.3.3)
+    auto mr = p.b.pd->reg_mr(p.b.at(0), 4096, Access::local_write | Access::remote_write);
+    VRDMA_REQUIRE_OK(mr);
+    Sge d = p.a.sge(0, 100);
+    auto r = wr_of(WrOpcode::rdma_read, 4, {&d, 1});
+    r.rdma.remote_addr = (*mr)->addr();
+    r.rdma.rkey = (*mr)->rkey();
+    post_send(*p.a.qp, r);
+    const auto st = one(p.a).status;
+    if (const Known k = known_of(*p.b.dev); k.read_ignores_mr_rights && st == WcStatus::success)
+      deviation(k, "an RDMA READ of an MR without remote read rights succeeds");
+    else
+      BOOST_TEST(st == WcStatus::rem_access_err, to_string(st));
   }
   {
     Opts o;
-    o.access = Access::local_write | Access::remote_write;  // no remote read
+    o.access = Access::local_write | Access::remote_write;  // a QP without remote read
     Pair p(o);
+    if (p.iwarp) {
+      // The iWARP connection manager sets the QP's rights itself (remote read and write).
+      skip(p.a.name + " is iWARP: its QPs' remote rights come from the connection manager");
+      return;
+    }
     Sge d = p.a.sge(0, 100);
-    auto r = wr_of(WrOpcode::rdma_read, 4, {&d, 1});
+    auto r = wr_of(WrOpcode::rdma_read, 5, {&d, 1});
     r.rdma.remote_addr = p.b.mr->addr();
     r.rdma.rkey = p.b.mr->rkey();
     post_send(*p.a.qp, r);
-    BOOST_TEST(one(p.a).status == WcStatus::rem_access_err);
+    // An operation the responder's QP does not enable: IBA leaves it to the responder whether
+    // that is an invalid request (rxe, our engine's NAK code list) or an access error (mlx5).
+    const auto st = one(p.a).status;
+    BOOST_TEST((st == WcStatus::rem_access_err || st == WcStatus::rem_inv_req_err), to_string(st));
   }
 }
 
@@ -702,7 +975,11 @@ BOOST_AUTO_TEST_CASE(status_remote_invalid_request_on_a_misaligned_atomic) {
   f.atomic.remote_addr = p.b.mr->addr() + 65;
   f.atomic.rkey = p.b.mr->rkey();
   f.atomic.compare_add = 1;
-  post_send(*p.a.qp, f);
+  if (auto st = p.a.qp->post_send(std::span<const SendWr>(&f, 1)); !st.ok()) {
+    // Checked at post time (rxe's provider library does): an immediate error, as IBA allows.
+    BOOST_TEST(st.error().is(Errc::invalid_argument), st.error().message);
+    return;
+  }
   auto c = one(p.a);
   // IBA 9.4.5: an atomic to an address not 8-byte aligned is an invalid request; some NICs
   // check the alignment against the rkey's rights first and answer a remote access error.
@@ -714,11 +991,20 @@ BOOST_AUTO_TEST_CASE(status_local_protection_error_on_a_bad_lkey) {
   Sge s = p.a.sge(0, 100);
   s.lkey ^= 0x5a5a00;
   post_send(*p.a.qp, wr_of(WrOpcode::send, 1, {&s, 1}));
-  BOOST_TEST(one(p.a).status == WcStatus::loc_prot_err);
+  const auto st = one(p.a).status;
+  if (const Known k = known_of(*p.a.dev); k.bad_lkey_is_qp_op_err && st == WcStatus::loc_qp_op_err)
+    deviation(k, "a bad L_Key completes as local QP operation error");
+  else
+    BOOST_TEST(st == WcStatus::loc_prot_err, to_string(st));
   BOOST_TEST(p.a.qp->state() == QpState::err);
 }
 
 BOOST_AUTO_TEST_CASE(status_rnr_then_success_and_rnr_retry_exceeded) {
+  if (iwarp_under_test()) {
+    skip(g_dev_a + " is iWARP, which has no receiver-not-ready flow control: a SEND finding no receive is a fatal "
+                   "error there (RFC 5040 7.1, RFC 5041 5.3)");
+    return;
+  }
   {
     Pair p;  // rnr_retry 7 = forever: the SEND waits for the receive
     test::fill_pattern(p.a.at(0), 2000, 9);
@@ -745,6 +1031,10 @@ BOOST_AUTO_TEST_CASE(status_rnr_then_success_and_rnr_retry_exceeded) {
 }
 
 BOOST_AUTO_TEST_CASE(status_retry_exceeded_when_the_peer_qp_is_gone) {
+  if (iwarp_under_test()) {
+    skip(g_dev_a + " is iWARP: TCP retransmits, so there is no transport retry count to exceed");
+    return;
+  }
   Opts o;
   o.retry_cnt = 1;
   o.timeout = 12;  // 4.096 us * 2^12 = 17 ms per try
@@ -779,14 +1069,36 @@ BOOST_AUTO_TEST_CASE(status_flush_error_for_everything_posted_once_in_err) {
   post_recv(*p.b.qp, 200, {&r, 1});
   post_send(*p.b.qp, wr_of(WrOpcode::send, 201, {&r, 1}));
   auto more = test::wait_cq(*p.b.cq, 3, 300ms);
-  BOOST_REQUIRE_EQUAL(more.size(), 2u);
-  std::set<std::uint64_t> ids{more[0].wr_id, more[1].wr_id};
-  BOOST_TEST((ids == std::set<std::uint64_t>{200, 201}));
   for (auto& w : more) BOOST_TEST(w.status == WcStatus::wr_flush_err);
+  std::set<std::uint64_t> ids;
+  for (auto& w : more) ids.insert(w.wr_id);
+  if (const Known k = known_of(*p.b.dev);
+      k.recv_in_err_not_flushed && (ids == std::set<std::uint64_t>{201} || (k.send_in_err_not_flushed && ids.empty()))) {
+    deviation(k, ids.empty() ? "work posted to a QP in ERR is not flushed"
+                             : "a receive posted to a QP in ERR is not flushed (only the send is)");
+    return;
+  }
+  BOOST_REQUIRE_EQUAL(more.size(), 2u);
+  BOOST_TEST((ids == std::set<std::uint64_t>{200, 201}));
 }
 
 // ---- UD, SRQ, CQ events -----------------------------------------------------------------------
 BOOST_AUTO_TEST_CASE(ud_sends_carry_a_grh_and_q_keys_are_checked) {
+  if (iwarp_under_test()) {  // the device refuses UD by name
+    auto d = open_or_fail(g_dev_a);
+    auto pd = *d->alloc_pd();
+    auto cq = *d->create_cq(8);
+    QpInitAttr ia;
+    ia.type = QpType::ud;
+    ia.send_cq = ia.recv_cq = cq.get();
+    ia.cap.max_send_wr = ia.cap.max_recv_wr = 4;
+    auto qp = pd->create_qp(ia);
+    BOOST_REQUIRE(!qp.ok());
+    BOOST_TEST(qp.error().is(Errc::not_supported), qp.error().message);
+    BOOST_TEST(qp.error().message.find(d->name()) != std::string::npos, qp.error().message);
+    skip(qp.error().message);
+    return;
+  }
   Opts o;
   o.type = QpType::ud;
   Pair p(o);
@@ -814,6 +1126,10 @@ BOOST_AUTO_TEST_CASE(ud_sends_carry_a_grh_and_q_keys_are_checked) {
   BOOST_TEST(has(rc.wc_flags, WcFlags::grh));
   BOOST_TEST(has(rc.wc_flags, WcFlags::with_imm));
   BOOST_TEST(rc.imm_data == 31337u);
+  if (const Known k = known_of(*p.b.dev); k.sgid_not_filled && rc.sgid == Gid{})
+    deviation(k, "the completion does not name the sender's GID (WorkCompletion::sgid)");
+  else
+    BOOST_TEST((rc.sgid == p.a.gid.gid), "the completion names the sender " << rc.sgid.str() << ", not " << p.a.gid.gid.str());
   BOOST_TEST(test::check_pattern(p.b.at(40), len, 3));
   // The 40-byte GRH names the sender: for RoCE v2 over IPv4 its last 20 bytes are the IPv4
   // header (source address at byte 32), otherwise the SGID is at byte 8 (IBA 8.3.1).
@@ -839,15 +1155,21 @@ BOOST_AUTO_TEST_CASE(ud_sends_carry_a_grh_and_q_keys_are_checked) {
   auto rc2 = one(p.b);
   BOOST_TEST(rc2.wr_id == 2u);
   BOOST_TEST(rc2.status == WcStatus::success);
-  // A UD message longer than the path MTU: refused at post time or a local length error.
+  // A UD message longer than the path MTU: refused at post time, a local length error, or (IBA
+  // C10-93.1.1, what rxe does) completed successfully without a packet on the wire.
+  Sge r3 = p.b.sge(16384, 40 + 2 * p.mtu());
+  post_recv(*p.b.qp, 3, {&r3, 1});
   Sge big = p.a.sge(0, p.mtu() + 1);
   auto w2 = wr_of(WrOpcode::send, 8, {&big, 1});
   w2.ud = w.ud;
   auto st = p.a.qp->post_send(std::span<const SendWr>(&w2, 1));
-  if (st.ok())
-    BOOST_TEST(one(p.a).status == WcStatus::loc_len_err);
-  else
+  if (st.ok()) {
+    const auto big_st = one(p.a).status;
+    BOOST_TEST((big_st == WcStatus::loc_len_err || big_st == WcStatus::success), to_string(big_st));
+  } else {
     BOOST_TEST(st.error().is(Errc::invalid_argument));
+  }
+  BOOST_TEST(nothing_within(p.b, 200ms));  // nothing of it arrives
 }
 
 BOOST_AUTO_TEST_CASE(an_srq_feeds_two_qps) {
@@ -932,8 +1254,12 @@ BOOST_AUTO_TEST_CASE(cq_event_fd_fires_once_per_arm_and_honours_solicited_only) 
   BOOST_TEST(one(p.b).wr_id == 4u);
   BOOST_TEST(!readable(fd, 50));
   send(5, true);
-  BOOST_TEST(readable(fd, 5000));
-  BOOST_TEST(p.b.cq->ack_events() >= 1u);
+  if (const Known k = known_of(*p.b.dev); k.solicited_never_wakes && !readable(fd, 2000)) {
+    deviation(k, "a CQ armed for solicited completions only is not woken by a solicited SEND");
+  } else {
+    BOOST_TEST(readable(fd, 5000));
+    BOOST_TEST(p.b.cq->ack_events() >= 1u);
+  }
   BOOST_TEST(one(p.b).wr_id == 5u);
   BOOST_TEST(p.b.cq->capacity() >= p.o.cq_depth);
 }
@@ -965,15 +1291,20 @@ BOOST_AUTO_TEST_CASE(posting_errors_wrong_state_too_many_sges_and_a_full_queue) 
   auto sm = p.a.qp->post_send(std::span<const SendWr>(&wm, 1));
   BOOST_REQUIRE(!sm.ok());
   BOOST_TEST(sm.error().is(Errc::invalid_argument));
-  // No receive on B and RNR retried forever: the SENDs stay outstanding and fill the queue.
+  // No receive on B and RNR retried forever: the SENDs stay outstanding and fill the queue. It
+  // holds at least what create_qp granted (IBA 11.2.4.1); a device may have rounded its ring up
+  // without saying so (Linux 6.1's rxe reports the requested depth): the refusal comes at or
+  // after the granted depth, within a bound.
   Sge one_b = p.a.sge(0, 8);
-  std::vector<SendWr> batch(cap->cap.max_send_wr + 1, wr_of(WrOpcode::send, 3, {&one_b, 1}));
+  std::vector<SendWr> batch(4 * cap->cap.max_send_wr + 64, wr_of(WrOpcode::send, 3, {&one_b, 1}));
   for (std::size_t i = 0; i < batch.size(); ++i) batch[i].wr_id = i;
   bad = 0;
   auto sf = p.a.qp->post_send(batch, &bad);
-  BOOST_REQUIRE(!sf.ok());
+  BOOST_REQUIRE_MESSAGE(!sf.ok(), "a send queue granted " << cap->cap.max_send_wr << " work requests took " << batch.size());
   BOOST_TEST(sf.error().is(Errc::no_memory), sf.error().message);
-  BOOST_TEST(bad == cap->cap.max_send_wr);
+  BOOST_TEST(bad >= cap->cap.max_send_wr);
+  if (bad != cap->cap.max_send_wr)
+    BOOST_TEST_MESSAGE("NOTE: " << p.a.name << " granted " << cap->cap.max_send_wr << " send work requests and took " << bad);
   // Registration rules: remote write needs local write.
   auto mr = p.a.pd->reg_mr(p.a.at(0), 4096, Access::remote_write);
   BOOST_REQUIRE(!mr.ok());
@@ -994,6 +1325,11 @@ BOOST_AUTO_TEST_CASE(mr_iova_is_the_address_work_requests_use) {
   MrOptions mo;
   mo.iova = 0x40000000ull;  // a guest-physical-looking address, page aligned
   auto mb = p.b.pd->reg_mr(p.b.at(0), 1 << 20, Access::local_write | Access::remote_write | Access::remote_read, mo);
+  if (!mb.ok() && mb.error().is(Errc::not_supported)) {
+    BOOST_TEST(mb.error().message.find(p.b.name) != std::string::npos, mb.error().message);
+    skip(mb.error().message);
+    return;
+  }
   VRDMA_REQUIRE_OK(mb);
   BOOST_TEST((*mb)->addr() == mo.iova);
   BOOST_TEST((*mb)->length() == (1u << 20));

@@ -1,10 +1,13 @@
 // The verbs provider without an RDMA NIC: PCI function -> ibdev resolution against the SR-IOV
 // sysfs fixture (VFs created through the sriov module's own set_num_vfs), discovery on a host
-// without the RDMA stack, and the connection manager's answer when there is none.
+// without the RDMA stack, the connection manager's answer when there is none, and the reading
+// of a UD sender's GRH (untrusted bytes).
 #define BOOST_TEST_MODULE verbs_provider
 #include <stdlib.h>
 
+#include <array>
 #include <boost/test/unit_test.hpp>
+#include <cstring>
 #include <filesystem>
 
 #include "check.hpp"
@@ -140,4 +143,58 @@ BOOST_AUTO_TEST_CASE(the_connection_manager_says_why_it_cannot_connect) {
   BOOST_TEST_MESSAGE("cm_resolve: " << r.error().message);
   auto l = verbs::cm_listen("127.0.0.1", 0);
   if (!l.ok()) BOOST_TEST(!l.error().message.empty());
+}
+
+// ---- the sender of a UD message, read from the 40 bytes before its payload ---------------------
+namespace {
+std::array<std::uint8_t, 40> ipv4_grh(const std::uint8_t src[4], bool valid_checksum, std::uint8_t first = 0) {
+  std::array<std::uint8_t, 40> g{};
+  g[0] = first;
+  std::uint8_t* h = g.data() + 20;  // RoCE v2 over IPv4: the IPv4 header in the last 20 bytes
+  const std::uint8_t hdr[20] = {0x45, 0, 0, 92, 0x12, 0x34, 0x40, 0, 64, 17, 0, 0, src[0], src[1], src[2], src[3], 10, 92, 0, 2};
+  std::memcpy(h, hdr, 20);
+  std::uint32_t sum = 0;
+  for (int i = 0; i < 20; i += 2) sum += static_cast<std::uint32_t>(h[i] << 8 | h[i + 1]);
+  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+  const auto c = static_cast<std::uint16_t>(~sum);
+  h[10] = static_cast<std::uint8_t>(c >> 8);
+  h[11] = static_cast<std::uint8_t>(valid_checksum ? c : c ^ 1);
+  return g;
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(the_sender_of_a_ud_message_is_read_from_its_grh) {
+  const std::uint8_t src[4] = {10, 92, 0, 7};
+  // RoCE v2 over IPv4 (rxe, mlx5): the IPv4 source as a mapped GID; rxe's own loopback leaves
+  // the checksum 0, so outside a GRH the checksum is not required.
+  for (bool ok : {true, false}) {
+    auto g = verbs::grh_source(ipv4_grh(src, ok));
+    BOOST_REQUIRE(g.has_value());
+    BOOST_TEST(g->str() == "::ffff:10.92.0.7");
+  }
+  // An IB GRH / RoCE v2 over IPv6: the SGID at byte 8.
+  std::array<std::uint8_t, 40> ib{};
+  ib[0] = 0x60;
+  const std::uint8_t sgid[16] = {0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0x50, 0x54, 0, 0xff, 0xfe, 0x92, 0, 2};
+  std::memcpy(ib.data() + 8, sgid, 16);
+  auto g6 = verbs::grh_source(ib);
+  BOOST_REQUIRE(g6.has_value());
+  BOOST_TEST(std::memcmp(g6->raw.data(), sgid, 16) == 0);
+  // A GRH whose bytes 20.. look like an IPv4 header is a GRH unless the checksum holds.
+  auto both = ipv4_grh(src, false, 0x60);
+  std::memcpy(both.data() + 8, sgid, 12);  // SGID bytes 8..19; 20..23 belong to the "IPv4" part
+  auto gg = verbs::grh_source(both);
+  BOOST_REQUIRE(gg.has_value());
+  BOOST_TEST(!gg->is_ipv4_mapped());
+  auto both_ok = verbs::grh_source(ipv4_grh(src, true, 0x60));
+  BOOST_REQUIRE(both_ok.has_value());
+  BOOST_TEST(both_ok->str() == "::ffff:10.92.0.7");
+  // Bad input: zeros, IPv4 with options, another IP version: no sender, no guess.
+  BOOST_TEST(!verbs::grh_source(std::array<std::uint8_t, 40>{}).has_value());
+  auto opts = ipv4_grh(src, true);
+  opts[20] = 0x46;
+  BOOST_TEST(!verbs::grh_source(opts).has_value());
+  auto v5 = ipv4_grh(src, true, 0x50);
+  v5[20] = 0x55;
+  BOOST_TEST(!verbs::grh_source(v5).has_value());
 }

@@ -17,14 +17,17 @@
 //   QueuePair::export_state/import_state and Device::quiesce/resume (verbs NICs are migrated by
 //   draining and re-creating their objects), and InfiniBand-link-layer addressing (AhAttr has no
 //   LID yet; RoCE and iWARP work).
-// WorkCompletion::sgid is not filled on verbs: the sender's GRH is in the first 40 bytes of the
-// receive buffer, where the NIC put it.
+// WorkCompletion::sgid of a UD receive is read back from the first 40 bytes of its receive
+// buffer, where the NIC put the GRH (grh_source below); the provider remembers each receive's
+// first SGE for that.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -54,6 +57,13 @@ Result<std::string> ibdev_for_pci(const std::filesystem::path& sysfs_root, std::
 
 // The sysfs root the provider uses when the device name does not say: $VRDMA_SYSFS_ROOT or /sys.
 std::filesystem::path default_sysfs_root();
+
+// The sender of a UD message from the 40 bytes a NIC puts before its payload: an IB GRH (IPv6
+// version 6, SGID at byte 8), or for RoCE v2 over IPv4 an IPv4 header in the last 20 bytes
+// (version 4 without options; when the first byte also says version 6, only a valid IPv4
+// checksum makes it one, as in rdma-core's ibv_init_ah_from_wc), whose source becomes the
+// IPv4-mapped GID. Anything else: nullopt. The bytes come from the network and are checked.
+std::optional<Gid> grh_source(std::span<const std::uint8_t, 40> grh) noexcept;
 
 // ---- Connection setup through librdmacm -----------------------------------------------------
 // The provider-neutral connection API (cm.hpp) over librdmacm, synchronously: the QP is the
