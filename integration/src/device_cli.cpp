@@ -58,6 +58,9 @@ std::string phase_sentence(const std::string& phase) {
   if (phase == "handed-over") return "The destination loaded the device state; waiting for it to become active.";
   if (phase == "migrated") return "The device was migrated: the guest runs at the destination.";
   if (phase == "failed") return "The migration failed; the guest keeps running here.";
+  if (phase == "in-guest")
+    return "The rings stopped during a live migration: the device state is in the guest's memory, which the VMM's last "
+           "memory pass carries to the destination.";
   if (phase == "running") return "An incoming migration completed: the guest runs here.";
   return "The device reports an unknown migration phase \"" + phase + "\".";
 }

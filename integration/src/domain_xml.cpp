@@ -108,17 +108,18 @@ Result<DomainInfo> parse_domain(const std::string& xml) {
                                                     " has migration-port \"" + p + "\"; it must be 1..65535");
     m.incoming = "tcp:0.0.0.0:" + std::to_string(v);
   }
-  if (!m.incoming.empty()) {
+  if (!m.incoming.empty() && m.incoming != "guest") {
     const auto colon = m.incoming.rfind(':');
     const bool ok = m.incoming.rfind("tcp:", 0) == 0 && colon > 4 && colon + 1 < m.incoming.size() &&
                     m.incoming.find_first_not_of("0123456789", colon + 1) == std::string::npos;
     if (!ok)
       return make_error(Errc::invalid_argument, "the vrdma:device element of domain " + info.name +
-                                                    " has incoming \"" + m.incoming + "\"; it must be tcp:IP:PORT");
+                                                    " has incoming \"" + m.incoming + "\"; it must be tcp:IP:PORT or guest");
   }
   if (m.backend == BackendKind::vrdmad) {
     if (m.engine.empty()) return missing("engine");
-    if (m.incoming.empty()) return missing("incoming");
+    // Without a stream address, a destination takes the device state from the guest's memory.
+    if (m.incoming.empty()) m.incoming = "guest";
     if (m.control.empty()) m.control = sibling_path(m.socket, info.name, ".ctl");
   } else if (m.disk.empty()) {
     return missing("disk");

@@ -6,6 +6,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/epoll.h>
+#include <sys/timerfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -32,6 +33,7 @@ const char* to_string(Phase p) noexcept {
     case Phase::migrated: return "migrated";
     case Phase::failed: return "failed";
     case Phase::running: return "running";
+    case Phase::in_guest: return "in-guest";
   }
   return "unknown";
 }
@@ -56,6 +58,9 @@ struct MigratingDevice::Impl {
 
   std::vector<std::uint8_t> pending_state;  // destination: received, not loaded yet
   bool have_state = false;
+  bool guest_only = false;      // destination: --incoming guest (no listener)
+  bool guest_state_refused = false;
+  UniqueFd no_area_timer;       // destination: the frontend may never start the state queue
   Clock::time_point t_stop{}, t_state{};
   bool told_dropping = false;
 
@@ -63,6 +68,7 @@ struct MigratingDevice::Impl {
   ~Impl() {
     drop_link();
     if (listener) loop.remove(listener.get());
+    if (no_area_timer) loop.remove(no_area_timer.get());
   }
 
   // ---- identity --------------------------------------------------------------------------------
@@ -334,6 +340,78 @@ struct MigratingDevice::Impl {
       for (std::uint16_t i = 0; i < inner.info().num_queues; ++i) host->run_queue(i);
   }
 
+  // ---- state in guest memory ---------------------------------------------------------------------
+  // Destination, rings started without a state from a source: look in the guest's state area.
+  // Returns true when the rings may run (state loaded, or there is definitely none to wait for).
+  bool try_guest_state() {
+    if (have_state || guest_state_refused) return false;  // a source's state is being loaded, or refused
+    const auto t0 = Clock::now();
+    auto r = inner.load_state_from_guest();
+    if (!r) {
+      if (r.error().is(Errc::bad_state)) {  // the state queue is not set up (yet)
+        arm_no_area_timer();
+        return false;
+      }
+      // As with a state from a source: hold the rings and answer nothing, so a frontend that can
+      // (our own) restarts the guest at the source; the sentence says what to fix.
+      guest_state_refused = true;
+      st.message = "refused the device state in guest memory: " + r.error().message + "; holding the guest's rings";
+      log::error("migration: {}", st.message);
+      inner.reset();
+      return false;
+    }
+    if (!*r) {
+      if (!guest_only) return false;  // wait for a source's state over the stream
+      st.message = "no device state in the guest's state area: the guest had no RDMA objects, or its driver posts no "
+                   "state area; it runs here with none";
+      log::warn("migration: {}", st.message);
+      return true;
+    }
+    st.load_ms = ms_since(t0);
+    log::info("migration: loaded the device state from guest memory in {:.1f} ms", st.load_ms);
+    return true;
+  }
+
+  // A frontend that runs the device with only the required queues never starts the state
+  // queue: after a grace period the guest runs here without a state.
+  void arm_no_area_timer() {
+    if (no_area_timer || !guest_only) return;
+    no_area_timer = UniqueFd(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
+    if (!no_area_timer) return;
+    itimerspec its{};
+    its.it_value.tv_sec = 2;
+    ::timerfd_settime(no_area_timer.get(), 0, &its, nullptr);
+    auto s = loop.add(no_area_timer.get(), EPOLLIN, [this](std::uint32_t) {
+      loop.remove(no_area_timer.get());
+      no_area_timer.reset();
+      if (st.phase != Phase::holding || guest_state_refused || have_state) return;
+      if (try_guest_state()) return activate();
+      if (guest_state_refused) return;
+      st.message = "the frontend did not start the state queue within 2 s: the guest runs here without its device state";
+      log::error("migration: {}", st.message);
+      activate();
+    });
+    if (!s.ok()) no_area_timer.reset();
+  }
+
+  // Source: every ring stopped while the frontend dirty-logs, and no destination was armed.
+  void save_to_guest() {
+    t_stop = Clock::now();
+    auto s = inner.save_state_to_guest();
+    st.save_ms = ms_since(t_stop);
+    if (!s.ok()) {
+      st.message = "the rings stopped during a migration but the device state could not go into guest memory: " +
+                   s.error().message;
+      log::error("migration: {}", st.message);
+      return;
+    }
+    st.phase = Phase::in_guest;
+    st.message = "every ring stopped while the frontend logs dirty memory: the device state is in the guest's state "
+                 "area, for the frontend's last memory pass";
+    log::info("migration: every ring stopped during a live migration; device state written into guest memory in {:.1f} ms",
+              st.save_ms);
+  }
+
   // ---- source --------------------------------------------------------------------------------------
   void send_state() {
     const auto t0 = Clock::now();
@@ -361,7 +439,8 @@ struct MigratingDevice::Impl {
   void let_go() {
     st.stop_to_active_ms = ms_since(t_stop);
     st.phase = Phase::migrated;
-    st.message = "the guest runs at " + st.peer + "; this device is done (stop this vrdmad)";
+    st.message = "the guest runs at " + (st.peer.empty() ? std::string("the destination") : st.peer) +
+                 "; this device is done (stop this vrdmad)";
     drop_link();
     inner.reset();  // engine objects go without a packet: the destination owns the QPs now
     if (!opts.announce_if.empty())
@@ -441,6 +520,13 @@ MigratingDevice::~MigratingDevice() = default;
 Status MigratingDevice::listen_incoming(const std::string& addr) {
   auto& m = *impl_;
   if (m.st.phase != Phase::idle) return make_error(Errc::bad_state, "listen_incoming twice");
+  if (addr == "guest") {
+    if (!m.opts.announce_if.empty()) VRDMA_TRY(set_noarp(m.opts.announce_if, true));
+    m.guest_only = true;
+    m.st.phase = Phase::incoming;
+    m.st.message = "waiting for the guest; its device state comes in its own memory";
+    return {};
+  }
   auto a = parse_tcp_address(addr);
   if (!a) return std::move(a).error();
   auto l = tcp_listen(*a);
@@ -477,8 +563,15 @@ Status MigratingDevice::write_config(std::uint32_t offset, std::span<const std::
 void MigratingDevice::features_acked(vhost::VirtioFeatures acked) { impl_->inner.features_acked(acked); }
 
 void MigratingDevice::attach(vhost::DeviceHost* host) {
-  impl_->host = host;
-  impl_->inner.attach(host);
+  auto& m = *impl_;
+  if (host == nullptr && m.st.phase == Phase::in_guest) {
+    // The frontend went away after a migration stop: the VMM quits once the guest runs at the
+    // destination. (A migration that fails restarts the rings here instead.)
+    m.st.peer.clear();
+    m.let_go();
+  }
+  m.host = host;
+  m.inner.attach(host);
 }
 
 void MigratingDevice::memory_changed() {
@@ -494,10 +587,18 @@ void MigratingDevice::queue_ready(vhost::Queue& q) {
       if (m.st.phase == Phase::incoming) {
         m.st.phase = Phase::holding;
         m.st.message = "the guest's rings started before its device state arrived; holding them until it does";
-        log::warn("migration: ring {} started before the device state arrived from the source; holding every ring "
-                  "until it does (is the source vrdmad migrating to us?)", q.index());
+        if (!m.guest_only)
+          log::warn("migration: ring {} started before the device state arrived from the source; holding every ring "
+                    "until it does (is the source vrdmad migrating to us?), or until it is found in guest memory",
+                    q.index());
       }
+      if (m.try_guest_state()) m.activate();  // runs every ring, this one included
       return;
+    case Phase::in_guest:
+      m.st.phase = Phase::idle;
+      m.st.message = "the frontend runs the guest here again after a migration stop; the device carries on";
+      log::info("migration: {}", m.st.message);
+      break;
     case Phase::loaded:
       m.activate();  // runs every ring, this one included
       return;
@@ -523,9 +624,13 @@ void MigratingDevice::queue_ready(vhost::Queue& q) {
 void MigratingDevice::queue_stopped(std::uint16_t index) {
   auto& m = *impl_;
   m.inner.queue_stopped(index);
-  if (m.st.phase == Phase::armed && m.others_stopped(index)) {
+  if (!m.others_stopped(index)) return;
+  if (m.st.phase == Phase::armed) {
     m.t_stop = Clock::now();
     m.send_state();
+  } else if ((m.st.phase == Phase::idle || m.st.phase == Phase::running || m.st.phase == Phase::failed) &&
+             m.host != nullptr && m.host->memory().logging() && m.inner.has_state_area()) {
+    m.save_to_guest();
   }
 }
 

@@ -62,6 +62,7 @@ nlohmann::json stats_json(const vhost::RdmaDevice& dev, const migration::Migrati
       {"engine", engine},
       {"connected", srv.connected()},
       {"paused", s.paused},
+      {"state_area_bytes", dev.state_area_bytes()},
       {"objects", {{"pd", s.pds}, {"mr", s.mrs}, {"cq", s.cqs}, {"qp", s.qps}, {"ah", s.ahs}, {"srq", s.srqs}}},
       {"registered_bytes", s.registered_bytes},
       {"commands", s.commands},
@@ -103,7 +104,7 @@ int main(int argc, char** argv) {
   app.add_option("--engine", engine_name, "RDMA engine: soft:<ip|ifname>[?opts] or verbs:<ibdev|pci>")->required();
   app.add_option("--control", control, "JSON control socket (status, stats, migrate, cancel)");
   app.add_option("--mac", mac, "the guest device's MAC address")->capture_default_str();
-  app.add_option("--incoming", incoming, "be a migration destination: receive the guest's device state on tcp:IP:PORT");
+  app.add_option("--incoming", incoming, "be a migration destination: receive the guest's device state from a source vrdmad on tcp:IP:PORT, or with \"guest\" only from the guest's own memory (its state area: the way under plain virsh migrate or QEMU migrate)");
   app.add_option("--announce", announce,
                  "interface holding the guest's address on this host (soft engine): kept silent (NOARP) while the "
                  "guest is elsewhere, announced with gratuitous ARPs when it arrives");

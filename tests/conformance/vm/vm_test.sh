@@ -58,7 +58,7 @@ ip netns exec "$NS" qemu-system-x86_64 -accel tcg -cpu max -m 1G -smp 1 -display
   -object memory-backend-memfd,id=mem,size=1G,share=on -numa node,memdev=mem \
   -kernel "$KERNEL" -initrd "$INITRD" -append "console=ttyS0 quiet panic=-1" \
   -chardev pipe,id=con,path="$work/con" -serial chardev:con \
-  -chardev socket,id=vr,path="$work/vrdma.sock" -device vhost-user-blk-pci,chardev=vr,num-queues=3,queue-size=256 \
+  -chardev socket,id=vr,path="$work/vrdma.sock" -device vhost-user-blk-pci,chardev=vr,num-queues=4,queue-size=256 \
   -netdev tap,id=n0,ifname=tap0,script=no,downscript=no -device virtio-net-pci,netdev=n0,mac=52:54:00:77:07:02 \
   >"$work/qemu.log" 2>&1 &
 qemu_pid=$!

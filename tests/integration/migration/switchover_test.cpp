@@ -294,3 +294,62 @@ BOOST_AUTO_TEST_CASE(failed_migrations_leave_the_guest_running_at_the_source) {
   s.finish();
   BOOST_CHECK_EQUAL(g.here->status()["migration"]["phase"], "failed");  // and still serving the guest
 }
+
+// The way plain `virsh migrate` or QEMU's `migrate` moves the device, with no channel between
+// the backends: nobody tells the source vrdmad anything; the frontend switches dirty logging
+// on and stops the rings, so the source writes the device state into the guest's state area;
+// the destination (--incoming guest) finds it there when the rings start on it.
+BOOST_AUTO_TEST_CASE(guest_moves_with_its_state_in_guest_memory_a_to_b_and_back) {
+  BOOST_REQUIRE_MESSAGE(can_make_netns(), "needs root for network namespaces");
+  Fabric net(2);
+  BOOST_REQUIRE_MESSAGE(net.ok, "cannot build the namespaces and the bridge (nftables?)");
+  Guest g(net);
+  const std::uint32_t qpn = g.a->qp->qp_num(), rkey = g.a->mr->rkey();
+  Stream s(*g.a, *g.b, 900);
+  BOOST_CHECK_GE(g.here->status()["state_area_bytes"].get<std::uint64_t>(), 64u << 10);  // the driver posted one
+
+  const std::pair<std::string, std::string> moves[] = {{net.b, "gB"}, {net.a, "gA"}};
+  int n = 0;
+  for (const auto& [ns, ifname] : moves) {
+    ++n;
+    s.run_until([&] { return s.sent[0] >= s.msgs * n / 4; });
+    BOOST_TEST_CONTEXT("move " << n << " to " << ns) {
+      auto dst = std::make_unique<Vrdmad>(g.dir, "mem" + std::to_string(n), ns, std::string("soft:") + kGuestIp,
+                                          incoming_args("guest", ifname));
+      BOOST_CHECK_EQUAL(dst->status()["migration"]["phase"], "incoming");
+      const auto t0 = Clock::now();
+      VRDMA_REQUIRE_OK(pv::migrate(*g.dev, dst->sock, 10s, pv::StateVia::guest_memory));
+      const double switch_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+      auto src_st = wait_phase(*g.here, "migrated");
+      auto dst_st = wait_phase(*dst, "running");
+      BOOST_CHECK_GE(dst_st["migration"]["garps"].get<int>(), 1);
+      BOOST_CHECK_EQUAL(dst_st["objects"]["qp"].get<int>(), 1);
+      BOOST_CHECK_EQUAL(src_st["objects"]["qp"].get<int>(), 0);  // the source let go when the frontend left
+      BOOST_TEST_MESSAGE("move " << n << " through guest memory: switched in " << switch_ms << " ms; state saved in "
+                                 << src_st["migration"]["save_ms"] << " ms, loaded in " << dst_st["migration"]["load_ms"]
+                                 << " ms");
+      g.here->child->stop(SIGTERM);
+      g.here = std::move(dst);
+    }
+  }
+  // A destination serving another MAC refuses the state it finds and holds the rings: the
+  // frontend's probe goes unanswered and the guest runs on here, nothing lost.
+  s.run_until([&] { return s.sent[0] >= s.msgs * 3 / 4; });
+  {
+    Vrdmad dst(g.dir, "memwrongmac", net.b, std::string("soft:") + kGuestIp,
+               {"--incoming", "guest", "--announce", "gB", "--mac", "52:54:00:99:99:99"});
+    BOOST_CHECK(!pv::migrate(*g.dev, dst.sock, 2000ms, pv::StateVia::guest_memory).ok());
+    // The frontend has gone back to the source by now: the destination is waiting again.
+    auto st = dst.status();
+    BOOST_CHECK_MESSAGE(st["migration"]["message"].get<std::string>().find("the guest's MAC is") != std::string::npos,
+                        st.dump());
+    BOOST_CHECK_EQUAL(st["objects"]["qp"].get<int>(), 0);
+    BOOST_CHECK_EQUAL(st["migration"]["garps"].get<int>(), 0);  // it never claimed the guest's address
+  }
+  s.finish();
+  BOOST_TEST_MESSAGE("longest pause between completions: " << s.longest_gap_ms << " ms; the switch dropped "
+                                                              << net.dropped() << " RoCE packets");
+  BOOST_CHECK_EQUAL(g.a->qp->qp_num(), qpn);
+  BOOST_CHECK_EQUAL(g.a->mr->rkey(), rkey);
+  BOOST_CHECK_EQUAL(g.here->status()["objects"]["qp"].get<int>(), 1);
+}

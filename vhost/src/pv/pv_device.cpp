@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -25,6 +26,7 @@ using namespace vrdma::nicdrv;
 
 constexpr int kCommandTimeoutMs = 10000;
 constexpr std::uint16_t kEventBuffers = 64;
+constexpr std::size_t kInitialStateArea = 256u << 10;
 
 Errc errc_of(std::uint32_t status) {
   switch (static_cast<vd::Status>(status)) {
@@ -134,6 +136,7 @@ class PvDevice final : public Device {
     ev_ = Dma(t_.get(), *ev);
     for (std::uint16_t i = 0; i < kEventBuffers; ++i) VRDMA_TRY(post_event_buffer(i));
     VRDMA_TRY(t_->publish_and_kick(vd::kEventQueue));
+    if (t_->num_queues() > vd::kStateQueue) VRDMA_TRY(post_state_area(kInitialStateArea));
     stop_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (stop_fd_ < 0) return errno_error(errno, "eventfd");
     events_ = std::thread([this] { event_thread(); });
@@ -267,12 +270,12 @@ class PvDevice final : public Device {
     start_events();
     return s;
   }
-  Status migrate(const std::string& socket, std::chrono::milliseconds probe) {
+  Status migrate(const std::string& socket, std::chrono::milliseconds probe, bool logged) {
     {
       std::lock_guard lk(cmd_mu_);
       stop_events();
       std::lock_guard dk(db_mu_);  // posting waits meanwhile, like a stopped vCPU
-      if (auto s = t_->stop_rings(); !s.ok()) {
+      if (auto s = t_->stop_rings(logged); !s.ok()) {
         start_events();
         return s;
       }
@@ -326,6 +329,23 @@ class PvDevice final : public Device {
   }
 
  private:
+  // The state area (docs/virtio-rdma.md "State in guest memory"): one zeroed, physically
+  // contiguous DMA buffer kept posted on the state queue; the device returns the previous one
+  // when a larger one arrives. Init and the event thread only.
+  Status post_state_area(std::size_t bytes) {
+    auto a = t_->alloc_dma(bytes);
+    if (!a) return std::move(a).error();
+    Dma area(t_.get(), *a);
+    const ChainBuf b{area.a.gpa, static_cast<std::uint32_t>(area.a.len), true};
+    auto id = t_->add(vd::kStateQueue, std::span(&b, 1));
+    if (!id) return std::move(id).error();
+    state_areas_[*id] = std::move(area);
+    return t_->publish_and_kick(vd::kStateQueue);
+  }
+  void reap_state_areas() {
+    if (t_->num_queues() <= vd::kStateQueue) return;
+    while (auto u = t_->get_used(vd::kStateQueue)) state_areas_.erase(u->first);
+  }
   Status post_event_buffer(std::uint16_t i) {
     const ChainBuf b{ev_.a.gpa + i * sizeof(vd::Event), sizeof(vd::Event), true};
     auto id = t_->add(vd::kEventQueue, std::span(&b, 1));
@@ -345,6 +365,7 @@ class PvDevice final : public Device {
   std::uint32_t db_slot_ = 0;
   Dma ev_;
   std::unordered_map<std::uint16_t, std::uint16_t> ev_slot_;  // descriptor id -> event slot
+  std::map<std::uint16_t, Dma> state_areas_;                  // descriptor id -> state area (posted, not returned)
   int stop_fd_ = -1;
   std::thread events_;
   std::mutex cq_mu_;
@@ -437,12 +458,18 @@ void PvDevice::event_thread() {
           e.type == static_cast<std::uint32_t>(vd::EventType::cq_error)) {
         std::lock_guard ck(cq_mu_);
         if (auto c = cq_by_handle_.find(e.handle); c != cq_by_handle_.end()) c->second->signal();
+      } else if (e.type == static_cast<std::uint32_t>(vd::EventType::state_area_small)) {
+        const std::size_t want = std::clamp<std::size_t>(std::size_t{e.info} << 10, vd::kMinStateArea, vd::kMaxStateArea);
+        if (auto s = post_state_area(want); !s.ok())
+          log::error("pv: {}: the device needs a {} KiB state area for live migration, but: {}", name_, want >> 10,
+                     s.error().message);
       } else if (e.type != 0) {
         log::info("pv: {}: device event {} for object {} (info {})", name_, e.type, e.handle, e.info);
       }
       if (post_event_buffer(slot).ok()) reposted = true;
     }
     if (reposted) (void)t_->publish_and_kick(vd::kEventQueue);
+    reap_state_areas();
   }
 }
 
@@ -981,10 +1008,10 @@ Status resume_on(nicdrv::Device& dev, const std::string& socket, std::span<const
   return d->resume_on(socket, state);
 }
 
-Status migrate(nicdrv::Device& dev, const std::string& socket, std::chrono::milliseconds probe) {
+Status migrate(nicdrv::Device& dev, const std::string& socket, std::chrono::milliseconds probe, StateVia via) {
   auto* d = dynamic_cast<PvDevice*>(&dev);
   if (d == nullptr) return make_error(Errc::invalid_argument, dev.name() + " is not a pv device");
-  return d->migrate(socket, probe);
+  return d->migrate(socket, probe, via == StateVia::guest_memory);
 }
 
 Result<std::shared_ptr<nicdrv::Device>> open(std::string_view spec, const nicdrv::DeviceOptions& o) {

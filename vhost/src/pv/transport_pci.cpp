@@ -154,6 +154,7 @@ class PciTransport final : public PvTransport {
   }
   std::uint16_t free_slots(std::uint16_t queue) const override { return qs_.at(queue).ring.free_slots(); }
   int call_fd(std::uint16_t queue) const override { return call_.at(queue).get(); }
+  std::uint16_t num_queues() const override { return nq_; }
 
  private:
   struct Queue {
@@ -230,11 +231,16 @@ class PciTransport final : public PvTransport {
     common_.write<std::uint8_t>(device_status, kAcknowledge | kDriver | kFeaturesOk);
     if ((common_.read<std::uint8_t>(device_status) & kFeaturesOk) == 0)
       return fail(make_error(Errc::not_supported, "the device refused our features (FEATURES_OK not kept)"));
-    const auto nq = common_.read<std::uint16_t>(num_queues);
-    if (nq < vd::kNumQueues)
-      return fail(make_error(Errc::not_supported, fmt::format("the device has {} queues; a virtio RDMA device has {} (start "
-                                                              "QEMU with num-queues={})", nq, vd::kNumQueues, vd::kNumQueues)));
-    for (std::uint16_t i = 0; i < vd::kNumQueues; ++i) {
+    const auto nq = common_.read<std::uint16_t>(CommonCfg::num_queues);
+    if (nq < vd::kRequiredQueues)
+      return fail(make_error(Errc::not_supported, fmt::format("the device has {} queues; a virtio RDMA device has at least "
+                                                              "{} (start QEMU with num-queues={})", nq, vd::kRequiredQueues,
+                                                              vd::kNumQueues)));
+    nq_ = std::min<std::uint16_t>(nq, vd::kNumQueues);
+    if (nq_ < vd::kNumQueues)
+      log::warn("pv: {}: the device has {} queues, no state queue: its RDMA state cannot move with the VM in a live "
+                "migration (start QEMU with num-queues={})", fn_.address(), nq, vd::kNumQueues);
+    for (std::uint16_t i = 0; i < nq_; ++i) {
       common_.write<std::uint16_t>(queue_select, i);
       const auto max = common_.read<std::uint16_t>(queue_size);
       if (max == 0) return fail(make_error(Errc::not_supported, fmt::format("queue {} is not available", i)));
@@ -245,7 +251,7 @@ class PciTransport final : public PvTransport {
       if (notify_at > notify_.size() || notify_.size() - notify_at < 2)
         return fail(make_error(Errc::protocol_error, fmt::format("queue {}'s notify address ({:#x}) is outside the notify "
                                                                  "window ({} bytes)", i, notify_at, notify_.size())));
-      qs_.reserve(vd::kNumQueues);
+      qs_.reserve(nq_);
       qs_.push_back(Queue{std::move(*ring), static_cast<std::uint32_t>(notify_at)});
       auto& r = qs_.back().ring;
       common_.write<std::uint16_t>(queue_size, size);
@@ -294,6 +300,7 @@ class PciTransport final : public PvTransport {
   std::array<MmapArea, 6> bars_;
   Window common_, notify_, isr_, device_;
   std::uint32_t notify_mult_ = 0;
+  std::uint16_t nq_ = vd::kRequiredQueues;
   std::unique_ptr<HugepageDma> dma_;
   std::vector<Queue> qs_;
   std::array<UniqueFd, vd::kNumQueues> call_;

@@ -1,6 +1,7 @@
 // The vhost-user transport of libpvverbs: this process is the frontend (as a VMM would be),
 // with memfd-backed guest RAM of its own layout shared with vrdmad.
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <poll.h>
 #include <unistd.h>
 
@@ -31,19 +32,20 @@ class VhostUserTransport final : public PvTransport {
   Status setup() {
     VirtioFeatures want{VirtioFeature::version_1, VirtioFeature::protocol_features, VirtioFeature::ring_event_idx};
     ProtocolFeatures pwant{ProtocolFeature::mq, ProtocolFeature::reply_ack, ProtocolFeature::config,
-                           ProtocolFeature::device_state};
+                           ProtocolFeature::device_state, ProtocolFeature::log_shmfd};
     auto acked = fe_.negotiate(want, pwant);
     if (!acked) return std::move(acked).error();
     if (!acked->has(VirtioFeature::version_1)) return make_error(Errc::not_supported, "the device lacks VIRTIO_F_VERSION_1");
     auto nq = fe_.get_queue_num();
     if (!nq) return std::move(nq).error();
-    if (*nq < vrdma_dev::kNumQueues)
-      return make_error(Errc::not_supported,
-                        fmt::format("the device has {} queues; a virtio RDMA device has {}", *nq, vrdma_dev::kNumQueues));
+    if (*nq < vrdma_dev::kRequiredQueues)
+      return make_error(Errc::not_supported, fmt::format("the device has {} queues; a virtio RDMA device has at least {}",
+                                                         *nq, vrdma_dev::kRequiredQueues));
+    nq_ = static_cast<std::uint16_t>(std::min<std::uint64_t>(*nq, vrdma_dev::kNumQueues));
     VRDMA_TRY(fe_.set_owner());
     VRDMA_TRY(fe_.set_mem_table(ram_));
     const bool event_idx = acked->has(VirtioFeature::ring_event_idx);
-    for (std::uint16_t i = 0; i < vrdma_dev::kNumQueues; ++i) {
+    for (std::uint16_t i = 0; i < nq_; ++i) {
       auto q = DriverQueue::create(ram_, kQueueSize, false, event_idx);
       if (!q) return std::move(q).error();
       qs_.push_back(std::move(*q));
@@ -56,7 +58,7 @@ class VhostUserTransport final : public PvTransport {
     auto at = ram_.alloc(want_bytes, kPage);
     if (!at) return std::move(at).error();
     heap_.init(ram_.host(*at, want_bytes), *at, want_bytes);
-    for (std::uint16_t i = 0; i < vrdma_dev::kNumQueues; ++i) VRDMA_TRY(fe_.start_queue(i, qs_[i]));
+    for (std::uint16_t i = 0; i < nq_; ++i) VRDMA_TRY(fe_.start_queue(i, qs_[i]));
     return {};
   }
 
@@ -98,12 +100,13 @@ class VhostUserTransport final : public PvTransport {
   }
   std::uint16_t free_slots(std::uint16_t queue) const override { return qs_.at(queue).free_slots(); }
   int call_fd(std::uint16_t queue) const override { return fe_.call_fd(queue); }
+  std::uint16_t num_queues() const override { return nq_; }
 
   Result<std::vector<std::uint8_t>> suspend() override {
     if (!fe_.protocol_features().has(ProtocolFeature::device_state))
       return make_error(Errc::not_supported, "the backend does not offer VHOST_USER_PROTOCOL_F_DEVICE_STATE");
     bases_.clear();
-    for (std::uint16_t i = 0; i < vrdma_dev::kNumQueues; ++i) {
+    for (std::uint16_t i = 0; i < nq_; ++i) {
       auto b = fe_.get_vring_base(i);
       if (!b) return std::move(b).error();
       bases_.push_back(*b);
@@ -128,7 +131,7 @@ class VhostUserTransport final : public PvTransport {
   }
 
   Status resume_on(const std::string& socket, std::span<const std::uint8_t> state) override {
-    if (bases_.size() != vrdma_dev::kNumQueues) return make_error(Errc::bad_state, "resume_on without suspend");
+    if (bases_.size() != nq_) return make_error(Errc::bad_state, "resume_on without suspend");
     auto fe = Frontend::connect(socket, 10000);
     if (!fe) return std::move(fe).error();
     VirtioFeatures want = fe_.features();
@@ -150,16 +153,17 @@ class VhostUserTransport final : public PvTransport {
     }
     wr.reset();
     VRDMA_TRY(check_state(*fe));
-    for (std::uint16_t i = 0; i < vrdma_dev::kNumQueues; ++i) VRDMA_TRY(fe->start_queue(i, qs_[i], bases_[i]));
+    for (std::uint16_t i = 0; i < nq_; ++i) VRDMA_TRY(fe->start_queue(i, qs_[i], bases_[i]));
     fe_ = std::move(*fe);
-    for (std::uint16_t i = 0; i < vrdma_dev::kNumQueues; ++i) VRDMA_TRY(fe_.kick(i));
+    for (std::uint16_t i = 0; i < nq_; ++i) VRDMA_TRY(fe_.kick(i));
     bases_.clear();
     return {};
   }
 
-  Status stop_rings() override {
+  Status stop_rings(bool logged) override {
+    if (logged) VRDMA_TRY(start_logging());
     bases_.clear();
-    for (std::uint16_t i = 0; i < vrdma_dev::kNumQueues; ++i) {
+    for (std::uint16_t i = 0; i < nq_; ++i) {
       auto b = fe_.get_vring_base(i);
       if (!b) return std::move(b).error();
       bases_.push_back(*b);
@@ -168,17 +172,18 @@ class VhostUserTransport final : public PvTransport {
   }
 
   Status start_on(const std::string& socket) override {
-    if (bases_.size() != vrdma_dev::kNumQueues) return make_error(Errc::bad_state, "start_on without stop_rings");
+    if (bases_.size() != nq_) return make_error(Errc::bad_state, "start_on without stop_rings");
     auto fe = Frontend::connect(socket, 10000);
     if (!fe) return std::move(fe).error();
     VirtioFeatures want = fe_.features();
+    want.clear(VirtioFeature::log_all);  // the new backend does not log (the migration ends there)
     auto acked = fe->negotiate(want, fe_.protocol_features());
     if (!acked) return std::move(acked).error();
     if (*acked != want) return make_error(Errc::not_supported, "the new backend does not offer the same features");
     VRDMA_TRY(fe->set_owner());
     VRDMA_TRY(fe->set_mem_table(ram_));
-    for (std::uint16_t i = 0; i < vrdma_dev::kNumQueues; ++i) VRDMA_TRY(fe->start_queue(i, qs_[i], bases_[i]));
-    for (std::uint16_t i = 0; i < vrdma_dev::kNumQueues; ++i) VRDMA_TRY(fe->kick(i));
+    for (std::uint16_t i = 0; i < nq_; ++i) VRDMA_TRY(fe->start_queue(i, qs_[i], bases_[i]));
+    for (std::uint16_t i = 0; i < nq_; ++i) VRDMA_TRY(fe->kick(i));
     old_fe_.emplace(std::move(fe_));
     fe_ = std::move(*fe);
     return {};
@@ -190,18 +195,43 @@ class VhostUserTransport final : public PvTransport {
   }
 
   Status restart_here() override {
-    if (bases_.size() != vrdma_dev::kNumQueues) return make_error(Errc::bad_state, "restart_here without stop_rings");
+    if (bases_.size() != nq_) return make_error(Errc::bad_state, "restart_here without stop_rings");
     if (old_fe_) {
       fe_ = std::move(*old_fe_);  // the new backend's connection closes here
       old_fe_.reset();
     }
-    for (std::uint16_t i = 0; i < vrdma_dev::kNumQueues; ++i) VRDMA_TRY(fe_.start_queue(i, qs_[i], bases_[i]));
-    for (std::uint16_t i = 0; i < vrdma_dev::kNumQueues; ++i) VRDMA_TRY(fe_.kick(i));
+    if (fe_.features().has(VirtioFeature::log_all)) {  // the migration failed: logging off again
+      VirtioFeatures f = fe_.features();
+      f.clear(VirtioFeature::log_all);
+      VRDMA_TRY(fe_.set_features(f));
+    }
+    for (std::uint16_t i = 0; i < nq_; ++i) VRDMA_TRY(fe_.start_queue(i, qs_[i], bases_[i]));
+    for (std::uint16_t i = 0; i < nq_; ++i) VRDMA_TRY(fe_.kick(i));
     bases_.clear();
     return {};
   }
 
  private:
+  // Dirty logging on, as a VMM switches it on for a live migration: a shared log covering the
+  // RAM (one bit per 4 KiB guest-physical page), then LOG_ALL.
+  Status start_logging() {
+    if (!fe_.protocol_features().has(ProtocolFeature::log_shmfd))
+      return make_error(Errc::not_supported, "the backend does not offer VHOST_USER_PROTOCOL_F_LOG_SHMFD");
+    std::uint64_t top = 0;
+    for (const auto& r : ram_.layout()) top = std::max(top, r.gpa + r.size);
+    const std::uint64_t bytes = ((top / kPage + 7) / 8 + kPage - 1) / kPage * kPage;
+    UniqueFd fd(::memfd_create("vrdma-pv-dirty-log", MFD_CLOEXEC));
+    if (!fd) return errno_error(errno, "memfd_create for the dirty log");
+    if (::ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0) return errno_error(errno, "sizing the dirty log");
+    VRDMA_TRY(fe_.set_log_base(fd.get(), bytes));
+    log_fd_ = std::move(fd);
+    VirtioFeatures f = fe_.features();
+    f.set(VirtioFeature::log_all);
+    VRDMA_TRY(fe_.set_features(f));
+    // SET_FEATURES has no reply without REPLY_ACK: a request with one proves it was applied.
+    if (!fe_.protocol_features().has(ProtocolFeature::reply_ack)) VRDMA_TRY(fe_.get_queue_num());
+    return {};
+  }
   static Status state_fd(Frontend& fe, std::uint32_t direction, int fd) {
     Message m = make_request(Request::set_device_state_fd);
     m.set(DeviceStateXfer{direction, 0});
@@ -224,6 +254,8 @@ class VhostUserTransport final : public PvTransport {
   }
 
   std::vector<std::uint32_t> bases_;
+  std::uint16_t nq_ = vrdma_dev::kRequiredQueues;
+  UniqueFd log_fd_;  // the dirty log of a logged stop
   Frontend fe_;
   std::optional<Frontend> old_fe_;  // during a backend-driven migration, until commit_switch
   GuestRam ram_;

@@ -71,6 +71,7 @@ std::vector<std::uint8_t> bytes_of(const T& v) {
 }  // namespace
 
 void RdmaDevice::Impl::control(Queue& q) {
+  bool grew = false;  // an object was made: the state may outgrow the state area
   while (auto chain = q.pop()) {
     ++st.commands;
     std::array<std::uint8_t, kMaxRequest> req{};
@@ -85,6 +86,11 @@ void RdmaDevice::Impl::control(Queue& q) {
       log::warn("virtio-rdma: a control request could not be read from guest memory");
     } else {
       body = execute(q.memory(), std::span(req.data(), len), status, why);
+      std::uint32_t cmd = 0;
+      if (len >= sizeof cmd) std::memcpy(&cmd, req.data(), sizeof cmd);
+      const auto c = static_cast<vd::Cmd>(cmd);
+      grew |= status == vd::Status::ok && (c == vd::Cmd::create_pd || c == vd::Cmd::reg_mr || c == vd::Cmd::create_cq ||
+                                           c == vd::Cmd::create_qp || c == vd::Cmd::create_ah || c == vd::Cmd::create_srq);
     }
     ChainWriter w(q.memory(), *chain);
     vd::RespHeader h{static_cast<std::uint32_t>(status), 0};
@@ -103,7 +109,11 @@ void RdmaDevice::Impl::control(Queue& q) {
     } else if (w.write(&h, sizeof h).ok() && (body.empty() || w.write(body.data(), body.size()).ok())) {
       written = static_cast<std::uint32_t>(sizeof h + body.size());
     }
-    if (!q.push(*chain, written).ok()) return;
+    if (!q.push(*chain, written).ok()) break;
+  }
+  if (grew) {
+    check_state_area();
+    if (!events.empty() && host != nullptr && host->queue_running(vd::kEventQueue)) host->run_queue(vd::kEventQueue);
   }
 }
 

@@ -81,6 +81,10 @@ void RdmaDevice::queue_stopped(std::uint16_t index) { impl_->queue_stopped(index
 void RdmaDevice::reset() { impl_->reset(); }
 Result<std::vector<std::uint8_t>> RdmaDevice::save_state() { return impl_->save_state(); }
 Status RdmaDevice::load_state(std::span<const std::uint8_t> blob) { return impl_->load_state(blob); }
+Status RdmaDevice::save_state_to_guest() { return impl_->save_state_to_guest(); }
+Result<bool> RdmaDevice::load_state_from_guest() { return impl_->load_state_from_guest(); }
+bool RdmaDevice::has_state_area() const { return impl_->state_area.has_value(); }
+std::uint64_t RdmaDevice::state_area_bytes() const { return impl_->state_area ? impl_->state_area->writable : 0; }
 RdmaDeviceStats RdmaDevice::stats() const {
   auto s = impl_->st;
   s.pds = static_cast<std::uint32_t>(impl_->pds.size());
@@ -128,6 +132,7 @@ void RdmaDevice::Impl::queue_ready(Queue& q) {
     case vd::kControlQueue: control(q); break;
     case vd::kEventQueue: deliver_events(q); break;
     case vd::kDoorbellQueue: doorbells(q); break;
+    case vd::kStateQueue: state_queue(q); break;
     default: break;
   }
 }
@@ -151,7 +156,8 @@ void RdmaDevice::Impl::pause() {
 
 void RdmaDevice::Impl::maybe_resume() {
   if (!paused || host == nullptr) return;
-  for (std::uint16_t i = 0; i < vd::kNumQueues; ++i)
+  // The state queue is optional (a frontend may run the device with kRequiredQueues queues).
+  for (std::uint16_t i = 0; i < vd::kRequiredQueues; ++i)
     if (!host->queue_running(i)) return;
   auto s = engine->resume();
   if (!s.ok()) log::warn("virtio-rdma: the engine could not resume: {}", s.error().message);
@@ -175,6 +181,8 @@ void RdmaDevice::Impl::reset() {
   pending_rq.clear();
   pending_srq.clear();
   events.clear();
+  state_area.reset();
+  state_area_asked = 0;
   st.registered_bytes = 0;
   next_handle_ = 1;  // a new session's handles start over (and fuzzing stays deterministic)
   if (paused) {

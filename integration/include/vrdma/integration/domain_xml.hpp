@@ -7,8 +7,10 @@
 //                   incoming="tcp:0.0.0.0:7811"/>
 //   </metadata>
 //
-// backend is "vrdmad" (the default: the virtio RDMA device; engine and incoming required, mac,
-// announce and control optional; migration-port="P" is short for incoming="tcp:0.0.0.0:P"), or "vhost-user-blk"
+// backend is "vrdmad" (the default: the virtio RDMA device; engine required; mac, announce,
+// control and incoming optional: incoming="tcp:IP:PORT" makes a destination also accept the
+// state streamed from the source vrdmad, migration-port="P" is short for incoming="tcp:0.0.0.0:P";
+// without it incoming is "guest": the state comes in the guest's own memory), or "vhost-user-blk"
 // (the test fixture backend; disk). socket is the vhost-user
 // socket that the domain's device (e.g. <disk type='vhostuser'>) names as its source path.
 #pragma once
@@ -33,7 +35,7 @@ struct DeviceMeta {
   std::string engine;          // vrdmad --engine (required for vrdmad)
   std::string mac;             // vrdmad --mac (optional)
   std::string announce;        // vrdmad --announce (optional)
-  std::string incoming;        // vrdmad --incoming tcp:IP:PORT on a destination (required for vrdmad)
+  std::string incoming;        // vrdmad --incoming on a destination: tcp:IP:PORT, or "guest" (the default)
   std::string disk;            // vhost-user-blk --disk (required for vhost-user-blk)
 };
 

@@ -18,6 +18,12 @@
 //                                     <----------  ACTIVE
 //   let go: objects destroyed without a packet, address silenced (NOARP)
 //
+// The state can also travel without this stream, inside the guest's memory: a source whose
+// rings all stop while the frontend dirty-logs (a live migration it was not told about) writes
+// the state into the guest's state area (RdmaDevice::save_state_to_guest); a destination whose
+// rings start without a state from a source reads it from there. The source lets go when its
+// frontend disconnects after such a stop (the VMM quits once the guest runs elsewhere).
+//
 // Which side runs is decided by the frontend (QEMU), never by this stream: a source whose rings
 // start again after sending its state (the migration failed) sends ABORT and carries on with
 // nothing lost; a destination never runs rings without a loaded state (it holds them, and says
@@ -49,6 +55,8 @@ enum class Phase {
   migrated,      // source: the guest runs at the destination; this device is done
   failed,        // source: the migration failed (why in status().message); the guest runs on here
   running,       // destination: the guest runs here (an incoming migration completed)
+  in_guest,      // source: every ring stopped while the frontend dirty-logs: the state went into the
+                 // guest's state area; the frontend's last memory pass carries it
 };
 [[nodiscard]] const char* to_string(Phase p) noexcept;
 
@@ -80,7 +88,9 @@ class MigratingDevice final : public vhost::Device {
   MigratingDevice(const MigratingDevice&) = delete;
   MigratingDevice& operator=(const MigratingDevice&) = delete;
 
-  // Destination: accept the state of a guest from a source vrdmad at "tcp:IP:PORT".
+  // Destination: accept the state of a guest from a source vrdmad at "tcp:IP:PORT", or with
+  // "guest" only from the guest's own memory (the state area, which a destination always reads
+  // when its rings start before a source sent the state).
   Status listen_incoming(const std::string& addr);
   // Source: start a migration to the destination vrdmad at "tcp:IP:PORT". Returns once the
   // destination has accepted the guest's identity (or with the reason it did not). The state

@@ -61,6 +61,12 @@ class DeviceHost {
   virtual void run_queue(std::uint16_t index) = 0;
   // Is the queue running (started and enabled)?
   [[nodiscard]] virtual bool queue_running(std::uint16_t index) const = 0;
+  // The chain the driver made available last before the ring's current position: a buffer a
+  // device keeps across a migration without returning it (the frontend moves the ring position
+  // with the guest, so on a destination it is in flight from before). Split rings only: the head
+  // at avail.ring[(base - 1) mod size], walked with every check a pop makes. Errors: the ring is
+  // not set up, packed, at position 0, or the chain is bad.
+  [[nodiscard]] virtual Result<DescChain> last_avail_chain(std::uint16_t index) const = 0;
 };
 
 class Device {

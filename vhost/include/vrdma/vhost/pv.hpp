@@ -58,6 +58,9 @@ class PvTransport {
   [[nodiscard]] virtual std::uint16_t free_slots(std::uint16_t queue) const = 0;
   // The queue's interrupt (call) eventfd, to poll on.
   [[nodiscard]] virtual int call_fd(std::uint16_t queue) const = 0;
+  // Queues set up: the virtio RDMA device's required ones, and the state queue when the device
+  // (or the frontend carrying it) has one.
+  [[nodiscard]] virtual std::uint16_t num_queues() const = 0;
 
   // Moving to another backend under a running application (a container changing hosts, tests
   // of the device's migration): stop every ring and take the device state from the backend...
@@ -72,8 +75,13 @@ class PvTransport {
 
   // Migration the backends carry out themselves (migration/: the old vrdmad streams the device
   // state to the new one when the rings stop), the way QEMU drives a vhost-user device: stop
-  // every ring and keep the connection...
-  virtual Status stop_rings() { return make_error(Errc::not_supported, "this transport cannot move between backends"); }
+  // every ring and keep the connection... With `logged`, dirty logging goes on first (LOG_SHMFD,
+  // SET_LOG_BASE, LOG_ALL), as a VMM does for a live migration: the backend then writes its
+  // state into the guest's state area when the rings stop, and the new backend needs nothing
+  // from the old one (docs/virtio-rdma.md "State in guest memory").
+  virtual Status stop_rings(bool /*logged*/ = false) {
+    return make_error(Errc::not_supported, "this transport cannot move between backends");
+  }
   // ...start the rings where they stopped on the backend at `socket`, keeping the old
   // connection until commit_switch()...
   virtual Status start_on(const std::string& /*socket*/) {
@@ -106,13 +114,20 @@ Result<std::shared_ptr<nicdrv::Device>> open(std::string_view spec, const nicdrv
 Result<std::vector<std::uint8_t>> suspend(nicdrv::Device& dev);
 Status resume_on(nicdrv::Device& dev, const std::string& socket, std::span<const std::uint8_t> state);
 
-// Moves a pv device to the vrdmad at `socket` the way a VM migrates, with the backends moving
-// the device state themselves: the current vrdmad must have been told where to send it
-// ({"cmd":"migrate","to":...} on its control socket; the new one runs with --incoming). Every
-// ring stops here (the state goes), the rings start there, and once the new backend answers a
-// control command within `probe` the old connection is let go. If the new backend cannot be
-// reached or does not answer (it refused the state, say), the rings start here again and the
-// device carries on where it was, nothing lost. The application may keep posting throughout.
-Status migrate(nicdrv::Device& dev, const std::string& socket, std::chrono::milliseconds probe = std::chrono::seconds(10));
+// How the device state reaches the new backend in migrate().
+enum class StateVia {
+  backends,      // the old vrdmad streams it to the new one: it must have been told where
+                 // ({"cmd":"migrate","to":...} on its control socket; the new one runs with --incoming tcp:...)
+  guest_memory,  // dirty logging goes on before the rings stop, so the old vrdmad writes the state
+                 // into the guest's state area, where the new one (--incoming guest) reads it
+};
+
+// Moves a pv device to the vrdmad at `socket` the way a VM migrates. Every ring stops here (the
+// state goes), the rings start there, and once the new backend answers a control command within
+// `probe` the old connection is let go. If the new backend cannot be reached or does not answer
+// (it refused the state, say), the rings start here again and the device carries on where it
+// was, nothing lost. The application may keep posting throughout.
+Status migrate(nicdrv::Device& dev, const std::string& socket, std::chrono::milliseconds probe = std::chrono::seconds(10),
+               StateVia via = StateVia::backends);
 
 }  // namespace vrdma::pv

@@ -86,6 +86,19 @@ class RdmaDevice final : public Device {
   Result<std::vector<std::uint8_t>> save_state() override;
   Status load_state(std::span<const std::uint8_t> blob) override;
 
+  // The state area (virtio_rdma.hpp kStateQueue; docs/virtio-rdma.md "State in guest memory").
+  // Source, every ring stopped while the frontend dirty-logs: writes the state (or a header
+  // saying it did not fit) into the area the driver keeps posted, through the dirty log.
+  // Errors: no area posted, the state cannot be saved, or it does not fit.
+  Status save_state_to_guest();
+  // Destination: reads the area the driver kept posted (in flight from the source). true: the
+  // state was loaded (its magic is then cleared); false: the driver posted no area, or the area
+  // holds no state. Errors: the state queue is not set up yet (Errc::bad_state: try again when
+  // it starts), or the area's state is foreign, torn or refused by load_state().
+  Result<bool> load_state_from_guest();
+  [[nodiscard]] bool has_state_area() const;
+  [[nodiscard]] std::uint64_t state_area_bytes() const;
+
   [[nodiscard]] RdmaDeviceStats stats() const;
   [[nodiscard]] const nicdrv::Device& engine() const;
 

@@ -23,7 +23,12 @@ inline constexpr std::uint16_t kVersion = 1;
 inline constexpr std::uint16_t kControlQueue = 0;
 inline constexpr std::uint16_t kEventQueue = 1;
 inline constexpr std::uint16_t kDoorbellQueue = 2;
-inline constexpr std::uint16_t kNumQueues = 3;
+// Optional: the driver keeps one writable buffer posted here, the state area, into which the
+// device writes its state when the frontend stops it during a migration (docs/virtio-rdma.md
+// "State in guest memory"). A driver (or a frontend with num-queues=3) may leave it out.
+inline constexpr std::uint16_t kStateQueue = 3;
+inline constexpr std::uint16_t kNumQueues = 4;
+inline constexpr std::uint16_t kRequiredQueues = 3;  // queues 0..2 must run; kStateQueue may not
 
 // ---- Config space (256 bytes at most; read with GET_CONFIG) -----------------------------------
 struct Config {
@@ -360,6 +365,9 @@ enum class EventType : std::uint32_t {
   port_active = 4,
   port_error = 5,
   device_fatal = 6,
+  // The device's state may outgrow the posted state area: info = KiB the area must have; the
+  // driver posts a larger area on kStateQueue (the device then returns the old one).
+  state_area_small = 7,
 };
 struct Event {
   std::uint32_t type;
@@ -368,5 +376,45 @@ struct Event {
   std::uint32_t reserved;
 };
 static_assert(sizeof(Event) == 16);
+
+// ---- State area (kStateQueue) ------------------------------------------------------------------
+// The one chain the driver keeps posted on kStateQueue (writable buffers only, at least
+// kMinStateArea bytes). When every ring has stopped while the frontend dirty-logs (a live
+// migration), the device writes a StateAreaHeader and its state blob there, through the
+// dirty log, so the frontend's last memory pass carries it to the destination. A destination
+// device reads it from the chain the driver made available last on kStateQueue (split ring:
+// avail.ring[(base - 1) mod size]), checks it, loads it and zeroes the magic. The driver zeroes
+// a new area before posting it. The device returns the previous chain (used length 0) when a
+// newer one arrives.
+inline constexpr std::uint32_t kStateAreaMagic = 0x41535256;  // "VRSA"
+inline constexpr std::uint32_t kMinStateArea = 64u << 10;
+inline constexpr std::uint32_t kMaxStateArea = 64u << 20;
+enum class StateAreaStatus : std::uint32_t {
+  state = 1,     // `length` bytes of device state follow the header
+  too_small = 2, // the state (`need` bytes with the header) did not fit: nothing follows
+};
+struct StateAreaHeader {
+  std::uint32_t magic;          // kStateAreaMagic
+  std::uint32_t status;         // StateAreaStatus
+  std::uint64_t length;         // bytes of state after the header
+  std::uint64_t need;           // bytes the area needs (header included)
+  std::uint32_t crc32;          // CRC-32 (zlib) of the state bytes
+  std::uint32_t state_version;  // the device-state format (RdmaDevice::kStateVersion)
+  std::uint8_t gid[16];         // the engine's GID 0 at the source: the guest's RDMA address
+  std::uint8_t mac[6];          // the device's MAC
+  std::uint8_t reserved[26];
+};
+static_assert(sizeof(StateAreaHeader) == 80);
+
+// An upper bound of the state's size for a device with these objects (what the device checks
+// the posted area against, and what a driver may size its area by).
+struct StateCensus {
+  std::uint64_t pds = 0, ahs = 0, srqs = 0, mrs = 0, mr_pages = 0, cqs = 0, cqes = 0, qps = 0;
+  std::uint64_t send_wrs = 0, recv_wrs = 0, inline_bytes = 0;  // summed over QPs (per-WR inline bound)
+};
+constexpr std::uint64_t state_area_bound(const StateCensus& c) {
+  return sizeof(StateAreaHeader) + 4096 + 64 * (c.pds + c.ahs + c.srqs) + 128 * c.mrs + 8 * c.mr_pages +
+         128 * c.cqs + 64 * c.cqes + 2048 * c.qps + 512 * (c.send_wrs + c.recv_wrs) + c.inline_bytes;
+}
 
 }  // namespace vrdma::vrdma_dev

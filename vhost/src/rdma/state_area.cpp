@@ -1,0 +1,205 @@
+// The state area (virtio_rdma.hpp kStateQueue; docs/virtio-rdma.md "State in guest memory"):
+// the device state travels inside the guest's own memory, so any frontend that live-migrates
+// the guest's RAM with the vhost-user dirty log (QEMU 7.2 behind the vhost-user-blk carrier
+// included) moves it, with no channel between the source and destination backends.
+#include <zlib.h>
+
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "impl.hpp"
+#include "vrdma/common/log.hpp"
+
+namespace vrdma::vhost {
+namespace {
+
+std::string gid_text(const std::uint8_t* g) {
+  nicdrv::Gid gid{};
+  std::memcpy(gid.raw.data(), g, gid.raw.size());
+  return gid.str();
+}
+
+std::string mac_text(const std::uint8_t* m) {
+  return fmt::format("{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", m[0], m[1], m[2], m[3], m[4], m[5]);
+}
+
+}  // namespace
+
+// kStateQueue: keep the newest area the driver posts, return the one it replaces.
+void RdmaDevice::Impl::state_queue(Queue& q) {
+  while (auto chain = q.pop()) {
+    std::string why;
+    if (chain->readable != 0) why = "it has device-readable buffers";
+    else if (chain->writable < vd::kMinStateArea)
+      why = fmt::format("its {} bytes are fewer than the {} a state area needs", chain->writable, vd::kMinStateArea);
+    else if (chain->writable > vd::kMaxStateArea)
+      why = fmt::format("its {} bytes are more than the {} a state area may have", chain->writable, vd::kMaxStateArea);
+    if (!why.empty()) {
+      if (should_log_refusal(Refused::command)) log::warn("virtio-rdma: state area refused ({}); returned unused", why);
+      if (!q.push(*chain, 0).ok()) return;
+      continue;
+    }
+    if (state_area && !q.push(*state_area, 0).ok()) return;
+    state_area = std::move(*chain);
+    state_area_asked = 0;
+    log::debug("virtio-rdma: state area of {} bytes posted", state_area->writable);
+  }
+  check_state_area();
+}
+
+vd::StateCensus RdmaDevice::Impl::census() const {
+  vd::StateCensus c;
+  c.pds = pds.size();
+  c.ahs = ahs.size();
+  c.srqs = srqs.size();
+  c.mrs = mrs.size();
+  for (const auto& [h, mr] : mrs) c.mr_pages += mr.observer->pages().size();
+  c.cqs = cqs.size();
+  for (const auto& [h, cq] : cqs) c.cqes += cq.depth;
+  c.qps = qps.size();
+  for (const auto& [h, qp] : qps) {
+    c.send_wrs += qp.sq.depth;
+    c.recv_wrs += qp.rq.depth;
+    c.inline_bytes += std::uint64_t{qp.sq.depth} * qp.max_inline;
+  }
+  return c;
+}
+
+// After objects were created: ask the driver for a larger area (an event) when the state may
+// not fit the one it posted. Drivers that post no area are not asked.
+void RdmaDevice::Impl::check_state_area() {
+  if (!state_area) return;
+  const std::uint64_t bound = vd::state_area_bound(census());
+  // Asked for twice the bound: ask again only once the state may outgrow that, too (a driver
+  // that cannot grow its area is not asked at every command).
+  if (bound <= state_area->writable || bound <= state_area_asked) return;
+  const std::uint64_t want = std::min<std::uint64_t>(2 * bound, vd::kMaxStateArea);
+  state_area_asked = want;
+  log::info("virtio-rdma: the device state may reach {} bytes, more than the {}-byte state area; asking the driver "
+            "for {} KiB", bound, state_area->writable, want >> 10);
+  queue_event(vd::EventType::state_area_small, 0, static_cast<std::uint32_t>((want + 1023) >> 10));
+}
+
+Status RdmaDevice::Impl::save_state_to_guest() {
+  if (!state_area)
+    return make_error(Errc::not_found, "the driver posted no state area (kStateQueue): the device state cannot travel "
+                                       "in guest memory");
+  auto blob = save_state();
+  if (!blob) return std::move(blob).error();
+  const GuestView g = view();
+  vd::StateAreaHeader h{};
+  h.magic = vd::kStateAreaMagic;
+  h.state_version = kStateVersion;
+  h.need = sizeof h + blob->size();
+  std::memcpy(h.mac, opts.mac, sizeof h.mac);
+  if (auto gid = engine->query_gid(0, 1); gid) std::memcpy(h.gid, gid->gid.raw.data(), sizeof h.gid);
+  if (h.need > state_area->writable) {
+    h.status = static_cast<std::uint32_t>(vd::StateAreaStatus::too_small);
+    (void)write_chain(g, *state_area, 0, &h, sizeof h);
+    return make_error(Errc::no_memory, fmt::format("the device state ({} bytes) does not fit the {}-byte state area the "
+                                                   "driver posted; the destination will not get it",
+                                                   h.need, state_area->writable));
+  }
+  h.status = static_cast<std::uint32_t>(vd::StateAreaStatus::state);
+  h.length = blob->size();
+  h.crc32 = static_cast<std::uint32_t>(::crc32(0L, blob->data(), static_cast<uInt>(blob->size())));
+  // The body first, the header (with its magic) last: a torn write is never a valid state.
+  const vd::StateAreaHeader blank{};
+  VRDMA_TRY(write_chain(g, *state_area, 0, &blank, sizeof blank));
+  VRDMA_TRY(write_chain(g, *state_area, sizeof h, blob->data(), blob->size()));
+  VRDMA_TRY(write_chain(g, *state_area, 0, &h, sizeof h));
+  state_saved_bytes = blob->size();
+  return {};
+}
+
+Result<bool> RdmaDevice::Impl::load_state_from_guest() {
+  if (host == nullptr) return make_error(Errc::bad_state, "no frontend session");
+  auto chain = host->last_avail_chain(vd::kStateQueue);
+  if (!chain) {
+    if (chain.error().is(Errc::not_found)) return false;  // the driver never posted an area: no state
+    return std::move(chain).error();
+  }
+  const GuestView g = view();
+  if (chain->readable != 0 || chain->writable < sizeof(vd::StateAreaHeader))
+    return make_error(Errc::protocol_error, "the buffer kept on the state queue is not a state area");
+  vd::StateAreaHeader h{};
+  VRDMA_TRY(read_chain(g, *chain, 0, &h, sizeof h));
+  if (h.magic != vd::kStateAreaMagic) {
+    state_area = std::move(*chain);
+    return false;
+  }
+  if (h.status == static_cast<std::uint32_t>(vd::StateAreaStatus::too_small))
+    return make_error(Errc::no_memory, fmt::format("the source's device state ({} bytes) did not fit the guest's {}-byte "
+                                                   "state area; the guest's RDMA objects did not move", h.need,
+                                                   chain->writable));
+  if (h.status != static_cast<std::uint32_t>(vd::StateAreaStatus::state))
+    return make_error(Errc::protocol_error, fmt::format("the state area has status {}", h.status));
+  if (h.state_version != kStateVersion)
+    return make_error(Errc::not_supported, fmt::format("the state area holds device state version {}; this vrdmad reads "
+                                                       "version {}: run the same vrdma release on both hosts",
+                                                       h.state_version, kStateVersion));
+  if (std::memcmp(h.mac, opts.mac, sizeof h.mac) != 0)
+    return make_error(Errc::invalid_argument, fmt::format("the guest's MAC is {} but this vrdmad serves MAC {}: start it "
+                                                          "with --mac {}", mac_text(h.mac), mac_text(opts.mac),
+                                                          mac_text(h.mac)));
+  if (auto gid = engine->query_gid(0, 1); gid && std::memcmp(h.gid, gid->gid.raw.data(), sizeof h.gid) != 0)
+    return make_error(Errc::invalid_argument, fmt::format("the guest's GID is {} but this vrdmad's engine has GID {}: "
+                                                          "start it with --engine on the guest's own address",
+                                                          gid_text(h.gid), gid->gid.str()));
+  if (h.length > chain->writable - sizeof h || h.length > vd::kMaxStateArea)
+    return make_error(Errc::protocol_error, fmt::format("the state area claims {} bytes of state in a {}-byte area",
+                                                        h.length, chain->writable));
+  std::vector<std::uint8_t> blob(h.length);
+  VRDMA_TRY(read_chain(g, *chain, sizeof h, blob.data(), blob.size()));
+  if (static_cast<std::uint32_t>(::crc32(0L, blob.data(), static_cast<uInt>(blob.size()))) != h.crc32)
+    return make_error(Errc::protocol_error, "the device state in guest memory fails its CRC check (torn or altered)");
+  VRDMA_TRY(load_state(blob));
+  // Never load the same state twice (a later restart of this backend, say).
+  const std::uint32_t zero = 0;
+  VRDMA_TRY(write_chain(g, *chain, 0, &zero, sizeof zero));
+  state_area = std::move(*chain);
+  return true;
+}
+
+// Reads or writes `len` bytes at byte `off` of a chain's buffers (the state area is writable
+// by the device; a destination reads it back as plain guest memory).
+Status RdmaDevice::Impl::read_chain(const GuestView& g, const DescChain& c, std::uint64_t off, void* dst,
+                                    std::uint64_t len) const {
+  auto* out = static_cast<std::uint8_t*>(dst);
+  for (const auto& b : c.bufs) {
+    if (len == 0) break;
+    if (off >= b.len) {
+      off -= b.len;
+      continue;
+    }
+    const std::uint64_t n = std::min<std::uint64_t>(b.len - off, len);
+    VRDMA_TRY(g.read(b.gpa + off, out, n));
+    out += n;
+    len -= n;
+    off = 0;
+  }
+  if (len != 0) return make_error(Errc::invalid_argument, "read past the end of the state area");
+  return {};
+}
+
+Status RdmaDevice::Impl::write_chain(const GuestView& g, const DescChain& c, std::uint64_t off, const void* src,
+                                     std::uint64_t len) const {
+  const auto* in = static_cast<const std::uint8_t*>(src);
+  for (const auto& b : c.bufs) {
+    if (len == 0) break;
+    if (off >= b.len) {
+      off -= b.len;
+      continue;
+    }
+    const std::uint64_t n = std::min<std::uint64_t>(b.len - off, len);
+    VRDMA_TRY(g.write(b.gpa + off, in, n));
+    in += n;
+    len -= n;
+    off = 0;
+  }
+  if (len != 0) return make_error(Errc::invalid_argument, "write past the end of the state area");
+  return {};
+}
+
+}  // namespace vrdma::vhost
