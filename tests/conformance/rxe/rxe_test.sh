@@ -138,6 +138,27 @@ guest_server() {
   record "$name" $ok "$work/$name.host" "$work/$name.guest"
 }
 
+# RDMA-CM: the guest's kernel CM (ib_cm, rdma_cm) against ours on QP1. A tool in the guest as
+# client against vrdma-perf listening through our CM (no TCP port to wait for: the listener is
+# up as soon as the device is open).
+cm_guest_client() {  # name, vrdma-perf args, guest command
+  local name=$1 args=$2 cmd=$3 ok=1 hp
+  [[ -z "${ONLY:-}" || "$name" =~ $ONLY ]] || return 0
+  timeout 90 ip netns exec "$NS" "$PERF" --device soft:$HOST $args --qp-timeout $QP_TIMEOUT >"$work/$name.host" 2>&1 &
+  hp=$!
+  sleep 1
+  guest_start "timeout 60 $cmd"
+  if guest_wait "$work/$name.guest" 90 && wait $hp && host_ok "$work/$name.host"; then ok=0; fi
+  kill $hp 2>/dev/null || true
+  wait $hp 2>/dev/null || true
+  record "$name" $ok "$work/$name.host" "$work/$name.guest"
+}
+run_cm() {  # (mtu: the CM's path MTU is the route's, 4096 here), suffix
+  local sfx=$2
+  cm_guest_client "rping_c$sfx" "--peer-format rping --size 4096" "rping -c -a $HOST -C 40 -S 4096 -V"
+  guest_server "rping_s$sfx" "--peer-format rping --size 4096 --iters 40" "rping -s -a $GUEST -S 4096 -V"
+}
+
 run_all() {  # mtu, suffix
   local m=$1 sfx=$2 pt="-d rxe0 -x 1 -F -m $1"
   guest_client "pingpong_c_$m$sfx" "--peer-format pingpong --size 4096 --iters 200 --mtu $m" \
@@ -167,13 +188,19 @@ capture() {  # round name, then the run_all arguments
   if command -v tshark >/dev/null; then
     ip netns exec "$NS" tshark -q -i br0 -s 0 -f "udp port 4791" -w "$work/cap_$name.pcapng" -c 30000 >/dev/null 2>&1 &
     cap_pid=$!
-    sleep 2
+    # tshark writes the file header once it captures; on a loaded machine that takes seconds.
+    local i
+    for ((i = 0; i < 150; i++)); do [ -s "$work/cap_$name.pcapng" ] && break; sleep 0.1; done
+    sleep 1
   fi
-  run_all "$@"
-  if [ -n "$cap_pid" ]; then sleep 0.5; kill -INT "$cap_pid" 2>/dev/null || true; wait "$cap_pid" 2>/dev/null || true; cap_pid=""; fi
+  "${RUNNER:-run_all}" "$@"
+  # TERM, not INT: a background job of a non-interactive shell ignores SIGINT, so a round with
+  # fewer packets than -c (the CM round, any ONLY= subset) would wait here forever.
+  if [ -n "$cap_pid" ]; then sleep 0.5; kill -TERM "$cap_pid" 2>/dev/null || true; wait "$cap_pid" 2>/dev/null || true; cap_pid=""; fi
 }
 capture 1024 1024 ""
 capture 4096 4096 ""
+RUNNER=run_cm capture cm 4096 ""
 
 # Real loss on the bridge: nftables drops 2 % of RoCE packets in and out of the host side.
 ip netns exec "$NS" nft -f - <<'EOF'
@@ -184,6 +211,7 @@ table inet vrdma_loss {
 EOF
 capture 1024_loss 1024 "_loss"
 capture 4096_loss 4096 "_loss"
+RUNNER=run_cm capture cm_loss 4096 "_loss"
 dropped=$(ip netns exec "$NS" nft list table inet vrdma_loss | grep -o 'packets [0-9]*' | awk '{s+=$2} END{print s+0}')
 echo "nftables dropped $dropped RoCE packets"
 [ "$dropped" -gt 0 ] || [ -n "${ONLY:-}" ] || { echo "FAIL: nftables dropped nothing"; failed=$((failed + 1)); }
@@ -207,6 +235,20 @@ for cap in "$work"/cap_*.pcapng; do
   echo "tshark $round: $total packets from our engine, $bth with a BTH, $bad with decode errors; opcodes: $ops"
   if [ "$total" -gt 100 ] && [ "$bth" -eq "$total" ] && [ "$bad" -eq 0 ]; then passed=$((passed + 1))
   else echo "FAIL tshark decode of $round"; head -20 "$work/decode_$round.txt"; cat "$work/decode_$round.err"; failed=$((failed + 1)); fi
+done
+
+# Our CM MADs (packets to QP1) in the CM rounds: each message we send decoded by tshark's CM
+# dissector (REQ, MRA, REP, RTU as client and server; DREQ and DREP), none malformed.
+for cap in "$work"/cap_cm*.pcapng; do
+  [ -f "$cap" ] && [ -z "${ONLY:-}" ] || continue
+  round=$(basename "$cap" .pcapng)
+  tshark -r "$cap" -Y "ip.src == $HOST && infiniband.bth.destqp == 1" -T fields -e infiniband.mad.attributeid \
+    -e _ws.col.Info -e _ws.expert.message -E separator='|' > "$work/mads_$round.txt" 2>/dev/null || true
+  attrs=$(awk -F'|' '{print $1}' "$work/mads_$round.txt" | sort -u | tr '\n' ' ')
+  bad=$(grep -ciE 'malformed|exception' "$work/mads_$round.txt" || true)
+  echo "tshark $round: $(wc -l < "$work/mads_$round.txt") CM MADs from our engine, attributes $attrs; $bad with decode errors"
+  if [ "$bad" -eq 0 ] && [ "$attrs" = "0x0010 0x0011 0x0013 0x0014 0x0015 0x0016 " ]; then passed=$((passed + 1))
+  else echo "FAIL tshark CM decode of $round"; cat "$work/mads_$round.txt"; failed=$((failed + 1)); fi
 done
 
 echo QUIT >&3
