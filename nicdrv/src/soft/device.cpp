@@ -218,6 +218,9 @@ void SoftDevice::stop() {
   std::uint64_t one = 1;
   [[maybe_unused]] auto r = ::write(wake_fd_.get(), &one, sizeof one);
   if (thread_.joinable()) thread_.join();
+  std::lock_guard lk(mu_);
+  if (!quiesced) flush_acks();  // held ACKs (engine_loop.cpp) still go
+  tx_flush();
 }
 
 void SoftDevice::kick() noexcept {

@@ -27,6 +27,14 @@ SoftQp::SoftQp(std::shared_ptr<SoftPd> pd_in, const QpInitAttr& init, std::uint3
 
 SoftQp::~SoftQp() {
   std::lock_guard lk(dev.mu_);
+  // An ACK held for the application's answer (engine_loop.cpp) still goes: the peer's last
+  // message must not wait for a retransmission to a QP that is gone.
+  const QpState s = state();
+  if (ack_pending && !dev.quiesced && (s == QpState::rtr || s == QpState::rts || s == QpState::sqd)) {
+    ack_pending = false;
+    dev.send_ack(*this, wire::AckType::ack, wire::kCreditInvalid, ack_psn);
+    dev.tx_flush();
+  }
   dev.qps.erase(qpn_);
   std::erase(dev.active, this);
   std::erase(dev.acks, this);
