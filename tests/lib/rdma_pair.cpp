@@ -39,8 +39,8 @@ Result<Endpoint> make_endpoint(std::shared_ptr<Device> dev, const PairOptions& o
   return e;
 }
 
-static Status bring_up(Endpoint& self, const Endpoint& peer, std::uint32_t my_psn, std::uint32_t peer_psn,
-                       const PairOptions& o) {
+Status connect_to(Endpoint& self, const PeerInfo& peer, std::uint32_t my_psn, const PairOptions& o) {
+  const std::uint32_t peer_psn = peer.psn;
   QpAttr a;
   a.qp_state = QpState::init;
   a.pkey_index = 0;
@@ -53,7 +53,7 @@ static Status bring_up(Endpoint& self, const Endpoint& peer, std::uint32_t my_ps
   a.qp_state = QpState::rtr;
   if (rc) {
     a.path_mtu = o.mtu;
-    a.dest_qp_num = peer.qp->qp_num();
+    a.dest_qp_num = peer.qpn;
     a.rq_psn = peer_psn;
     a.max_dest_rd_atomic = o.rd_atomic;
     a.min_rnr_timer = o.min_rnr_timer;
@@ -77,8 +77,8 @@ static Status bring_up(Endpoint& self, const Endpoint& peer, std::uint32_t my_ps
 }
 
 Status connect(Endpoint& a, Endpoint& b, const PairOptions& o) {
-  VRDMA_TRY(bring_up(a, b, o.psn_a, o.psn_b, o));
-  VRDMA_TRY(bring_up(b, a, o.psn_b, o.psn_a, o));
+  VRDMA_TRY(connect_to(a, PeerInfo{b.qp->qp_num(), b.gid, o.psn_b}, o.psn_a, o));
+  VRDMA_TRY(connect_to(b, PeerInfo{a.qp->qp_num(), a.gid, o.psn_a}, o.psn_b, o));
   return {};
 }
 

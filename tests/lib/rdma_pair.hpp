@@ -61,6 +61,15 @@ Result<Endpoint> make_endpoint(std::shared_ptr<nicdrv::Device> dev, const PairOp
 // RESET -> INIT -> RTR -> RTS on both sides, pointing at each other.
 Status connect(Endpoint& a, Endpoint& b, const PairOptions& o);
 
+// What one side needs of a peer in another process (exchanged out of band).
+struct PeerInfo {
+  std::uint32_t qpn = 0;
+  nicdrv::Gid gid{};
+  std::uint32_t psn = 0;  // the peer's send PSN (our receive PSN)
+};
+// RESET -> INIT -> RTR -> RTS on one side, pointing at `peer`, sending from `my_psn`.
+Status connect_to(Endpoint& self, const PeerInfo& peer, std::uint32_t my_psn, const PairOptions& o);
+
 // Polls until n completions arrive or the deadline passes; returns what arrived.
 std::vector<nicdrv::WorkCompletion> wait_cq(nicdrv::CompletionQueue& cq, std::size_t n,
                                             std::chrono::milliseconds timeout = std::chrono::seconds(20));

@@ -21,6 +21,7 @@
 #include "netns.hpp"
 #include "process.hpp"
 #include "rdma_pair.hpp"
+#include "rdma_stream.hpp"
 #include "vrdma/nicdrv/registry.hpp"
 #include "vrdma/vhost/pv.hpp"
 #include "fabric.hpp"
@@ -44,97 +45,30 @@ std::shared_ptr<Device> soft_engine_in(const std::string& ns, const std::string&
   return soft;
 }
 
-void post_recv(Endpoint& e, std::size_t off, std::size_t len, std::uint64_t id) {
-  Sge s{reinterpret_cast<std::uint64_t>(e.buf.data() + off), static_cast<std::uint32_t>(len), e.mr->lkey()};
-  RecvWr r{id, std::span<const Sge>(&s, 1)};
-  VRDMA_REQUIRE_OK(e.qp->post_recv(std::span(&r, 1)));
-}
-
-// Checked traffic on one RC connection: side 0 (the guest) and side 1 (the peer) each send
-// kMsgs messages; the guest's odd messages are RDMA WRITE WITH IMMEDIATE into a slot of the
-// peer's buffer, everything else SEND WITH IMMEDIATE. Each message carries a pattern seeded by
-// (side, index); the receiver checks it and that messages arrive once, in order; the sender
-// checks that its work requests complete once, in order.
+// Checked traffic on one RC connection (rdma_stream.hpp): side 0 the guest, side 1 the peer.
 struct Stream {
-  static constexpr std::size_t kSlot = 4096, kSlots = 64;
-  static constexpr std::size_t kRxBase = 1u << 20, kWriteBase = kRxBase + kSlots * kSlot;
-  Endpoint* ep[2];
-  std::size_t msgs;
-  std::size_t sent[2] = {0, 0}, send_done[2] = {0, 0}, recvd[2] = {0, 0};
-  Clock::time_point last_completion = Clock::now();
-  double longest_gap_ms = 0;
-
-  Stream(Endpoint& guest, Endpoint& peer, std::size_t n) : ep{&guest, &peer}, msgs(n) {
-    for (auto* e : ep)
-      for (std::size_t s = 0; s < kSlots; ++s) post_recv(*e, kRxBase + s * kSlot, kSlot, s);
+  StreamSide side[2];
+  Stream(Endpoint& guest, Endpoint& peer, std::size_t n)
+      : side{StreamSide(guest, 0, n, peer.mr->addr(), peer.mr->rkey()), StreamSide(peer, 1, n, guest.mr->addr(), guest.mr->rkey())} {
+    for (auto& x : side) VRDMA_REQUIRE_OK(x.start());
   }
-  [[nodiscard]] bool done() const {
-    return send_done[0] == msgs && send_done[1] == msgs && recvd[0] == msgs && recvd[1] == msgs;
+  [[nodiscard]] bool done() const { return side[0].done() && side[1].done(); }
+  [[nodiscard]] std::size_t sent() const { return side[0].sent(); }
+  [[nodiscard]] std::size_t in_flight() const {
+    return side[0].sent() - side[0].send_done() + side[1].sent() - side[1].send_done();
   }
-  static std::uint64_t seed(int side, std::size_t i) { return 100000 * static_cast<std::uint64_t>(side + 1) + i; }
-
-  // One round: post what the windows allow, poll both CQs. Returns false on a failed check.
-  void step() {
-    for (int side = 0; side < 2; ++side) {
-      Endpoint& e = *ep[side];
-      Endpoint& other = *ep[1 - side];
-      while (sent[side] < msgs && sent[side] - send_done[side] < 16 && sent[side] - recvd[1 - side] < kSlots - 8) {
-        const std::size_t i = sent[side];
-        std::uint8_t* src = e.buf.data() + (i % kSlots) * kSlot;
-        fill_pattern(src, kSlot, seed(side, i));
-        Sge s{reinterpret_cast<std::uint64_t>(src), static_cast<std::uint32_t>(kSlot), e.mr->lkey()};
-        SendWr w;
-        w.wr_id = i;
-        w.flags = SendFlags::signaled;
-        w.imm_data = static_cast<std::uint32_t>(i);
-        w.sg_list = std::span<const Sge>(&s, 1);
-        if (side == 0 && i % 2 == 1) {
-          w.opcode = WrOpcode::rdma_write_with_imm;
-          w.rdma.remote_addr = other.mr->addr() + kWriteBase + (i % kSlots) * kSlot;
-          w.rdma.rkey = other.mr->rkey();
-        } else {
-          w.opcode = WrOpcode::send_with_imm;
-        }
-        VRDMA_REQUIRE_OK(e.qp->post_send(std::span(&w, 1)));
-        ++sent[side];
-      }
-      std::array<WorkCompletion, 32> wcs;
-      auto n = e.cq->poll(wcs);
-      VRDMA_REQUIRE_OK(n);
-      if (*n > 0) {
-        const auto now = Clock::now();
-        longest_gap_ms = std::max(longest_gap_ms, std::chrono::duration<double, std::milli>(now - last_completion).count());
-        last_completion = now;
-      }
-      for (std::size_t k = 0; k < *n; ++k) {
-        const auto& wc = wcs[k];
-        BOOST_REQUIRE_MESSAGE(wc.status == WcStatus::success, "side " << side << " wr " << wc.wr_id << ": " << wc.status);
-        if (wc.opcode == WcOpcode::send || wc.opcode == WcOpcode::rdma_write) {
-          BOOST_REQUIRE_EQUAL(wc.wr_id, send_done[side]);  // each work request completes once, in order
-          ++send_done[side];
-          continue;
-        }
-        BOOST_REQUIRE_EQUAL(wc.imm_data, recvd[side]);  // each message arrives once, in order
-        const std::size_t i = recvd[side];
-        const bool write = side == 1 && i % 2 == 1;
-        BOOST_REQUIRE(write == (wc.opcode == WcOpcode::recv_rdma_with_imm));
-        const std::uint8_t* data =
-            write ? e.buf.data() + kWriteBase + (i % kSlots) * kSlot : e.buf.data() + kRxBase + wc.wr_id * kSlot;
-        BOOST_REQUIRE_MESSAGE(check_pattern(data, kSlot, seed(1 - side, i)),
-                              "side " << side << " message " << i << " corrupted");
-        ++recvd[side];
-        post_recv(e, kRxBase + wc.wr_id * kSlot, kSlot, wc.wr_id);
-      }
-    }
-  }
+  [[nodiscard]] std::size_t msgs() const { return side[0].msgs(); }
+  [[nodiscard]] double longest_gap_ms() const { return std::max(side[0].longest_gap_ms(), side[1].longest_gap_ms()); }
   // Runs until `until` says stop (or done), bounded in time.
   template <class F>
   void run_until(F until, std::chrono::seconds limit = 120s) {
     const auto deadline = Clock::now() + limit;
-    while (!done() && !until() && Clock::now() < deadline) step();
+    while (!done() && !until() && Clock::now() < deadline)
+      for (auto& x : side) VRDMA_REQUIRE_OK(x.step());
     BOOST_REQUIRE_MESSAGE(Clock::now() < deadline, "the stream made no progress for " << limit.count() << " s: sent "
-                                                       << sent[0] << "/" << sent[1] << " done " << send_done[0] << "/"
-                                                       << send_done[1] << " received " << recvd[0] << "/" << recvd[1]);
+                                                       << side[0].sent() << "/" << side[1].sent() << " done "
+                                                       << side[0].send_done() << "/" << side[1].send_done()
+                                                       << " received " << side[0].received() << "/" << side[1].received());
   }
   void finish() {
     run_until([] { return false; });
@@ -202,7 +136,7 @@ BOOST_AUTO_TEST_CASE(guest_moves_a_to_b_and_back_with_traffic_and_packet_loss) {
   int n = 0;
   for (const auto& m : moves) {
     ++n;
-    s.run_until([&] { return s.sent[0] >= s.msgs * n / 3; });
+    s.run_until([&] { return s.sent() >= s.msgs() * n / 3; });
     BOOST_TEST_CONTEXT("move " << n << " to " << m.to_ns) {
       auto dst = std::make_unique<Vrdmad>(g.dir, "dst" + std::to_string(n), m.to_ns, std::string("soft:") + kGuestIp,
                                           incoming_args(m.addr, m.to_if));
@@ -210,7 +144,7 @@ BOOST_AUTO_TEST_CASE(guest_moves_a_to_b_and_back_with_traffic_and_packet_loss) {
       auto r = g.here->control({{"cmd", "migrate"}, {"to", m.addr}});
       BOOST_REQUIRE_MESSAGE(r["ok"] == true, r.dump());
       BOOST_CHECK_EQUAL(r["migration"]["phase"], "armed");
-      const auto in_flight = (s.sent[0] - s.send_done[0]) + (s.sent[1] - s.send_done[1]);
+      const auto in_flight = s.in_flight();
       const auto t0 = Clock::now();
       VRDMA_REQUIRE_OK(pv::migrate(*g.dev, dst->sock));
       const double switch_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
@@ -230,7 +164,7 @@ BOOST_AUTO_TEST_CASE(guest_moves_a_to_b_and_back_with_traffic_and_packet_loss) {
   }
   s.finish();
   const long lost = net.dropped();
-  BOOST_TEST_MESSAGE("longest pause between completions: " << s.longest_gap_ms << " ms; the switch dropped " << lost
+  BOOST_TEST_MESSAGE("longest pause between completions: " << s.longest_gap_ms() << " ms; the switch dropped " << lost
                                                               << " RoCE packets");
   BOOST_CHECK_GT(lost, 0);
   BOOST_CHECK_EQUAL(g.a->qp->qp_num(), qpn);  // the same handles after two moves
@@ -243,7 +177,7 @@ BOOST_AUTO_TEST_CASE(failed_migrations_leave_the_guest_running_at_the_source) {
   BOOST_REQUIRE(net.ok);
   Guest g(net);
   Stream s(*g.a, *g.b, 600);
-  s.run_until([&] { return s.sent[0] >= 100; });
+  s.run_until([&] { return s.sent() >= 100; });
 
   // 1. A destination that is not the guest's (another MAC) refuses it at once, with the reason.
   {
@@ -254,7 +188,7 @@ BOOST_AUTO_TEST_CASE(failed_migrations_leave_the_guest_running_at_the_source) {
     BOOST_CHECK_MESSAGE(r["error"].get<std::string>().find("MAC") != std::string::npos, r.dump());
     BOOST_CHECK_EQUAL(g.here->status()["migration"]["phase"], "idle");
   }
-  s.run_until([&] { return s.sent[0] >= 200; });
+  s.run_until([&] { return s.sent() >= 200; });
 
   // 2. The destination dies after accepting the guest, before the rings stop: the source says
   //    so, the frontend cannot reach the destination and runs the guest on at the source.
@@ -272,7 +206,7 @@ BOOST_AUTO_TEST_CASE(failed_migrations_leave_the_guest_running_at_the_source) {
     BOOST_CHECK(!m.ok());
     if (!m.ok()) BOOST_TEST_MESSAGE("pv::migrate said: " << m.error().message);
   }
-  s.run_until([&] { return s.sent[0] >= 350; });
+  s.run_until([&] { return s.sent() >= 350; });
 
   // 3. The destination rejects the state (its per-guest limits are lower than what the guest
   //    uses): the rings start there but are held, the probe gets no answer, the guest runs on
@@ -312,7 +246,7 @@ BOOST_AUTO_TEST_CASE(guest_moves_with_its_state_in_guest_memory_a_to_b_and_back)
   int n = 0;
   for (const auto& [ns, ifname] : moves) {
     ++n;
-    s.run_until([&] { return s.sent[0] >= s.msgs * n / 4; });
+    s.run_until([&] { return s.sent() >= s.msgs() * n / 4; });
     BOOST_TEST_CONTEXT("move " << n << " to " << ns) {
       auto dst = std::make_unique<Vrdmad>(g.dir, "mem" + std::to_string(n), ns, std::string("soft:") + kGuestIp,
                                           incoming_args("guest", ifname));
@@ -334,7 +268,7 @@ BOOST_AUTO_TEST_CASE(guest_moves_with_its_state_in_guest_memory_a_to_b_and_back)
   }
   // A destination serving another MAC refuses the state it finds and holds the rings: the
   // frontend's probe goes unanswered and the guest runs on here, nothing lost.
-  s.run_until([&] { return s.sent[0] >= s.msgs * 3 / 4; });
+  s.run_until([&] { return s.sent() >= s.msgs() * 3 / 4; });
   {
     Vrdmad dst(g.dir, "memwrongmac", net.b, std::string("soft:") + kGuestIp,
                {"--incoming", "guest", "--announce", "gB", "--mac", "52:54:00:99:99:99"});
@@ -347,7 +281,7 @@ BOOST_AUTO_TEST_CASE(guest_moves_with_its_state_in_guest_memory_a_to_b_and_back)
     BOOST_CHECK_EQUAL(st["migration"]["garps"].get<int>(), 0);  // it never claimed the guest's address
   }
   s.finish();
-  BOOST_TEST_MESSAGE("longest pause between completions: " << s.longest_gap_ms << " ms; the switch dropped "
+  BOOST_TEST_MESSAGE("longest pause between completions: " << s.longest_gap_ms() << " ms; the switch dropped "
                                                               << net.dropped() << " RoCE packets");
   BOOST_CHECK_EQUAL(g.a->qp->qp_num(), qpn);
   BOOST_CHECK_EQUAL(g.a->mr->rkey(), rkey);
