@@ -408,6 +408,10 @@ struct MigratingDevice::Impl {
     st.phase = Phase::in_guest;
     st.message = "every ring stopped while the frontend logs dirty memory: the device state is in the guest's state "
                  "area, for the frontend's last memory pass";
+    // The guest's address goes quiet here now (the engine is quiesced anyway): the source VMM may
+    // linger paused after the switchover, and this host must not answer for the guest meanwhile.
+    if (!opts.announce_if.empty())
+      if (auto n = set_noarp(opts.announce_if, true); !n.ok()) log::error("migration: {}", n.error().message);
     log::info("migration: every ring stopped during a live migration; device state written into guest memory in {:.1f} ms",
               st.save_ms);
   }
@@ -598,6 +602,8 @@ void MigratingDevice::queue_ready(vhost::Queue& q) {
       m.st.phase = Phase::idle;
       m.st.message = "the frontend runs the guest here again after a migration stop; the device carries on";
       log::info("migration: {}", m.st.message);
+      if (!m.opts.announce_if.empty())
+        if (auto n = set_noarp(m.opts.announce_if, false); !n.ok()) log::error("migration: {}", n.error().message);
       break;
     case Phase::loaded:
       m.activate();  // runs every ring, this one included

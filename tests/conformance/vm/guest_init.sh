@@ -27,6 +27,18 @@ ip addr add "$IP/24" dev eth0
 stty -echo 2>/dev/null
 echo "VRDMA-GUEST-READY ip=$IP hugepages=$(cat /proc/sys/vm/nr_hugepages) uptime=$(cut -d' ' -f1 /proc/uptime)"
 
+# vrdma.stream=N: pvverbs-bind, then vrdma-stream (N messages each way, checked) over pv:pci
+# against vrdma.peer on port vrdma.port, its progress and result lines prefixed "VRDMA-STREAM".
+STREAM=$(arg vrdma.stream)
+if [ -n "$STREAM" ]; then
+  PEER=$(arg vrdma.peer); PORT=$(arg vrdma.port); PORT=${PORT:-18700}
+  echo "VRDMA-BIND $(timeout 30 pvverbs-bind 2>&1 | tr '\n' ' ')"
+  timeout 900 vrdma-stream -d "pv:pci:auto?ram_mib=64" -c "$PEER" -p "$PORT" -n "$STREAM" --progress --limit 800 2>&1 |
+    while read -r line; do echo "VRDMA-STREAM $line"; done
+  echo "VRDMA-GUEST-DONE"
+  poweroff -f
+fi
+
 CASES=$(arg vrdma.cases)
 if [ -n "$CASES" ]; then
   PEER=$(arg vrdma.peer); PORT=$(arg vrdma.port); PORT=${PORT:-18600}

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Builds the paravirtual-verbs guest (../shared/RIG.md): Debian's 6.1 kernel and a busybox-static
-# initramfs carrying our guest binaries (vrdma-perf, pvverbs-bind) with every library they
+# initramfs carrying our guest binaries (vrdma-perf, pvverbs-bind, vrdma-stream) with every library they
 # load, the modules virtio_pci, virtio_blk (so pvverbs-bind has something to take the function
 # from), virtio_net and uio_pci_generic, and guest_init.sh as /init.
-#   make_guest.sh VRDMA_PERF PVVERBS_BIND
+#   make_guest.sh VRDMA_PERF PVVERBS_BIND VRDMA_STREAM
 # Downloads are cached in $VRDMA_RIG_CACHE (default /var/cache/vrdma-rig); the initramfs is
 # rebuilt when a binary or script is newer. Prints "KERNEL=<path> INITRD=<path>"; exits 3 with
 # a reason on stderr when a part is missing.
 set -euo pipefail
-PERF=$(readlink -f "$1"); BIND=$(readlink -f "$2")
+PERF=$(readlink -f "$1"); BIND=$(readlink -f "$2"); STREAM=$(readlink -f "$3")
 CACHE=${VRDMA_RIG_CACHE:-/var/cache/vrdma-rig}
 HERE=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$CACHE"
@@ -40,7 +40,7 @@ command -v cpio >/dev/null || skip "cpio is not installed"
 
 INITRD="$CACHE/pv-guest-$KVER.cpio.gz"
 if [ ! -f "$INITRD" ] || [ "$HERE/guest_init.sh" -nt "$INITRD" ] || [ "$0" -nt "$INITRD" ] ||
-   [ "$PERF" -nt "$INITRD" ] || [ "$BIND" -nt "$INITRD" ]; then
+   [ "$PERF" -nt "$INITRD" ] || [ "$BIND" -nt "$INITRD" ] || [ "$STREAM" -nt "$INITRD" ]; then
   ROOT=$(mktemp -d)
   trap 'rm -rf "$ROOT"' EXIT
   mkdir -p "$ROOT"/{bin,sbin,proc,sys,dev,tmp,lib/modules/$KVER}
@@ -63,7 +63,8 @@ if [ ! -f "$INITRD" ] || [ "$HERE/guest_init.sh" -nt "$INITRD" ] || [ "$0" -nt "
   mkdir -p "$ROOT/usr/bin"
   cp "$PERF" "$ROOT/usr/bin/vrdma-perf"
   cp "$BIND" "$ROOT/usr/bin/pvverbs-bind"
-  libs=$(for f in "$PERF" "$BIND"; do ldd "$f" | awk '/=>/ {print $3} /^\t\/lib/ {print $1}'; done | sort -u)
+  cp "$STREAM" "$ROOT/usr/bin/vrdma-stream"
+  libs=$(for f in "$PERF" "$BIND" "$STREAM"; do ldd "$f" | awk '/=>/ {print $3} /^\t\/lib/ {print $1}'; done | sort -u)
   for f in $libs $(readlink -f /lib/x86_64-linux-gnu/libgcc_s.so.1) /lib/x86_64-linux-gnu/libgcc_s.so.1; do
     [ -e "$f" ] || continue
     mkdir -p "$ROOT/$(dirname "$f")"

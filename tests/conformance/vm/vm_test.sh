@@ -6,15 +6,15 @@
 # vrdma-perf over pv:pci:auto (libpvverbs' virtio-pci transport, hugepage DMA memory) moves
 # data to a vrdma-perf on the soft engine at another address of the namespace, data checked
 # (--verify) on both sides. Every guest command runs under `timeout`.
-#   vm_test.sh VRDMA_PERF VRDMAD PVVERBS_BIND     exits 77 (skip) without root, QEMU or the guest
+#   vm_test.sh VRDMA_PERF VRDMAD PVVERBS_BIND VRDMA_STREAM     exits 77 (skip) without root, QEMU or the guest
 #   KEEP_WORK=1 keeps the logs.
 set -euo pipefail
-PERF=$(readlink -f "$1"); VRDMAD=$(readlink -f "$2"); BIND=$(readlink -f "$3")
+PERF=$(readlink -f "$1"); VRDMAD=$(readlink -f "$2"); BIND=$(readlink -f "$3"); STREAM=$(readlink -f "$4")
 HERE=$(cd "$(dirname "$0")" && pwd)
 skip() { echo "SKIP: $*"; exit 77; }
 [ "$(id -u)" -eq 0 ] && ip netns list >/dev/null 2>&1 || skip "needs root to create network namespaces"
 command -v qemu-system-x86_64 >/dev/null || skip "qemu-system-x86_64 is not installed (apt-get install qemu-system-x86)"
-rc=0; out=$("$HERE/make_guest.sh" "$PERF" "$BIND" 2>&1) || rc=$?
+rc=0; out=$("$HERE/make_guest.sh" "$PERF" "$BIND" "$STREAM" 2>&1) || rc=$?
 if [ $rc -eq 3 ]; then skip "guest unavailable: $out"; elif [ $rc -ne 0 ]; then echo "$out"; exit 1; fi
 KERNEL=$(echo "$out" | sed -n 's/.*KERNEL=\([^ ]*\).*/\1/p')
 INITRD=$(echo "$out" | sed -n 's/.*INITRD=\([^ ]*\).*/\1/p')

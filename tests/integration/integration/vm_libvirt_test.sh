@@ -7,18 +7,18 @@
 # takes the carrier function and vrdma-perf over pv:pci moves data to a soft-engine peer on the
 # host, every case data-checked (--verify); when the guest powers off, the hook's release stops
 # vrdmad.
-# Usage: vm_libvirt_test.sh VRDMACTL VRDMAD VRDMA_PERF PVVERBS_BIND
+# Usage: vm_libvirt_test.sh VRDMACTL VRDMAD VRDMA_PERF PVVERBS_BIND VRDMA_STREAM
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 SRC=$(cd "$HERE/../../.." && pwd)
-[ "$#" = 4 ] || { echo "usage: $0 VRDMACTL VRDMAD VRDMA_PERF PVVERBS_BIND" >&2; exit 2; }
-export VRDMACTL=$(readlink -f "$1") VRDMAD=$(readlink -f "$2") PERF=$(readlink -f "$3") BIND=$(readlink -f "$4")
+[ "$#" = 5 ] || { echo "usage: $0 VRDMACTL VRDMAD VRDMA_PERF PVVERBS_BIND VRDMA_STREAM" >&2; exit 2; }
+export VRDMACTL=$(readlink -f "$1") VRDMAD=$(readlink -f "$2") PERF=$(readlink -f "$3") BIND=$(readlink -f "$4") STREAM=$(readlink -f "$5")
 skip() { echo "vm_libvirt: SKIP: $*" >&2; exit 77; }
 [ "$(id -u)" -eq 0 ] || skip "needs root"
 for t in libvirtd virsh virt-xml-validate qemu-system-x86_64; do
   command -v $t >/dev/null || skip "$t is not installed (scripts/setup.sh installs libvirt and QEMU)"
 done
-rc=0; G=$("$SRC/tests/conformance/vm/make_guest.sh" "$PERF" "$BIND" 2>&1) || rc=$?
+rc=0; G=$("$SRC/tests/conformance/vm/make_guest.sh" "$PERF" "$BIND" "$STREAM" 2>&1) || rc=$?
 [ $rc = 3 ] && skip "guest unavailable: $G"
 [ $rc = 0 ] || { echo "$G"; exit 1; }
 export KERNEL=$(echo "$G" | sed -n 's/.*KERNEL=\([^ ]*\).*/\1/p') INITRD=$(echo "$G" | sed -n 's/.*INITRD=\([^ ]*\).*/\1/p')
