@@ -7,7 +7,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
 #include <boost/test/unit_test.hpp>
+#include <chrono>
 #include <cstring>
 #include <sstream>
 #include <thread>
@@ -672,4 +675,67 @@ BOOST_AUTO_TEST_CASE(bogus_runs_are_dropped_and_the_qp_goes_on) {
   BOOST_TEST(dropped(*after) - dropped(*before) == segs);
   BOOST_TEST(after->rx_gso_runs - before->rx_gso_runs >= 5u);  // and the WRITE's own
   BOOST_TEST(p.b.qp->state() == QpState::rts);
+}
+
+// The timer queue at scale: 256 QPs, each with a SEND to a QPN that does not exist, time out
+// on their own schedules (4 ms local ACK timeout, 2 retries) and each completes exactly once with
+// "retry exceeded", every timeout counted; a busy QP beside them is not disturbed.
+BOOST_AUTO_TEST_CASE(timers_of_many_qps_fire_from_the_queue) {
+  PairOptions o;
+  o.timeout = 1;  // the engine's floor: 4 ms
+  o.retry_cnt = 2;
+  Pair p(o);
+  constexpr std::uint32_t kQps = 256;
+  auto cq = p.a.dev->create_cq(4 * kQps);
+  VRDMA_REQUIRE_OK(cq);
+  std::vector<std::shared_ptr<QueuePair>> qps;
+  for (std::uint32_t i = 0; i < kQps; ++i) {
+    QpInitAttr ia;
+    ia.send_cq = cq->get();
+    ia.recv_cq = cq->get();
+    ia.cap.max_send_wr = 4;
+    ia.cap.max_recv_wr = 4;
+    ia.cap.max_send_sge = 1;
+    ia.cap.max_recv_sge = 1;
+    auto q = p.a.pd->create_qp(ia);
+    VRDMA_REQUIRE_OK(q);
+    Endpoint e = p.a;
+    e.qp = *q;
+    // Peers at QPNs from 0xfff000 up: nobody there, B drops the packets.
+    auto c = test::connect_to(e, test::PeerInfo{0xfff000 + i, p.b.gid, 0x100}, 0x200 + i, o);
+    VRDMA_REQUIRE_OK(c);
+    qps.push_back(*q);
+  }
+  auto before = soft::stats(*p.a.dev);
+  BOOST_REQUIRE(before.ok());
+  const auto t0 = std::chrono::steady_clock::now();
+  for (std::uint32_t i = 0; i < kQps; ++i) {
+    Sge s = p.sge(p.a, 0, 64);
+    auto st = qps[i]->post_send(std::span<const SendWr>(std::array{wr_of(WrOpcode::send, i, &s, 1)}));
+    VRDMA_REQUIRE_OK(st);
+  }
+  // Meanwhile the connected pair moves data.
+  test::fill_pattern(p.a.buf.data(), 200000, 9);
+  Sge s = p.sge(p.a, 0, 200000);
+  auto w = wr_of(WrOpcode::rdma_write, 7, &s, 1);
+  w.rdma.remote_addr = p.b.mr->addr();
+  w.rdma.rkey = p.b.mr->rkey();
+  post_send(p.a, w);
+  BOOST_TEST(one(p.a).status == WcStatus::success);
+  BOOST_TEST(test::check_pattern(p.b.buf.data(), 200000, 9));
+  auto wcs = test::wait_cq(**cq, kQps, std::chrono::seconds(30));
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  BOOST_TEST(wcs.size() == kQps);
+  std::vector<int> seen(kQps, 0);
+  for (const auto& wc : wcs) {
+    BOOST_TEST(wc.status == WcStatus::retry_exc_err);
+    if (wc.wr_id < kQps) ++seen[wc.wr_id];
+  }
+  BOOST_TEST(std::count(seen.begin(), seen.end(), 1) == static_cast<long>(kQps));
+  auto extra = test::wait_cq(**cq, 1, std::chrono::milliseconds(100));
+  BOOST_TEST(extra.empty());
+  auto after = soft::stats(*p.a.dev);
+  BOOST_REQUIRE(after.ok());
+  BOOST_TEST(after->timeouts - before->timeouts == 3u * kQps);  // the first try and 2 retries each
+  BOOST_TEST_MESSAGE(kQps << " QPs timed out 3 times each in " << secs << " s");
 }
