@@ -261,4 +261,109 @@ int run_rping(const CmRunConfig& cfg) {
   return verified && pings > 0 ? 0 : 2;
 }
 
+int run_perftest_cm_server(const CmRunConfig& cfg) {
+  if (cfg.test != "send_bw") die("--peer-format perftest --cm serves send_bw only (ib_send_bw -R)");
+  auto dev = must(open_device(cfg.device), "open " + cfg.device);
+  auto pd = must(dev->alloc_pd(), "alloc PD");
+  constexpr std::uint32_t kMsg = 4096, kCommRecvs = 8, kDataRecvs = 256;
+  const std::uint32_t size = std::max<std::uint32_t>(cfg.size, 1);
+  auto mem = must(dev->alloc_buffer(std::size_t{kMsg} * (kCommRecvs + 1) + std::size_t{size} * kDataRecvs), "buffers");
+  auto mr = must(pd->reg_mr(mem->data(), mem->size(), Access::local_write | Access::remote_read | Access::remote_write),
+                 "register");
+  auto addr = [&](std::size_t off) { return mr->addr() + off; };
+  const std::size_t send_off = std::size_t{kMsg} * kCommRecvs, data_off = send_off + kMsg;
+  struct Side {
+    std::shared_ptr<CompletionQueue> cq;
+    std::shared_ptr<QueuePair> qp;
+  };
+  auto make = [&](std::uint32_t recvs) {
+    Side s;
+    s.cq = must(dev->create_cq(2 * recvs + 64), "create CQ");
+    QpInitAttr ia;
+    ia.send_cq = s.cq.get();
+    ia.recv_cq = s.cq.get();
+    ia.cap.max_send_wr = 64;
+    ia.cap.max_recv_wr = recvs;
+    s.qp = must(pd->create_qp(ia), "create QP");
+    QpAttr a;
+    a.qp_state = QpState::init;
+    a.qp_access_flags = Access::local_write | Access::remote_read | Access::remote_write;
+    must(s.qp->modify(a, QpAttrMask::state | QpAttrMask::pkey_index | QpAttrMask::port | QpAttrMask::access_flags), "QP to INIT");
+    return s;
+  };
+  auto post_recv = [&](Side& s, std::uint64_t id, std::size_t off, std::uint32_t len) {
+    Sge g{addr(off), len, mr->lkey()};
+    RecvWr w{id, std::span<const Sge>(&g, 1)};
+    must(s.qp->post_recv(std::span<const RecvWr>(&w, 1)), "post receive");
+  };
+  Side comm = make(kCommRecvs), data = make(kDataRecvs);
+  for (std::uint32_t i = 0; i < kCommRecvs; ++i) post_recv(comm, i, std::size_t{kMsg} * i, kMsg);
+  for (std::uint32_t i = 0; i < kDataRecvs; ++i) post_recv(data, i, data_off + std::size_t{size} * i, size);
+  CmParams p;
+  p.responder_resources = p.initiator_depth = 16;
+  p.local_ack_timeout = static_cast<std::uint8_t>(cfg.qp_timeout);
+  p.timeout = std::chrono::milliseconds(20000);
+  auto listener = must(cm_listen(dev, cfg.port), "listen on port " + std::to_string(cfg.port));
+  auto comm_conn = must(listener->get_request(std::chrono::seconds(120)), "wait for the perftest client");
+  must(comm_conn->accept(*comm.qp, p), "accept the out-of-band connection");
+  std::unique_ptr<CmConnection> data_conn;
+  std::vector<std::size_t> records;
+  std::uint64_t received = 0;
+  bool done = false;
+  const auto start = SteadyClock::now();
+  auto last = start;
+  WorkCompletion wc[16];
+  while (!done && SteadyClock::now() - last < kStepTimeout) {
+    if (!data_conn) {  // the test QP's connection comes while records are exchanged
+      auto r = listener->get_request(std::chrono::milliseconds(1));
+      if (r) {
+        data_conn = std::move(*r);
+        must(data_conn->accept(*data.qp, p), "accept the test connection");
+        last = SteadyClock::now();
+      }
+    }
+    for (Side* s : {&comm, &data}) {
+      auto n = s->cq->poll(wc);
+      if (!n) die("poll CQ: " + n.error().message);
+      for (std::size_t i = 0; i < *n; ++i) {
+        last = SteadyClock::now();
+        if (wc[i].status == WcStatus::wr_flush_err) {  // the client disconnected
+          if (s == &comm) done = true;
+          continue;
+        }
+        if (wc[i].status != WcStatus::success)
+          die(std::string(to_string(wc[i].opcode)) + " completed with " + std::string(to_string(wc[i].status)));
+        if (wc[i].opcode != WcOpcode::recv) continue;
+        if (s == &data) {
+          ++received;
+          post_recv(data, wc[i].wr_id, data_off + std::size_t{size} * wc[i].wr_id, size);
+          continue;
+        }
+        // A record: answer with the client's own bytes, then take the next one.
+        const std::size_t off = std::size_t{kMsg} * wc[i].wr_id;
+        records.push_back(wc[i].byte_len);
+        std::memcpy(mem->data() + send_off, mem->data() + off, wc[i].byte_len);
+        Sge g{addr(send_off), wc[i].byte_len, mr->lkey()};
+        SendWr w;
+        w.wr_id = 1000;
+        w.opcode = WrOpcode::send;
+        w.flags = SendFlags::signaled;
+        w.sg_list = std::span<const Sge>(&g, 1);
+        must(comm.qp->post_send(std::span<const SendWr>(&w, 1)), "answer a record");
+        post_recv(comm, wc[i].wr_id, off, kMsg);
+      }
+    }
+  }
+  const double secs = std::chrono::duration<double>(SteadyClock::now() - start).count();
+  json out = {{"test", cfg.test}, {"peer_format", "perftest"}, {"cm", true}, {"device", cfg.device}, {"role", "server"},
+              {"size", size}, {"ops", received}, {"seconds", secs}, {"records", records},
+              {"test_connection", data_conn != nullptr}, {"peer_disconnected", done}};
+  if (auto st = soft::stats(*dev))
+    out["engine"] = {{"rx_dropped_icrc", st->rx_dropped_icrc}, {"retransmits", st->retransmits},
+                     {"cm_mads_sent", st->cm_mads_sent}, {"cm_mads_received", st->cm_mads_received},
+                     {"cm_resends", st->cm_resends}};
+  std::cout << out.dump() << std::endl;
+  return received > 0 && data_conn && done ? 0 : 2;
+}
+
 }  // namespace vrdma::perf

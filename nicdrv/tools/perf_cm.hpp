@@ -23,4 +23,12 @@ struct CmRunConfig {
 // (rping -V). We check the data in both roles. Prints one JSON line; exit 0 if verified.
 int run_rping(const CmRunConfig& c);
 
+// perftest with -R (ib_send_bw -R ... <our address>) as its server. perftest's out-of-band
+// channel is then itself an RDMA-CM connection (the first on its port) carrying the same records
+// as its TCP exchange, one record per SEND; the test's QP is a second RDMA-CM connection. We
+// answer every record with the client's own bytes (we agree with its version, sizes and keys, as
+// the TCP server does) and keep receives posted on the test QP until the client disconnects.
+// send_bw only: prints one JSON line; exit 0 if messages arrived.
+int run_perftest_cm_server(const CmRunConfig& c);
+
 }  // namespace vrdma::perf

@@ -924,7 +924,19 @@ int main(int argc, char** argv) {
   app.add_option("--qp-timeout", c.qp_timeout,
                  "local ACK timeout exponent, 4.096 us x 2^n (default 14 = 67 ms; a slow peer such as a TCG guest needs more)")
       ->check(CLI::Range(1, 31));
+  bool cm = false;
+  app.add_flag("--cm", cm, "with --peer-format perftest: the peer runs with -R (RDMA-CM; server role only)");
   CLI11_PARSE(app, argc, argv);
+  if (cm && c.peer_format == "perftest") {
+    if (!c.connect.empty()) die("--cm: vrdma-perf serves perftest's -R (ib_send_bw -R <us>); it cannot be its client yet");
+    vrdma::perf::CmRunConfig r;
+    r.device = c.device;
+    r.port = c.port;
+    r.size = c.size;
+    r.test = c.test;
+    r.qp_timeout = c.qp_timeout;
+    return vrdma::perf::run_perftest_cm_server(r);
+  }
   if (c.peer_format == "rping") {
     vrdma::perf::CmRunConfig r;
     r.device = c.device;

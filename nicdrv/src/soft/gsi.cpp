@@ -158,7 +158,7 @@ void GsiAgent::on_mad(const mad::Mad& m, std::uint32_t src_ip_be, cm::TimePoint 
       },
       m.msg);
   Entry* e = find(ours);
-  // Messages other than REJ must come from the peer we talk to.
+  // Messages must come from the peer we talk to.
   if (e != nullptr && e->peer_ip_be != src_ip_be) e = nullptr;
   if (e == nullptr) {
     if (const auto* d = std::get_if<mad::Dreq>(&m.msg)) {

@@ -45,7 +45,7 @@ mkfifo "$work/con.in" "$work/con.out"
 cat "$work/con.out" > "$work/serial.log" &
 cat_pid=$!
 ip netns exec "$NS" qemu-system-x86_64 -accel tcg -cpu max -m 1024 -smp 1 -display none -monitor none \
-  -no-reboot -kernel "$KERNEL" -initrd "$INITRD" -append "console=ttyS0 quiet panic=-1" \
+  -no-reboot -kernel "$KERNEL" -initrd "$INITRD" -append "console=ttyS0 quiet panic=-1 no_timer_check" \
   -chardev pipe,id=con,path="$work/con" -serial chardev:con \
   -netdev tap,id=n0,ifname=tap0,script=no,downscript=no -device virtio-net-pci,netdev=n0,mac=52:54:00:77:00:02 \
   >"$work/qemu.log" 2>&1 &
@@ -157,6 +157,8 @@ run_cm() {  # (mtu: the CM's path MTU is the route's, 4096 here), suffix
   local sfx=$2
   cm_guest_client "rping_c$sfx" "--peer-format rping --size 4096" "rping -c -a $HOST -C 40 -S 4096 -V"
   guest_server "rping_s$sfx" "--peer-format rping --size 4096 --iters 40" "rping -s -a $GUEST -S 4096 -V"
+  cm_guest_client "send_bw_R_c$sfx" "--peer-format perftest --cm --test send_bw --size 4096" \
+    "ib_send_bw -R -d rxe0 -x 1 -F -n 200 -s 4096 $HOST"
 }
 
 run_all() {  # mtu, suffix
