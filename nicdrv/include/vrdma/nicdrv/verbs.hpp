@@ -17,6 +17,11 @@
 //   QueuePair::export_state/import_state and Device::quiesce/resume (verbs NICs are migrated by
 //   draining and re-creating their objects), and InfiniBand-link-layer addressing (AhAttr has no
 //   LID yet; RoCE and iWARP work).
+// And per device: atomics where atomic_cap is none, an RDMA READ into more SGEs than max_sge_rd,
+// MrOptions::iova on siw (it drops the iova); on iWARP, UD QPs and address handles, immediate
+// data, and RTR/RTS through QueuePair::modify (iWARP QPs reach RTS only through cm_resolve/
+// cm_listen below). Where an iWARP device does not report QP state (siw), state() is what modify
+// and the CM set, or ERR after an error completion or a fatal asynchronous event.
 // WorkCompletion::sgid of a UD receive is read back from the first 40 bytes of its receive
 // buffer, where the NIC put the GRH (grh_source below); the provider remembers each receive's
 // first SGE for that.
