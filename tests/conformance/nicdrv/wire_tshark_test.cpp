@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "soft/mad.hpp"
 #include "soft/wire.hpp"
 
 namespace w = vrdma::nicdrv::soft::wire;
@@ -293,4 +294,164 @@ BOOST_AUTO_TEST_CASE(scapy_recomputes_the_same_icrc_for_every_opcode,
   const Run rb = run(scapy_python() + " " VRDMA_ICRC_CHECK_PY " " + pcap.string() + " 2>&1");
   BOOST_TEST(rb.status != 0);
   BOOST_TEST(rb.out.find("frame 1 BAD") != std::string::npos);
+}
+
+// Our CM MADs as Wireshark's CM dissector reads them: one UD SEND ONLY to QP1 per message we send
+// (REQ with the RDMA-CM header, MRA, REJ, REP, RTU, DREQ, DREP), every field tshark names equal to
+// what we encoded, nothing malformed (a full 256-byte MAD: a short capture shows "Malformed").
+BOOST_AUTO_TEST_CASE(tshark_decodes_every_cm_mad_as_encoded, *boost::unit_test::precondition(Tool{"tshark", have_tshark})) {
+  namespace mad = vrdma::nicdrv::soft::mad;
+  mad::Req req;
+  req.local_comm_id = 0x11223344;
+  req.service_id = 0x0000000001061c06;  // RDMA_PS_TCP, port 7174
+  req.local_ca_guid = 0x0200c0fffe0a0001;
+  req.local_qpn = 0xabcdef;
+  req.responder_resources = 4;
+  req.initiator_depth = 2;
+  req.remote_cm_response_timeout = 20;
+  req.end_to_end_flow_control = true;
+  req.starting_psn = 0x123456;
+  req.local_cm_response_timeout = 18;
+  req.retry_count = 7;
+  req.path_mtu = 5;
+  req.rnr_retry_count = 6;
+  req.max_cm_retries = 15;
+  req.primary_local_gid = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 1};  // ::ffff:10.0.0.1
+  req.primary_remote_gid = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 2};
+  req.primary_packet_rate = 3;
+  req.primary_hop_limit = 64;
+  req.primary_local_ack_timeout = 17;
+  mad::CmaHeader cma;
+  cma.src_port = 0xc123;
+  cma.src_ip_be = htonl(0x0a000001);
+  cma.dst_ip_be = htonl(0x0a000002);
+  mad::encode_cma(cma, req.private_data);
+  mad::Mra mra;
+  mra.local_comm_id = 0x55667788;
+  mra.remote_comm_id = 0x11223344;
+  mra.service_timeout = 21;
+  mad::Rej rej;
+  rej.remote_comm_id = 0x11223344;
+  rej.reason = 8;
+  mad::Rep rep;
+  rep.local_comm_id = 0x55667788;
+  rep.remote_comm_id = 0x11223344;
+  rep.local_qpn = 0x000012;
+  rep.starting_psn = 0x654321;
+  rep.responder_resources = 3;
+  rep.initiator_depth = 1;
+  rep.end_to_end_flow_control = true;
+  rep.rnr_retry_count = 7;
+  rep.local_ca_guid = 0x0200c0fffe0a0002;
+  mad::Rtu rtu;
+  rtu.local_comm_id = 0x11223344;
+  rtu.remote_comm_id = 0x55667788;
+  mad::Dreq dreq;
+  dreq.local_comm_id = 0x11223344;
+  dreq.remote_comm_id = 0x55667788;
+  dreq.remote_qpn = 0x000012;
+  mad::Drep drep;
+  drep.local_comm_id = 0x55667788;
+  drep.remote_comm_id = 0x11223344;
+  const std::vector<mad::Message> msgs = {req, mra, rej, rep, rtu, dreq, drep};
+
+  std::vector<Built> pkts;
+  for (std::size_t i = 0; i < msgs.size(); ++i) {
+    mad::Header h;
+    h.tid = 0x0102030405060700ull + i;
+    const mad::MadBytes m = mad::encode(h, msgs[i]);
+    Built p{Opcode::ud_send_only, {}, {}};
+    p.hdr.bth.opcode = Opcode::ud_send_only;
+    p.hdr.bth.dest_qp = mad::kGsiQpn;
+    p.hdr.bth.psn = static_cast<std::uint32_t>(i);
+    p.hdr.deth = {mad::kGsiQkey, mad::kGsiQpn};
+    const auto& oi = w::info(Opcode::ud_send_only);
+    p.ib.resize(oi.hdr_len + m.size() + 3 + w::kIcrcLen);
+    const std::size_t hl = w::encode_headers(p.hdr, m.size(), p.ib);
+    BOOST_REQUIRE_EQUAL(hl, oi.hdr_len);
+    std::copy(m.begin(), m.end(), p.ib.begin() + static_cast<std::ptrdiff_t>(hl));
+    p.ib.resize(w::finish_packet(ctx(), p.ib, hl + m.size()));
+    pkts.push_back(std::move(p));
+  }
+  TempDir dir;
+  BOOST_REQUIRE(!dir.path.empty());
+  const fs::path pcap = dir.path / "cm_mads.pcap";
+  write_pcap(pcap, pkts);
+
+  const std::vector<std::string> fields = {
+      "infiniband.mad.mgmtclass", "infiniband.mad.classversion", "infiniband.mad.method", "infiniband.mad.attributeid",
+      "infiniband.mad.transactionid", "infiniband.cm.req.serviceid", "infiniband.cm.req.localcaguid",
+      "infiniband.cm.req.localqpn", "infiniband.cm.req.responderres", "infiniband.cm.req.initdepth",
+      "infiniband.cm.req.remoteresptout", "infiniband.cm.req.startpsn", "infiniband.cm.req.localresptout",
+      "infiniband.cm.req.retrcount", "infiniband.cm.req.pppmtu", "infiniband.cm.req.rnrretrcount",
+      "infiniband.cm.req.maxcmretr", "infiniband.cm.req.prim_localgid_ipv4", "infiniband.cm.req.prim_remotegid_ipv4",
+      "infiniband.cm.req.prim_hoplim", "infiniband.cm.req.prim_localacktout", "infiniband.cm.req.ip_cm.ipv",
+      "infiniband.cm.req.ip_cm.sport", "infiniband.cm.req.ip_cm.sip4", "infiniband.cm.req.ip_cm.dip4",
+      "infiniband.cm.rej.remotecommid", "infiniband.cm.rej.reason", "infiniband.cm.rep.remotecommid",
+      "infiniband.cm.rep.localqpn", "infiniband.cm.rep.startpsn", "infiniband.cm.rep.respres",
+      "infiniband.cm.rep.initdepth", "infiniband.cm.rep.rnrretrcount", "infiniband.cm.rep.localcaguid",
+      "infiniband.cm.rtu.localcommid", "infiniband.cm.rtu.remotecommid", "infiniband.cm.dreq.localcommid",
+      "infiniband.cm.dreq.remotecommid", "infiniband.cm.drsp.localcommid", "infiniband.cm.drsp.remotecommid",
+      "_ws.col.Info"};
+  std::string cmd = "tshark -n -r " + pcap.string() + " -T fields -E separator='|' -E occurrence=f";
+  for (const auto& f : fields) cmd += " -e " + f;
+  const Run r = run(cmd + " 2>/dev/null");
+  BOOST_REQUIRE_EQUAL(r.status, 0);
+  const auto lines = split(r.out, '\n');
+  BOOST_REQUIRE_GE(lines.size(), pkts.size());
+  std::vector<std::map<std::string, std::string>> got(pkts.size());
+  for (std::size_t i = 0; i < pkts.size(); ++i) {
+    const auto v = split(lines[i], '|');
+    BOOST_REQUIRE_EQUAL(v.size(), fields.size());
+    for (std::size_t k = 0; k < fields.size(); ++k) got[i][fields[k]] = v[k];
+    BOOST_TEST(num(got[i]["infiniband.mad.mgmtclass"]) == 0x07u);
+    BOOST_TEST(num(got[i]["infiniband.mad.classversion"]) == 2u);
+    BOOST_TEST(num(got[i]["infiniband.mad.method"]) == 3u);
+    BOOST_TEST(num(got[i]["infiniband.mad.attributeid"]) == static_cast<std::uint16_t>(mad::attr_of(msgs[i])));
+    BOOST_TEST(num(got[i]["infiniband.mad.transactionid"]) == 0x0102030405060700ull + i);
+  }
+  const auto n = [&](std::size_t i, const char* f) { return num(got[i][f]); };
+  BOOST_TEST(got[0]["_ws.col.Info"].find("ConnectRequest") != std::string::npos);
+  BOOST_TEST(n(0, "infiniband.cm.req.serviceid") == req.service_id);
+  BOOST_TEST(n(0, "infiniband.cm.req.localcaguid") == req.local_ca_guid);
+  BOOST_TEST(n(0, "infiniband.cm.req.localqpn") == req.local_qpn);
+  BOOST_TEST(n(0, "infiniband.cm.req.responderres") == 4u);
+  BOOST_TEST(n(0, "infiniband.cm.req.initdepth") == 2u);
+  BOOST_TEST(n(0, "infiniband.cm.req.remoteresptout") == 20u);
+  BOOST_TEST(n(0, "infiniband.cm.req.startpsn") == req.starting_psn);
+  BOOST_TEST(n(0, "infiniband.cm.req.localresptout") == 18u);
+  BOOST_TEST(n(0, "infiniband.cm.req.retrcount") == 7u);
+  BOOST_TEST(n(0, "infiniband.cm.req.pppmtu") == 5u);
+  BOOST_TEST(n(0, "infiniband.cm.req.rnrretrcount") == 6u);
+  BOOST_TEST(n(0, "infiniband.cm.req.maxcmretr") == 15u);
+  BOOST_TEST(got[0]["infiniband.cm.req.prim_localgid_ipv4"] == "10.0.0.1");
+  BOOST_TEST(got[0]["infiniband.cm.req.prim_remotegid_ipv4"] == "10.0.0.2");
+  BOOST_TEST(n(0, "infiniband.cm.req.prim_hoplim") == 64u);
+  BOOST_TEST(n(0, "infiniband.cm.req.prim_localacktout") == 17u);
+  BOOST_TEST(n(0, "infiniband.cm.req.ip_cm.ipv") == 4u);
+  BOOST_TEST(n(0, "infiniband.cm.req.ip_cm.sport") == 0xc123u);
+  BOOST_TEST(got[0]["infiniband.cm.req.ip_cm.sip4"] == "10.0.0.1");
+  BOOST_TEST(got[0]["infiniband.cm.req.ip_cm.dip4"] == "10.0.0.2");
+  BOOST_TEST(got[1]["_ws.col.Info"].find("MsgRcptAck") != std::string::npos);
+  BOOST_TEST(n(2, "infiniband.cm.rej.remotecommid") == 0x11223344u);
+  BOOST_TEST(n(2, "infiniband.cm.rej.reason") == 8u);
+  BOOST_TEST(n(3, "infiniband.cm.rep.remotecommid") == 0x11223344u);
+  BOOST_TEST(n(3, "infiniband.cm.rep.localqpn") == 0x12u);
+  BOOST_TEST(n(3, "infiniband.cm.rep.startpsn") == 0x654321u);
+  BOOST_TEST(n(3, "infiniband.cm.rep.respres") == 3u);
+  BOOST_TEST(n(3, "infiniband.cm.rep.initdepth") == 1u);
+  BOOST_TEST(n(3, "infiniband.cm.rep.rnrretrcount") == 7u);
+  BOOST_TEST(n(3, "infiniband.cm.rep.localcaguid") == rep.local_ca_guid);
+  BOOST_TEST(n(4, "infiniband.cm.rtu.localcommid") == 0x11223344u);
+  BOOST_TEST(n(4, "infiniband.cm.rtu.remotecommid") == 0x55667788u);
+  BOOST_TEST(n(5, "infiniband.cm.dreq.localcommid") == 0x11223344u);
+  BOOST_TEST(n(5, "infiniband.cm.dreq.remotecommid") == 0x55667788u);
+  BOOST_TEST(n(6, "infiniband.cm.drsp.localcommid") == 0x55667788u);
+  BOOST_TEST(n(6, "infiniband.cm.drsp.remotecommid") == 0x11223344u);
+
+  const Run verbose = run("tshark -n -r " + pcap.string() + " -V 2>&1");
+  BOOST_REQUIRE_EQUAL(verbose.status, 0);
+  BOOST_TEST(verbose.out.find("Malformed") == std::string::npos);
+  BOOST_TEST(verbose.out.find("[Expert Info (Error") == std::string::npos);
+  BOOST_TEST(verbose.out.find("[Expert Info (Warning") == std::string::npos);
 }
