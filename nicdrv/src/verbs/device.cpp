@@ -484,6 +484,7 @@ void VerbsCq::detach(std::uint32_t qp_num) {
 void VerbsCq::annotate(const ibv_wc& w, WorkCompletion& o) {
   const bool ok = w.status == IBV_WC_SUCCESS;
   const bool recv = ok && (w.opcode & IBV_WC_RECV) != 0;  // the opcode is valid only on success
+  if (ok && !recv) return;  // a send, READ, WRITE or atomic that worked: nothing to learn
   std::lock_guard lk(qps_mu_);  // a QP detaches in its destructor: it lives while we hold this
   auto it = qps_.find(w.qp_num);
   if (it == qps_.end()) return;

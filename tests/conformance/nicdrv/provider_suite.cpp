@@ -10,10 +10,10 @@
 // provider can only register memory it hands out), it uses nothing but the public API, and a
 // capability a device lacks (atomics, SRQ, inline, requested keys, UD and immediate data on
 // iWARP) is checked as "not supported" with the device's name or skipped with a message, never
-// assumed. Two things are not the generic API: iWARP QPs reach RTS only through the connection
-// manager, so on an iWARP device pairs are connected through verbs::cm_listen/cm_resolve; and a
-// few departures of real devices from IBA, found by running this suite on them, are accepted
-// on that device only and printed ("KNOWN DEVIATION", see known_of()).
+// assumed. iWARP QPs reach RTS only through the connection manager, so on an iWARP device pairs
+// are connected through cm.hpp (cm_listen/cm_resolve on the device). A few departures of real
+// devices from IBA, found by running this suite on them, are accepted on that device only and
+// printed ("KNOWN DEVIATION", see known_of()).
 #define BOOST_TEST_MODULE nicdrv_provider_suite
 #define BOOST_TEST_NO_MAIN
 #include <fcntl.h>
@@ -32,8 +32,8 @@
 #include "check.hpp"
 #include "rdma_pair.hpp"
 #include "vrdma/nicdrv/qp_state.hpp"
+#include "vrdma/nicdrv/cm.hpp"
 #include "vrdma/nicdrv/registry.hpp"
-#include "vrdma/nicdrv/verbs.hpp"
 
 using namespace vrdma;
 using namespace vrdma::nicdrv;
@@ -250,8 +250,8 @@ std::string ipv4_of(const std::string& ifname) {
 
 // One connection made by the connection manager (iWARP); closing it disconnects the QPs.
 struct CmLink {
-  std::unique_ptr<verbs::CmListener> listener;
-  std::unique_ptr<verbs::CmConnection> client, server;
+  std::unique_ptr<CmListener> listener;
+  std::unique_ptr<CmConnection> client, server;
 };
 
 // RESET -> INIT -> RTR -> RTS, pointing `self` at `peer`.
@@ -298,18 +298,18 @@ void cm_connect(QueuePair& qa, const Side& a, QueuePair& qb, const Side& b, cons
   VRDMA_REQUIRE_OK(port);
   const std::string ip = ipv4_of(port->netdev);
   BOOST_REQUIRE_MESSAGE(!ip.empty(), b.name + " sits on '" + port->netdev + "', which has no IPv4 address to connect to");
-  auto lis = verbs::cm_listen(ip, 0);
+  auto lis = cm_listen(b.dev, 0);
   VRDMA_REQUIRE_OK(lis);
-  verbs::CmParams cp;
+  CmParams cp;
   cp.responder_resources = cp.initiator_depth = l.rd_atomic;
   cp.retry_count = o.retry_cnt;
   cp.rnr_retry_count = o.rnr_retry;
-  auto cli = verbs::cm_resolve(ip, (*lis)->port(), ip, cp);
+  auto cli = cm_resolve(a.dev, ip, (*lis)->port(), cp);
   VRDMA_REQUIRE_OK(cli);
   BOOST_REQUIRE_MESSAGE((*cli)->device_name() == a.name, "the connection manager routes " + ip + " through " +
                                                              (*cli)->device_name() + ", not " + a.name);
   Status srv_st;
-  std::unique_ptr<verbs::CmConnection> srv;
+  std::unique_ptr<CmConnection> srv;
   std::thread t([&] {
     auto r = (*lis)->get_request(10s);
     if (!r) {
