@@ -26,7 +26,7 @@ if [ $rc -eq 3 ]; then skip "guest unavailable: $out"; elif [ $rc -ne 0 ]; then 
 KERNEL=$(echo "$out" | sed -n 's/.*KERNEL=\([^ ]*\).*/\1/p')
 INITRD=$(echo "$out" | sed -n 's/.*INITRD=\([^ ]*\).*/\1/p')
 
-MSGS=${VM_MIGRATE_MESSAGES:-12000}
+MSGS=${VM_MIGRATE_MESSAGES:-150000}
 SW=vmsw$$ A=vma$$ B=vmb$$ P=vmp$$
 GIP=10.78.0.12 GMAC=52:54:00:78:00:0c   # the guest's RDMA identity (vrdmad's engine)
 GUEST=10.78.0.2 NICMAC=52:54:00:78:00:02 PEER=10.78.0.3
@@ -55,7 +55,7 @@ die() {
 for ns in $SW $A $B $P; do
   ip netns add "$ns"
   ip -n "$ns" link set lo up
-  ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1
+  ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1
 done
 ip -n $SW link add br0 type bridge
 ip -n $SW link set br0 up
@@ -77,6 +77,9 @@ for h in A B; do
   ip -n "$ns" link set hbr up
 done
 ip -n $B link set gB arp off   # host B stays silent for the guest until the guest runs there
+# A host answers ARP for the guest's address only on the guest's interface (not on the bridge
+# carrying the guest's virtio-net: Linux would answer there for any local address, arp_ignore=0).
+for ns in $A $B; do ip netns exec "$ns" sysctl -qw net.ipv4.conf.all.arp_ignore=1; done
 leg $P gP
 ip -n $P addr add $PEER/24 dev gP
 ip -n $P link set gP up
@@ -103,7 +106,7 @@ qemu() {  # qemu HOST NAME [ARGS...]: the guest's VMM on HOST, with the device o
   ip netns exec "${!h}" qemu-system-x86_64 -accel tcg -cpu max,la57=off -m 512M -smp 1 -display none -no-reboot \
     -object memory-backend-memfd,id=mem,size=512M,share=on -numa node,memdev=mem \
     -kernel "$KERNEL" -initrd "$INITRD" \
-    -append "console=ttyS0 quiet panic=-1 vrdma.ip=$GUEST vrdma.peer=$PEER vrdma.stream=$MSGS" \
+    -append "console=ttyS0 quiet panic=-1 no_timer_check vrdma.ip=$GUEST vrdma.peer=$PEER vrdma.stream=$MSGS" \
     -chardev file,id=con,path="$work/serial-$name.log" -serial chardev:con \
     -chardev socket,id=vr,path="$work/$name.sock" -device vhost-user-blk-pci,chardev=vr,num-queues=4,queue-size=256 \
     -netdev tap,id=n0,ifname=tap0,script=no,downscript=no -device virtio-net-pci,netdev=n0,mac=$NICMAC \
@@ -164,7 +167,7 @@ migrate() {  # migrate FROM_HOST FROM_NAME TO_HOST TO_NAME TO_IP
   # The source VMM quits after the switchover (libvirt does the same): its vrdmad lets go.
   hmp "$fn" "quit" >/dev/null 2>&1 || true
   local src dst
-  for _ in $(seq 50); do
+  for _ in $(seq 150); do
     src=$(ctl "$fn")
     echo "$src" | grep -q '"phase":"migrated"' && break
     sleep 0.1
