@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# The end-to-end flow operators use (issue 9): a TCG guest with the virtio RDMA device (attached
+# by `vrdmactl domain attach`, backends started by the libvirt hook) streams checked RDMA
+# traffic (vrdma-stream over pv:pci) to a soft-engine peer while it moves
+#   host a -> host b   with plain `virsh migrate --live --p2p`
+#   host b -> host a   with `vrdmactl migrate` (progress and the JOB_COMPLETED figures)
+# between two real libvirt instances (two_hosts.sh). The destination's hook starts vrdmad with
+# --incoming guest; nobody tells the source anything: the device state travels in the guest's
+# memory. At the end both sides must have every message once, in order, with the right bytes.
+# Usage: vm_libvirt_migrate_test.sh VRDMACTL VRDMAD VRDMA_PERF PVVERBS_BIND VRDMA_STREAM
+set -uo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+SRC=$(cd "$HERE/../../.." && pwd)
+[ "$#" = 5 ] || { echo "usage: $0 VRDMACTL VRDMAD VRDMA_PERF PVVERBS_BIND VRDMA_STREAM" >&2; exit 2; }
+export VRDMACTL=$(readlink -f "$1") VRDMAD=$(readlink -f "$2") PERF=$(readlink -f "$3") BIND=$(readlink -f "$4") STREAM=$(readlink -f "$5")
+skip() { echo "vm_libvirt_migrate: SKIP: $*" >&2; exit 77; }
+[ "$(id -u)" -eq 0 ] || skip "needs root"
+for t in libvirtd virsh qemu-system-x86_64 nft; do
+  command -v $t >/dev/null || skip "$t is not installed (scripts/setup.sh installs libvirt, QEMU and nftables)"
+done
+rc=0; G=$("$SRC/tests/conformance/vm/make_guest.sh" "$PERF" "$BIND" "$STREAM" 2>&1) || rc=$?
+[ $rc = 3 ] && skip "guest unavailable: $G"
+[ $rc = 0 ] || { echo "$G"; exit 1; }
+export KERNEL=$(echo "$G" | sed -n 's/.*KERNEL=\([^ ]*\).*/\1/p') INITRD=$(echo "$G" | sed -n 's/.*INITRD=\([^ ]*\).*/\1/p')
+
+export W=$(mktemp -d /tmp/lv6vm.XXXXXX)
+export SWNS=lv6sw$$ PNS=lv6p$$
+cleanup() {
+  ip netns pids $PNS 2>/dev/null | xargs -r kill 2>/dev/null
+  ip netns del $PNS 2>/dev/null
+  ip netns del $SWNS 2>/dev/null
+  [ -n "${KEEP_WORK:-}" ] && echo "kept $W" || rm -rf "$W"
+}
+trap cleanup EXIT
+cat > "$W/hook" <<H
+#!/bin/sh
+VRDMA_VRDMAD=$VRDMAD VRDMA_HOOK_LOG=$W/hook.log exec $VRDMACTL hook qemu "\$@"
+H
+chmod 755 "$W/hook"
+export LV_HOOK=$W/hook LV_PREFIX=lv6 LV_NET=10.98.6
+
+inner() {
+  set -u
+  GIP=10.88.6.12 GMAC=52:54:00:88:06:0c GUEST=10.88.6.2 NICMAC=52:54:00:88:06:02 PEER=10.88.6.3
+  MSGS=${VM_MIGRATE_MESSAGES:-100000}
+  fail() {
+    echo "FAIL: $*" >&2
+    echo "--- hook log"; cat "$W/hook.log" 2>/dev/null
+    echo "--- console"; tr -d '\r' < "$W/console.log" 2>/dev/null | grep -v "progress" | tail -15
+    for f in "$W"/*.sock.log; do echo "--- $f"; grep -v "ring .* stopped" "$f" | tail -12; done
+    for h in a b; do d=LV_${h^^}_DIR; echo "--- qemu log on $h"; tail -8 "${!d}/var/log/libvirt/qemu/lv6g1.log" 2>/dev/null; done
+    echo "--- peer"; cat "$W/peer.log"
+    ip netns pids $PNS 2>/dev/null | xargs -r kill 2>/dev/null
+    exit 1
+  } >&2
+  # The fabric: a switch, the two libvirt hosts and the peer. On each host the guest's RDMA
+  # address lives on "vg" (the same MAC and address on both; silent on b until the guest runs
+  # there) and the guest's virtio-net tap on a bridge with an uplink to the switch.
+  ip netns add $SWNS && ip netns add $PNS
+  ip -n $SWNS link add br0 type bridge && ip -n $SWNS link set br0 up
+  for h in a b; do
+    pid_var=LV_${h^^}_PID; pid=${!pid_var}
+    ip link add "lv6g$h" netns "$pid" type veth peer name "sg$h" netns $SWNS
+    ip link add "lv6u$h" netns "$pid" type veth peer name "su$h" netns $SWNS
+    ip -n $SWNS link set "sg$h" master br0 up
+    ip -n $SWNS link set "su$h" master br0 up
+    nsenter -t "$pid" -n sh -c "ip link set lv6g$h name vg && ip link set vg address $GMAC && ip addr add $GIP/24 dev vg &&
+      ip link set vg up && ip link add hbr type bridge && ip link set lv6u$h master hbr up &&
+      ip tuntap add vmtap0 mode tap && ip link set vmtap0 master hbr up && ip link set hbr up" || fail "host $h's network"
+  done
+  nsenter -t "$LV_B_PID" -n ip link set vg arp off
+  # ARP for the guest's address only on vg (Linux answers on any interface by default).
+  for pid in $LV_A_PID $LV_B_PID; do nsenter -t "$pid" -n sysctl -qw net.ipv4.conf.all.arp_ignore=1; done
+  ip link add gP netns $PNS type veth peer name sgP netns $SWNS
+  ip -n $SWNS link set sgP master br0 up
+  ip -n $PNS link set lo up && ip -n $PNS addr add $PEER/24 dev gP && ip -n $PNS link set gP up
+  ip netns exec $SWNS nft add table bridge loss
+  ip netns exec $SWNS nft add chain bridge loss lossy '{ type filter hook forward priority 0; }'
+  ip netns exec $SWNS nft add rule bridge loss lossy udp dport 4791 numgen random mod 100 '<' 1 counter drop
+
+  ip netns exec $PNS timeout 900 "$STREAM" -d soft:$PEER -n "$MSGS" --limit 800 > "$W/peer.log" 2>&1 &
+  peer_pid=$!
+
+  cat > "$W/base.xml" <<X
+<domain type='qemu'>
+  <name>lv6g1</name>
+  <memory unit='MiB'>512</memory>
+  <vcpu>1</vcpu>
+  <os><type arch='x86_64' machine='pc'>hvm</type><kernel>$KERNEL</kernel><initrd>$INITRD</initrd>
+    <cmdline>console=ttyS0 quiet panic=-1 vrdma.ip=$GUEST vrdma.peer=$PEER vrdma.stream=$MSGS</cmdline></os>
+  <cpu mode='maximum' migratable='on'><feature policy='disable' name='la57'/></cpu>
+  <features><acpi/></features>
+  <on_poweroff>destroy</on_poweroff>
+  <on_crash>destroy</on_crash>
+  <devices>
+    <emulator>/usr/bin/qemu-system-x86_64</emulator>
+    <interface type='ethernet'><mac address='$NICMAC'/><target dev='vmtap0' managed='no'/><model type='virtio'/></interface>
+    <serial type='file'><source path='$W/console.log' append='on'/></serial>
+    <controller type='usb' model='none'/>
+    <memballoon model='none'/>
+  </devices>
+</domain>
+X
+  "$VRDMACTL" domain attach --xml "$W/base.xml" --socket "$W/g6.sock" --engine soft:$GIP --mac $GMAC --announce vg \
+    > "$W/dom.xml" || fail "vrdmactl domain attach failed"
+  A="virsh -q -c $LV_A_URI" B="virsh -q -c $LV_B_URI"
+  $A create "$W/dom.xml" > /dev/null || fail "virsh create on host a failed"
+  progress() { tr -d '\r' < "$W/console.log" 2>/dev/null | sed -n 's/^VRDMA-STREAM progress \([0-9]*\)/\1/p' | tail -1; }
+  wait_progress() {  # N SECONDS
+    for _ in $(seq $(($2 * 10))); do
+      [ "$(progress)" -ge "$1" ] 2>/dev/null && return 0
+      grep -q "VRDMA-GUEST-DONE" "$W/console.log" 2>/dev/null && return 1
+      sleep 0.1
+    done
+    return 1
+  }
+  wait_progress 1000 240 || fail "the guest's stream did not reach 1000 messages on host a"
+  echo "guest streaming on host a ($(progress) messages)"
+
+  # 1. a -> b, plain virsh: nothing but the hook knows about vrdma.
+  p0=$(progress); t0=$(date +%s%N)
+  $A migrate --live --p2p lv6g1 "$LV_B_TCP" --migrateuri "tcp://$LV_B_IP" || fail "virsh migrate a -> b failed"
+  t1=$(date +%s%N)
+  [ "$($B domstate lv6g1 2>/dev/null)" = running ] || fail "the guest does not run on host b after virsh migrate"
+  dt=$($B domjobinfo --completed lv6g1 2>/dev/null | awk '/^Total downtime:/ {print $3}')
+  echo "virsh migrate a -> b: $(( (t1 - t0) / 1000000 )) ms wall, downtime ${dt:-?} ms, stream at $p0 messages"
+  grep -q "lv6-b lv6g1 migrate begin: started vrdmad --incoming on $W/lv6g1.lv6-b.sock" "$W/hook.log" ||
+    fail "the hook on host b did not start vrdmad --incoming"
+  wait_progress $((p0 + 1500)) 240 || fail "the stream made no progress on host b (at $(progress))"
+  grep -q "loaded the device state from guest memory" "$W/lv6g1.lv6-b.sock.log" ||
+    fail "vrdmad on host b did not load the state from guest memory"
+  grep -q "device state written into guest memory" "$W/g6.sock.log" || fail "vrdmad on host a wrote no state into guest memory"
+
+  # 2. b -> a, vrdmactl migrate (progress and figures).
+  p1=$(progress)
+  out=$("$VRDMACTL" migrate lv6g1 "$LV_A_TCP" --connect "$LV_B_URI" --migrateuri "tcp://$LV_A_IP" --timeout 240 2>&1)
+  rc=$?
+  echo "$out" | sed 's/^/  vrdmactl: /' | tail -4
+  [ $rc = 0 ] || fail "vrdmactl migrate b -> a failed (status $rc)"
+  [ "$($A domstate lv6g1 2>/dev/null)" = running ] || fail "the guest does not run on host a after vrdmactl migrate"
+  echo "stream at $p1 messages when it left host b"
+  wait_progress $((p1 + 1500)) 240 || fail "the stream made no progress back on host a (at $(progress))"
+
+  # 3. The end: both sides checked every message.
+  for _ in $(seq 3000); do grep -q "VRDMA-GUEST-DONE" "$W/console.log" 2>/dev/null && break; sleep 0.1; done
+  guest=$(tr -d '\r' < "$W/console.log" | grep "^VRDMA-STREAM {" | tail -1)
+  wait $peer_pid
+  peer=$(tail -1 "$W/peer.log")
+  echo "guest: ${guest#VRDMA-STREAM }"
+  echo "peer:  $peer"
+  echo "$guest" | grep -q '"ok":true' || fail "the guest's stream failed"
+  echo "$peer" | grep -q '"ok":true' || fail "the peer's stream failed"
+  echo "the switch dropped $(ip netns exec $SWNS nft list chain bridge loss lossy | sed -n 's/.*counter packets \([0-9]*\).*/\1/p') RoCE packets"
+  for _ in $(seq 100); do [ -z "$($A list --name)" ] && break; sleep 0.1; done
+  echo "hook calls:"; sed 's/^/  /' "$W/hook.log"
+}
+export -f inner
+"$SRC/tests/integration/integration/two_hosts.sh" bash -c inner
