@@ -26,13 +26,23 @@ namespace vd = vrdma::vrdma_dev;
 
 namespace {
 
+// Where a "state area" record puts its bytes: the chain the driver kept posted on the state
+// queue, as a destination finds it (RdmaDevice::load_state_from_guest).
+constexpr std::uint64_t kStateAreaGpa = 0x180000;
+constexpr std::uint32_t kStateAreaLen = 64u << 10;
+
 struct Host final : DeviceHost {
   GuestView view;
+  bool have_area = false;
   GuestView memory() const override { return view; }
   void run_queue(std::uint16_t) override {}
   bool queue_running(std::uint16_t) const override { return true; }
   Result<DescChain> last_avail_chain(std::uint16_t) const override {
-    return make_error(Errc::not_found, "the fuzzer keeps no state area");
+    if (!have_area) return make_error(Errc::not_found, "no state area posted");
+    DescChain c;
+    c.bufs.push_back({kStateAreaGpa, kStateAreaLen, true});
+    c.writable = kStateAreaLen;
+    return c;
   }
 };
 
@@ -116,6 +126,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (tag == 0xff) {
       w->dev->reset();
       (void)w->dev->load_state(std::span(data, len));
+    } else if (tag == 0xfb) {
+      // A state area in guest memory (header + state), as a destination reads it.
+      w->dev->reset();
+      std::memset(w->ram.host(kStateAreaGpa, kStateAreaLen), 0, kStateAreaLen);
+      std::memcpy(w->ram.host(kStateAreaGpa, len), data, len);
+      w->host.have_area = true;
+      (void)w->dev->load_state_from_guest();
+      w->host.have_area = false;
     } else if (tag == 0xfd) {
       w->dev->queue_stopped(vd::kControlQueue);
       auto blob = w->dev->save_state();
