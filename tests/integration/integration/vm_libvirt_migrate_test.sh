@@ -37,6 +37,8 @@ cat > "$W/hook" <<H
 VRDMA_VRDMAD=$VRDMAD VRDMA_HOOK_LOG=$W/hook.log exec $VRDMACTL hook qemu "\$@"
 H
 chmod 755 "$W/hook"
+. "$HERE/vm_domain.sh"
+export -f vm_domain_xml
 export LV_HOOK=$W/hook LV_PREFIX=lv6 LV_NET=10.98.6
 
 inner() {
@@ -81,26 +83,7 @@ inner() {
   ip netns exec $PNS timeout 900 "$STREAM" -d soft:$PEER -n "$MSGS" --limit 800 > "$W/peer.log" 2>&1 &
   peer_pid=$!
 
-  cat > "$W/base.xml" <<X
-<domain type='qemu'>
-  <name>lv6g1</name>
-  <memory unit='MiB'>512</memory>
-  <vcpu>1</vcpu>
-  <os><type arch='x86_64' machine='pc'>hvm</type><kernel>$KERNEL</kernel><initrd>$INITRD</initrd>
-    <cmdline>console=ttyS0 quiet panic=-1 vrdma.ip=$GUEST vrdma.peer=$PEER vrdma.stream=$MSGS</cmdline></os>
-  <cpu mode='maximum' migratable='on'><feature policy='disable' name='la57'/></cpu>
-  <features><acpi/></features>
-  <on_poweroff>destroy</on_poweroff>
-  <on_crash>destroy</on_crash>
-  <devices>
-    <emulator>/usr/bin/qemu-system-x86_64</emulator>
-    <interface type='ethernet'><mac address='$NICMAC'/><target dev='vmtap0' managed='no'/><model type='virtio'/></interface>
-    <serial type='file'><source path='$W/console.log' append='on'/></serial>
-    <controller type='usb' model='none'/>
-    <memballoon model='none'/>
-  </devices>
-</domain>
-X
+  vm_domain_xml lv6g1 512 "vrdma.ip=$GUEST vrdma.peer=$PEER vrdma.stream=$MSGS" "$NICMAC" vmtap0 "$W/console.log" > "$W/base.xml"
   "$VRDMACTL" domain attach --xml "$W/base.xml" --socket "$W/g6.sock" --engine soft:$GIP --mac $GMAC --announce vg \
     > "$W/dom.xml" || fail "vrdmactl domain attach failed"
   A="virsh -q -c $LV_A_URI" B="virsh -q -c $LV_B_URI"

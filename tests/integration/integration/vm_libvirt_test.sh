@@ -30,6 +30,8 @@ cat > "$W/hook" <<H
 VRDMA_VRDMAD=$VRDMAD VRDMA_HOOK_LOG=$W/hook.log exec $VRDMACTL hook qemu "\$@"
 H
 chmod 755 "$W/hook"
+. "$HERE/vm_domain.sh"
+export -f vm_domain_xml
 export LV_HOOK=$W/hook LV_PREFIX=lv7 LV_NET=10.98.7
 
 inner() {
@@ -65,26 +67,7 @@ inner() {
     inA timeout 400 "$PERF" -d soft:$PEER -p $((18600 + i)) -t "$t" -s "$s" -q "$q" -n "$n" --json > "$W/peer$i.log" 2>&1 &
   done
 
-  cat > "$W/base.xml" <<X
-<domain type='qemu'>
-  <name>lv7g1</name>
-  <memory unit='MiB'>1024</memory>
-  <vcpu>1</vcpu>
-  <os><type arch='x86_64' machine='pc'>hvm</type><kernel>$KERNEL</kernel><initrd>$INITRD</initrd>
-    <cmdline>console=ttyS0 quiet panic=-1 vrdma.ip=$GUEST vrdma.peer=$PEER vrdma.cases=$CASES</cmdline></os>
-  <cpu mode='maximum' migratable='on'><feature policy='disable' name='la57'/></cpu>
-  <features><acpi/></features>
-  <on_poweroff>destroy</on_poweroff>
-  <on_crash>destroy</on_crash>
-  <devices>
-    <emulator>/usr/bin/qemu-system-x86_64</emulator>
-    <interface type='ethernet'><mac address='52:54:00:88:07:02'/><target dev='vmtap0' managed='no'/><model type='virtio'/></interface>
-    <serial type='file'><source path='$W/console.log' append='on'/></serial>
-    <controller type='usb' model='none'/>
-    <memballoon model='none'/>
-  </devices>
-</domain>
-X
+  vm_domain_xml lv7g1 1024 "vrdma.ip=$GUEST vrdma.peer=$PEER vrdma.cases=$CASES" "52:54:00:88:07:02" vmtap0 "$W/console.log" > "$W/base.xml"
   "$VRDMACTL" domain attach --xml "$W/base.xml" --socket "$W/g7.sock" --engine soft:$DEVIP \
     --mac 52:54:00:88:07:12 --migration-port 7711 > "$W/dom.xml" || fail "vrdmactl domain attach failed"
   grep -q "<disk type=\"vhostuser\"" "$W/dom.xml" || fail "no vhostuser disk in the attached XML"
