@@ -373,7 +373,7 @@ Outcome run_lat(Ctx& x, bool is_server, std::uint64_t iters) {
     w.rdma.remote_addr = x.remote_addr;
     w.rdma.rkey = x.remote_rkey;
     if (writes) x.buf[2 * x.c.size - 1] = static_cast<std::uint8_t>(i + 1);
-    while (sent - send_done + 1 >= x.c.depth) reap();
+    while (sent - send_done >= x.c.depth) reap();  // at most depth sends outstanding (depth 1: one at a time)
     must(x.qp->post_send(std::span<const SendWr>(&w, 1)), "post send");
     ++sent;
   };
