@@ -1,0 +1,95 @@
+# Sourced by the guest builders (tests/conformance/{vhost,rxe,vm}/make_guest.sh): the parts of a
+# TCG test guest they share (../shared/RIG.md). Downloads are cached in $VRDMA_RIG_CACHE
+# (default /var/cache/vrdma-rig). A part that cannot be had ends the builder with status 3 and a
+# reason on stderr (the tests then skip).
+CACHE=${VRDMA_RIG_CACHE:-/var/cache/vrdma-rig}
+mkdir -p "$CACHE"
+
+skip() { echo "make_guest: $*" >&2; exit 3; }
+
+# Debian's current kernel package, downloaded and unpacked once: sets KPKG, KVER, KDIR, KERNEL
+# (the bzImage) and MODDIR (its modules, with modules.dep).
+guest_kernel() {
+  KPKG=$(apt-cache depends linux-image-amd64 2>/dev/null | sed -n 's/.*Depends: \(linux-image-[0-9].*-amd64\)$/\1/p' | head -1)
+  [ -n "$KPKG" ] || KPKG=linux-image-6.1.0-57-amd64
+  KVER=${KPKG#linux-image-}
+  if ! ls "$CACHE"/${KPKG}_*.deb >/dev/null 2>&1; then
+    (cd "$CACHE" && timeout 300 apt-get download "$KPKG" >/dev/null 2>&1) || skip "cannot download $KPKG (no network or apt mirror?)"
+  fi
+  KDIR="$CACHE/kernel-$KVER"
+  command -v depmod >/dev/null || skip "depmod (package kmod) is not installed"
+  if [ ! -f "$KDIR/lib/modules/$KVER/modules.dep" ]; then
+    rm -rf "$KDIR"
+    dpkg-deb -x "$CACHE"/${KPKG}_*.deb "$KDIR"
+    depmod -b "$KDIR" "$KVER"
+  fi
+  KERNEL="$KDIR/boot/vmlinuz-$KVER"
+  [ -f "$KERNEL" ] || skip "kernel image missing from $KPKG"
+  MODDIR="$KDIR/lib/modules/$KVER"
+}
+
+# A static busybox and cpio on the host: sets BUSYBOX.
+guest_tools() {
+  BUSYBOX=$(command -v busybox || true)
+  local bb_ldd
+  bb_ldd=$( [ -n "$BUSYBOX" ] && ldd "$BUSYBOX" 2>&1 || true)
+  case "$bb_ldd" in *"not a dynamic"*) ;; *) skip "busybox-static is not installed" ;; esac
+  command -v cpio >/dev/null || skip "cpio is not installed"
+}
+
+# guest_root ROOT: the initramfs skeleton: busybox with every applet it has, /sbin/modprobe.
+guest_root() {
+  mkdir -p "$1"/{bin,sbin,proc,sys,dev,tmp,lib/modules/$KVER}
+  cp "$BUSYBOX" "$1/bin/busybox"
+  local a
+  for a in $("$BUSYBOX" --list); do [ -e "$1/bin/$a" ] || ln -s busybox "$1/bin/$a"; done
+  ln -sf ../bin/busybox "$1/sbin/modprobe"
+}
+
+# guest_modules ROOT MODULE...: the modules with their dependencies (modules.dep); one that is
+# not a module of this kernel (built in, or gone) is left out with a note. Run depmod after.
+guest_modules() {
+  local root=$1 m line f
+  shift
+  for m in "$@"; do
+    line=$(grep -E "/${m}\.ko(\.xz|\.zst)?:" "$MODDIR/modules.dep" || true)
+    [ -n "$line" ] || { echo "make_guest: $m is not a module of $KPKG (built in?)" >&2; continue; }
+    echo "$line" | tr ':' ' ' | tr ' ' '\n'
+  done | grep -v '^$' | sort -u | while read -r f; do
+    mkdir -p "$root/lib/modules/$KVER/$(dirname "$f")"
+    cp "$MODDIR/$f" "$root/lib/modules/$KVER/$f"
+  done
+  cp "$MODDIR"/modules.{builtin,order} "$root/lib/modules/$KVER/" 2>/dev/null || true
+}
+
+# guest_libs ROOT FILE...: every library ldd lists for the files, and libgcc_s (glibc loads it
+# at run time for thread cancellation; ldd does not list it), at their own paths.
+guest_libs() {
+  local root=$1 f
+  shift
+  for f in $(for f in "$@"; do ldd "$f" 2>/dev/null | awk '/=>/ {print $3} /^\t\/lib/ {print $1}'; done | sort -u) \
+           $(readlink -f /lib/x86_64-linux-gnu/libgcc_s.so.1) /lib/x86_64-linux-gnu/libgcc_s.so.1; do
+    [ -e "$f" ] || continue
+    mkdir -p "$root/$(dirname "$f")"
+    cp -L "$f" "$root/$f"
+  done
+}
+
+# guest_files ROOT FILE...: the files at their own paths, and their libraries (guest_libs).
+guest_files() {
+  local root=$1 f
+  shift
+  for f in "$@"; do
+    mkdir -p "$root/$(dirname "$f")"
+    cp -L "$f" "$root/$f"
+  done
+  guest_libs "$root" "$@"
+}
+
+# guest_pack ROOT INIT OUT: INIT as /init, the tree as a gzipped newc cpio at OUT.
+guest_pack() {
+  cp "$2" "$1/init"
+  chmod +x "$1/init"
+  (cd "$1" && find . | cpio -o -H newc --quiet | gzip -1) > "$3.tmp"
+  mv "$3.tmp" "$3"
+}
