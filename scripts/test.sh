@@ -12,8 +12,10 @@ ctest --test-dir build --output-on-failure -j 1 --timeout 600
 echo "== build (ASan+UBSan)"
 ./scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=Debug -DVRDMA_SANITIZE=ON
 echo "== tests under ASan+UBSan"
+# Not the benchmarks, and not the long VM migration runs (label vm): their minutes are TCG's,
+# and the code they drive runs under the sanitizers in the migration and vhost tests.
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ctest --test-dir build-asan --output-on-failure -j 1 --timeout 900 -LE bench
+  ctest --test-dir build-asan --output-on-failure -j 1 --timeout 900 -LE 'bench|vm'
 echo "== fuzzers (clang libFuzzer, bounded time)"
 CC=clang CXX=clang++ BUILD_TARGET=fuzzers ./scripts/build.sh build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DVRDMA_FUZZ=ON
 ctest --test-dir build-fuzz --output-on-failure -j 1 -L fuzz
