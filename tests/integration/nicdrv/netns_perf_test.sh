@@ -70,7 +70,10 @@ if command -v tshark >/dev/null; then
   have_tshark=1
   ip netns exec "$B" tshark -q -i "${B}v" -s 0 -f "udp port 4791" -w "$work/cap.pcapng" -c 3000 >/dev/null 2>&1 &
   cap=$!
-  sleep 1.5
+  # Capturing once tshark has written the file's header (a fixed sleep missed the first run on a
+  # loaded host), then a little more for the capture to be live.
+  for _ in $(seq 100); do [ -s "$work/cap.pcapng" ] && break; sleep 0.1; done
+  sleep 0.3
 fi
 run_pair write_small --test write_bw --size 3000 --iters 200 --mtu 1024
 run_pair send_small --test send_bw --size 2500 --iters 200 --mtu 1024
