@@ -368,7 +368,8 @@ struct MigratingDevice::Impl {
       return true;
     }
     st.load_ms = ms_since(t0);
-    log::info("migration: loaded the device state from guest memory in {:.1f} ms", st.load_ms);
+    st.state_bytes = inner.state_area_state_bytes();
+    log::info("migration: loaded the device state ({} bytes) from guest memory in {:.1f} ms", st.state_bytes, st.load_ms);
     return true;
   }
 
@@ -406,14 +407,15 @@ struct MigratingDevice::Impl {
       return;
     }
     st.phase = Phase::in_guest;
+    st.state_bytes = inner.state_area_state_bytes();
     st.message = "every ring stopped while the frontend logs dirty memory: the device state is in the guest's state "
                  "area, for the frontend's last memory pass";
     // The guest's address goes quiet here now (the engine is quiesced anyway): the source VMM may
     // linger paused after the switchover, and this host must not answer for the guest meanwhile.
     if (!opts.announce_if.empty())
       if (auto n = set_noarp(opts.announce_if, true); !n.ok()) log::error("migration: {}", n.error().message);
-    log::info("migration: every ring stopped during a live migration; device state written into guest memory in {:.1f} ms",
-              st.save_ms);
+    log::info("migration: every ring stopped during a live migration; device state ({} bytes) written into guest memory "
+              "in {:.1f} ms", st.state_bytes, st.save_ms);
   }
 
   // ---- source --------------------------------------------------------------------------------------

@@ -176,11 +176,11 @@ migrate() {  # migrate FROM_HOST FROM_NAME TO_HOST TO_NAME TO_IP
   echo "migrate $fn -> $tn: QEMU total ${total:-?} ms, downtime ${downtime:-?} ms ($(( (t1 - t0) / 1000000 )) ms wall); stream at $before messages"
   echo "$src" | grep -q '"phase":"migrated"' || fail "the source vrdmad $fn did not let go: $src"
   echo "$src" | grep -q '"qp":0' || fail "the source vrdmad $fn still holds QPs: $src"
-  grep -q "device state written into guest memory" "$work/vrdmad-$fn.log" ||
+  grep -q "written into guest memory" "$work/vrdmad-$fn.log" ||
     fail "the source vrdmad $fn did not write the device state into guest memory"
   echo "$dst" | grep -q '"phase":"running"' || fail "the destination vrdmad $tn does not run the guest: $dst"
   echo "$dst" | grep -q '"qp":1' || fail "the destination vrdmad $tn does not hold the guest's QP: $dst"
-  grep -o "loaded the device state from guest memory in [0-9.]* ms" "$work/vrdmad-$tn.log" | sed 's/^/  /' || true
+  grep -o "loaded the device state ([0-9]* bytes) from guest memory in [0-9.]* ms" "$work/vrdmad-$tn.log" | sed 's/^/  /' || true
 }
 
 # ---- run ----

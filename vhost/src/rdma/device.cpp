@@ -85,6 +85,7 @@ Status RdmaDevice::save_state_to_guest() { return impl_->save_state_to_guest(); 
 Result<bool> RdmaDevice::load_state_from_guest() { return impl_->load_state_from_guest(); }
 bool RdmaDevice::has_state_area() const { return impl_->state_area.has_value(); }
 std::uint64_t RdmaDevice::state_area_bytes() const { return impl_->state_area ? impl_->state_area->writable : 0; }
+std::uint64_t RdmaDevice::state_area_state_bytes() const { return impl_->state_saved_bytes; }
 RdmaDeviceStats RdmaDevice::stats() const {
   auto s = impl_->st;
   s.pds = static_cast<std::uint32_t>(impl_->pds.size());

@@ -162,7 +162,7 @@ struct RdmaDevice::Impl {
   Status write_chain(const GuestView& g, const DescChain& c, std::uint64_t off, const void* src, std::uint64_t len) const;
   std::optional<DescChain> state_area;  // the newest area the driver posted (held, never returned while newest)
   std::uint64_t state_area_asked = 0;    // bytes last asked for with a state_area_small event
-  std::uint64_t state_saved_bytes = 0;
+  std::uint64_t state_saved_bytes = 0;     // the last state written to or read from the area
 
   std::uint32_t new_handle() {
     if (next_handle_ == 0) next_handle_ = 1;  // 0 is kNoHandle

@@ -155,6 +155,7 @@ Result<bool> RdmaDevice::Impl::load_state_from_guest() {
   if (static_cast<std::uint32_t>(::crc32(0L, blob.data(), static_cast<uInt>(blob.size()))) != h.crc32)
     return make_error(Errc::protocol_error, "the device state in guest memory fails its CRC check (torn or altered)");
   VRDMA_TRY(load_state(blob));
+  state_saved_bytes = blob.size();
   // Never load the same state twice (a later restart of this backend, say).
   const std::uint32_t zero = 0;
   VRDMA_TRY(write_chain(g, *chain, 0, &zero, sizeof zero));

@@ -98,6 +98,8 @@ class RdmaDevice final : public Device {
   Result<bool> load_state_from_guest();
   [[nodiscard]] bool has_state_area() const;
   [[nodiscard]] std::uint64_t state_area_bytes() const;
+  // Bytes of the state last written into or loaded from the state area.
+  [[nodiscard]] std::uint64_t state_area_state_bytes() const;
 
   [[nodiscard]] RdmaDeviceStats stats() const;
   [[nodiscard]] const nicdrv::Device& engine() const;
