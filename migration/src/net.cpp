@@ -15,6 +15,7 @@
 
 #include <charconv>
 #include <cstring>
+#include <fstream>
 #include <vector>
 
 #include <fmt/format.h>
@@ -138,6 +139,28 @@ Result<std::uint32_t> send_gratuitous_arp(const std::string& ifname, int count) 
   }
   if (sent == 0) return errno_error(errno, "sending the gratuitous ARP on " + ifname);
   return sent;
+}
+
+Result<bool> turn_off_ipv6(const std::string& ifname) {
+  if (ifname.empty() || ifname.find('/') != std::string::npos || ifname == "." || ifname == "..")
+    return make_error(Errc::invalid_argument, "'" + ifname + "' is not an interface name");
+  const std::string path = "/proc/sys/net/ipv6/conf/" + ifname + "/disable_ipv6";
+  std::string now;
+  {
+    std::ifstream in(path);
+    if (!in) {
+      if (::if_nametoindex(ifname.c_str()) == 0) return errno_error(errno, "interface " + ifname);
+      return false;  // the kernel has no IPv6
+    }
+    in >> now;
+  }
+  if (now == "1") return false;
+  std::ofstream out(path);
+  out << "1\n";
+  out.close();
+  if (!out) return make_error(Errc::io_error, "could not turn off IPv6 on " + ifname + " (writing " + path +
+                                                 " needs CAP_NET_ADMIN in the interface's network namespace)");
+  return true;
 }
 
 }  // namespace vrdma::migration

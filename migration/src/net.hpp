@@ -27,5 +27,11 @@ std::string to_string(const sockaddr_in& a);
 Status set_noarp(const std::string& ifname, bool noarp);
 // Sends `count` gratuitous ARPs for every IPv4 address of `ifname`; returns how many went out.
 Result<std::uint32_t> send_gratuitous_arp(const std::string& ifname, int count);
+// Turns IPv6 off on `ifname` (net.ipv6.conf.<ifname>.disable_ipv6). Every host that may run the
+// guest carries its MAC on such an interface; with IPv6 on, the kernel of a host the guest has
+// left still sends MLD reports and neighbour discovery from that MAC (each time the interface's
+// flags change, NOARP included), and a switch then steers the guest's traffic back to it.
+// Returns true when it changed the setting, false when IPv6 was off already or is not built in.
+Result<bool> turn_off_ipv6(const std::string& ifname);
 
 }  // namespace vrdma::migration

@@ -61,14 +61,27 @@ struct MigratingDevice::Impl {
   bool guest_only = false;      // destination: --incoming guest (no listener)
   bool guest_state_refused = false;
   UniqueFd no_area_timer;       // destination: the frontend may never start the state queue
+  UniqueFd announce_timer;      // destination: the later rounds of gratuitous ARPs
+  int announce_round = 0;
   Clock::time_point t_stop{}, t_state{};
   bool told_dropping = false;
 
-  Impl(vhost::RdmaDevice& d, vhost::EventLoop& l, MigrationOptions o) : inner(d), loop(l), opts(std::move(o)) {}
+  Impl(vhost::RdmaDevice& d, vhost::EventLoop& l, MigrationOptions o) : inner(d), loop(l), opts(std::move(o)) {
+    if (opts.announce_if.empty()) return;
+    auto v6 = turn_off_ipv6(opts.announce_if);
+    if (!v6)
+      log::warn("migration: {}; another host carrying the guest's MAC may steer its traffic away after a migration",
+                v6.error().message);
+    else if (*v6)
+      log::info("migration: turned IPv6 off on {}: the guest's MAC lives on every host that may run it, and IPv6 "
+                "would keep sending from it where the guest is not",
+                opts.announce_if);
+  }
   ~Impl() {
     drop_link();
     if (listener) loop.remove(listener.get());
     if (no_area_timer) loop.remove(no_area_timer.get());
+    if (announce_timer) loop.remove(announce_timer.get());
   }
 
   // ---- identity --------------------------------------------------------------------------------
@@ -328,6 +341,7 @@ struct MigratingDevice::Impl {
       auto n = send_gratuitous_arp(opts.announce_if, 3);
       if (n) st.garps += *n;
       else log::error("migration: announcing the guest's address: {}", n.error().message);
+      arm_announce_rounds();
     }
     send(FrameType::active, std::string("{}"));
     if (listener) {
@@ -371,6 +385,33 @@ struct MigratingDevice::Impl {
     st.state_bytes = inner.state_area_state_bytes();
     log::info("migration: loaded the device state ({} bytes) from guest memory in {:.1f} ms", st.state_bytes, st.load_ms);
     return true;
+  }
+
+  // Four more rounds of gratuitous ARPs 50, 150, 300 and 500 ms after the first (QEMU's
+  // announce-self timing): a switch that saw a late frame from the host the guest left learns the
+  // MAC's port again, and a peer that missed the first round refreshes its neighbour entry.
+  void arm_announce_rounds() {
+    if (announce_timer) return;
+    announce_timer = UniqueFd(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
+    if (!announce_timer) return;
+    announce_round = 0;
+    const auto arm = [this] {
+      itimerspec its{};
+      its.it_value.tv_nsec = (50 + 50L * announce_round) * 1000000L;  // 50, 100, 150, 200 ms apart
+      ::timerfd_settime(announce_timer.get(), 0, &its, nullptr);
+    };
+    arm();
+    auto s = loop.add(announce_timer.get(), EPOLLIN, [this, arm](std::uint32_t) {
+      std::uint64_t ticks = 0;
+      [[maybe_unused]] auto r = ::read(announce_timer.get(), &ticks, sizeof ticks);
+      if (st.phase == Phase::running) {
+        if (auto n = send_gratuitous_arp(opts.announce_if, 1)) st.garps += *n;
+      }
+      if (++announce_round < 4 && st.phase == Phase::running) return arm();
+      loop.remove(announce_timer.get());
+      announce_timer.reset();
+    });
+    if (!s.ok()) announce_timer.reset();
   }
 
   // A frontend that runs the device with only the required queues never starts the state

@@ -264,7 +264,7 @@ BOOST_AUTO_TEST_CASE(one_device_serves_16384_qps_and_cqs) {
   BOOST_REQUIRE(net.ok());
   TempDir dir;
   Vrdmad v(dir, "scale", net.ns_a(), "soft:" + net.ip_a());
-  auto d = open_dev(v.device() + "?ram_mib=640");
+  auto d = open_dev(v.device() + "?ram_mib=768");  // the objects take ~512 MiB, a state area up to 64
   auto pd = d->alloc_pd();
   VRDMA_REQUIRE_OK(pd);
   constexpr int kN = 16384;

@@ -136,7 +136,9 @@ class PvDevice final : public Device {
     ev_ = Dma(t_.get(), *ev);
     for (std::uint16_t i = 0; i < kEventBuffers; ++i) VRDMA_TRY(post_event_buffer(i));
     VRDMA_TRY(t_->publish_and_kick(vd::kEventQueue));
-    if (t_->num_queues() > vd::kStateQueue) VRDMA_TRY(post_state_area(kInitialStateArea));
+    if (const std::size_t room = t_->dma_bytes() / 8 / 4096 * 4096;
+        t_->num_queues() > vd::kStateQueue && room >= vd::kMinStateArea)
+      VRDMA_TRY(post_state_area(std::min(kInitialStateArea, room)));
     stop_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (stop_fd_ < 0) return errno_error(errno, "eventfd");
     events_ = std::thread([this] { event_thread(); });
@@ -332,7 +334,14 @@ class PvDevice final : public Device {
   // The state area (docs/virtio-rdma.md "State in guest memory"): one zeroed, physically
   // contiguous DMA buffer kept posted on the state queue; the device returns the previous one
   // when a larger one arrives. Init and the event thread only.
+  // The state area is for a migration that may never come: it takes at most an eighth of the
+  // DMA memory, so that it never stands in the way of the objects the application creates.
   Status post_state_area(std::size_t bytes) {
+    if (bytes > t_->dma_bytes() / 8)
+      return make_error(Errc::no_memory,
+                        fmt::format("a state area may take an eighth of the device's DMA memory ({} KiB of {} MiB); "
+                                    "open the device with a larger ram_mib",
+                                    t_->dma_bytes() / 8 >> 10, t_->dma_bytes() >> 20));
     auto a = t_->alloc_dma(bytes);
     if (!a) return std::move(a).error();
     Dma area(t_.get(), *a);
@@ -366,6 +375,7 @@ class PvDevice final : public Device {
   Dma ev_;
   std::unordered_map<std::uint16_t, std::uint16_t> ev_slot_;  // descriptor id -> event slot
   std::map<std::uint16_t, Dma> state_areas_;                  // descriptor id -> state area (posted, not returned)
+  std::size_t state_area_refused_ = 0;                        // the last size that could not be posted
   int stop_fd_ = -1;
   std::thread events_;
   std::mutex cq_mu_;
@@ -460,9 +470,11 @@ void PvDevice::event_thread() {
         if (auto c = cq_by_handle_.find(e.handle); c != cq_by_handle_.end()) c->second->signal();
       } else if (e.type == static_cast<std::uint32_t>(vd::EventType::state_area_small)) {
         const std::size_t want = std::clamp<std::size_t>(std::size_t{e.info} << 10, vd::kMinStateArea, vd::kMaxStateArea);
-        if (auto s = post_state_area(want); !s.ok())
+        if (auto s = post_state_area(want); !s.ok() && want != state_area_refused_) {
+          state_area_refused_ = want;  // said once per size
           log::error("pv: {}: the device needs a {} KiB state area for live migration, but: {}", name_, want >> 10,
                      s.error().message);
+        }
       } else if (e.type != 0) {
         log::info("pv: {}: device event {} for object {} (info {})", name_, e.type, e.handle, e.info);
       }

@@ -137,6 +137,7 @@ class PciTransport final : public PvTransport {
   }
   Result<DmaArea> alloc_dma(std::size_t len) override { return dma_->alloc(len); }
   void free_dma(const DmaArea& a) override { dma_->free(a); }
+  std::uint64_t dma_bytes() const override { return dma_->size(); }
   std::optional<std::uint64_t> gpa_of(const void* p, std::size_t len) const override { return dma_->gpa_of(p, len); }
   Result<std::uint16_t> add(std::uint16_t queue, std::span<const ChainBuf> bufs) override {
     return qs_.at(queue).ring.add(bufs);

@@ -74,6 +74,7 @@ class VhostUserTransport final : public PvTransport {
     std::memset(heap_.host() + *off, 0, n);
     return DmaArea{heap_.host() + *off, heap_.gpa() + *off, static_cast<std::size_t>(n)};
   }
+  std::uint64_t dma_bytes() const override { return heap_.size(); }
   void free_dma(const DmaArea& a) override {
     if (a.host == nullptr) return;
     heap_.free(static_cast<std::uint64_t>(a.host - heap_.host()), a.len);

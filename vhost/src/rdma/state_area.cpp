@@ -74,6 +74,17 @@ void RdmaDevice::Impl::check_state_area() {
   // Asked for twice the bound: ask again only once the state may outgrow that, too (a driver
   // that cannot grow its area is not asked at every command).
   if (bound <= state_area->writable || bound <= state_area_asked) return;
+  if (state_area_asked >= vd::kMaxStateArea) {
+    // Asked for the largest area already: the state may outgrow any area (a live migration then
+    // needs a source vrdmad that sends it over the network). Said once; asked no more.
+    if (state_area_asked == vd::kMaxStateArea) {
+      log::warn("virtio-rdma: the device state may reach {} bytes, more than the largest state area ({} MiB); a live "
+                "migration that carries it in guest memory fails if it does (send it over the network instead: vrdmactl device migrate --control SOCKET --to tcp:IP:PORT)",
+                bound, vd::kMaxStateArea >> 20);
+      state_area_asked = vd::kMaxStateArea + 1;
+    }
+    return;
+  }
   const std::uint64_t want = std::min<std::uint64_t>(2 * bound, vd::kMaxStateArea);
   state_area_asked = want;
   log::info("virtio-rdma: the device state may reach {} bytes, more than the {}-byte state area; asking the driver "

@@ -49,6 +49,8 @@ class PvTransport {
   // DMA memory: page-aligned, zeroed, freed by free_dma.
   virtual Result<DmaArea> alloc_dma(std::size_t len) = 0;
   virtual void free_dma(const DmaArea& a) = 0;
+  // The DMA memory's whole size (free and in use).
+  [[nodiscard]] virtual std::uint64_t dma_bytes() const = 0;
   // Host pointer -> guest-physical address, when [p, p+len) is DMA memory in one piece.
   virtual std::optional<std::uint64_t> gpa_of(const void* p, std::size_t len) const = 0;
   // Virtqueue operations; one caller at a time per queue.
