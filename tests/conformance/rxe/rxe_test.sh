@@ -230,7 +230,7 @@ for cap in "$work"/cap_*.pcapng; do
   round=$(basename "$cap" .pcapng)
   # Without the RPC-over-RDMA heuristic: it claims small SEND payloads (rping's and perftest's
   # records) as its own and reports them malformed; our headers are not what it judges.
-  tshark --disable-heuristic rpcordma -r "$cap" -Y "ip.src == $HOST" -T fields -e frame.number -e infiniband.bth.opcode \
+  tshark --disable-protocol rpcordma -r "$cap" -Y "ip.src == $HOST" -T fields -e frame.number -e infiniband.bth.opcode \
     -e _ws.expert.message -E separator=';' > "$work/decode_$round.txt" 2>"$work/decode_$round.err" || true
   total=$(wc -l < "$work/decode_$round.txt")
   bth=$(awk -F';' '$2!=""' "$work/decode_$round.txt" | wc -l)
