@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "vrdma/common/fd.hpp"
+#include "vrdma/sriov/ledger.hpp"
 
 namespace vrdma::integration {
 namespace {
@@ -39,13 +40,7 @@ std::string pid_file(const DeviceMeta& m) { return m.socket + ".pid"; }
 std::string log_file(const DeviceMeta& m) { return m.socket + ".log"; }
 
 // Alive and not a zombie (a detached backend's parent may never reap it).
-bool alive(int pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-  std::string s;
-  if (!std::getline(f, s)) return false;
-  const auto close = s.rfind(')');
-  return close != std::string::npos && close + 2 < s.size() && s[close + 2] != 'Z';
-}
+bool alive(int pid) { return sriov::process_alive(pid); }
 
 std::string cmdline(int pid) {
   std::ifstream f("/proc/" + std::to_string(pid) + "/cmdline", std::ios::binary);

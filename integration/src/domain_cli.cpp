@@ -15,11 +15,17 @@ int usage() {
                "usage: vrdmactl domain attach --socket PATH --engine ENGINE [--xml FILE] [--mac MAC] [--announce IF]\n"
                "                              [--migration-port P | --incoming tcp:IP:PORT] [--control PATH]\n"
                "                              [--queue-size N] [--target vdX]\n"
+               "                              [--vf-pool PF] [--vf-numa N] [--vf-vlan V] [--vf-max-rate MBPS]\n"
+               "                              [--vf-trust on|off] [--vf-spoofchk on|off]\n"
                "  Reads a libvirt domain XML (FILE, or standard input) and prints it with the virtio RDMA device\n"
                "  attached: a vhost-user disk on vrdmad's socket (QEMU's vhost-user-blk-pci carries the device),\n"
                "  shared memfd memory, and the vrdma:device metadata the libvirt hook reads.\n"
-               "  --engine          soft:<guest IPv4> or verbs:<ibdev | PCI address>\n"
-               "  --mac             the guest device's MAC (its RDMA identity with the soft engine)\n"
+               "  --engine          soft:<guest IPv4>, verbs:<ibdev | PCI address>, or verbs:vf: the hook takes a VF\n"
+               "                    of the host's SR-IOV pool for the backend (any --vf-* option implies verbs:vf)\n"
+               "  --vf-pool         the PF whose VFs to take (PCI address or netdev; default any PF)\n"
+               "  --vf-numa         take a VF on this NUMA node\n"
+               "  --vf-vlan, --vf-max-rate, --vf-trust, --vf-spoofchk   the VF's VLAN, tx rate limit (Mb/s), trust, spoof-check\n"
+               "  --mac             the guest device's MAC (its RDMA identity; with verbs:vf the VF gets this MAC)\n"
                "  --announce        the host interface carrying the guest's address (gratuitous ARP after migration)\n"
                "  --migration-port  where a destination vrdmad listens for the device state (all addresses)\n"
                "Then: virt-xml-validate FILE domain && virsh create FILE\n");
@@ -32,6 +38,8 @@ int domain_cli(const std::vector<std::string>& args) {
   if (args.empty() || args[0] != "attach") return usage();
   AttachOptions o;
   std::string xml_file, port;
+  VfRequest vf;
+  bool want_vf = false;
   for (std::size_t i = 1; i < args.size(); ++i) {
     const std::string& a = args[i];
     auto value = [&](std::string& out) {
@@ -50,7 +58,23 @@ int domain_cli(const std::vector<std::string>& args) {
     else if (a == "--incoming") ok = value(o.device.incoming);
     else if (a == "--migration-port") ok = value(port);
     else if (a == "--target") ok = value(o.target);
-    else if (a == "--queue-size") {
+    else if (a.rfind("--vf-", 0) == 0) {
+      std::string v;
+      if (!value(v)) {
+        std::fprintf(stderr, "vrdmactl domain attach: %s needs a value\n", a.c_str());
+        return 2;
+      }
+      want_vf = true;
+      if (auto st = set_vf_attribute(vf, a.substr(2), v); !st.ok()) {
+        if (st.error().is(Errc::not_found)) {
+          std::fprintf(stderr, "vrdmactl domain attach: unknown option %s\n", a.c_str());
+          return usage();
+        }
+        std::fprintf(stderr, "vrdmactl domain attach: %s takes %s, not '%s'\n", a.c_str(),
+                     st.error().message.c_str(), v.substr(0, 32).c_str());
+        return 2;
+      }
+    } else if (a == "--queue-size") {
       ok = value(qs);
       const unsigned long v = ok ? std::strtoul(qs.c_str(), nullptr, 10) : 0;
       if (v < 16 || v > 1024 || (v & (v - 1)) != 0) {
@@ -78,6 +102,12 @@ int domain_cli(const std::vector<std::string>& args) {
       return 2;
     }
     o.device.incoming = "tcp:0.0.0.0:" + port;
+  }
+  if (want_vf) {
+    if (o.device.engine.empty()) o.device.engine = "verbs:vf";
+    o.device.vf = vf;
+  } else if (is_vf_engine(o.device.engine)) {
+    o.device.vf = VfRequest{};
   }
   std::stringstream in;
   if (xml_file.empty() || xml_file == "-") {

@@ -3,6 +3,7 @@
 #include <libxml/parser.h>
 #include <libxml/tree.h>
 
+#include <cctype>
 #include <cstdlib>
 #include <memory>
 #include <set>
@@ -66,7 +67,87 @@ void replace_paths(xmlNode* n, const std::string& from, const std::string& to) {
   }
 }
 
+bool is_pci_address(const std::string& s) {
+  // DDDD:BB:DD.F or BB:DD.F, hex.
+  const auto dot = s.rfind('.');
+  if (dot == std::string::npos || dot + 2 != s.size() || s.size() > 16) return false;
+  int colons = 0;
+  for (std::size_t i = 0; i < dot; ++i) {
+    if (s[i] == ':') ++colons;
+    else if (!std::isxdigit(static_cast<unsigned char>(s[i]))) return false;
+  }
+  return (colons == 1 || colons == 2) && std::isdigit(static_cast<unsigned char>(s[dot + 1]));
+}
+
+// A Linux netdev name: 1..15 characters, none of them '/', ':' or white space.
+bool is_ifname(const std::string& s) {
+  if (s.empty() || s.size() > 15 || s == "." || s == "..") return false;
+  for (char c : s)
+    if (c == '/' || c == ':' || std::isspace(static_cast<unsigned char>(c)) || !std::isprint(static_cast<unsigned char>(c)))
+      return false;
+  return true;
+}
+
+// The vf-* attributes (engine="verbs:vf"). Each bad value is a sentence naming the attribute.
+Result<VfRequest> parse_vf_request(xmlNode* e, const std::string& domain) {
+  VfRequest r;
+  for (const char* name : kVfAttributes) {
+    if (!xmlHasProp(e, X(name))) continue;
+    const auto v = attr(e, name);
+    if (auto st = set_vf_attribute(r, name, v); !st.ok())
+      return make_error(Errc::invalid_argument, "the vrdma:device element of domain " + domain + " has " + name +
+                                                    " \"" + v.substr(0, 64) + "\"; it must be " + st.error().message);
+  }
+  return r;
+}
+
+bool has_vf_attributes(xmlNode* e) {
+  for (const char* name : kVfAttributes)
+    if (xmlHasProp(e, X(name))) return true;
+  return false;
+}
+
 }  // namespace
+
+Status set_vf_attribute(VfRequest& r, std::string_view name, const std::string& v) {
+  auto number = [&](long long lo, long long hi) -> std::optional<long long> {
+    if (v.empty() || v.size() > 10 || v.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+    const long long n = std::strtoll(v.c_str(), nullptr, 10);
+    if (n < lo || n > hi) return std::nullopt;
+    return n;
+  };
+  auto onoff = [&]() -> std::optional<bool> {
+    if (v == "on" || v == "yes") return true;
+    if (v == "off" || v == "no") return false;
+    return std::nullopt;
+  };
+  auto want = [](const char* what) { return make_error(Errc::invalid_argument, what); };
+  if (name == "vf-pool") {
+    if (!is_pci_address(v) && !is_ifname(v)) return want("a PF's PCI address (0000:3b:00.0) or its netdev name");
+    r.pool = v;
+  } else if (name == "vf-numa") {
+    const auto n = number(0, 1023);
+    if (!n) return want("a NUMA node number, 0..1023");
+    r.numa_node = static_cast<int>(*n);
+  } else if (name == "vf-vlan") {
+    const auto n = number(0, 4094);
+    if (!n) return want("a VLAN id, 0..4094 (0: none)");
+    r.vlan = static_cast<std::uint16_t>(*n);
+  } else if (name == "vf-max-rate") {
+    const auto n = number(0, 4294967295LL);
+    if (!n) return want("a rate in Mb/s (0: unlimited)");
+    r.max_rate_mbps = static_cast<std::uint32_t>(*n);
+  } else if (name == "vf-trust" || name == "vf-spoofchk") {
+    const auto b = onoff();
+    if (!b) return want("on or off");
+    (name == "vf-trust" ? r.trust : r.spoofchk) = *b;
+  } else {
+    return make_error(Errc::not_found, "one of vf-pool, vf-numa, vf-vlan, vf-max-rate, vf-trust, vf-spoofchk");
+  }
+  return {};
+}
+
+bool is_vf_engine(const std::string& engine) { return engine == "verbs:vf" || engine.rfind("verbs:vf?", 0) == 0; }
 
 Result<DomainInfo> parse_domain(const std::string& xml) {
   auto doc = read(xml);
@@ -118,6 +199,15 @@ Result<DomainInfo> parse_domain(const std::string& xml) {
   }
   if (m.backend == BackendKind::vrdmad) {
     if (m.engine.empty()) return missing("engine");
+    if (is_vf_engine(m.engine)) {
+      auto vf = parse_vf_request(e, info.name);
+      if (!vf) return std::move(vf).error();
+      m.vf = std::move(*vf);
+    } else if (has_vf_attributes(e)) {
+      return make_error(Errc::invalid_argument, "the vrdma:device element of domain " + info.name +
+                                                    " has vf-* attributes but engine \"" + m.engine +
+                                                    "\"; they apply only to engine=\"verbs:vf\" (a VF from the pool)");
+    }
     // Without a stream address, a destination takes the device state from the guest's memory.
     if (m.incoming.empty()) m.incoming = "guest";
     if (m.control.empty()) m.control = sibling_path(m.socket, info.name, ".ctl");
@@ -160,7 +250,11 @@ Result<std::string> attach_device(const std::string& xml, const AttachOptions& o
   const DeviceMeta& m = o.device;
   if (m.socket.empty() || m.socket[0] != '/')
     return make_error(Errc::invalid_argument, "the device needs an absolute vhost-user socket path (--socket)");
-  if (m.engine.empty()) return make_error(Errc::invalid_argument, "the device needs an engine (--engine soft:IP or verbs:IBDEV)");
+  if (m.engine.empty())
+    return make_error(Errc::invalid_argument, "the device needs an engine (--engine soft:IP, verbs:IBDEV or verbs:vf)");
+  if (m.vf && !is_vf_engine(m.engine))
+    return make_error(Errc::invalid_argument, "VF pool options need the engine verbs:vf (the hook then takes a VF for the "
+                                              "backend), not " + m.engine);
   auto doc = read(xml, true);
   if (!doc) return std::move(doc).error();
   xmlNode* root = xmlDocGetRootElement(doc->get());
@@ -228,6 +322,15 @@ Result<std::string> attach_device(const std::string& xml, const AttachOptions& o
   if (!m.mac.empty()) set(e, "mac", m.mac);
   if (!m.announce.empty()) set(e, "announce", m.announce);
   if (!m.incoming.empty()) set(e, "incoming", m.incoming);
+  if (m.vf) {
+    const VfRequest& v = *m.vf;
+    if (!v.pool.empty()) set(e, "vf-pool", v.pool);
+    if (v.numa_node) set(e, "vf-numa", std::to_string(*v.numa_node));
+    if (v.vlan) set(e, "vf-vlan", std::to_string(*v.vlan));
+    if (v.max_rate_mbps) set(e, "vf-max-rate", std::to_string(*v.max_rate_mbps));
+    if (v.trust) set(e, "vf-trust", *v.trust ? "on" : "off");
+    if (v.spoofchk) set(e, "vf-spoofchk", *v.spoofchk ? "on" : "off");
+  }
   auto out = dump(doc->get());
   if (!out) return out;
   // What we wrote must read back as a complete device (the hook's own check).

@@ -7,6 +7,7 @@
 
 #include "backend_proc.hpp"
 #include "vrdma/integration/domain_xml.hpp"
+#include "vrdma/integration/guest_vf.hpp"
 
 namespace vrdma::integration {
 namespace {
@@ -25,6 +26,45 @@ void trace(const std::string& line) {
 }
 
 const char* kind_name(BackendKind k) { return k == BackendKind::vrdmad ? "vrdmad" : "vhost-user-blk"; }
+
+// Starts the backend for m unless one already serves its socket. With engine="verbs:vf" it first
+// takes a VF (held by this process), starts vrdmad on the VF's RDMA device, then hands the VF to
+// vrdmad's pid; any failure gives the VF back. Returns what to add to the trace line, or the
+// failure as a whole sentence.
+Result<std::string> start_backend(const std::string& domain, const std::string& host, const DeviceMeta& m,
+                                  bool incoming, bool migrating, const BackendPrograms& progs) {
+  const std::string what = std::string(migrating ? "incoming " : "") + "domain " + domain + " on " + host;
+  auto backend_failed = [&](const Error& e, const std::string& extra) {
+    return Error{e.code, "cannot start the " + std::string(kind_name(m.backend)) + " backend for " + what + ": " +
+                             e.message + extra};
+  };
+  if (!m.vf || backend_pid(m) != 0) {
+    if (auto st = ensure_backend(m, incoming, progs); !st.ok()) return backend_failed(st.error(), "");
+    return std::string();
+  }
+  const auto paths = VfPaths::from_environment();
+  const auto owner = vf_owner(domain, host);
+  auto vf = assign_guest_vf(paths, m, owner);
+  if (!vf) return Error{vf.error().code, "cannot give " + what + " a VF: " + vf.error().message};
+  const DeviceMeta run = backend_for_vf(m, *vf);
+  auto give_back = [&](const Error& e) {
+    auto r = release_guest_vf(paths, m, owner);
+    const std::string extra = !r   ? "; VF " + vf->vf + " could not be given back (" + r.error().message +
+                                         "): free it with 'vrdmactl vf release --owner " + owner + "'"
+                              : "; VF " + vf->vf + " was given back to the pool";
+    return backend_failed(e, extra);
+  };
+  if (auto st = ensure_backend(run, incoming, progs); !st.ok()) return give_back(st.error());
+  const int pid = backend_pid(run);
+  Status handed = pid > 0 ? hand_over_guest_vf(paths, *vf, pid)
+                          : Status(make_error(Errc::io_error, "the backend exited right after it started"));
+  if (!handed.ok()) {
+    (void)stop_backend(run);
+    return give_back(handed.error());
+  }
+  return std::string(vf->reused ? " with its VF " : " with VF ") + vf->vf + " (" + vf->ibdev + ", engine " +
+         run.engine + ", MAC " + run.mac + ")";
+}
 
 }  // namespace
 
@@ -61,30 +101,47 @@ int hook_qemu_run(const std::vector<std::string>& args, std::istream& in, std::o
       return 1;
     }
     const bool incoming = here.backend == BackendKind::vrdmad;
-    if (auto st = ensure_backend(here, incoming, progs); !st.ok()) {
-      err << "vrdma hook: cannot start the " << kind_name(here.backend) << " backend for incoming domain " << domain
-          << " on " << host << ": " << st.error().message << "\n";
+    auto started = start_backend(domain, host, here, incoming, true, progs);
+    if (!started) {
+      err << "vrdma hook: " << started.error().message << "\n";
       return 1;
     }
     trace(host + " " + domain + " migrate begin: started " + kind_name(here.backend) + (incoming ? " --incoming" : "") +
-          " on " + here.socket + " (was " + dev.socket + ")");
+          *started + " on " + here.socket + " (was " + dev.socket + ")");
     out << *rewritten;
     return 0;
   }
   if (ensure) {
     const bool was = backend_pid(dev) != 0;
-    if (auto st = ensure_backend(dev, false, progs); !st.ok()) {
-      err << "vrdma hook: cannot start the " << kind_name(dev.backend) << " backend for domain " << domain << " on "
-          << host << ": " << st.error().message << "\n";
+    auto started = start_backend(domain, host, dev, false, false, progs);
+    if (!started) {
+      err << "vrdma hook: " << started.error().message << "\n";
       return 1;
     }
-    trace(host + " " + domain + " " + op + " begin: " + (was ? "backend already runs" : "started backend") + " on " +
-          dev.socket);
+    trace(host + " " + domain + " " + op + " begin: " + (was ? "backend already runs" : "started backend" + *started) +
+          " on " + dev.socket);
     return 0;
   }
   (void)stop_backend(dev);
-  trace(host + " " + domain + " release end: stopped backend on " + dev.socket);
-  return 0;
+  std::string freed;
+  int rc = 0;
+  if (dev.vf) {
+    const auto owner = vf_owner(domain, host);
+    auto r = release_guest_vf(VfPaths::from_environment(), dev, owner);
+    if (!r) {
+      err << "vrdma hook: cannot give the VF of domain " << domain << " back to the pool on " << host << ": "
+          << r.error().message << "; 'vrdmactl vf release --owner " << owner << "' does it by hand\n";
+      rc = 1;
+    } else if (*r) {
+      freed = ", released VF " + (*r)->vf;
+      if (!(*r)->warning.empty()) {
+        err << "vrdma hook: domain " << domain << ": " << (*r)->warning << "\n";
+        freed += " (" + (*r)->warning + ")";
+      }
+    }
+  }
+  trace(host + " " + domain + " release end: stopped backend on " + dev.socket + freed);
+  return rc;
 }
 
 }  // namespace vrdma::integration

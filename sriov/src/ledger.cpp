@@ -100,12 +100,17 @@ std::string describe(const Allocation& a) {
   return fmt::format("{} '{}'", purpose_name(a.purpose), a.owner);
 }
 
-bool default_pid_alive(std::int64_t pid) {
-  if (pid <= 0 || pid > 0x3fffffff) return false;
-  return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
-}
-
 }  // namespace
+
+bool process_alive(std::int64_t pid) {
+  if (pid <= 0 || pid > 0x3fffffff) return false;
+  if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno != EPERM) return false;
+  // A zombie holds nothing any more; its state letter follows the ')' closing its name.
+  const auto stat = detail::read_attr(fmt::format("/proc/{}/stat", pid));
+  if (!stat) return true;  // no /proc: trust kill()
+  const auto close = stat->rfind(')');
+  return close == std::string::npos || close + 2 >= stat->size() || (*stat)[close + 2] != 'Z';
+}
 
 std::string_view purpose_name(Purpose p) { return p == Purpose::guest ? "guest" : "migration"; }
 
@@ -275,6 +280,25 @@ Status Ledger::activate(const PciAddress& vf, bool persistent) {
   return t.commit();
 }
 
+Status Ledger::hand_over(const PciAddress& vf, std::string_view owner, std::int64_t pid) {
+  if (pid < 0 || pid > 0x3fffffff)
+    return make_error(Errc::invalid_argument, fmt::format("{} is not a process id", pid));
+  sqlite3* db = impl_->db.get();
+  Txn t(db);
+  VRDMA_TRY(t.begin());
+  Stmt st(db, "UPDATE allocations SET owner_pid = ? WHERE vf = ? AND owner = ? AND state = 'active'");
+  if (!st.ok()) return sqlite_error(db, st.prepare_rc(), "cannot prepare a ledger update");
+  st.bind(1, pid).bind(2, vf.str()).bind(3, std::string(owner));
+  int rc = st.step();
+  if (rc != SQLITE_DONE) return sqlite_error(db, rc, "cannot update the VF ledger");
+  if (sqlite3_changes(db) != 1)
+    return make_error(Errc::bad_state, fmt::format("VF {} is not held active by '{}' in the ledger, so it cannot be "
+                                                   "handed to process {}",
+                                                   vf.str(), owner.substr(0, 128), pid));
+  VRDMA_TRY(impl_->event(vf.str(), "hand-over", fmt::format("to pid {}", pid)));
+  return t.commit();
+}
+
 Status Ledger::mark_releasing(const PciAddress& vf) {
   sqlite3* db = impl_->db.get();
   Txn t(db);
@@ -328,7 +352,7 @@ Result<std::optional<Allocation>> Ledger::find_owner(Purpose p, std::string_view
 
 Result<std::vector<ReconcileAction>> Ledger::reconcile(const Inventory& inv, const ReconcileEnv& env) {
   sqlite3* db = impl_->db.get();
-  auto alive = env.pid_alive ? env.pid_alive : default_pid_alive;
+  auto alive = env.pid_alive ? env.pid_alive : process_alive;
   Txn t(db);
   VRDMA_TRY(t.begin());
   std::vector<ReconcileAction> actions;

@@ -36,6 +36,30 @@ std::vector<Candidate> pool_candidates(const Inventory& inv, const PoolFilter& f
   return out;
 }
 
+Status configure_vf(const Inventory& inv, const PciAddress& pf, std::uint32_t vf_index, const VfConfig& cfg) {
+  if (cfg.empty()) return {};
+  const PciFunction* f = inv.find(pf);
+  if (f == nullptr || f->netdevs.empty())
+    return make_error(Errc::bad_state, fmt::format("PF {} has no netdev, so its VF {} cannot be configured through "
+                                                   "rtnetlink; bring up the PF's network driver",
+                                                   pf.str(), vf_index));
+  auto nl = Rtnl::open();
+  if (!nl) return std::move(nl).error();
+  return nl->set_vf(f->netdevs.front(), vf_index, cfg);
+}
+
+VfConfig clean_vf_config(const VfConfig& applied) {
+  VfConfig c;
+  if (applied.mac) c.mac = MacAddress{};
+  if (applied.vlan || applied.qos) c.vlan = 0;
+  if (applied.spoofchk) c.spoofchk = true;
+  if (applied.trust) c.trust = false;
+  if (applied.link_state) c.link_state = VfLinkState::follow_pf;
+  if (applied.min_tx_rate_mbps) c.min_tx_rate_mbps = 0;
+  if (applied.max_tx_rate_mbps) c.max_tx_rate_mbps = 0;
+  return c;
+}
+
 Result<Allocation> assign_vf(const SysfsRoot& sysfs, Ledger& ledger, const AllocateRequest& req,
                              const AssignOptions& opts) {
   VRDMA_TRY(opts.net.validate());
@@ -63,17 +87,7 @@ Result<Allocation> assign_vf(const SysfsRoot& sysfs, Ledger& ledger, const Alloc
     if (!st.ok()) log::warn("could not undo the reservation of VF {}: {}", a->vf.str(), st.error().message);
     return e;
   };
-  const PciFunction* pf = inv->find(a->pf);
-  if (!opts.net.empty()) {
-    if (pf == nullptr || pf->netdevs.empty())
-      return undo(make_error(Errc::bad_state, fmt::format("PF {} has no netdev, so VF {} cannot be configured through "
-                                                          "rtnetlink; bring up the PF's network driver",
-                                                          a->pf.str(), a->vf.str())));
-    auto nl = Rtnl::open();
-    if (!nl) return undo(std::move(nl).error());
-    auto st = nl->set_vf(pf->netdevs.front(), a->vf_index, opts.net);
-    if (!st.ok()) return undo(st.error());
-  }
+  if (auto st = configure_vf(*inv, a->pf, a->vf_index, opts.net); !st.ok()) return undo(st.error());
   if (opts.bind == BindMode::vfio) {
     auto st = bind_driver(sysfs, a->vf, "vfio-pci");
     if (!st.ok()) return undo(st.error());

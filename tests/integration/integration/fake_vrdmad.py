@@ -26,6 +26,8 @@ def steps(seq):
 
 def serve(path, control):
     s = socket.socket(socket.AF_UNIX)
+    if control and os.path.exists(path):
+        os.unlink(path)  # as vrdmad does: a control socket left by a backend that died
     s.bind(path)
     s.listen(8)
     while True:

@@ -192,3 +192,57 @@ BOOST_AUTO_TEST_CASE(attach_refuses_what_would_clash_with_sentences) {
   BOOST_TEST(!attach_device("<domain><name>x</name>", o).ok());
   BOOST_TEST(attach_device("<network/>", o).error().message.find("not a <domain>") != std::string::npos);
 }
+
+BOOST_AUTO_TEST_CASE(engine_verbs_vf_reads_the_vf_attributes) {
+  auto d = parse_domain(domain("socket='/run/vrdma/g1.sock' engine='verbs:vf' mac='52:54:00:12:34:56' vf-pool='ens1f0' "
+                               "vf-numa='1' vf-vlan='42' vf-max-rate='10000' vf-trust='on' vf-spoofchk='off'"));
+  BOOST_REQUIRE_MESSAGE(d.ok(), (d.ok() ? "" : d.error().message));
+  BOOST_REQUIRE(d->device->vf.has_value());
+  const VfRequest& v = *d->device->vf;
+  BOOST_TEST(v.pool == "ens1f0");
+  BOOST_TEST(v.numa_node.value() == 1);
+  BOOST_TEST(v.vlan.value() == 42);
+  BOOST_TEST(v.max_rate_mbps.value() == 10000U);
+  BOOST_TEST(v.trust.value());
+  BOOST_TEST(!v.spoofchk.value());
+  // Options after '?' are the verbs provider's; a bare verbs:vf takes any PF.
+  auto any = parse_domain(domain("socket='/s' engine='verbs:vf?gid_index=3'"));
+  BOOST_REQUIRE(any.ok());
+  BOOST_TEST((any->device->vf == VfRequest{}));
+  // Other engines carry no VF request.
+  BOOST_TEST(!parse_domain(domain(kFull))->device->vf.has_value());
+  BOOST_TEST(!is_vf_engine("verbs:vfx"));
+  BOOST_TEST(is_vf_engine("verbs:vf"));
+}
+
+BOOST_AUTO_TEST_CASE(wrong_vf_attributes_are_refused_with_the_attribute_named) {
+  auto msg = [](const std::string& attrs) {
+    auto d = parse_domain(domain("socket='/s' " + attrs));
+    return d.ok() ? std::string("accepted") : d.error().message;
+  };
+  BOOST_TEST(msg("engine='verbs:vf' vf-vlan='4095'").find("vf-vlan \"4095\"; it must be a VLAN id, 0..4094") !=
+             std::string::npos);
+  BOOST_TEST(msg("engine='verbs:vf' vf-trust='maybe'").find("vf-trust \"maybe\"; it must be on or off") !=
+             std::string::npos);
+  BOOST_TEST(msg("engine='verbs:vf' vf-pool='a/b'").find("vf-pool") != std::string::npos);
+  BOOST_TEST(msg("engine='verbs:vf' vf-numa='-1'").find("vf-numa") != std::string::npos);
+  BOOST_TEST(msg("engine='soft:10.0.0.5' vf-pool='ens1f0'").find("apply only to engine=\"verbs:vf\"") !=
+             std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(attach_writes_the_vf_request_the_hook_reads_back) {
+  AttachOptions o;
+  o.device.socket = "/run/vrdma/g1.sock";
+  o.device.engine = "verbs:vf";
+  o.device.mac = "52:54:00:12:34:56";
+  o.device.vf = VfRequest{"0000:3b:00.0", std::nullopt, 100, 0, std::nullopt, true};
+  auto x = attach_device(kPlain, o);
+  BOOST_REQUIRE_MESSAGE(x.ok(), (x.ok() ? "" : x.error().message));
+  BOOST_TEST(x->find("vf-pool=\"0000:3b:00.0\"") != std::string::npos);
+  auto d = parse_domain(*x);
+  BOOST_REQUIRE(d.ok());
+  BOOST_TEST((d->device->vf == o.device.vf));
+  auto soft = o;
+  soft.device.engine = "soft:10.0.0.5";
+  BOOST_TEST(attach_device(kPlain, soft).error().message.find("need the engine verbs:vf") != std::string::npos);
+}

@@ -1,6 +1,8 @@
 #define BOOST_TEST_MODULE sriov_ledger
 #include <boost/test/unit_test.hpp>
 #include <sqlite3.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -167,6 +169,46 @@ BOOST_FIXTURE_TEST_CASE(reconcile_frees_dead_owners_vanished_vfs_and_unfinished_
   BOOST_TEST((acts->at(0).kind == ReconcileAction::Kind::freed_missing_vf));
   BOOST_TEST(acts->at(0).sentence.find("no longer exists in sysfs") != std::string::npos);
   BOOST_TEST(l.list()->empty());
+}
+
+BOOST_FIXTURE_TEST_CASE(hand_over_passes_an_active_vf_to_the_process_that_uses_it, Fixture) {
+  auto l = open();
+  auto c = pool_candidates(inv(), {});
+  auto a = l.allocate(req("g1@hv", getpid()), c);
+  BOOST_REQUIRE(a.ok());
+  // Only an active row of that owner can be handed over.
+  auto reserved = l.hand_over(a->vf, "g1@hv", 999999);
+  BOOST_REQUIRE(!reserved.ok());
+  BOOST_TEST(reserved.error().is(Errc::bad_state));
+  BOOST_REQUIRE(l.activate(a->vf, false).ok());
+  auto other = l.hand_over(a->vf, "g2@hv", 999999);
+  BOOST_REQUIRE(!other.ok());
+  BOOST_TEST(other.error().message.find("is not held active by 'g2@hv'") != std::string::npos);
+  BOOST_TEST(l.hand_over(a->vf, "g1@hv", -1).error().is(Errc::invalid_argument));
+  BOOST_REQUIRE(l.hand_over(a->vf, "g1@hv", 999999).ok());
+  BOOST_TEST(l.find(a->vf)->value().owner_pid == 999999);
+  // Now the new holder's life decides: gone, the VF is freed although the allocator lives on.
+  ReconcileEnv env{current_boot_id(), [](std::int64_t pid) { return pid != 999999; }};
+  auto acts = l.reconcile(inv(), env);
+  BOOST_REQUIRE(acts.ok());
+  BOOST_REQUIRE_EQUAL(acts->size(), 1U);
+  BOOST_TEST((acts->at(0).kind == ReconcileAction::Kind::freed_dead_owner));
+  BOOST_TEST(l.list()->empty());
+}
+
+BOOST_AUTO_TEST_CASE(a_zombie_process_holds_no_vf) {
+  BOOST_TEST(process_alive(getpid()));
+  BOOST_TEST(!process_alive(0));
+  const pid_t child = fork();
+  BOOST_REQUIRE(child >= 0);
+  if (child == 0) _exit(0);
+  // Not reaped yet: a zombie, which kill(pid, 0) still finds.
+  for (int i = 0; i < 200 && process_alive(child); ++i) usleep(10000);
+  BOOST_TEST(::kill(child, 0) == 0);
+  BOOST_TEST(!process_alive(child));
+  int st = 0;
+  BOOST_REQUIRE(waitpid(child, &st, 0) == child);
+  BOOST_TEST(!process_alive(child));
 }
 
 BOOST_FIXTURE_TEST_CASE(reconcile_after_reboot_frees_process_owned_rows_and_reports_untracked_vfio, Fixture) {

@@ -7,6 +7,12 @@
 //                   incoming="tcp:0.0.0.0:7811"/>
 //   </metadata>
 //
+// engine="verbs:vf" (or "verbs:vf?OPTIONS") asks the hook for a VF of this host's SR-IOV pool
+// (guest_vf.hpp): it takes one through the VF ledger, configures it, and starts vrdmad on the
+// VF's RDMA device. Optional attributes for it: vf-pool (the PF: PCI address or netdev; default
+// any PF), vf-numa (a NUMA node), vf-vlan (0..4094), vf-max-rate (Mb/s, 0 = unlimited),
+// vf-trust and vf-spoofchk (on|off). The VF's MAC is the element's mac.
+//
 // backend is "vrdmad" (the default: the virtio RDMA device; engine required; mac, announce,
 // control and incoming optional: incoming="tcp:IP:PORT" makes a destination also accept the
 // state streamed from the source vrdmad, migration-port="P" is short for incoming="tcp:0.0.0.0:P";
@@ -15,9 +21,11 @@
 // socket that the domain's device (e.g. <disk type='vhostuser'>) names as its source path.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "vrdma/common/result.hpp"
@@ -28,6 +36,28 @@ inline constexpr const char* kMetadataNamespace = "https://vrdma.dev/xmlns/1";
 
 enum class BackendKind { vrdmad, vhost_user_blk };
 
+// What engine="verbs:vf" asks of the host's VF pool (vf-* attributes).
+struct VfRequest {
+  std::string pool;                             // vf-pool: the PF, PCI address or netdev ("": any PF)
+  std::optional<int> numa_node;                 // vf-numa
+  std::optional<std::uint16_t> vlan;            // vf-vlan, 0..4094
+  std::optional<std::uint32_t> max_rate_mbps;   // vf-max-rate, 0 = unlimited
+  std::optional<bool> trust;                    // vf-trust
+  std::optional<bool> spoofchk;                 // vf-spoofchk
+  bool operator==(const VfRequest&) const = default;
+};
+
+inline constexpr std::array<const char*, 6> kVfAttributes = {"vf-pool",     "vf-numa",  "vf-vlan",
+                                                             "vf-max-rate", "vf-trust", "vf-spoofchk"};
+
+// Sets one vf-* attribute (a name of kVfAttributes) from its text, for the element and for
+// `vrdmactl domain attach --vf-*`. Errors: invalid_argument with what the value must be
+// ("a VLAN id, 0..4094 (0: none)"); not_found when the name is not a vf-* attribute.
+Status set_vf_attribute(VfRequest& r, std::string_view name, const std::string& value);
+
+// True for the engine that asks for a VF: "verbs:vf" or "verbs:vf?OPTIONS".
+bool is_vf_engine(const std::string& engine);
+
 struct DeviceMeta {
   BackendKind backend = BackendKind::vrdmad;
   std::string socket;          // vhost-user socket (required)
@@ -37,6 +67,7 @@ struct DeviceMeta {
   std::string announce;        // vrdmad --announce (optional)
   std::string incoming;        // vrdmad --incoming on a destination: tcp:IP:PORT, or "guest" (the default)
   std::string disk;            // vhost-user-blk --disk (required for vhost-user-blk)
+  std::optional<VfRequest> vf; // set exactly when engine is verbs:vf
 };
 
 struct DomainInfo {
@@ -68,7 +99,8 @@ struct AttachOptions {
 // (docs/integration.md "Attaching the device"): a <disk type='vhostuser'> on the vrdmad socket
 // (QEMU's vhost-user-blk-pci, queues and queue_size set), shared memfd memory (vhost-user needs
 // the guest's RAM as shared fds; an existing hugepages backing is kept and made shared), and the
-// vrdma:device metadata the hook reads. Errors: the XML does not parse or is not a domain, it
+// vrdma:device metadata the hook reads (with the vf-* attributes when device.vf is set; the
+// engine must then be verbs:vf). Errors: the XML does not parse or is not a domain, it
 // already has a vrdma:device, a disk already uses the socket or the requested target, or the
 // options lack socket/engine.
 Result<std::string> attach_device(const std::string& xml, const AttachOptions& opts);

@@ -6,6 +6,11 @@
 //                   to this host's (what the hook prints replaces the incoming XML)
 //   prepare begin, start begin   make sure the backend runs (start it if not)
 //   release end     stop the backend, remove its sockets
+// With engine="verbs:vf" the backend gets a VF of this host's pool first (guest_vf.hpp): the
+// domain's own VF again, or a free one, configured on migrate begin, prepare begin and start
+// begin (unless the backend already runs), vrdmad started on its RDMA device and holding it in
+// the ledger; reset and given back on release end (or when starting fails). $VRDMA_SYSFS_ROOT
+// and $VRDMA_VF_LEDGER say where sysfs and the VF ledger are.
 // Other domains and operations: nothing, exit 0. Failures: one sentence on `err` (libvirt shows
 // it to the operator and aborts the operation) and exit status 1; 2 on a usage error.
 #pragma once

@@ -65,7 +65,7 @@ struct ReconcileAction {
 
 struct ReconcileEnv {
   std::string boot_id;                            // this boot
-  std::function<bool(std::int64_t pid)> pid_alive;  // default: kill(pid, 0)
+  std::function<bool(std::int64_t pid)> pid_alive;  // default: process_alive
 };
 
 class Ledger {
@@ -85,6 +85,10 @@ class Ledger {
   // reserved -> active. A persistent assignment (a guest assigned by the CLI) drops the owner pid:
   // it is held until released, not until the assigning process exits.
   Status activate(const PciAddress& vf, bool persistent);
+  // An active VF of `owner` passes to process `pid` (0: held until released): the allocator
+  // started the backend that uses the VF, and reconcile now frees the VF when that process is
+  // gone rather than when the allocator exits. Errors: bad_state when `owner` holds no active `vf`.
+  Status hand_over(const PciAddress& vf, std::string_view owner, std::int64_t pid);
   // active -> releasing (teardown in progress; reconcile finishes it after a crash).
   Status mark_releasing(const PciAddress& vf);
   // Removes the row. With `owner`, refuses (access_denied) when someone else holds the VF.
@@ -107,6 +111,9 @@ class Ledger {
   explicit Ledger(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+// Whether process `pid` runs (a zombie does not: it holds no VF any more).
+bool process_alive(std::int64_t pid);
 
 // This boot's id (/proc/sys/kernel/random/boot_id), "" if unreadable.
 std::string current_boot_id();

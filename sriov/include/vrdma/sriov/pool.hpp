@@ -2,6 +2,7 @@
 // (ledger row, netlink settings, driver binding) with rollback on failure.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -36,6 +37,14 @@ struct AssignOptions {
   // (a backend's own allocation). The pid still guards the reservation until activation.
   bool persistent = false;
 };
+
+// Applies `cfg` to VF `vf_index` of PF `pf` through the PF's first netdev (rtnetlink). Nothing to
+// do when cfg is empty. Errors: bad_state when the PF has no netdev, else as Rtnl::set_vf.
+Status configure_vf(const Inventory& inv, const PciAddress& pf, std::uint32_t vf_index, const VfConfig& cfg);
+
+// The settings that undo `applied`: for each field it sets, the value a fresh VF has (MAC
+// 00:00:00:00:00:00, no VLAN, no rate limits, trust off, spoof-check on, link state auto).
+VfConfig clean_vf_config(const VfConfig& applied);
 
 // Reserve → configure → bind → active; any failure after the reservation releases the row again
 // and returns the failure. Errors: as Ledger::allocate, Rtnl::set_vf and bind_driver, plus
