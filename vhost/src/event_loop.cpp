@@ -1,5 +1,6 @@
 #include "vrdma/vhost/event_loop.hpp"
 
+#include <sched.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -83,6 +84,32 @@ Status EventLoop::run() {
   while (!stopping_->load()) {
     auto r = run_once(-1);
     if (!r) return std::move(r).error();
+  }
+  return {};
+}
+
+Status EventLoop::run_polling(std::chrono::microseconds window, const std::function<bool()>& poll,
+                              const std::function<void()>& idle) {
+  using Clock = std::chrono::steady_clock;
+  stopping_->store(false);
+  bool polling = false;
+  auto last_work = Clock::now();
+  while (!stopping_->load()) {
+    auto r = run_once(polling ? 0 : -1);
+    if (!r) return std::move(r).error();
+    if (*r > 0) {
+      polling = true;
+      last_work = Clock::now();
+    }
+    if (!polling) continue;
+    if (poll()) {
+      last_work = Clock::now();
+    } else if (Clock::now() - last_work >= window) {
+      idle();
+      polling = false;
+    } else {
+      ::sched_yield();  // whoever shares this core (the application, the engine's thread) runs first
+    }
   }
   return {};
 }

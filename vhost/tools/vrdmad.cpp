@@ -108,6 +108,13 @@ int main(int argc, char** argv) {
   app.add_option("--announce", announce,
                  "interface holding the guest's address on this host (soft engine): kept silent (NOARP) while the "
                  "guest is elsewhere, announced with gratuitous ARPs when it arrives");
+  unsigned poll_us = 0;
+  app.add_option("--poll-us", poll_us,
+                 "keep polling the guest's doorbells and the engine's completions for this many microseconds after "
+                 "the last work instead of sleeping until the next kick or completion event (lower latency for a "
+                 "core's worth of polling while traffic flows; 0: sleep at once)")
+      ->capture_default_str()
+      ->check(CLI::Range(0u, 1000000u));
   app.add_option("--max-qp", lim.max_qp, "QPs per guest")->capture_default_str();
   app.add_option("--max-cq", lim.max_cq, "CQs per guest")->capture_default_str();
   app.add_option("--max-mr", lim.max_mr, "MRs per guest")->capture_default_str();
@@ -208,7 +215,9 @@ int main(int argc, char** argv) {
 
   log::info("vrdmad: serving {} on engine {}{}{}", sock, engine_name, control.empty() ? "" : ", control " + control,
             incoming.empty() ? "" : ", waiting for an incoming guest on " + incoming);
-  auto st = loop->run();
+  auto st = poll_us == 0 ? loop->run()
+                         : loop->run_polling(std::chrono::microseconds(poll_us), [&] { return dev.poll_round(); },
+                                             [&] { dev.poll_idle(); });
   if (!st.ok()) log::error("vrdmad: event loop failed: {}", st.error().message);
   log::info("vrdmad: exiting: {}", stats_json(dev, mig, **srv, engine_name).dump());
   if (!control.empty()) ::unlink(control.c_str());

@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <fstream>
 #include <mutex>
+#include <sstream>
 #include <thread>
 
 #include "check.hpp"
@@ -197,6 +198,13 @@ Figures run(std::size_t nqp) {
   f.save_ms = ss["save_ms"].get<double>();
   f.load_ms = ds["load_ms"].get<double>();
   f.stop_to_active_ms = ss["stop_to_active_ms"].get<double>();
+  // Where the time went, as each vrdmad logged it.
+  for (const auto* log : {&src->log, &dst->log}) {
+    std::istringstream lines(read_file(*log));
+    for (std::string l; std::getline(lines, l);)
+      if (l.find("migration:") != std::string::npos || l.find("device state") != std::string::npos)
+        BOOST_TEST_MESSAGE("  " << (log == &src->log ? "source: " : "destination: ") << l);
+  }
   guest.clear();
   peer.clear();
   return f;

@@ -1,5 +1,6 @@
 // The pv provider: nicdrv objects as a driver of the virtio RDMA device (docs/virtio-rdma.md).
 #include <poll.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -82,6 +83,9 @@ class PvCq;
 class PvDevice final : public Device {
  public:
   PvDevice(std::unique_ptr<PvTransport> t, std::string name) : t_(std::move(t)), name_(std::move(name)) {}
+  // An empty CQ poll yields the core (option yield=1; the default for a vrdmad on this host).
+  void set_yield_when_idle(bool y) noexcept { yield_when_idle_ = y; }
+  [[nodiscard]] bool yield_when_idle() const noexcept { return yield_when_idle_; }
   ~PvDevice() override {
     if (stop_fd_ >= 0) {
       const std::uint64_t one = 1;
@@ -376,6 +380,7 @@ class PvDevice final : public Device {
   std::unordered_map<std::uint16_t, std::uint16_t> ev_slot_;  // descriptor id -> event slot
   std::map<std::uint16_t, Dma> state_areas_;                  // descriptor id -> state area (posted, not returned)
   std::size_t state_area_refused_ = 0;                        // the last size that could not be posted
+  bool yield_when_idle_ = false;
   int stop_fd_ = -1;
   std::thread events_;
   std::mutex cq_mu_;
@@ -395,6 +400,13 @@ class PvCq final : public CompletionQueue, public std::enable_shared_from_this<P
     ::close(efd_);
   }
   Result<std::size_t> poll(std::span<WorkCompletion> out) override {
+    const std::size_t n = take(out);
+    // Nothing yet: the backend that produces it may be waiting for this core (vrdmad and the
+    // engine's thread on a host whose cores are shared). An empty poll hands the core over.
+    if (n == 0 && !out.empty() && dev_->yield_when_idle()) ::sched_yield();
+    return n;
+  }
+  std::size_t take(std::span<WorkCompletion> out) {
     std::lock_guard lk(mu_);
     std::size_t n = 0;
     auto* ctl = reinterpret_cast<vd::CqControl*>(ring_.a.host);
@@ -1029,13 +1041,23 @@ Status migrate(nicdrv::Device& dev, const std::string& socket, std::chrono::mill
 Result<std::shared_ptr<nicdrv::Device>> open(std::string_view spec, const nicdrv::DeviceOptions& o) {
   if (spec.empty())
     return make_error(Errc::invalid_argument,
-                      "a pv device name is pv:<vrdmad socket path>[?ram_mib=N] or pv:pci:<PCI address|auto>[?ram_mib=N]");
+                      "a pv device name is pv:<vrdmad socket path>[?ram_mib=N][&yield=0|1] or "
+                      "pv:pci:<PCI address|auto>[?ram_mib=N][&yield=0|1]");
   const bool pci = spec.starts_with("pci:");
   std::uint64_t mib = pci ? 64 : 256;
   if (auto v = o.get("ram_mib"); !v.empty()) mib = std::strtoull(std::string(v).c_str(), nullptr, 10);
+  // A vrdmad on this host may share our cores; the backend of a virtio-pci device runs outside
+  // the VM, where yielding a vCPU's thread gives it nothing.
+  bool yield = !pci;
+  if (auto v = o.get("yield"); !v.empty()) {
+    if (v != "0" && v != "1") return make_error(Errc::invalid_argument, "pv option yield is 0 or 1, not '" + std::string(v) + "'");
+    yield = v == "1";
+  }
   auto t = pci ? connect_pci(std::string(spec.substr(4)), mib) : connect_vhost_user(std::string(spec), mib);
   if (!t) return std::move(t).error();
-  return open(std::move(*t), "pv:" + std::string(spec));
+  auto d = open(std::move(*t), "pv:" + std::string(spec));
+  if (d) static_cast<PvDevice&>(**d).set_yield_when_idle(yield);
+  return d;
 }
 
 }  // namespace vrdma::pv

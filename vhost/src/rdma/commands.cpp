@@ -72,6 +72,11 @@ std::vector<std::uint8_t> bytes_of(const T& v) {
 
 void RdmaDevice::Impl::control(Queue& q) {
   bool grew = false;  // an object was made: the state may outgrow the state area
+  // A command sees every doorbell the driver rang before it (the two rings' kicks reach this
+  // loop in no particular order): a driver that posted receives and then asks anything knows the
+  // device has them.
+  if (q.index() == vd::kControlQueue && host != nullptr && host->queue_running(vd::kDoorbellQueue))
+    host->run_queue(vd::kDoorbellQueue);
   while (auto chain = q.pop()) {
     ++st.commands;
     std::array<std::uint8_t, kMaxRequest> req{};

@@ -52,6 +52,7 @@ void RdmaDevice::Impl::ring_doorbell(const GuestView& g, const vd::Doorbell& db)
         return bad(fmt::format("QP {} {} producer {} is more than the ring's {} entries ahead of the device ({})",
                                db.handle, sq ? "send" : "receive", db.value, ring.depth, ring.consumed));
       ring.produced = db.value;
+      if (polling) hot_cqs.insert(sq ? qp.send_cq : qp.recv_cq);
       if (sq)
         post_sq(g, db.handle, qp);
       else

@@ -86,6 +86,9 @@ Result<bool> RdmaDevice::load_state_from_guest() { return impl_->load_state_from
 bool RdmaDevice::has_state_area() const { return impl_->state_area.has_value(); }
 std::uint64_t RdmaDevice::state_area_bytes() const { return impl_->state_area ? impl_->state_area->writable : 0; }
 std::uint64_t RdmaDevice::state_area_state_bytes() const { return impl_->state_saved_bytes; }
+bool RdmaDevice::poll_round() { return impl_->poll_round(); }
+void RdmaDevice::poll_idle() { impl_->poll_idle(); }
+
 RdmaDeviceStats RdmaDevice::stats() const {
   auto s = impl_->st;
   s.pds = static_cast<std::uint32_t>(impl_->pds.size());
@@ -296,15 +299,36 @@ void RdmaDevice::Impl::drain_cq(std::uint32_t handle) {
     return moved;
   };
   if (drain_engine() < 0) return;
-  // The engine raises its event only for a completion pushed while armed: one that arrived
-  // between the last poll and the arm would wait forever, so look again after arming.
-  for (int k = 0; k < 16; ++k) {
-    (void)cq.eng->req_notify(false);
-    const long more = drain_engine();
-    if (more <= 0) break;
+  if (polling) {
+    hot_cqs.insert(handle);  // polled again next round; armed when polling stops
+  } else {
+    // The engine raises its event only for a completion pushed while armed: one that arrived
+    // between the last poll and the arm would wait forever, so look again after arming.
+    for (int k = 0; k < 16; ++k) {
+      (void)cq.eng->req_notify(false);
+      const long more = drain_engine();
+      if (more <= 0) break;
+    }
   }
   if (any_send || !pending_rq.empty() || !pending_srq.empty() || !pending_sq.empty()) retry_pending();
   if (!events.empty() && host->queue_running(vd::kEventQueue)) host->run_queue(vd::kEventQueue);
+}
+
+bool RdmaDevice::Impl::poll_round() {
+  if (paused || host == nullptr) return false;
+  polling = true;
+  const auto before = st.doorbells + st.cqes + st.commands;
+  if (host->queue_running(vd::kDoorbellQueue)) host->run_queue(vd::kDoorbellQueue);
+  std::vector<std::uint32_t> hs(hot_cqs.begin(), hot_cqs.end());
+  for (auto h : hs) drain_cq(h);
+  return st.doorbells + st.cqes + st.commands != before;
+}
+
+void RdmaDevice::Impl::poll_idle() {
+  polling = false;
+  std::vector<std::uint32_t> hs(hot_cqs.begin(), hot_cqs.end());
+  hot_cqs.clear();
+  for (auto h : hs) drain_cq(h);  // arms
 }
 
 void RdmaDevice::Impl::drain_all() {

@@ -116,6 +116,8 @@ struct RdmaDevice::Impl {
   void maybe_resume();
   void drain_cq(std::uint32_t handle);
   void drain_all();
+  bool poll_round();
+  void poll_idle();
   void retry_stalled();
   void arm_retry_timer();
   void queue_event(vd::EventType type, std::uint32_t handle, std::uint32_t info = 0);
@@ -184,6 +186,8 @@ struct RdmaDevice::Impl {
   std::shared_ptr<LogRef> log = std::make_shared<LogRef>();
   RdmaDeviceStats st;
   bool paused = false;
+  bool polling = false;                        // poll_round() runs: engine CQs stay unarmed
+  std::unordered_set<std::uint32_t> hot_cqs;   // CQs with work since polling began
 
   std::uint32_t next_handle_ = 1;
   std::unordered_map<std::uint32_t, PdObj> pds;

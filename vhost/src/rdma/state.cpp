@@ -3,6 +3,7 @@
 // Saved with the rings stopped (engine quiesced); loaded into an empty device over the guest's
 // memory, where every field is checked as the commands check it (the blob comes from the
 // frontend: QEMU's migration stream or a libpvverbs process).
+#include <chrono>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -139,6 +140,12 @@ Status RdmaDevice::Impl::load_state(std::span<const std::uint8_t> blob) {
     if (!pd) return fail(pd.error());
     pds[h] = PdObj{std::move(*pd), 0};
   }
+  using SteadyClock = std::chrono::steady_clock;
+  const auto ms_since = [](SteadyClock::time_point t) {
+    return std::chrono::duration<double, std::milli>(SteadyClock::now() - t).count();
+  };
+  auto t = SteadyClock::now();
+  double mr_ms = 0, cq_ms = 0, qp_ms = 0;
   if (!r.get(n) || n > lim.max_mr) return fail(bad("MR count"));
   for (std::uint32_t i = 0; i < n; ++i) {
     std::uint32_t h = 0, lkey = 0, rkey = 0, npages = 0;
@@ -160,6 +167,8 @@ Status RdmaDevice::Impl::load_state(std::span<const std::uint8_t> blob) {
     ++pds[q.pd].users;
     mrs.emplace(h, std::move(mr));
   }
+  mr_ms = ms_since(t);
+  t = SteadyClock::now();
   if (!r.get(n) || n > lim.max_cq) return fail(bad("CQ count"));
   for (std::uint32_t i = 0; i < n; ++i) {
     std::uint32_t h = 0, depth = 0, produced = 0, backlog = 0;
@@ -182,6 +191,7 @@ Status RdmaDevice::Impl::load_state(std::span<const std::uint8_t> blob) {
       cq.backlog.push_back(c);
     }
   }
+  cq_ms = ms_since(t);
   if (!r.get(n) || n > lim.max_ah) return fail(bad("AH count"));
   for (std::uint32_t i = 0; i < n; ++i) {
     std::uint32_t h = 0, pd = 0;
@@ -194,6 +204,7 @@ Status RdmaDevice::Impl::load_state(std::span<const std::uint8_t> blob) {
     ahs[h] = AhObj{pd, wire, std::move(*ah)};
     ++pit->second.users;
   }
+  t = SteadyClock::now();
   if (!r.get(n) || n > lim.max_qp) return fail(bad("QP count"));
   for (std::uint32_t i = 0; i < n; ++i) {
     std::uint32_t h = 0, qpn = 0;
@@ -243,8 +254,10 @@ Status RdmaDevice::Impl::load_state(std::span<const std::uint8_t> blob) {
   }
   if (!r.at_end()) return fail(bad("trailing bytes"));
   next_handle_ = std::max(next, max_handle + 1);
-  log::info("virtio-rdma: device state loaded: {} PDs, {} MRs, {} CQs, {} AHs, {} QPs; resuming when the rings run",
-            pds.size(), mrs.size(), cqs.size(), ahs.size(), qps.size());
+  qp_ms = ms_since(t);
+  log::info("virtio-rdma: device state loaded: {} PDs, {} MRs ({:.1f} ms), {} CQs ({:.1f} ms), {} AHs, {} QPs "
+            "({:.1f} ms); resuming when the rings run",
+            pds.size(), mrs.size(), mr_ms, cqs.size(), cq_ms, ahs.size(), qps.size(), qp_ms);
   return {};
 }
 

@@ -35,7 +35,7 @@ struct Vrdmad {
       argv.push_back(a);
     argv.insert(argv.end(), extra.begin(), extra.end());
     child = std::make_unique<Child>(argv, log);
-    BOOST_REQUIRE_MESSAGE(wait_for_path(ctl, 10000), "vrdmad did not start; log:\n" + read_file(log));
+    BOOST_REQUIRE_MESSAGE(wait_for_path(ctl, 30000), "vrdmad did not start within 30 s; log:\n" + read_file(log));
   }
   ~Vrdmad() {
     if (child) child->stop(SIGTERM);

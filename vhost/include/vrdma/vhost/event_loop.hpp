@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <chrono>
 #include <functional>
 #include <unordered_map>
 
@@ -37,6 +38,11 @@ class EventLoop {
   Result<int> run_once(int timeout_ms);
   // Runs until stop().
   Status run();
+  // Runs until stop() like run(), but does not sleep while there is work: after an event, it
+  // calls `poll` between non-blocking waits (yielding the core when a round found nothing) until
+  // `poll` has found nothing for `window`; then `idle`, and a blocking wait again.
+  Status run_polling(std::chrono::microseconds window, const std::function<bool()>& poll,
+                     const std::function<void()>& idle);
   void stop() noexcept;
 
  private:

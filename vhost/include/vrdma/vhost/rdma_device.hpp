@@ -101,6 +101,13 @@ class RdmaDevice final : public Device {
   // Bytes of the state last written into or loaded from the state area.
   [[nodiscard]] std::uint64_t state_area_state_bytes() const;
 
+  // Polling (vrdmad --poll-us): one round over the doorbell ring, without waiting for its kick,
+  // and the engine CQs of the CQs that had work since polling began, left unarmed (the soft
+  // engine then receives on this thread instead of waking its own). true: it moved something.
+  bool poll_round();
+  // The end of a polling stretch: those CQs armed again, so that their events wake the loop.
+  void poll_idle();
+
   [[nodiscard]] RdmaDeviceStats stats() const;
   [[nodiscard]] const nicdrv::Device& engine() const;
 
