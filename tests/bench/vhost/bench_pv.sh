@@ -42,31 +42,32 @@ run_test() {
 soft_bw=$(run_test 18901 write_bw soft:$IPA 65536 "-q 64" -q 64 -D $SECS)
 soft_lat=$(run_test 18902 send_lat soft:$IPA 64 "-n $ITERS" -n $ITERS)
 
-# pv: vrdmad on host A with the soft engine on A's address.
-inA "$VRDMAD" --socket "$TMP/pv.sock" --engine soft:$IPA --control "$TMP/pv.ctl" 2>"$TMP/vrdmad.log" &
-for _ in $(seq 50); do [ -S "$TMP/pv.ctl" ] && break; sleep 0.1; done
-VPID=$(pgrep -f "vrdmad --socket $TMP/pv.sock" | head -1)
-c0=$(cpu_of "$VPID")
-pv_bw=$(run_test 18903 write_bw "pv:$TMP/pv.sock?ram_mib=64" 65536 "-q 64" -q 64 -D $SECS)
-c1=$(cpu_of "$VPID")
-pv_lat=$(run_test 18904 send_lat "pv:$TMP/pv.sock?ram_mib=64" 64 "-n $ITERS" -n $ITERS)
-kill "$VPID"; wait "$VPID" 2>/dev/null || true
+# pv: vrdmad on host A with the soft engine on A's address. pv_round NAME PORT [vrdmad args]
+# sets NAME_bw, NAME_lat and NAME_cpu (vrdmad's CPU seconds over the bandwidth run).
+pv_round() {
+  local name=$1 port=$2 vpid c0 c1 bw lat; shift 2
+  inA "$VRDMAD" --socket "$TMP/$name.sock" --engine soft:$IPA --control "$TMP/$name.ctl" "$@" 2>"$TMP/$name.log" &
+  for _ in $(seq 50); do [ -S "$TMP/$name.ctl" ] && break; sleep 0.1; done
+  vpid=$(pgrep -f "vrdmad --socket $TMP/$name.sock" | head -1)
+  c0=$(cpu_of "$vpid")
+  bw=$(run_test "$port" write_bw "pv:$TMP/$name.sock?ram_mib=64" 65536 "-q 64" -q 64 -D $SECS)
+  c1=$(cpu_of "$vpid")
+  lat=$(run_test $((port + 1)) send_lat "pv:$TMP/$name.sock?ram_mib=64" 64 "-n $ITERS" -n $ITERS)
+  kill "$vpid"; wait "$vpid" 2>/dev/null || true
+  printf -v "${name}_bw" '%s' "$bw"; printf -v "${name}_lat" '%s' "$lat"
+  printf -v "${name}_cpu" '%s' "$(python3 -c "print($c1 - $c0)")"
+}
+pv_round pv 18903
 # The same device with vrdmad polling (--poll-us 200): no kicks waited for, no engine thread hop.
-inA "$VRDMAD" --socket "$TMP/pp.sock" --engine soft:$IPA --control "$TMP/pp.ctl" --poll-us 200 2>"$TMP/vrdmad-poll.log" &
-for _ in $(seq 50); do [ -S "$TMP/pp.ctl" ] && break; sleep 0.1; done
-PPID_=$(pgrep -f "vrdmad --socket $TMP/pp.sock" | head -1)
-p0=$(cpu_of "$PPID_")
-poll_bw=$(run_test 18905 write_bw "pv:$TMP/pp.sock?ram_mib=64" 65536 "-q 64" -q 64 -D $SECS)
-p1=$(cpu_of "$PPID_")
-poll_lat=$(run_test 18906 send_lat "pv:$TMP/pp.sock?ram_mib=64" 64 "-n $ITERS" -n $ITERS)
+pv_round poll 18905 --poll-us 200
 
-python3 - "$OUT" "$soft_bw" "$soft_lat" "$pv_bw" "$pv_lat" "$c0" "$c1" "$poll_bw" "$poll_lat" "$p0" "$p1" <<'PY'
+python3 - "$OUT" "$soft_bw" "$soft_lat" "$pv_bw" "$pv_lat" "$pv_cpu" "$poll_bw" "$poll_lat" "$poll_cpu" <<'PY'
 import json, sys
 out = sys.argv[1]
 sb, sl, pb, pl = (json.loads(a) for a in sys.argv[2:6])
-vrdmad_cpu = float(sys.argv[7]) - float(sys.argv[6])
-qb, ql = json.loads(sys.argv[8]), json.loads(sys.argv[9])
-poll_cpu = float(sys.argv[11]) - float(sys.argv[10])
+vrdmad_cpu = float(sys.argv[6])
+qb, ql = json.loads(sys.argv[7]), json.loads(sys.argv[8])
+poll_cpu = float(sys.argv[9])
 gib = lambda r: r["gbit_per_s"] * 1e9 * r["seconds"] / 8 / 2**30
 r = {
   "soft_write_bw_64k_gbit": sb["gbit_per_s"], "pv_write_bw_64k_gbit": pb["gbit_per_s"],
