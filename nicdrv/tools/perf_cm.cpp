@@ -76,6 +76,7 @@ struct Rping {
   std::uint8_t* send_info = nullptr;
   std::uint8_t* recv_info = nullptr;
   bool disconnected = false;
+  bool last_send_unacknowledged = false;
 
   std::uint64_t addr(const std::uint8_t* p) const {
     return mr->addr() + static_cast<std::uint64_t>(p - mem->data());
@@ -138,8 +139,12 @@ struct Rping {
   }
 
   // Waits for the next completion of `want` (a receive when want is recv), skipping our own
-  // SEND completions. A flushed receive means the peer disconnected: returns false.
-  bool wait(WcOpcode want, WorkCompletion* out = nullptr) {
+  // SEND completions. A flushed receive means the peer disconnected: returns false. With
+  // `peer_may_leave` (a server between pings: rping's client disconnects as soon as it has our
+  // last "go ahead"), a SEND the peer never acknowledged ends the run the same way: its ACK was
+  // lost and its QP was gone before our retransmission; the client's own count says whether
+  // every ping arrived.
+  bool wait(WcOpcode want, WorkCompletion* out = nullptr, bool peer_may_leave = false) {
     const auto deadline = SteadyClock::now() + kStepTimeout;
     WorkCompletion wc[4];
     while (SteadyClock::now() < deadline) {
@@ -147,6 +152,13 @@ struct Rping {
       if (!n) die("poll CQ: " + n.error().message);
       for (std::size_t i = 0; i < *n; ++i) {
         if (wc[i].status == WcStatus::wr_flush_err) {
+          disconnected = true;
+          return false;
+        }
+        if (peer_may_leave && wc[i].opcode == WcOpcode::send && wc[i].status == WcStatus::retry_exc_err) {
+          std::fprintf(stderr, "vrdma-perf: our last SEND was never acknowledged (%s); the client has gone\n",
+                       std::string(to_string(wc[i].status)).c_str());
+          last_send_unacknowledged = true;
           disconnected = true;
           return false;
         }
@@ -209,7 +221,7 @@ int run_rping(const CmRunConfig& cfg) {
   if (server) {
     // rping_test_server, until the client disconnects.
     std::vector<std::uint8_t> expect(r.c.size);
-    while (r.wait(WcOpcode::recv, &wc)) {
+    while (r.wait(WcOpcode::recv, &wc, pings > 0)) {
       auto src = r.got_info(wc);
       if (src.size > r.c.size) die("the client's buffer (" + std::to_string(src.size) + " bytes) is larger than --size");
       std::memset(r.rdma, 0xee, r.c.size);
@@ -251,7 +263,8 @@ int run_rping(const CmRunConfig& cfg) {
   if (!r.disconnected) must(conn->disconnect(), "disconnect");
   json out = {{"test", "rping"}, {"peer_format", "rping"}, {"device", cfg.device}, {"role", server ? "server" : "client"},
               {"size", cfg.size}, {"pings", pings}, {"verified", verified && pings > 0}, {"connect_seconds", connect_s},
-              {"seconds", run_s}, {"peer_disconnected", r.disconnected}};
+              {"seconds", run_s}, {"peer_disconnected", r.disconnected},
+              {"last_send_unacknowledged", r.last_send_unacknowledged}};
   if (auto st = soft::stats(*r.dev))
     out["engine"] = {{"rx_dropped_icrc", st->rx_dropped_icrc}, {"rx_dropped_malformed", st->rx_dropped_malformed},
                      {"retransmits", st->retransmits}, {"cm_mads_sent", st->cm_mads_sent},
