@@ -17,7 +17,6 @@ namespace vrdma::vhost {
 namespace {
 
 constexpr std::uint32_t kMagic = 0x53445256;  // "VRDS"
-constexpr std::uint32_t kStateVersion = RdmaDevice::kStateVersion;
 
 
 struct SavedRing {
@@ -40,7 +39,7 @@ Result<std::vector<std::uint8_t>> RdmaDevice::Impl::save_state() {
                                                        srqs.size()));
   ByteWriter w;
   w.put(kMagic);
-  w.put(kStateVersion);
+  w.put(RdmaDevice::kStateVersion);
   w.put(next_handle_);
   w.put(static_cast<std::uint32_t>(pds.size()));
   for (const auto& [h, pd] : pds) w.put(h);
@@ -118,8 +117,8 @@ Status RdmaDevice::Impl::load_state(std::span<const std::uint8_t> blob) {
   ByteReader r(blob);
   std::uint32_t magic = 0, version = 0, next = 0, n = 0;
   if (!r.get(magic) || magic != kMagic) return bad("not a virtio RDMA device state (magic)");
-  if (!r.get(version) || version != kStateVersion)
-    return bad(fmt::format("version {} (this vrdmad reads version {})", version, kStateVersion));
+  if (!r.get(version) || version != RdmaDevice::kStateVersion)
+    return bad(fmt::format("version {} (this vrdmad reads version {})", version, RdmaDevice::kStateVersion));
   if (!r.get(next)) return bad("truncated");
   // Loading happens with the engine quiesced: nothing moves until every ring runs.
   pause();
