@@ -319,8 +319,8 @@ bool RdmaDevice::Impl::poll_round() {
   polling = true;
   const auto before = st.doorbells + st.cqes + st.commands;
   if (host->queue_running(vd::kDoorbellQueue)) host->run_queue(vd::kDoorbellQueue);
-  std::vector<std::uint32_t> hs(hot_cqs.begin(), hot_cqs.end());
-  for (auto h : hs) drain_cq(h);
+  hot_scratch.assign(hot_cqs.begin(), hot_cqs.end());  // drain_cq may add to hot_cqs
+  for (auto h : hot_scratch) drain_cq(h);
   return st.doorbells + st.cqes + st.commands != before;
 }
 

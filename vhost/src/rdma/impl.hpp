@@ -188,6 +188,7 @@ struct RdmaDevice::Impl {
   bool paused = false;
   bool polling = false;                        // poll_round() runs: engine CQs stay unarmed
   std::unordered_set<std::uint32_t> hot_cqs;   // CQs with work since polling began
+  std::vector<std::uint32_t> hot_scratch;      // poll_round's copy of hot_cqs (no allocation per round)
 
   std::uint32_t next_handle_ = 1;
   std::unordered_map<std::uint32_t, PdObj> pds;
