@@ -19,6 +19,7 @@ class BackendSession final : public DeviceHost {
   [[nodiscard]] GuestView memory() const override { return view(); }
   void run_queue(std::uint16_t index) override;
   [[nodiscard]] bool queue_running(std::uint16_t index) const override;
+  void set_queue_notification(std::uint16_t index, bool on) override;
   [[nodiscard]] Result<DescChain> last_avail_chain(std::uint16_t index) const override;
   BackendSession(const BackendSession&) = delete;
   BackendSession& operator=(const BackendSession&) = delete;

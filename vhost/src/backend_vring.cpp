@@ -210,6 +210,15 @@ bool BackendSession::queue_running(std::uint16_t index) const {
   return v.ring != nullptr && v.enabled && !v.ring->broken();
 }
 
+void BackendSession::set_queue_notification(std::uint16_t index, bool on) {
+  if (!queue_running(index)) return;
+  if (auto st = vrings_[index].ring->set_notification(view(), on); !st.ok()) {
+    log::error("vring {}: cannot {} its kicks: {}", index, on ? "turn on" : "turn off", st.error().message);
+    return;
+  }
+  if (on) process(index);
+}
+
 void BackendSession::notify(std::uint16_t i) {
   Vring& v = vrings_[i];
   auto want = v.ring->should_notify(view());

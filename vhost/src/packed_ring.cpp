@@ -67,6 +67,14 @@ class PackedRing final : public Ring {
     return need_event(off, now, old);
   }
 
+  Status set_notification(const GuestView& g, bool on) override {
+    if (on == notify_on_ || broken_) return {};
+    VRDMA_TRY(g.store_u16_release(s_.device + 2, on ? kEventEnable : kEventDisable));
+    notify_on_ = on;
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    return {};
+  }
+
   // QEMU's encoding: avail index and wrap counter in bits 0..15, used ones in bits 16..31.
   [[nodiscard]] std::uint32_t base() const override {
     return (std::uint32_t{avail_} | (avail_wrap_ ? 0x8000u : 0u)) |
@@ -166,12 +174,20 @@ class PackedRing final : public Ring {
   std::uint16_t avail_, used_, signalled_;
   bool avail_wrap_, used_wrap_;
   bool signalled_wrap_ = true;
+  bool notify_on_ = true;
   PackedInflightRegion inflight_;
   std::vector<std::uint16_t> entry_of_;  // buffer id -> its head entry in the inflight area
   std::deque<PackedInflightRegion::Chain> resubmit_;
 
  public:
   void init_signalled() { signalled_wrap_ = used_wrap_; }
+  // A ring starts with kicks on, whatever a polling device before it left in its event flags.
+  Status kicks_wanted(const GuestView& g) {
+    auto flags = g.load_u16_acquire(s_.device + 2);
+    if (!flags) return std::move(flags).error();
+    if (*flags == kEventDisable) VRDMA_TRY(g.store_u16_release(s_.device + 2, kEventEnable));
+    return {};
+  }
   void resubmit(std::vector<PackedInflightRegion::Chain> chains) {
     for (auto& c : chains) resubmit_.push_back(std::move(c));
   }
@@ -196,6 +212,7 @@ Result<std::unique_ptr<Ring>> make_packed_ring(const RingSetup& s, std::uint32_t
       log::info("virtqueue: resuming {} in-flight requests after reconnect (packed, used idx {})", rec->chains.size(),
                 rec->used_idx);
     r->resubmit(std::move(rec->chains));
+    VRDMA_TRY(r->kicks_wanted(g));
     return std::unique_ptr<Ring>(std::move(r));
   }
   // Bits 0..15: last avail index | wrap << 15; bits 16..31: used index | wrap << 15, as QEMU
@@ -209,6 +226,7 @@ Result<std::unique_ptr<Ring>> make_packed_ring(const RingSetup& s, std::uint32_t
   inflight.reset(used, (used_half & 0x8000) != 0);
   auto r = std::make_unique<PackedRing>(s, avail, (base & 0x8000) != 0, used, (used_half & 0x8000) != 0, inflight);
   r->init_signalled();
+  VRDMA_TRY(r->kicks_wanted(g));
   return std::unique_ptr<Ring>(std::move(r));
 }
 

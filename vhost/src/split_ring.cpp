@@ -69,9 +69,27 @@ class SplitRing final : public Ring {
     return notify;
   }
 
+  Status set_notification(const GuestView& g, bool on) override {
+    if (on == notify_on_ || broken_) return {};
+    if (s_.event_idx) {
+      // Off: avail_event stays where it is; the driver kicks at most once more when its index
+      // passes it, then not again before it wraps (64 Ki entries later).
+      if (on) VRDMA_TRY(store_avail_event(g));
+    } else {
+      VRDMA_TRY(g.store_u16_release(s_.device, on ? 0 : kUsedNoNotify));
+    }
+    notify_on_ = on;
+    std::atomic_thread_fence(std::memory_order_seq_cst);  // before the caller looks at the ring again
+    return {};
+  }
+
   [[nodiscard]] std::uint32_t base() const override { return last_avail_; }
 
  private:
+  Status store_avail_event(const GuestView& g) {
+    return g.store_u16_release(s_.device + kUsedRing + std::uint64_t{s_.size} * sizeof(UsedElem), last_avail_);
+  }
+
   Result<std::optional<DescChain>> pop_inner(const GuestView& g) override {
     if (!resubmit_.empty()) {
       const std::uint16_t head = resubmit_.front();
@@ -87,9 +105,9 @@ class SplitRing final : public Ring {
       return make_error(Errc::protocol_error, fmt::format("avail index {} is {} ahead of the device, more than the "
                                                           "queue size {}", *avail, pending, s_.size));
     if (pending == 0) {
-      if (s_.event_idx) {
+      if (s_.event_idx && notify_on_) {
         // Ask for a kick at the next entry, then look again to close the race (§2.7.10).
-        VRDMA_TRY(g.store_u16_release(s_.device + kUsedRing + std::uint64_t{s_.size} * sizeof(UsedElem), last_avail_));
+        VRDMA_TRY(store_avail_event(g));
         std::atomic_thread_fence(std::memory_order_seq_cst);
         auto again = g.load_u16_acquire(s_.driver + kAvailIdx);
         if (!again) return std::move(again).error();
@@ -110,11 +128,21 @@ class SplitRing final : public Ring {
   RingSetup s_;
   std::uint16_t last_avail_, used_idx_;
   std::uint16_t signalled_ = 0;
+  bool notify_on_ = true;
   InflightRegion inflight_;
   std::deque<std::uint16_t> resubmit_;
 
  public:
   void set_signalled(std::uint16_t v) { signalled_ = v; }
+  // A ring starts with kicks on, whatever a polling device before it left in used.flags (with
+  // EVENT_IDX the first pop that finds the ring empty moves avail_event).
+  Status kicks_wanted(const GuestView& g) {
+    if (s_.event_idx) return {};
+    auto flags = g.load_u16_acquire(s_.device);
+    if (!flags) return std::move(flags).error();
+    if ((*flags & kUsedNoNotify) != 0) VRDMA_TRY(g.store_u16_release(s_.device, 0));
+    return {};
+  }
 };
 
 }  // namespace
@@ -125,6 +153,7 @@ Result<std::unique_ptr<Ring>> make_split_ring(const RingSetup& s, std::uint32_t 
   auto r = std::make_unique<SplitRing>(s, static_cast<std::uint16_t>(base), inflight);
   r->set_signalled(static_cast<std::uint16_t>(base));
   VRDMA_TRY(r->recover(g));
+  VRDMA_TRY(r->kicks_wanted(g));
   return std::unique_ptr<Ring>(std::move(r));
 }
 

@@ -318,7 +318,10 @@ bool RdmaDevice::Impl::poll_round() {
   if (paused || host == nullptr) return false;
   polling = true;
   const auto before = st.doorbells + st.cqes + st.commands;
-  if (host->queue_running(vd::kDoorbellQueue)) host->run_queue(vd::kDoorbellQueue);
+  if (host->queue_running(vd::kDoorbellQueue)) {
+    host->set_queue_notification(vd::kDoorbellQueue, false);  // this loop looks at it: no kicks needed
+    host->run_queue(vd::kDoorbellQueue);
+  }
   hot_scratch.assign(hot_cqs.begin(), hot_cqs.end());  // drain_cq may add to hot_cqs
   for (auto h : hot_scratch) drain_cq(h);
   return st.doorbells + st.cqes + st.commands != before;
@@ -326,6 +329,7 @@ bool RdmaDevice::Impl::poll_round() {
 
 void RdmaDevice::Impl::poll_idle() {
   polling = false;
+  if (host != nullptr) host->set_queue_notification(vd::kDoorbellQueue, true);  // runs it once more
   std::vector<std::uint32_t> hs(hot_cqs.begin(), hot_cqs.end());
   hot_cqs.clear();
   for (auto h : hs) drain_cq(h);  // arms

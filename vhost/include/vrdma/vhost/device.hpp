@@ -61,6 +61,10 @@ class DeviceHost {
   virtual void run_queue(std::uint16_t index) = 0;
   // Is the queue running (started and enabled)?
   [[nodiscard]] virtual bool queue_running(std::uint16_t index) const = 0;
+  // Kicks for the queue wanted or not (Ring::set_notification): a device that polls a ring
+  // turns them off; turning them back on runs the queue once (a buffer may have come without
+  // a kick). A queue that is not running ignores it; a ring started later begins with them on.
+  virtual void set_queue_notification(std::uint16_t /*index*/, bool /*on*/) {}
   // The chain the driver made available last before the ring's current position: a buffer a
   // device keeps across a migration without returning it (the frontend moves the ring position
   // with the guest, so on a destination it is in flight from before). Split rings only: the head

@@ -96,6 +96,12 @@ class Ring {
   virtual Status push(const GuestView& g, const DescChain& c, std::uint32_t written) = 0;
   // After pushes: does the driver want an interrupt (event suppression)?
   virtual Result<bool> should_notify(const GuestView& g) = 0;
+  // Driver notifications (kicks) wanted (on) or not (off: the device polls this ring), virtio
+  // §2.7.10 / §2.8.10: split rings without EVENT_IDX set or clear used.flags NO_NOTIFY, with
+  // EVENT_IDX the device stops moving avail_event (and moves it to the ring's position when they
+  // come back on), packed rings set the device event flags. Idempotent. After turning them
+  // back on, the caller pops again: a buffer made available in between came without a kick.
+  virtual Status set_notification(const GuestView& g, bool on) = 0;
   // GET_VRING_BASE value: split: last avail idx; packed: (avail idx | wrap << 15) in bits
   // 0..15 and (used idx | wrap << 15) in bits 16..31, as QEMU encodes it.
   [[nodiscard]] virtual std::uint32_t base() const = 0;
