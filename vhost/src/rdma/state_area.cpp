@@ -24,6 +24,26 @@ std::string mac_text(const std::uint8_t* m) {
   return fmt::format("{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", m[0], m[1], m[2], m[3], m[4], m[5]);
 }
 
+// Visits the pieces of bytes [off, off + len) of a chain's buffers in order: fn(gpa, done, n),
+// `done` being the bytes visited before this piece.
+template <typename Fn>
+Status over_chain(const DescChain& c, std::uint64_t off, std::uint64_t len, const char* what, Fn&& fn) {
+  std::uint64_t done = 0;
+  for (const auto& b : c.bufs) {
+    if (done == len) break;
+    if (off >= b.len) {
+      off -= b.len;
+      continue;
+    }
+    const std::uint64_t n = std::min<std::uint64_t>(b.len - off, len - done);
+    VRDMA_TRY(fn(b.gpa + off, done, n));
+    done += n;
+    off = 0;
+  }
+  if (done != len) return make_error(Errc::invalid_argument, fmt::format("{} past the end of the state area", what));
+  return {};
+}
+
 }  // namespace
 
 // kStateQueue: keep the newest area the driver posts, return the one it replaces.
@@ -179,39 +199,17 @@ Result<bool> RdmaDevice::Impl::load_state_from_guest() {
 Status RdmaDevice::Impl::read_chain(const GuestView& g, const DescChain& c, std::uint64_t off, void* dst,
                                     std::uint64_t len) const {
   auto* out = static_cast<std::uint8_t*>(dst);
-  for (const auto& b : c.bufs) {
-    if (len == 0) break;
-    if (off >= b.len) {
-      off -= b.len;
-      continue;
-    }
-    const std::uint64_t n = std::min<std::uint64_t>(b.len - off, len);
-    VRDMA_TRY(g.read(b.gpa + off, out, n));
-    out += n;
-    len -= n;
-    off = 0;
-  }
-  if (len != 0) return make_error(Errc::invalid_argument, "read past the end of the state area");
-  return {};
+  return over_chain(c, off, len, "read", [&](std::uint64_t gpa, std::uint64_t done, std::uint64_t n) {
+    return g.read(gpa, out + done, n);
+  });
 }
 
 Status RdmaDevice::Impl::write_chain(const GuestView& g, const DescChain& c, std::uint64_t off, const void* src,
                                      std::uint64_t len) const {
   const auto* in = static_cast<const std::uint8_t*>(src);
-  for (const auto& b : c.bufs) {
-    if (len == 0) break;
-    if (off >= b.len) {
-      off -= b.len;
-      continue;
-    }
-    const std::uint64_t n = std::min<std::uint64_t>(b.len - off, len);
-    VRDMA_TRY(g.write(b.gpa + off, in, n));
-    in += n;
-    len -= n;
-    off = 0;
-  }
-  if (len != 0) return make_error(Errc::invalid_argument, "write past the end of the state area");
-  return {};
+  return over_chain(c, off, len, "write", [&](std::uint64_t gpa, std::uint64_t done, std::uint64_t n) {
+    return g.write(gpa, in + done, n);
+  });
 }
 
 }  // namespace vrdma::vhost
