@@ -73,7 +73,7 @@ record() {  # name, ok(0/1), host log, guest log
     return 0
   else
     failed=$((failed + 1)); summary+=("FAIL $name")
-    echo "FAIL $name"; echo "--- host:"; cat "$3"; echo "--- guest:"; cat "$4"
+    echo "FAIL $name"; echo "--- host:"; cat "$3" 2>/dev/null || true; echo "--- guest:"; cat "$4" 2>/dev/null || true
   fi
 }
 

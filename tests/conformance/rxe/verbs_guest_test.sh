@@ -83,7 +83,7 @@ record() {  # name, ok(0/1), logs...
     failed=$((failed + 1)); summary+=("FAIL $name")
     echo "FAIL $name"
     local f
-    for f in "$@"; do echo "--- $(basename "$f"):"; tail -80 "$f"; done
+    for f in "$@"; do echo "--- $(basename "$f"):"; tail -80 "$f" 2>/dev/null || true; done
   fi
 }
 
