@@ -138,9 +138,13 @@ rig_should_retry() {
   local q
   for q in 0 1; do
     qemu_hmp "info virtio-queue-status /machine/peripheral-anon/device[0]/virtio-backend $q" |
-      grep -E "queue_index|inuse|used_idx|signalled|avail_idx" | tr -s ' ' | tr '\n' ' '
+      grep -E "queue_index|inuse|used_idx|signalled|avail_idx" | tr -s ' ' | tr '\n' ' ' || true
     echo
   done
+  # The transmit queue's rings as the guest wrote them (avail idx and flags, used idx and flags).
+  qemu_hmp "info virtio-queue-element /machine/peripheral-anon/device[0]/virtio-backend 1" |
+    grep -A3 -E "^ *(avail|used):" | tr -s ' ' | tr '\n' ' ' || true
+  echo
   echo "    rebooting the guest and running $name again ($RIG_REBOOTS reboot(s) left)"
   RIG_RETRY=1
   return 0
