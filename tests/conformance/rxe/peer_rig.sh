@@ -28,8 +28,7 @@ rig_net() {  # the namespace: bridge br0 with $HOST, tap0 on it for QEMU
 }
 
 rig_cleanup() {
-  exec 3>&- 2>/dev/null || true
-  for p in $qemu_pid $cat_pid; do kill "$p" 2>/dev/null || true; done
+  guest_stop
   ip netns pids "$NS" 2>/dev/null | xargs -r kill 2>/dev/null || true
   ip netns del "$NS" 2>/dev/null || true
 }
