@@ -41,6 +41,16 @@ inner() {
     for f in "$W"/*.log; do case $f in *hook.log|*console.log) ;; *) echo "--- $f"; tail -5 "$f";; esac; done
     exit 1
   } >&2
+  # A guest whose kernel died (panic=-1 reboots it, and its I/O loop starts again from 1, so
+  # iteration counts alone would not tell) fails the test: after a migration its memory was not
+  # what it was at the source.
+  no_crash() {  # no_crash WHEN
+    local first
+    first=$(grep -m1 -E "Kernel panic|BUG: |kernel BUG|Oops: |general protection fault" "$W/console.log" 2>/dev/null)
+    if [ -n "$first" ] || [ "$(grep -c "loop started" "$W/console.log" 2>/dev/null)" -gt 1 ]; then
+      fail "the guest's kernel crashed $1 (${first:-its I/O loop started again}): its memory after the move was not what it was at the source"
+    fi
+  }
   A="virsh -q -c $LV_A_URI" B="virsh -q -c $LV_B_URI"
   cat > "$W/dom.xml" <<X
 <domain type='qemu'>
@@ -90,6 +100,7 @@ X
   dt=$($B domjobinfo --completed lv9g1 2>/dev/null | awk '/^Total downtime:/ {print $3}')
   echo "virsh migrate a -> b: $(( (t1 - t0) / 1000000 )) ms wall, downtime ${dt:-unknown} ms"
   sleep 2
+  no_crash "after virsh migrate a -> b"
   iters=$(grep -c "VRDMA-GUEST: iter .* ok" "$W/console.log")
 
   # 2. b -> a, vrdmactl migrate (rdma:// requested, falls back to TCP with the reasons).
@@ -109,6 +120,7 @@ X
   grep -q "lv9-a lv9g1 migrate begin: started vhost-user-blk on $W/lv9g1.lv9-a.sock" "$W/hook.log" ||
     fail "the hook on host a did not start the incoming backend"
   sleep 2
+  no_crash "after vrdmactl migrate b -> a"
   iters2=$(grep -c "VRDMA-GUEST: iter .* ok" "$W/console.log")
   [ "$iters2" -gt "$iters" ] || fail "the guest's I/O loop made no progress after coming back to host a"
 
@@ -116,6 +128,7 @@ X
   printf 'VRDMA-STOP' | dd of="$W/disk.img" bs=512 seek=120000 conv=notrunc status=none
   for i in $(seq 600); do grep -q "RESULT" "$W/console.log" && break; sleep 0.1; done
   grep -q "RESULT OK" "$W/console.log" || fail "the guest did not report RESULT OK: $(grep RESULT "$W/console.log")"
+  no_crash "before its RESULT"
   echo "guest: $(grep RESULT "$W/console.log" | tail -1 | sed 's/.*VRDMA-GUEST: //')"
   for i in $(seq 100); do [ -z "$($A list --name)" ] && break; sleep 0.1; done
   for i in $(seq 50); do [ ! -e "$W/lv9g1.lv9-a.sock.pid" ] && break; sleep 0.1; done
