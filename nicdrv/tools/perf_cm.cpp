@@ -37,6 +37,11 @@ void must(Status s, const std::string& what) {
 }
 
 constexpr auto kStepTimeout = std::chrono::seconds(30);
+// A server between pings that hears nothing for this long takes the client as gone: its DREQ was
+// lost and Linux does not resend one once rping has destroyed its cm_id (a real rping server
+// would wait forever). We disconnect ourselves; the client's own count says whether every ping
+// arrived.
+constexpr auto kClientIdle = std::chrono::seconds(10);
 constexpr std::size_t kInfoLen = 16;  // struct rping_rdma_info: be64 buf, be32 rkey, be32 size
 
 void put_be(std::uint8_t* p, std::uint64_t v, int n) {
@@ -77,6 +82,7 @@ struct Rping {
   std::uint8_t* recv_info = nullptr;
   bool disconnected = false;
   bool last_send_unacknowledged = false;
+  bool client_idle = false;
 
   std::uint64_t addr(const std::uint8_t* p) const {
     return mr->addr() + static_cast<std::uint64_t>(p - mem->data());
@@ -143,11 +149,19 @@ struct Rping {
   // `peer_may_leave` (a server between pings: rping's client disconnects as soon as it has our
   // last "go ahead"), a SEND the peer never acknowledged ends the run the same way: its ACK was
   // lost and its QP was gone before our retransmission; the client's own count says whether
-  // every ping arrived.
+  // every ping arrived. So does kClientIdle of silence.
   bool wait(WcOpcode want, WorkCompletion* out = nullptr, bool peer_may_leave = false) {
-    const auto deadline = SteadyClock::now() + kStepTimeout;
+    const auto t0 = SteadyClock::now();
+    const auto deadline = t0 + kStepTimeout;
     WorkCompletion wc[4];
     while (SteadyClock::now() < deadline) {
+      if (peer_may_leave && SteadyClock::now() - t0 >= kClientIdle) {
+        std::fprintf(stderr, "vrdma-perf: the client sent nothing for %lld s after its last ping (its disconnect was "
+                             "lost?); disconnecting\n",
+                     static_cast<long long>(std::chrono::duration_cast<std::chrono::seconds>(kClientIdle).count()));
+        client_idle = true;
+        return false;
+      }
       auto n = cq->poll(wc);
       if (!n) die("poll CQ: " + n.error().message);
       for (std::size_t i = 0; i < *n; ++i) {
@@ -264,7 +278,7 @@ int run_rping(const CmRunConfig& cfg) {
   json out = {{"test", "rping"}, {"peer_format", "rping"}, {"device", cfg.device}, {"role", server ? "server" : "client"},
               {"size", cfg.size}, {"pings", pings}, {"verified", verified && pings > 0}, {"connect_seconds", connect_s},
               {"seconds", run_s}, {"peer_disconnected", r.disconnected},
-              {"last_send_unacknowledged", r.last_send_unacknowledged}};
+              {"last_send_unacknowledged", r.last_send_unacknowledged}, {"client_idle", r.client_idle}};
   if (auto st = soft::stats(*r.dev))
     out["engine"] = {{"rx_dropped_icrc", st->rx_dropped_icrc}, {"rx_dropped_malformed", st->rx_dropped_malformed},
                      {"retransmits", st->retransmits}, {"cm_mads_sent", st->cm_mads_sent},
