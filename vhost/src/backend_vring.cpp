@@ -211,7 +211,7 @@ bool BackendSession::queue_running(std::uint16_t index) const {
 }
 
 void BackendSession::set_queue_notification(std::uint16_t index, bool on) {
-  if (!queue_running(index)) return;
+  if (!queue_running(index) || vrings_[index].ring->notification() == on) return;  // each poll round asks
   if (auto st = vrings_[index].ring->set_notification(view(), on); !st.ok()) {
     log::error("vring {}: cannot {} its kicks: {}", index, on ? "turn on" : "turn off", st.error().message);
     return;

@@ -67,12 +67,8 @@ class PackedRing final : public Ring {
     return need_event(off, now, old);
   }
 
-  Status set_notification(const GuestView& g, bool on) override {
-    if (on == notify_on_ || broken_) return {};
-    VRDMA_TRY(g.store_u16_release(s_.device + 2, on ? kEventEnable : kEventDisable));
-    notify_on_ = on;
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    return {};
+  Status store_notification(const GuestView& g, bool on) override {
+    return g.store_u16_release(s_.device + 2, on ? kEventEnable : kEventDisable);
   }
 
   // QEMU's encoding: avail index and wrap counter in bits 0..15, used ones in bits 16..31.
@@ -174,7 +170,6 @@ class PackedRing final : public Ring {
   std::uint16_t avail_, used_, signalled_;
   bool avail_wrap_, used_wrap_;
   bool signalled_wrap_ = true;
-  bool notify_on_ = true;
   PackedInflightRegion inflight_;
   std::vector<std::uint16_t> entry_of_;  // buffer id -> its head entry in the inflight area
   std::deque<PackedInflightRegion::Chain> resubmit_;

@@ -1,3 +1,4 @@
+#include <atomic>
 // Ring layout checks shared by split and packed rings.
 #include <fmt/format.h>
 
@@ -14,6 +15,14 @@ Result<std::optional<DescChain>> Ring::pop(const GuestView& g) {
   auto r = pop_inner(g);
   if (!r) broken_ = true;
   return r;
+}
+
+Status Ring::set_notification(const GuestView& g, bool on) {
+  if (on == notify_on_ || broken_) return {};
+  VRDMA_TRY(store_notification(g, on));
+  notify_on_ = on;
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // before the caller looks at the ring again
+  return {};
 }
 
 Result<std::unique_ptr<Ring>> make_ring(const RingSetup& s, std::uint32_t base, const GuestView& g,

@@ -69,18 +69,11 @@ class SplitRing final : public Ring {
     return notify;
   }
 
-  Status set_notification(const GuestView& g, bool on) override {
-    if (on == notify_on_ || broken_) return {};
-    if (s_.event_idx) {
-      // Off: avail_event stays where it is; the driver kicks at most once more when its index
-      // passes it, then not again before it wraps (64 Ki entries later).
-      if (on) VRDMA_TRY(store_avail_event(g));
-    } else {
-      VRDMA_TRY(g.store_u16_release(s_.device, on ? 0 : kUsedNoNotify));
-    }
-    notify_on_ = on;
-    std::atomic_thread_fence(std::memory_order_seq_cst);  // before the caller looks at the ring again
-    return {};
+  Status store_notification(const GuestView& g, bool on) override {
+    // With EVENT_IDX, off: avail_event stays where it is; the driver kicks at most once more
+    // when its index passes it, then not again before it wraps (64 Ki entries later).
+    if (s_.event_idx) return on ? store_avail_event(g) : Status{};
+    return g.store_u16_release(s_.device, on ? 0 : kUsedNoNotify);
   }
 
   [[nodiscard]] std::uint32_t base() const override { return last_avail_; }
@@ -128,7 +121,6 @@ class SplitRing final : public Ring {
   RingSetup s_;
   std::uint16_t last_avail_, used_idx_;
   std::uint16_t signalled_ = 0;
-  bool notify_on_ = true;
   InflightRegion inflight_;
   std::deque<std::uint16_t> resubmit_;
 

@@ -101,7 +101,8 @@ class Ring {
   // EVENT_IDX the device stops moving avail_event (and moves it to the ring's position when they
   // come back on), packed rings set the device event flags. Idempotent. After turning them
   // back on, the caller pops again: a buffer made available in between came without a kick.
-  virtual Status set_notification(const GuestView& g, bool on) = 0;
+  Status set_notification(const GuestView& g, bool on);
+  [[nodiscard]] bool notification() const { return notify_on_; }
   // GET_VRING_BASE value: split: last avail idx; packed: (avail idx | wrap << 15) in bits
   // 0..15 and (used idx | wrap << 15) in bits 16..31, as QEMU encodes it.
   [[nodiscard]] virtual std::uint32_t base() const = 0;
@@ -110,7 +111,10 @@ class Ring {
  protected:
   // The layout's pop; pop() turns its errors into a broken ring.
   virtual Result<std::optional<DescChain>> pop_inner(const GuestView& g) = 0;
+  // The layout's part of set_notification(): the guest-memory store.
+  virtual Status store_notification(const GuestView& g, bool on) = 0;
   bool broken_ = false;
+  bool notify_on_ = true;
 };
 
 // Checks the ring's layout (alignment, inside guest memory) and builds the ring at `base`.
