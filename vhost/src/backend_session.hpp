@@ -2,6 +2,7 @@
 #pragma once
 
 #include <array>
+#include <string>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -41,8 +42,11 @@ class BackendSession final : public DeviceHost {
     bool enabled = false;
     UniqueFd kick, call, err;
     std::unique_ptr<Ring> ring;  // non-null while started
+    RingSetup setup{};           // where the started ring lives
     bool reported_broken = false;
   };
+  // "avail idx A used idx U" as the guest's memory holds them now (split rings), for logs.
+  [[nodiscard]] std::string ring_indices(const Vring& v) const;
 
   // backend_session.cpp: features, owner, memory, log
   Reply get_features(Message& m);

@@ -151,6 +151,7 @@ void BackendSession::try_start(std::uint16_t i) {
     return;
   }
   v.ring = std::move(*ring);
+  v.setup = s;
   v.reported_broken = false;
   if (!protocol_negotiated()) v.enabled = true;
   auto st = loop_.add(v.kick.get(), EPOLLIN, [this, i](std::uint32_t) {
@@ -165,7 +166,8 @@ void BackendSession::try_start(std::uint16_t i) {
     v.ring.reset();
     return;
   }
-  log::debug("vring {} started: size {} {} base {:#x}", i, s.size, s.packed ? "packed" : "split", v.base);
+  log::debug("vring {} started: size {} {} base {:#x}{}", i, s.size, s.packed ? "packed" : "split", v.base,
+             ring_indices(v));
   process(i);  // buffers may already be waiting (reconnect, migration)
 }
 
@@ -175,9 +177,18 @@ void BackendSession::stop(std::uint16_t i) {
   if (v.kick) loop_.remove(v.kick.get());
   dev_.queue_stopped(i);
   v.base = v.ring->base();
+  log::debug("vring {} stopped at base {:#x}{}", i, v.base, ring_indices(v));
   v.ring.reset();
   v.kick.reset();
-  log::debug("vring {} stopped at base {:#x}", i, v.base);
+}
+
+std::string BackendSession::ring_indices(const Vring& v) const {
+  if (log::level() > log::Level::debug || v.setup.packed || v.setup.size == 0) return {};
+  const GuestView g = view();
+  auto avail = g.load_u16_acquire(v.setup.driver + 2);
+  auto used = g.load_u16_acquire(v.setup.device + 2);
+  if (!avail || !used) return "; its indices are not readable";
+  return fmt::format("; in guest memory avail idx {:#x} used idx {:#x}", *avail, *used);
 }
 
 void BackendSession::stop_all() {
