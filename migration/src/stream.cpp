@@ -23,7 +23,8 @@ static_assert(sizeof(Header) == kHeaderSize);
 // The largest payload each frame type may carry; 0 for an unknown type.
 std::uint32_t max_payload(std::uint16_t t) {
   switch (static_cast<FrameType>(t)) {
-    case FrameType::state: return kMaxStateBytes;
+    case FrameType::state:
+    case FrameType::prestate: return kMaxStateBytes;
     case FrameType::hello:
     case FrameType::hello_ok:
     case FrameType::refuse:
@@ -47,6 +48,7 @@ const char* to_string(FrameType t) noexcept {
     case FrameType::reject: return "REJECT";
     case FrameType::active: return "ACTIVE";
     case FrameType::abort: return "ABORT";
+    case FrameType::prestate: return "PRESTATE";
   }
   return "UNKNOWN";
 }

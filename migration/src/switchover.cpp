@@ -201,6 +201,7 @@ struct MigratingDevice::Impl {
       case Phase::incoming:
       case Phase::holding:
         if (!have_state) {
+          inner.drop_precreated();
           st.message = why + " before the device state arrived; waiting for another source";
           log::warn("migration: {}", st.message);
         }
@@ -260,7 +261,8 @@ struct MigratingDevice::Impl {
         st.peer = h->source;
         st.message = "identity accepted; waiting for the device state";
         log::info("migration: {} offers the guest {} ({}); accepted, waiting for its state", h->source, h->gid, h->mac);
-        return send(FrameType::hello_ok, std::string("{}"));
+        // "prestate": this destination takes the object layout ahead of the state (PRESTATE).
+        return send(FrameType::hello_ok, std::string(R"({"prestate":true})"));
       }
       case FrameType::state:
         if (have_state || (st.phase != Phase::incoming && st.phase != Phase::holding)) break;
@@ -270,6 +272,13 @@ struct MigratingDevice::Impl {
         st.state_bytes = pending_state.size();
         log::info("migration: received the device state ({} bytes) from {}", st.state_bytes, st.peer);
         return try_load();
+      case FrameType::prestate: {
+        if (have_state || (st.phase != Phase::incoming && st.phase != Phase::holding)) break;
+        if (auto s = inner.precreate(f.payload); !s.ok())
+          log::warn("migration: could not build the guest's objects ahead ({}); they are built when its state arrives",
+                    s.error().message);
+        return;
+      }
       case FrameType::abort:
         if (st.phase == Phase::running) {
           log::error("migration: {} aborted after the guest already runs here ({}); ignoring: the frontend started "
@@ -278,6 +287,7 @@ struct MigratingDevice::Impl {
         }
         log::warn("migration: {} aborted: {}; discarding its state", st.peer, f.text());
         if (st.phase == Phase::loaded) inner.reset();
+        inner.drop_precreated();
         pending_state.clear();
         have_state = false;
         st.phase = st.phase == Phase::holding ? Phase::holding : Phase::incoming;
@@ -510,7 +520,7 @@ struct MigratingDevice::Impl {
     return true;
   }
 
-  Status migrate_to(const std::string& addr, std::chrono::milliseconds timeout) {
+  Status migrate_to(const std::string& addr, std::chrono::milliseconds timeout, bool send_layout) {
     if (st.phase == Phase::incoming || st.phase == Phase::holding || st.phase == Phase::loaded)
       return make_error(Errc::bad_state, "this vrdmad is waiting for an incoming guest; it cannot send one");
     if (st.phase == Phase::armed || st.phase == Phase::state_sent || st.phase == Phase::handed_over)
@@ -525,11 +535,16 @@ struct MigratingDevice::Impl {
     if (::send(fd->get(), hello.data(), hello.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(hello.size()))
       return errno_error(errno, "sending HELLO to " + addr);
     FrameReader r;
+    bool prestate = false;  // the destination builds the objects ahead when told their layout
     for (;;) {
       auto f = r.next();
       if (!f) return make_error(Errc::protocol_error, addr + " answered with a broken frame: " + f.error().message);
       if (f->has_value()) {
-        if ((*f)->type == FrameType::hello_ok) break;
+        if ((*f)->type == FrameType::hello_ok) {
+          auto j = nlohmann::json::parse((*f)->payload.begin(), (*f)->payload.end(), nullptr, false);
+          prestate = j.is_object() && j.value("prestate", false) == true;
+          break;
+        }
         if ((*f)->type == FrameType::refuse)
           return make_error(Errc::access_denied, "the destination at " + addr + " refused the guest: " + (*f)->text());
         return make_error(Errc::protocol_error, fmt::format("{} answered HELLO with {}", addr, to_string((*f)->type)));
@@ -555,6 +570,14 @@ struct MigratingDevice::Impl {
     if (all_stopped() && inner.stats().paused) {
       t_stop = Clock::now();
       send_state();
+      return {};
+    }
+    if (const auto s = inner.stats(); send_layout && prestate && s.pds + s.cqs + s.qps > 0) {
+      const auto t0 = Clock::now();
+      const auto layout = inner.save_layout();
+      send(FrameType::prestate, layout);
+      log::info("migration: sent the object layout ({} bytes, {:.1f} ms) for {} to build during pre-copy",
+                layout.size(), ms_since(t0), addr);
     }
     return {};
   }
@@ -586,8 +609,8 @@ Status MigratingDevice::listen_incoming(const std::string& addr) {
   return {};
 }
 
-Status MigratingDevice::migrate_to(const std::string& addr, std::chrono::milliseconds timeout) {
-  return impl_->migrate_to(addr, timeout);
+Status MigratingDevice::migrate_to(const std::string& addr, std::chrono::milliseconds timeout, bool prestate) {
+  return impl_->migrate_to(addr, timeout, prestate);
 }
 
 Status MigratingDevice::cancel(const std::string& why) {

@@ -8,6 +8,7 @@
 // JSON line back:
 //   {"cmd":"status"} / {"cmd":"stats"}           objects, counters and the migration phase
 //   {"cmd":"migrate","to":"tcp:IP:PORT"}         start a live migration to a destination vrdmad
+//       [,"prestate":false]                      (without building the objects there ahead)
 //   {"cmd":"cancel"}                             give up an armed migration
 // --incoming makes this vrdmad a migration destination (docs/migration.md). SIGTERM/SIGINT end it.
 #include <sys/epoll.h>
@@ -17,6 +18,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -65,6 +67,8 @@ nlohmann::json stats_json(const vhost::RdmaDevice& dev, const migration::Migrati
       {"state_area_bytes", dev.state_area_bytes()},
       {"objects", {{"pd", s.pds}, {"mr", s.mrs}, {"cq", s.cqs}, {"qp", s.qps}, {"ah", s.ahs}, {"srq", s.srqs}}},
       {"registered_bytes", s.registered_bytes},
+      {"precreated", s.precreated},
+      {"adopted", s.adopted},
       {"commands", s.commands},
       {"command_errors", s.command_errors},
       {"doorbells", s.doorbells},
@@ -197,7 +201,8 @@ int main(int argc, char** argv) {
         if (!req.contains("to") || !req["to"].is_string()) {
           reply = {{"error", "migrate needs \"to\": the destination vrdmad's tcp:IP:PORT (its --incoming)"}};
         } else {
-          auto st = mig.migrate_to(req["to"].get<std::string>());
+          const bool prestate = !req.contains("prestate") || !req["prestate"].is_boolean() || req["prestate"].get<bool>();
+          auto st = mig.migrate_to(req["to"].get<std::string>(), std::chrono::seconds(5), prestate);
           reply = st.ok() ? nlohmann::json{{"ok", true}, {"migration", migration_json(mig)}}
                           : nlohmann::json{{"ok", false}, {"error", st.error().message}};
         }

@@ -30,7 +30,7 @@ Seen parse(const std::uint8_t* data, std::size_t size, std::size_t chunk) {
       }
       if (!f->has_value()) break;
       const Frame& fr = **f;
-      if (fr.payload.size() > (fr.type == FrameType::state ? kMaxStateBytes : kMaxTextBytes)) std::abort();
+      if (fr.payload.size() > ((fr.type == FrameType::state || fr.type == FrameType::prestate) ? kMaxStateBytes : kMaxTextBytes)) std::abort();
       out.frames.emplace_back(fr.type, fr.payload.size());
       if (fr.type == FrameType::hello) {
         if (auto h = decode_hello(fr.payload); h.ok()) {
@@ -54,7 +54,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (whole.frames != bits.frames || whole.error != bits.error) std::abort();
   // Round trip: what encode() makes, the reader reads back.
   if (size >= 2) {
-    const auto type = static_cast<FrameType>(1 + data[1] % 8);
+    const auto type = static_cast<FrameType>(1 + data[1] % 9);
     auto enc = encode(type, std::span(data, std::min<std::size_t>(size, kMaxTextBytes)));
     FrameReader r;
     r.feed(enc);

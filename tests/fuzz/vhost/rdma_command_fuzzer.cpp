@@ -3,8 +3,9 @@
 // RdmaDevice on a real soft engine (loopback), through real virtqueues in real guest memory.
 // Input: records of [u8 tag][u16 length][length bytes]; an even tag is a control request, an
 // odd tag a chain of doorbell records, tag 0xff a device state to load into a reset device
-// (the migration blob, untrusted too) and tag 0xfd a save of the current state (rings stopped)
-// loaded back into a reset device. AddressSanitizer catches any access outside the guest
+// (the migration blob, untrusted too), tag 0xf9 an object layout to build ahead (PRESTATE,
+// untrusted too; a later 0xff state may adopt its objects) and tag 0xfd a save of the current
+// layout and state (rings stopped) built and loaded back into a reset device. AddressSanitizer catches any access outside the guest
 // memory; the device is reset after every input so state stays bounded.
 #include <cstdint>
 #include <cstdio>
@@ -134,7 +135,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       w->host.have_area = true;
       (void)w->dev->load_state_from_guest();
       w->host.have_area = false;
+    } else if (tag == 0xf9) {
+      // An object layout from a source (PRESTATE): built ahead; a later 0xff state may adopt it.
+      w->dev->reset();
+      (void)w->dev->precreate(std::span(data, len));
     } else if (tag == 0xfd) {
+      // Save and load, as a migration does: the layout first (built ahead), then the state.
+      const auto layout = w->dev->save_layout();
       w->dev->queue_stopped(vd::kControlQueue);
       auto blob = w->dev->save_state();
       if (const char* dump = std::getenv("VRDMA_FUZZ_DUMP_STATE"); dump != nullptr && blob) {  // to make seeds
@@ -143,8 +150,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
           std::fclose(f);
         }
       }
+      if (const char* dump = std::getenv("VRDMA_FUZZ_DUMP_LAYOUT"); dump != nullptr && blob) {
+        if (FILE* f = std::fopen(dump, "wbx")) {
+          std::fwrite(layout.data(), 1, layout.size(), f);
+          std::fclose(f);
+        }
+      }
       w->dev->reset();
+      (void)w->dev->precreate(layout);
       if (blob) (void)w->dev->load_state(*blob);
+      w->dev->drop_precreated();
     } else if (tag % 2 == 0)
       w->send(vd::kControlQueue, *w->ctl, *w->ctl_ring, data, len);
     else if (len >= sizeof(vd::Doorbell))

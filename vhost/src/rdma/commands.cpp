@@ -123,8 +123,8 @@ void RdmaDevice::Impl::control(Queue& q) {
 }
 
 Status RdmaDevice::Impl::add_cq(const GuestView& g, std::uint32_t h, std::uint32_t depth, std::uint64_t ring_gpa,
-                                bool zero_ring) {
-  auto cq = engine->create_cq(depth);
+                                bool zero_ring, std::shared_ptr<nicdrv::CompletionQueue> made) {
+  auto cq = made ? Result<std::shared_ptr<nicdrv::CompletionQueue>>(std::move(made)) : engine->create_cq(depth);
   if (!cq) return std::move(cq).error();
   if (zero_ring) {
     std::vector<std::uint8_t> zeros(vd::kCqeOffset + std::size_t{depth} * sizeof(vd::Cqe), 0);

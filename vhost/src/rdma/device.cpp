@@ -81,6 +81,9 @@ void RdmaDevice::queue_stopped(std::uint16_t index) { impl_->queue_stopped(index
 void RdmaDevice::reset() { impl_->reset(); }
 Result<std::vector<std::uint8_t>> RdmaDevice::save_state() { return impl_->save_state(); }
 Status RdmaDevice::load_state(std::span<const std::uint8_t> blob) { return impl_->load_state(blob); }
+std::vector<std::uint8_t> RdmaDevice::save_layout() const { return impl_->save_layout(); }
+Status RdmaDevice::precreate(std::span<const std::uint8_t> layout) { return impl_->precreate(layout); }
+void RdmaDevice::drop_precreated() { impl_->pre.clear(); }
 Status RdmaDevice::save_state_to_guest() { return impl_->save_state_to_guest(); }
 Result<bool> RdmaDevice::load_state_from_guest() { return impl_->load_state_from_guest(); }
 bool RdmaDevice::has_state_area() const { return impl_->state_area.has_value(); }
@@ -98,6 +101,8 @@ RdmaDeviceStats RdmaDevice::stats() const {
   s.ahs = static_cast<std::uint32_t>(impl_->ahs.size());
   s.srqs = static_cast<std::uint32_t>(impl_->srqs.size());
   s.paused = impl_->paused;
+  s.precreated = impl_->pre.count();
+  s.adopted = impl_->adopted;
   return s;
 }
 const nicdrv::Device& RdmaDevice::engine() const { return *impl_->engine; }
@@ -118,6 +123,7 @@ RdmaDevice::Impl::Impl(std::shared_ptr<nicdrv::Device> e, EventLoop& l, RdmaDevi
 }
 
 RdmaDevice::Impl::~Impl() {
+  pre.clear();
   reset();
   if (retry_timer) loop.remove(retry_timer.get());
 }

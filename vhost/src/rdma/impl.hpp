@@ -103,6 +103,31 @@ struct SrqObj {
   std::uint32_t users = 0;
 };
 
+// Engine objects built during pre-copy from a source's object layout (state.cpp precreate()),
+// adopted by load_state() when the state names the same handle with the same parameters, so
+// that the switchover window only imports QP state instead of creating every object.
+struct Precreated {
+  struct Cq {
+    std::uint32_t depth = 0;
+    std::shared_ptr<nicdrv::CompletionQueue> eng;
+  };
+  struct Qp {
+    std::uint32_t pd = 0, send_cq = 0, recv_cq = 0, qpn = 0;
+    const nicdrv::ProtectionDomain* pd_eng = nullptr;  // what it was created in
+    nicdrv::QpInitAttr attr;                            // with the pre-created CQs
+    std::shared_ptr<nicdrv::QueuePair> eng;
+  };
+  std::unordered_map<std::uint32_t, std::shared_ptr<nicdrv::ProtectionDomain>> pds;
+  std::unordered_map<std::uint32_t, Cq> cqs;
+  std::unordered_map<std::uint32_t, Qp> qps;
+  void clear() {  // QPs before the CQs and PDs they were created with
+    qps.clear();
+    cqs.clear();
+    pds.clear();
+  }
+  [[nodiscard]] std::uint32_t count() const { return static_cast<std::uint32_t>(pds.size() + cqs.size() + qps.size()); }
+};
+
 struct RdmaDevice::Impl {
   Impl(std::shared_ptr<nicdrv::Device> e, EventLoop& l, RdmaDeviceOptions o);
   ~Impl();
@@ -146,13 +171,21 @@ struct RdmaDevice::Impl {
   Status register_mr(const GuestView& g, const vd::RegMrReq& r, std::uint32_t requested_key, MrObj& out,
                      const std::vector<std::uint64_t>* saved_pages = nullptr);
   // commands.cpp: a CQ's engine object, zeroed guest ring and event-fd watch.
-  Status add_cq(const GuestView& g, std::uint32_t handle, std::uint32_t depth, std::uint64_t ring_gpa, bool zero_ring);
+  // `made`: an engine CQ built ahead (Precreated) instead of a new one.
+  Status add_cq(const GuestView& g, std::uint32_t handle, std::uint32_t depth, std::uint64_t ring_gpa, bool zero_ring,
+                std::shared_ptr<nicdrv::CompletionQueue> made = {});
 
   // state.cpp (device state for migration)
   Result<std::vector<std::uint8_t>> save_state();
   // The device's config space (virtio_rdma.hpp Config): GET_CONFIG and QUERY_CONFIG.
   [[nodiscard]] vd::Config config_space() const;
   Status load_state(std::span<const std::uint8_t> blob);
+  // The object layout (PDs, CQs, QPs with their handles, sizes and QPNs; no engine state),
+  // readable while the guest runs; and the destination's side: build those engine objects now.
+  [[nodiscard]] std::vector<std::uint8_t> save_layout() const;
+  Status precreate(std::span<const std::uint8_t> layout);
+  Precreated pre;
+  std::uint32_t adopted = 0;  // pre-created objects the last load_state() used
 
   // state_area.cpp (the state area on kStateQueue)
   void state_queue(Queue& q);

@@ -16,7 +16,8 @@
 namespace vrdma::vhost {
 namespace {
 
-constexpr std::uint32_t kMagic = 0x53445256;  // "VRDS"
+constexpr std::uint32_t kMagic = 0x53445256;        // "VRDS"
+constexpr std::uint32_t kLayoutMagic = 0x4c445256;  // "VRDL"
 
 
 struct SavedRing {
@@ -122,7 +123,9 @@ Status RdmaDevice::Impl::load_state(std::span<const std::uint8_t> blob) {
   if (!r.get(next)) return bad("truncated");
   // Loading happens with the engine quiesced: nothing moves until every ring runs.
   pause();
+  adopted = 0;
   auto fail = [this](Error e) {
+    pre.clear();
     reset();
     return e;
   };
@@ -135,6 +138,12 @@ Status RdmaDevice::Impl::load_state(std::span<const std::uint8_t> blob) {
   for (std::uint32_t i = 0; i < n; ++i) {
     std::uint32_t h = 0;
     if (!r.get(h) || !fresh(h, pds.count(h) != 0)) return fail(bad("PD handle"));
+    if (auto it = pre.pds.find(h); it != pre.pds.end()) {
+      pds[h] = PdObj{std::move(it->second), 0};
+      pre.pds.erase(it);
+      ++adopted;
+      continue;
+    }
     auto pd = engine->alloc_pd();
     if (!pd) return fail(pd.error());
     pds[h] = PdObj{std::move(*pd), 0};
@@ -179,7 +188,15 @@ Status RdmaDevice::Impl::load_state(std::span<const std::uint8_t> blob) {
         backlog > lim.max_cqe || ring % 4096 != 0 ||
         !g.memory().range(ring, vd::kCqeOffset + std::uint64_t{depth} * sizeof(vd::Cqe)))
       return fail(bad(fmt::format("CQ {} (depth {}, ring {:#x})", h, depth, ring)));
-    if (auto s = add_cq(g, h, depth, ring, false); !s.ok()) return fail(s.error());
+    std::shared_ptr<nicdrv::CompletionQueue> made;
+    if (auto it = pre.cqs.find(h); it != pre.cqs.end()) {
+      if (it->second.depth == depth) {
+        made = std::move(it->second.eng);
+        ++adopted;
+      }
+      pre.cqs.erase(it);
+    }
+    if (auto s = add_cq(g, h, depth, ring, false, std::move(made)); !s.ok()) return fail(s.error());
     auto& cq = cqs[h];
     cq.produced = produced;
     cq.armed = armed != 0;
@@ -240,7 +257,28 @@ Status RdmaDevice::Impl::load_state(std::span<const std::uint8_t> blob) {
     ia.sq_sig_all = qp.sq_sig_all;
     nicdrv::QpOptions qo;
     qo.requested_qpn = qpn;
-    auto eng = pit->second.eng->create_qp(ia, qo);
+    Result<std::shared_ptr<nicdrv::QueuePair>> eng = make_error(Errc::not_found, "not pre-created");
+    if (auto it = pre.qps.find(h); it != pre.qps.end()) {
+      const auto& p = it->second;
+      const auto& a = p.attr;
+      if (p.pd == qp.pd && p.send_cq == qp.send_cq && p.recv_cq == qp.recv_cq && p.qpn == qpn &&
+          p.pd_eng == pit->second.eng.get() && a.type == ia.type && a.send_cq == ia.send_cq && a.recv_cq == ia.recv_cq &&
+          a.sq_sig_all == ia.sq_sig_all && a.cap.max_send_wr == ia.cap.max_send_wr &&
+          a.cap.max_recv_wr == ia.cap.max_recv_wr && a.cap.max_send_sge == ia.cap.max_send_sge &&
+          a.cap.max_recv_sge == ia.cap.max_recv_sge && a.cap.max_inline_data == ia.cap.max_inline_data) {
+        eng = p.eng;
+        ++adopted;
+      }
+      pre.qps.erase(it);  // a mismatch frees its QPN for the QP created below
+    }
+    if (!eng) {
+      eng = pit->second.eng->create_qp(ia, qo);
+      // The guest re-created QPs after the layout went: a pre-created one may hold this QPN.
+      if (!eng && !pre.qps.empty()) {
+        pre.qps.clear();
+        eng = pit->second.eng->create_qp(ia, qo);
+      }
+    }
     if (!eng) return fail(prefixed(fmt::format("QP {}: ", h), eng.error()));
     if (auto s = (*eng)->import_state(eng_blob); !s.ok()) return fail(prefixed(fmt::format("QP {}: ", h), s.error()));
     qp.eng = std::move(*eng);
@@ -254,9 +292,128 @@ Status RdmaDevice::Impl::load_state(std::span<const std::uint8_t> blob) {
   if (!r.at_end()) return fail(bad("trailing bytes"));
   next_handle_ = std::max(next, max_handle + 1);
   qp_ms = ms_since(t);
+  const std::uint32_t unused = pre.count();
+  pre.clear();
   log::info("virtio-rdma: device state loaded: {} PDs, {} MRs ({:.1f} ms), {} CQs ({:.1f} ms), {} AHs, {} QPs "
-            "({:.1f} ms); resuming when the rings run",
-            pds.size(), mrs.size(), mr_ms, cqs.size(), cq_ms, ahs.size(), qps.size(), qp_ms);
+            "({:.1f} ms), {} objects pre-created during pre-copy ({} left unused); resuming when the rings run",
+            pds.size(), mrs.size(), mr_ms, cqs.size(), cq_ms, ahs.size(), qps.size(), qp_ms, adopted, unused);
+  return {};
+}
+
+// ---- Object layout, built ahead on the destination ------------------------------------------------
+
+std::vector<std::uint8_t> RdmaDevice::Impl::save_layout() const {
+  ByteWriter w;
+  w.put(kLayoutMagic);
+  w.put(RdmaDevice::kStateVersion);
+  w.put(static_cast<std::uint32_t>(pds.size()));
+  for (const auto& [h, pd] : pds) w.put(h);
+  w.put(static_cast<std::uint32_t>(cqs.size()));
+  for (const auto& [h, cq] : cqs) {
+    w.put(h);
+    w.put(cq.depth);
+  }
+  std::uint32_t nqp = 0;
+  for (const auto& [h, qp] : qps) nqp += qp.srq == 0 ? 1 : 0;
+  w.put(nqp);
+  for (const auto& [h, qp] : qps) {
+    if (qp.srq != 0) continue;  // not migrated (save_state() says so)
+    w.put(h);
+    w.put(qp.pd);
+    w.put(qp.send_cq);
+    w.put(qp.recv_cq);
+    w.put(static_cast<std::uint8_t>(qp.type));
+    w.put(static_cast<std::uint8_t>(qp.sq_sig_all));
+    w.put(qp.sq.depth);
+    w.put(qp.rq.depth);
+    w.put(qp.max_send_sge);
+    w.put(qp.max_recv_sge);
+    w.put(qp.max_inline);
+    w.put(qp.eng->qp_num());
+  }
+  return std::move(w.out);
+}
+
+Status RdmaDevice::Impl::precreate(std::span<const std::uint8_t> layout) {
+  pre.clear();
+  if (!pds.empty() || !cqs.empty() || !qps.empty())
+    return make_error(Errc::bad_state, "objects can be built ahead only on a device with none");
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto& lim = opts.limits;
+  ByteReader r(layout);
+  std::uint32_t magic = 0, version = 0, n = 0;
+  auto fail = [this](const std::string& what) {
+    pre.clear();
+    return make_error(Errc::invalid_argument, "object layout rejected: " + what);
+  };
+  if (!r.get(magic) || magic != kLayoutMagic) return fail("not a virtio RDMA object layout (magic)");
+  if (!r.get(version) || version != RdmaDevice::kStateVersion)
+    return fail(fmt::format("version {} (this vrdmad reads version {})", version, RdmaDevice::kStateVersion));
+  if (!r.get(n) || n > lim.max_pd) return fail("PD count");
+  for (std::uint32_t i = 0; i < n; ++i) {
+    std::uint32_t h = 0;
+    if (!r.get(h) || h == vd::kNoHandle || pre.pds.count(h) != 0) return fail("PD handle");
+    auto pd = engine->alloc_pd();
+    if (!pd) {
+      pre.clear();
+      return std::move(pd).error();
+    }
+    pre.pds.emplace(h, std::move(*pd));
+  }
+  if (!r.get(n) || n > lim.max_cq) return fail("CQ count");
+  for (std::uint32_t i = 0; i < n; ++i) {
+    std::uint32_t h = 0, depth = 0;
+    if (!r.get(h) || !r.get(depth)) return fail("truncated CQ");
+    if (h == vd::kNoHandle || pre.cqs.count(h) != 0 || depth == 0 || (depth & (depth - 1)) != 0 || depth > lim.max_cqe)
+      return fail(fmt::format("CQ {} (depth {})", h, depth));
+    auto cq = engine->create_cq(depth);
+    if (!cq) {
+      pre.clear();
+      return std::move(cq).error();
+    }
+    pre.cqs.emplace(h, Precreated::Cq{depth, std::move(*cq)});
+  }
+  if (!r.get(n) || n > lim.max_qp) return fail("QP count");
+  for (std::uint32_t i = 0; i < n; ++i) {
+    std::uint32_t h = 0, qpn = 0;
+    Precreated::Qp q;
+    std::uint8_t type = 0, sig = 0;
+    nicdrv::QpCap cap;
+    if (!r.get(h) || !r.get(q.pd) || !r.get(q.send_cq) || !r.get(q.recv_cq) || !r.get(type) || !r.get(sig) ||
+        !r.get(cap.max_send_wr) || !r.get(cap.max_recv_wr) || !r.get(cap.max_send_sge) || !r.get(cap.max_recv_sge) ||
+        !r.get(cap.max_inline_data) || !r.get(qpn))
+      return fail("truncated QP");
+    auto pit = pre.pds.find(q.pd);
+    auto scq = pre.cqs.find(q.send_cq);
+    auto rcq = pre.cqs.find(q.recv_cq);
+    const auto depth_ok = [&](std::uint32_t d) { return d != 0 && (d & (d - 1)) == 0 && d <= lim.max_qp_wr; };
+    if (h == vd::kNoHandle || pre.qps.count(h) != 0 || pit == pre.pds.end() || scq == pre.cqs.end() ||
+        rcq == pre.cqs.end() || (type != 2 && type != 4) || !depth_ok(cap.max_send_wr) || !depth_ok(cap.max_recv_wr) ||
+        cap.max_send_sge == 0 || cap.max_send_sge > lim.max_sge || cap.max_recv_sge == 0 ||
+        cap.max_recv_sge > lim.max_sge || cap.max_inline_data > lim.max_inline)
+      return fail(fmt::format("QP {}", h));
+    q.qpn = qpn;
+    q.pd_eng = pit->second.get();
+    q.attr.type = static_cast<nicdrv::QpType>(type);
+    q.attr.send_cq = scq->second.eng.get();
+    q.attr.recv_cq = rcq->second.eng.get();
+    q.attr.cap = cap;
+    q.attr.sq_sig_all = sig != 0;
+    nicdrv::QpOptions qo;
+    qo.requested_qpn = qpn;
+    auto eng = pit->second->create_qp(q.attr, qo);
+    if (!eng) {
+      pre.clear();
+      return prefixed(fmt::format("QP {} (QPN {:#x}): ", h, qpn), eng.error());
+    }
+    q.eng = std::move(*eng);
+    pre.qps.emplace(h, std::move(q));
+  }
+  if (!r.at_end()) return fail("trailing bytes");
+  if (pre.count() == 0) return {};
+  log::info("virtio-rdma: built {} PDs, {} CQs and {} QPs ahead for the incoming guest in {:.1f} ms", pre.pds.size(),
+            pre.cqs.size(), pre.qps.size(),
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   return {};
 }
 

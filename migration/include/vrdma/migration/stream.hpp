@@ -31,6 +31,8 @@ enum class FrameType : std::uint16_t {
   reject = 6,    // destination -> source: state rejected (a sentence)
   active = 7,    // destination -> source: the guest runs here now; let go of it
   abort = 8,     // source -> destination: the guest runs on at the source; discard the state
+  prestate = 9,  // source -> destination, after HELLO_OK: the object layout (RdmaDevice::save_layout)
+                 // to build ahead during pre-copy; no answer
 };
 [[nodiscard]] const char* to_string(FrameType t) noexcept;
 

@@ -7,6 +7,8 @@
 //   source                                         destination (vrdmad --incoming tcp:IP:PORT)
 //   migrate_to(addr): connect, HELLO  ---------->  identity checked (GID, MAC, engine, version)
 //                                     <----------  HELLO_OK (or REFUSE + sentence)
+//                                     ---------->  PRESTATE: the object layout; the engine
+//                                                  objects are built now (when HELLO_OK said so)
 //   ... the guest runs; the frontend (QEMU) dirty-logs and copies memory ...
 //   every ring stopped (GET_VRING_BASE): the engine is quiesced at a consistent point
 //   save_state(), STATE              ---------->  kept until the guest memory table arrives,
@@ -93,9 +95,11 @@ class MigratingDevice final : public vhost::Device {
   // when its rings start before a source sent the state).
   Status listen_incoming(const std::string& addr);
   // Source: start a migration to the destination vrdmad at "tcp:IP:PORT". Returns once the
-  // destination has accepted the guest's identity (or with the reason it did not). The state
-  // goes when every ring has stopped.
-  Status migrate_to(const std::string& addr, std::chrono::milliseconds timeout = std::chrono::seconds(5));
+  // destination has accepted the guest's identity (or with the reason it did not). Unless
+  // `prestate` is false, the object layout goes at once (PRESTATE) so that the destination
+  // builds the engine objects during pre-copy; the state goes when every ring has stopped.
+  Status migrate_to(const std::string& addr, std::chrono::milliseconds timeout = std::chrono::seconds(5),
+                    bool prestate = true);
   // Source: give up an armed migration (before the state has gone).
   Status cancel(const std::string& why);
   [[nodiscard]] MigrationStatus status() const;

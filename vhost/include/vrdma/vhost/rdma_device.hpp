@@ -59,6 +59,8 @@ struct RdmaDeviceStats {
   std::uint32_t pds = 0, mrs = 0, cqs = 0, qps = 0, ahs = 0, srqs = 0;
   std::uint64_t registered_bytes = 0;
   bool paused = false;  // rings stopped: the engine is quiesced and nothing is written
+  std::uint32_t precreated = 0;  // engine objects built ahead for an incoming guest (precreate)
+  std::uint32_t adopted = 0;     // of those, how many the last load_state() used
 };
 
 class RdmaDevice final : public Device {
@@ -85,6 +87,14 @@ class RdmaDevice final : public Device {
   // comes from the frontend on load and is checked field by field.
   Result<std::vector<std::uint8_t>> save_state() override;
   Status load_state(std::span<const std::uint8_t> blob) override;
+  // Migration ahead of the stop (docs/migration.md "Pre-created objects"): the object layout
+  // (PDs, CQs, QPs: handles, sizes, QPNs; no engine state, no ring positions), readable while
+  // the guest runs; and, on a destination with no objects yet, the engine objects of such a
+  // layout built now (checked as load_state() checks the state). load_state() then adopts each
+  // one whose handle and parameters match and creates the rest; what it leaves is destroyed.
+  [[nodiscard]] std::vector<std::uint8_t> save_layout() const;
+  Status precreate(std::span<const std::uint8_t> layout);
+  void drop_precreated();
 
   // The state area (virtio_rdma.hpp kStateQueue; docs/virtio-rdma.md "State in guest memory").
   // Source, every ring stopped while the frontend dirty-logs: writes the state (or a header
