@@ -1,10 +1,16 @@
 #include "vrdma/integration/migrate.hpp"
 
 #include <dirent.h>
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <libvirt/libvirt.h>
 #include <libvirt/virterror.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -33,6 +39,68 @@ std::vector<std::string> rdma_devices() {
     ::closedir(d);
   }
   return out;
+}
+
+// The interfaces that carry a GID of an RDMA device (ports/*/gid_attrs/ndevs/*).
+std::vector<std::string> gid_netdevs() {
+  std::vector<std::string> out;
+  const std::string root = "/sys/class/infiniband";
+  auto entries = [](const std::string& dir) {
+    std::vector<std::string> names;
+    if (DIR* d = ::opendir(dir.c_str())) {
+      while (dirent* e = ::readdir(d))
+        if (e->d_name[0] != '.') names.emplace_back(e->d_name);
+      ::closedir(d);
+    }
+    return names;
+  };
+  for (const auto& dev : entries(root))
+    for (const auto& port : entries(root + "/" + dev + "/ports")) {
+      const std::string ndevs = root + "/" + dev + "/ports/" + port + "/gid_attrs/ndevs";
+      for (const auto& idx : entries(ndevs)) {
+        std::ifstream f(ndevs + "/" + idx);
+        std::string name;
+        if (std::getline(f, name) && !name.empty() && std::find(out.begin(), out.end(), name) == out.end())
+          out.push_back(name);
+      }
+    }
+  return out;
+}
+
+// The interface this host's packets to `host` leave by: a UDP socket connected to it (nothing is
+// sent) and the interface holding the source address the kernel chose. nullopt: the name does
+// not resolve; "": no route.
+std::optional<std::string> route_interface(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* res = nullptr;
+  if (host.empty() || ::getaddrinfo(host.c_str(), "4791", &hints, &res) != 0 || res == nullptr) return std::nullopt;
+  std::string ifname;
+  const int s = ::socket(res->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  sockaddr_storage local{};
+  socklen_t len = sizeof local;
+  if (s >= 0 && ::connect(s, res->ai_addr, res->ai_addrlen) == 0 &&
+      ::getsockname(s, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
+    ifaddrs* ifs = nullptr;
+    if (::getifaddrs(&ifs) == 0) {
+      for (const ifaddrs* i = ifs; i != nullptr && ifname.empty(); i = i->ifa_next) {
+        if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != local.ss_family) continue;
+        if (local.ss_family == AF_INET) {
+          const auto* a = reinterpret_cast<const sockaddr_in*>(i->ifa_addr);
+          const auto* b = reinterpret_cast<const sockaddr_in*>(&local);
+          if (a->sin_addr.s_addr == b->sin_addr.s_addr) ifname = i->ifa_name;
+        } else if (local.ss_family == AF_INET6) {
+          const auto* a = reinterpret_cast<const sockaddr_in6*>(i->ifa_addr);
+          const auto* b = reinterpret_cast<const sockaddr_in6*>(&local);
+          if (std::memcmp(&a->sin6_addr, &b->sin6_addr, sizeof a->sin6_addr) == 0) ifname = i->ifa_name;
+        }
+      }
+      ::freeifaddrs(ifs);
+    }
+  }
+  if (s >= 0) ::close(s);
+  ::freeaddrinfo(res);
+  return ifname;
 }
 
 bool have_cap_sys_resource() {
@@ -86,12 +154,14 @@ void on_job_completed(virConnectPtr, virDomainPtr, virTypedParameterPtr params, 
 int usage() {
   std::fprintf(stderr,
                "usage: vrdmactl migrate DOMAIN DEST_URI [--connect SRC_URI] [--migrateuri URI] [--timeout S] "
-               "[--parallel N]\n"
+               "[--parallel N] [--bandwidth MIB]\n"
                "  DEST_URI      the destination libvirtd as the source libvirtd reaches it (qemu+tcp://host/system)\n"
                "  --connect     the source libvirtd (default $LIBVIRT_DEFAULT_URI or qemu:///system)\n"
                "  --migrateuri  QEMU's migration stream: tcp://host[:port] or rdma://host:port (default: tcp)\n"
                "  --timeout     abort the migration after S seconds (default 300)\n"
-               "  --parallel    N parallel (multifd) TCP connections\n");
+               "  --parallel    N parallel (multifd) TCP connections (default 2; 1: one stream)\n"
+               "  --bandwidth   at most MIB MiB/s for the memory copy (default: no limit; docs/integration.md says\n"
+               "                why a limit helps TCG guests under QEMU 7.2)\n");
   return 2;
 }
 
@@ -125,7 +195,24 @@ std::string uri_host(const std::string& uri) {
   return s.substr(0, s.find(':'));
 }
 
-TransportChoice choose_transport(const std::string& requested, const std::string& dest_host, const TransportFacts& f) {
+namespace {
+
+// TCP: multifd with `parallel` connections (-1: the default), said in one sentence.
+void tcp_streams(TransportChoice& t, int parallel) {
+  const int n = parallel < 0 ? kDefaultMultifdChannels : parallel;
+  if (n > 1) {
+    t.parallel = n;
+    t.notes.push_back("The memory goes over " + std::to_string(n) + " parallel TCP connections (multifd); --parallel 1 "
+                      "makes it one stream.");
+  } else {
+    t.notes.push_back("The memory goes over one TCP stream.");
+  }
+}
+
+}  // namespace
+
+TransportChoice choose_transport(const std::string& requested, const std::string& dest_host, const TransportFacts& f,
+                                 int parallel) {
   TransportChoice t;
   const bool want_rdma = requested.rfind("rdma://", 0) == 0;
   if (!want_rdma) {
@@ -136,6 +223,7 @@ TransportChoice choose_transport(const std::string& requested, const std::string
     else
       t.notes.push_back("The memory goes over TCP; pass --migrateuri rdma://HOST:PORT to use the RDMA device " +
                         f.rdma_devices.front() + ".");
+    tcp_streams(t, parallel);
     return t;
   }
   std::vector<std::string> why;
@@ -144,6 +232,18 @@ TransportChoice choose_transport(const std::string& requested, const std::string
   if (!f.hard_limit_set)
     why.push_back("the domain has no memory hard_limit (<memtune><hard_limit>), which libvirt demands to pin its "
                   "memory for RDMA");
+  if (f.route_checked) {
+    const std::string host = uri_host(requested);
+    if (f.route_ifname.empty()) {
+      why.push_back("the destination " + host + " is not reachable from this host (no route)");
+    } else if (std::find(f.gid_ifnames.begin(), f.gid_ifnames.end(), f.route_ifname) == f.gid_ifnames.end()) {
+      std::string on;
+      for (const auto& n : f.gid_ifnames) on += (on.empty() ? "" : ", ") + n;
+      why.push_back("the destination " + host + " is reached through " + f.route_ifname +
+                    ", which carries no RDMA GID" + (on.empty() ? "" : " (RDMA GIDs are on " + on + ")") +
+                    ", so no RDMA connection can get there");
+    }
+  }
   const bool memlock_ok = f.memlock_limit == ~0ULL || f.memlock_limit >= f.guest_memory;
   if (!memlock_ok && !f.cap_sys_resource)
     why.push_back("the locked-memory limit is " + mib(f.memlock_limit) + ", less than the guest's " +
@@ -152,6 +252,7 @@ TransportChoice choose_transport(const std::string& requested, const std::string
     t.migrate_uri = requested;
     t.rdma = true;
     t.notes.push_back("The memory goes over RDMA (" + requested + ", all guest memory pinned).");
+    if (parallel > 1) t.notes.push_back("--parallel is ignored: QEMU's RDMA transport is one connection.");
     return t;
   }
   const std::string rest = requested.substr(7);
@@ -159,13 +260,14 @@ TransportChoice choose_transport(const std::string& requested, const std::string
   std::string s = "RDMA migration is not possible: ";
   for (std::size_t i = 0; i < why.size(); ++i) s += (i ? "; " : "") + why[i];
   t.notes.push_back(s + ". Falling back to TCP (" + t.migrate_uri + ").");
+  tcp_streams(t, parallel);
   return t;
 }
 
 int migrate_cli(const std::vector<std::string>& args) {
   std::vector<std::string> pos;
   std::string connect, migrate_uri;
-  long timeout_s = 300, parallel = 0;
+  long timeout_s = 300, parallel = -1, bandwidth = 0;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const auto& a = args[i];
     auto value = [&](std::string& out) {
@@ -183,6 +285,8 @@ int migrate_cli(const std::vector<std::string>& args) {
       if (!value(v) || (timeout_s = std::strtol(v.c_str(), nullptr, 10)) <= 0) return usage();
     } else if (a == "--parallel") {
       if (!value(v) || (parallel = std::strtol(v.c_str(), nullptr, 10)) <= 0) return usage();
+    } else if (a == "--bandwidth") {
+      if (!value(v) || (bandwidth = std::strtol(v.c_str(), nullptr, 10)) <= 0) return usage();
     } else if (!a.empty() && a[0] == '-') {
       std::fprintf(stderr, "vrdmactl migrate: unknown option %s\n", a.c_str());
       return usage();
@@ -225,6 +329,13 @@ int migrate_cli(const std::vector<std::string>& args) {
 
   TransportFacts facts;
   facts.rdma_devices = rdma_devices();
+  if (migrate_uri.rfind("rdma://", 0) == 0) {
+    if (auto r = route_interface(uri_host(migrate_uri))) {
+      facts.route_checked = true;
+      facts.route_ifname = *r;
+      facts.gid_ifnames = gid_netdevs();
+    }
+  }
   {
     int n = 0;
     virDomainGetMemoryParameters(dom.d, nullptr, &n, 0);
@@ -241,7 +352,7 @@ int migrate_cli(const std::vector<std::string>& args) {
       facts.memlock_limit = rl.rlim_cur == RLIM_INFINITY ? ~0ULL : static_cast<unsigned long long>(rl.rlim_cur);
     facts.cap_sys_resource = have_cap_sys_resource();
   }
-  const auto choice = choose_transport(migrate_uri, uri_host(dest), facts);
+  const auto choice = choose_transport(migrate_uri, uri_host(dest), facts, static_cast<int>(parallel));
   for (const auto& n : choice.notes) std::printf("%s\n", n.c_str());
 
   Events ev;
@@ -262,14 +373,17 @@ int migrate_cli(const std::vector<std::string>& args) {
     virTypedParamsAddString(&params, &nparams, &maxparams, VIR_MIGRATE_PARAM_URI, choice.migrate_uri.c_str());
   unsigned flags = VIR_MIGRATE_LIVE | VIR_MIGRATE_PEER2PEER;
   if (choice.rdma) flags |= VIR_MIGRATE_RDMA_PIN_ALL;
-  if (parallel > 0) {
+  if (bandwidth > 0)
+    virTypedParamsAddULLong(&params, &nparams, &maxparams, VIR_MIGRATE_PARAM_BANDWIDTH,
+                            static_cast<unsigned long long>(bandwidth));
+  if (choice.parallel > 1) {
     flags |= VIR_MIGRATE_PARALLEL;
-    virTypedParamsAddInt(&params, &nparams, &maxparams, VIR_MIGRATE_PARAM_PARALLEL_CONNECTIONS,
-                         static_cast<int>(parallel));
+    virTypedParamsAddInt(&params, &nparams, &maxparams, VIR_MIGRATE_PARAM_PARALLEL_CONNECTIONS, choice.parallel);
   }
 
   std::printf("Migrating domain %s from %s to %s%s%s.\n", name.c_str(), connect.c_str(), dest.c_str(),
               choice.migrate_uri.empty() ? "" : " over ", choice.migrate_uri.c_str());
+  if (bandwidth > 0) std::printf("The memory copy is limited to %ld MiB/s.\n", bandwidth);
   std::fflush(stdout);
   const auto t0 = Clock::now();
   std::atomic<bool> done{false}, timed_out{false};

@@ -72,6 +72,41 @@ BOOST_AUTO_TEST_CASE(rdma_falls_back_to_tcp_naming_each_failed_check) {
   BOOST_TEST(choose_transport("rdma://h:1", "b", low).rdma);
 }
 
+BOOST_AUTO_TEST_CASE(rdma_needs_a_route_through_an_rdma_port) {
+  auto f = rdma_ready();
+  f.route_checked = true;
+  f.gid_ifnames = {"ens1f0", "ens1f1"};
+  f.route_ifname = "ens1f1";
+  BOOST_TEST(choose_transport("rdma://10.0.0.2:4444", "b", f).rdma);
+  f.route_ifname = "eno1";  // the management port
+  auto t = choose_transport("rdma://10.0.0.2:4444", "b", f);
+  BOOST_TEST(!t.rdma);
+  BOOST_TEST(t.migrate_uri == "tcp://10.0.0.2:4444");
+  BOOST_TEST(mentions(t, "the destination 10.0.0.2 is reached through eno1, which carries no RDMA GID (RDMA GIDs are "
+                         "on ens1f0, ens1f1)"));
+  f.route_ifname.clear();
+  BOOST_TEST(mentions(choose_transport("rdma://10.0.0.2:4444", "b", f), "10.0.0.2 is not reachable from this host"));
+  f.route_checked = false;  // the name did not resolve: nothing said about routes
+  BOOST_TEST(choose_transport("rdma://hostb:4444", "b", f).rdma);
+}
+
+BOOST_AUTO_TEST_CASE(tcp_goes_multifd_unless_told_otherwise) {
+  TransportFacts none;
+  auto t = choose_transport("", "10.99.9.2", none);
+  BOOST_TEST(t.parallel == kDefaultMultifdChannels);
+  BOOST_TEST(mentions(t, "parallel TCP connections (multifd)"));
+  BOOST_TEST(choose_transport("tcp://h:1", "h", none, 4).parallel == 4);
+  auto one = choose_transport("tcp://h:1", "h", none, 1);
+  BOOST_TEST(one.parallel == 0);
+  BOOST_TEST(mentions(one, "one TCP stream"));
+  // The RDMA fallback goes multifd too; RDMA itself is one connection, whatever --parallel says.
+  BOOST_TEST(choose_transport("rdma://h:1", "h", none).parallel == kDefaultMultifdChannels);
+  auto rdma = choose_transport("rdma://h:1", "h", rdma_ready(), 4);
+  BOOST_TEST(rdma.rdma);
+  BOOST_TEST(rdma.parallel == 0);
+  BOOST_TEST(mentions(rdma, "--parallel is ignored"));
+}
+
 BOOST_AUTO_TEST_CASE(phase_sentences) {
   BOOST_TEST(phase_sentence("migrated").find("destination") != std::string::npos);
   BOOST_TEST(phase_sentence("failed").find("keeps running here") != std::string::npos);

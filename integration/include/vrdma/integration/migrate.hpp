@@ -16,18 +16,32 @@ struct TransportFacts {
   unsigned long long memlock_limit = 0;   // RLIMIT_MEMLOCK of this process (bytes; ~0ULL: unlimited)
   bool cap_sys_resource = false;          // may raise it (libvirt raises QEMU's to hard_limit)
   unsigned long long guest_memory = 0;    // bytes
+  // The route from this host to the rdma:// destination: looked up at all (false when the host
+  // name does not resolve, and in tests that leave it), the interface it leaves by ("": no
+  // route), and the interfaces that carry a GID of an RDMA device (its RoCE/iWARP ports).
+  bool route_checked = false;
+  std::string route_ifname;
+  std::vector<std::string> gid_ifnames;
 };
 
 struct TransportChoice {
   std::string migrate_uri;          // what goes into VIR_MIGRATE_PARAM_URI ("" lets libvirt choose)
   bool rdma = false;                // rdma:// with VIR_MIGRATE_RDMA_PIN_ALL
+  int parallel = 0;                 // TCP: multifd connections (VIR_MIGRATE_PARALLEL); 0: one stream
   std::vector<std::string> notes;   // sentences for the operator (why TCP, and so on)
 };
 
+// Multifd connections when the memory goes over TCP and --parallel was not given (QEMU's own
+// default number of multifd channels).
+inline constexpr int kDefaultMultifdChannels = 2;
+
 // requested: the --migrateuri (may be empty); dest_host: the destination's host name from the
-// libvirt URI. rdma:// is kept only when every check passes; otherwise the same host and port over
-// tcp://, with one sentence per failed check.
-TransportChoice choose_transport(const std::string& requested, const std::string& dest_host, const TransportFacts& f);
+// libvirt URI; parallel: --parallel (-1: not given, 1: one TCP stream, N: N multifd connections).
+// rdma:// is kept only when every check passes; otherwise the same host and port over tcp://,
+// with one sentence per failed check. TCP goes multifd (kDefaultMultifdChannels) unless
+// --parallel says otherwise; RDMA is one stream (QEMU's RDMA transport has no multifd).
+TransportChoice choose_transport(const std::string& requested, const std::string& dest_host, const TransportFacts& f,
+                                 int parallel = -1);
 
 // The host part of a libvirt or migration URI: qemu+tcp://h/system -> h, tcp://h:p -> h, tcp:h:p -> h.
 std::string uri_host(const std::string& uri);
