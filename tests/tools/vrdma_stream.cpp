@@ -102,7 +102,10 @@ int main(int argc, char** argv) {
   if (!dev) die("cannot open " + device + ": " + dev.error().message);
   PairOptions o;
   o.buf_bytes = StreamSide::kBufBytes;
-  o.timeout = 16;  // ~268 ms local ACK timeout, 7 retries: the peer waits out a migration pause of ~2 s
+  // ~537 ms local ACK timeout, 7 retries: the peer waits out a pause of ~4 s. A TCG guest moved by
+  // libvirt on a loaded 2-core machine paused its traffic for 0.5-2.1 s (the old ~2 s budget of
+  // timeout 16 failed once at 2.1 s); Linux's rdma_cm default (18) would wait ~7.5 s.
+  o.timeout = 17;
   auto ep = make_endpoint(*dev, o);
   if (!ep) die("cannot set up the endpoint: " + ep.error().message);
   const bool server = connect.empty();
