@@ -279,6 +279,11 @@ class PvDevice final : public Device {
   Status migrate(const std::string& socket, std::chrono::milliseconds probe, bool logged) {
     {
       std::lock_guard lk(cmd_mu_);
+      // Connected and given the memory while the guest still runs here: the switch itself only
+      // stops the rings here and starts them there.
+      if (auto s = t_->prepare_on(socket); !s.ok())
+        return make_error(Errc::io_error, "the new backend at " + socket + " could not take the device (nothing was "
+                                          "stopped; it runs on here): " + s.error().message);
       stop_events();
       std::lock_guard dk(db_mu_);  // posting waits meanwhile, like a stopped vCPU
       if (auto s = t_->stop_rings(logged); !s.ok()) {

@@ -172,17 +172,26 @@ class VhostUserTransport final : public PvTransport {
     return {};
   }
 
+  Status prepare_on(const std::string& socket) override {
+    prepared_.reset();
+    auto fe = connect_new(socket);
+    if (!fe) return std::move(fe).error();
+    prepared_.emplace(std::move(*fe));
+    prepared_socket_ = socket;
+    return {};
+  }
+
   Status start_on(const std::string& socket) override {
     if (bases_.size() != nq_) return make_error(Errc::bad_state, "start_on without stop_rings");
-    auto fe = Frontend::connect(socket, 10000);
-    if (!fe) return std::move(fe).error();
-    VirtioFeatures want = fe_.features();
-    want.clear(VirtioFeature::log_all);  // the new backend does not log (the migration ends there)
-    auto acked = fe->negotiate(want, fe_.protocol_features());
-    if (!acked) return std::move(acked).error();
-    if (*acked != want) return make_error(Errc::not_supported, "the new backend does not offer the same features");
-    VRDMA_TRY(fe->set_owner());
-    VRDMA_TRY(fe->set_mem_table(ram_));
+    std::optional<Frontend> fe;
+    if (prepared_ && prepared_socket_ == socket) {
+      fe = std::move(prepared_);
+      prepared_.reset();
+    } else {
+      auto c = connect_new(socket);
+      if (!c) return std::move(c).error();
+      fe.emplace(std::move(*c));
+    }
     for (std::uint16_t i = 0; i < nq_; ++i) VRDMA_TRY(fe->start_queue(i, qs_[i], bases_[i]));
     for (std::uint16_t i = 0; i < nq_; ++i) VRDMA_TRY(fe->kick(i));
     old_fe_.emplace(std::move(fe_));
@@ -196,6 +205,7 @@ class VhostUserTransport final : public PvTransport {
   }
 
   Status restart_here() override {
+    prepared_.reset();
     if (bases_.size() != nq_) return make_error(Errc::bad_state, "restart_here without stop_rings");
     if (old_fe_) {
       fe_ = std::move(*old_fe_);  // the new backend's connection closes here
@@ -213,6 +223,21 @@ class VhostUserTransport final : public PvTransport {
   }
 
  private:
+  // A connection to a new backend with this device's features (without dirty logging: the
+  // migration ends there) and memory, its rings not started yet.
+  Result<Frontend> connect_new(const std::string& socket) {
+    auto fe = Frontend::connect(socket, 10000);
+    if (!fe) return std::move(fe).error();
+    VirtioFeatures want = fe_.features();
+    want.clear(VirtioFeature::log_all);
+    auto acked = fe->negotiate(want, fe_.protocol_features());
+    if (!acked) return std::move(acked).error();
+    if (*acked != want) return make_error(Errc::not_supported, "the new backend does not offer the same features");
+    VRDMA_TRY(fe->set_owner());
+    VRDMA_TRY(fe->set_mem_table(ram_));
+    return std::move(*fe);
+  }
+
   // Dirty logging on, as a VMM switches it on for a live migration: a shared log covering the
   // RAM (one bit per 4 KiB guest-physical page), then LOG_ALL.
   Status start_logging() {
@@ -259,6 +284,8 @@ class VhostUserTransport final : public PvTransport {
   UniqueFd log_fd_;  // the dirty log of a logged stop
   Frontend fe_;
   std::optional<Frontend> old_fe_;  // during a backend-driven migration, until commit_switch
+  std::optional<Frontend> prepared_;  // prepare_on's connection, until start_on takes it
+  std::string prepared_socket_;
   GuestRam ram_;
   std::vector<DriverQueue> qs_;
   PageHeap heap_;

@@ -81,6 +81,11 @@ class PvTransport {
   // SET_LOG_BASE, LOG_ALL), as a VMM does for a live migration: the backend then writes its
   // state into the guest's state area when the rings stop, and the new backend needs nothing
   // from the old one (docs/virtio-rdma.md "State in guest memory").
+  // Before the stop, optionally: connect to the backend at `socket` and give it the features
+  // and the memory, the way a destination VMM's backend is connected long before the switchover;
+  // start_on(socket) then only starts the rings. A backend that cannot take the device fails
+  // here, before anything stopped.
+  virtual Status prepare_on(const std::string& /*socket*/) { return {}; }
   virtual Status stop_rings(bool /*logged*/ = false) {
     return make_error(Errc::not_supported, "this transport cannot move between backends");
   }
