@@ -17,11 +17,20 @@
 #include <cstdlib>
 #include <thread>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include "check.hpp"
 #include "netns.hpp"
 #include "process.hpp"
 #include "rdma_pair.hpp"
 #include "rdma_stream.hpp"
+#include "vrdma/common/bytes.hpp"
+#include "vrdma/migration/stream.hpp"
+#include "vrdma/vhost/rdma_device.hpp"
 #include "vrdma/nicdrv/registry.hpp"
 #include "vrdma/vhost/pv.hpp"
 #include "fabric.hpp"
@@ -229,6 +238,97 @@ BOOST_AUTO_TEST_CASE(objects_made_or_destroyed_after_the_layout_went_are_handled
   BOOST_CHECK(s2.done());
   g.here->child->stop(SIGTERM);
   g.here = std::move(dstp);  // the guest's endpoints are destroyed where the device now runs
+}
+
+// A source that sends a broken or oversized object layout (PRESTATE) after HELLO_OK: the
+// destination says so in its log, builds nothing and keeps waiting; a real migration to it then
+// works, with the objects built ahead from the good layout.
+BOOST_AUTO_TEST_CASE(a_bad_object_layout_builds_nothing_and_the_destination_carries_on) {
+  BOOST_REQUIRE_MESSAGE(can_make_netns(), "needs root for network namespaces");
+  Fabric net;
+  BOOST_REQUIRE_MESSAGE(net.ok, "cannot build the namespaces and the bridge (nftables?)");
+  Guest g(net);
+  auto dstp = std::make_unique<Vrdmad>(g.dir, "badlayout", net.b, std::string("soft:") + kGuestIp,
+                                       incoming_args("tcp:10.67.0.2:7851", "gB"));
+  bool said_ok = false;
+  BOOST_REQUIRE(run_in_netns(net.a, [&] {
+    const int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(7851);
+    ::inet_pton(AF_INET, "10.67.0.2", &a.sin_addr);
+    if (s < 0 || ::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return;
+    migration::Hello h;
+    h.gid = std::string("::ffff:") + kGuestIp;
+    h.mac = kGuestMac;
+    h.engine = "soft";
+    h.state_version = vhost::RdmaDevice::kStateVersion;
+    h.source = "a hostile test source";
+    auto put = [&](const std::vector<std::uint8_t>& f) { (void)::send(s, f.data(), f.size(), MSG_NOSIGNAL); };
+    put(migration::encode(migration::FrameType::hello, migration::encode_hello(h)));
+    migration::FrameReader r;
+    for (int i = 0; i < 50 && !said_ok; ++i) {
+      pollfd p{s, POLLIN, 0};
+      if (::poll(&p, 1, 100) <= 0) continue;
+      std::uint8_t buf[4096];
+      const ssize_t n = ::recv(s, buf, sizeof buf, 0);
+      if (n <= 0) break;
+      r.feed(std::span(buf, static_cast<std::size_t>(n)));
+      auto f = r.next();
+      said_ok = f && f->has_value() && (*f)->type == migration::FrameType::hello_ok &&
+                (*f)->text().find("\"prestate\":true") != std::string::npos;
+    }
+    // Garbage, then a layout whose QP names a PD and CQs it does not have, then one asking
+    // for more PDs than the destination's limit.
+    const std::vector<std::uint8_t> junk{1, 2, 3, 4, 5, 6, 7};
+    put(migration::encode(migration::FrameType::prestate, junk));
+    ByteWriter w;
+    w.put(std::uint32_t{0x4c445256});
+    w.put(vhost::RdmaDevice::kStateVersion);
+    w.put(std::uint32_t{0});  // no PDs
+    w.put(std::uint32_t{0});  // no CQs
+    w.put(std::uint32_t{1});  // one QP, in PD 7 with CQs 8 and 9
+    for (std::uint32_t v : {1u, 7u, 8u, 9u}) w.put(v);
+    w.put(std::uint8_t{2});
+    w.put(std::uint8_t{0});
+    for (std::uint32_t v : {16u, 16u, 1u, 1u, 0u, 0x1234u}) w.put(v);
+    put(migration::encode(migration::FrameType::prestate, w.out));
+    ByteWriter many;
+    many.put(std::uint32_t{0x4c445256});
+    many.put(vhost::RdmaDevice::kStateVersion);
+    many.put(std::uint32_t{1u << 30});
+    put(migration::encode(migration::FrameType::prestate, many.out));
+    std::this_thread::sleep_for(300ms);
+    ::close(s);
+  }));
+  BOOST_REQUIRE_MESSAGE(said_ok, "the destination did not answer HELLO with HELLO_OK {\"prestate\":true}");
+  nlohmann::json st;
+  for (int i = 0; i < 300; ++i) {
+    st = dstp->status();
+    if (st.is_object() && st["migration"]["phase"] == "incoming" &&
+        read_file(dstp->log).find("before the device state arrived") != std::string::npos)
+      break;
+    std::this_thread::sleep_for(10ms);
+  }
+  BOOST_CHECK_EQUAL(st["precreated"].get<int>(), 0);
+  BOOST_CHECK_EQUAL(st["objects"]["qp"].get<int>(), 0);
+  const std::string log = read_file(dstp->log);
+  std::size_t said = 0;
+  for (auto p = log.find("could not build the guest's objects ahead"); p != std::string::npos;
+       p = log.find("could not build the guest's objects ahead", p + 1))
+    ++said;
+  BOOST_CHECK_MESSAGE(said == 3, "the destination's log says it built nothing " << said << " times, not 3:\n" << log);
+
+  // The destination still takes the guest, objects built ahead.
+  auto r = g.here->control({{"cmd", "migrate"}, {"to", "tcp:10.67.0.2:7851"}});
+  BOOST_REQUIRE_MESSAGE(r["ok"] == true, r.dump());
+  VRDMA_REQUIRE_OK(pv::migrate(*g.dev, dstp->sock));
+  st = wait_phase(*dstp, "running");
+  BOOST_CHECK_GE(st["adopted"].get<int>(), 3);
+  Stream s1(*g.a, *g.b, 100);
+  s1.finish();
+  g.here->child->stop(SIGTERM);
+  g.here = std::move(dstp);
 }
 
 BOOST_AUTO_TEST_CASE(failed_migrations_leave_the_guest_running_at_the_source) {
