@@ -26,6 +26,14 @@ struct SavedRing {
 };
 SavedRing save_ring(const WorkRing& r) { return {r.gpa, r.depth, r.stride, r.consumed, r.produced}; }
 
+// What a saved QP (state or layout) may ask for: an RC or UD QP within the device's SGE and
+// inline limits.
+bool qp_shape_ok(const RdmaLimits& lim, std::uint8_t type, std::uint32_t send_sge, std::uint32_t recv_sge,
+                 std::uint32_t max_inline) {
+  return (type == 2 || type == 4) && send_sge != 0 && send_sge <= lim.max_sge && recv_sge != 0 &&
+         recv_sge <= lim.max_sge && max_inline <= lim.max_inline;
+}
+
 Error bad(const std::string& what) {
   return make_error(Errc::invalid_argument, "device state rejected: " + what);
 }
@@ -239,9 +247,9 @@ Status RdmaDevice::Impl::load_state(std::span<const std::uint8_t> blob) {
       return s.depth != 0 && (s.depth & (s.depth - 1)) == 0 && s.depth <= lim.max_qp_wr && s.stride == stride &&
              s.produced - s.consumed <= s.depth && g.memory().range(s.gpa, std::uint64_t{s.depth} * s.stride).ok();
     };
-    if (!fresh(h, qps.count(h) != 0) || pit == pds.end() || scq == cqs.end() || rcq == cqs.end() || (type != 2 && type != 4) ||
-        qp.max_send_sge == 0 || qp.max_send_sge > lim.max_sge || qp.max_recv_sge == 0 || qp.max_recv_sge > lim.max_sge ||
-        qp.max_inline > lim.max_inline || !ring_ok(sq, vd::send_stride(qp.max_send_sge, qp.max_inline)) ||
+    if (!fresh(h, qps.count(h) != 0) || pit == pds.end() || scq == cqs.end() || rcq == cqs.end() ||
+        !qp_shape_ok(lim, type, qp.max_send_sge, qp.max_recv_sge, qp.max_inline) ||
+        !ring_ok(sq, vd::send_stride(qp.max_send_sge, qp.max_inline)) ||
         !ring_ok(rq, vd::recv_stride(qp.max_recv_sge)) || !g.memory().range(qp.status_gpa, sizeof(vd::QpStatus)))
       return fail(bad(fmt::format("QP {}", h)));
     qp.type = static_cast<nicdrv::QpType>(type);
@@ -263,9 +271,7 @@ Status RdmaDevice::Impl::load_state(std::span<const std::uint8_t> blob) {
       const auto& a = p.attr;
       if (p.pd == qp.pd && p.send_cq == qp.send_cq && p.recv_cq == qp.recv_cq && p.qpn == qpn &&
           p.pd_eng == pit->second.eng.get() && a.type == ia.type && a.send_cq == ia.send_cq && a.recv_cq == ia.recv_cq &&
-          a.sq_sig_all == ia.sq_sig_all && a.cap.max_send_wr == ia.cap.max_send_wr &&
-          a.cap.max_recv_wr == ia.cap.max_recv_wr && a.cap.max_send_sge == ia.cap.max_send_sge &&
-          a.cap.max_recv_sge == ia.cap.max_recv_sge && a.cap.max_inline_data == ia.cap.max_inline_data) {
+          a.sq_sig_all == ia.sq_sig_all && a.cap == ia.cap) {
         eng = p.eng;
         ++adopted;
       }
@@ -388,9 +394,8 @@ Status RdmaDevice::Impl::precreate(std::span<const std::uint8_t> layout) {
     auto rcq = pre.cqs.find(q.recv_cq);
     const auto depth_ok = [&](std::uint32_t d) { return d != 0 && (d & (d - 1)) == 0 && d <= lim.max_qp_wr; };
     if (h == vd::kNoHandle || pre.qps.count(h) != 0 || pit == pre.pds.end() || scq == pre.cqs.end() ||
-        rcq == pre.cqs.end() || (type != 2 && type != 4) || !depth_ok(cap.max_send_wr) || !depth_ok(cap.max_recv_wr) ||
-        cap.max_send_sge == 0 || cap.max_send_sge > lim.max_sge || cap.max_recv_sge == 0 ||
-        cap.max_recv_sge > lim.max_sge || cap.max_inline_data > lim.max_inline)
+        rcq == pre.cqs.end() || !depth_ok(cap.max_send_wr) || !depth_ok(cap.max_recv_wr) ||
+        !qp_shape_ok(lim, type, cap.max_send_sge, cap.max_recv_sge, cap.max_inline_data))
       return fail(fmt::format("QP {}", h));
     q.qpn = qpn;
     q.pd_eng = pit->second.get();

@@ -165,6 +165,7 @@ struct QpCap {
   std::uint32_t max_send_sge = 1;
   std::uint32_t max_recv_sge = 1;
   std::uint32_t max_inline_data = 0;
+  bool operator==(const QpCap&) const = default;
 };
 
 struct QpAttr {
