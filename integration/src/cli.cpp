@@ -9,6 +9,7 @@
 #include "vrdma/integration/domain_xml.hpp"
 #include "vrdma/integration/hook.hpp"
 #include "vrdma/integration/migrate.hpp"
+#include "vrdma/integration/migration_vf.hpp"
 #include "vrdma/sriov/cli.hpp"
 
 namespace vrdma::integration {
@@ -19,6 +20,7 @@ int usage() {
   std::fprintf(stderr,
                "usage: vrdmactl vf <list|enable|disable|assign|release|show|reconcile|network-xml> [options]\n"
                "       vrdmactl migrate DOMAIN DEST_URI [--connect SRC_URI] [--migrateuri URI] [--timeout S]\n"
+               "       vrdmactl migration-vf up|show|release   (this host's VF for rdma:// migrations)\n"
                "       vrdmactl device <status|migrate> --control PATH [--to tcp:IP:PORT] [--timeout S]\n"
                "       vrdmactl domain attach --socket PATH --engine ENGINE [--xml FILE] [options]   (prints the XML)\n"
                "       vrdmactl hook qemu DOMAIN OPERATION SUB-OPERATION [EXTRA]   (libvirt's hook; XML on stdin)\n"
@@ -33,6 +35,7 @@ int vrdmactl_main(int argc, char** argv) {
   const std::vector<std::string> rest(argv + 2, argv + argc);
   if (std::strcmp(argv[1], "vf") == 0) return sriov::vf_cli_main(argc, argv);
   if (std::strcmp(argv[1], "migrate") == 0) return migrate_cli(rest);
+  if (std::strcmp(argv[1], "migration-vf") == 0) return migration_vf_cli(rest);
   if (std::strcmp(argv[1], "device") == 0) return device_cli(rest);
   if (std::strcmp(argv[1], "domain") == 0) return domain_cli(rest);
   if (std::strcmp(argv[1], "hook") == 0) {

@@ -11,25 +11,15 @@
 #include "vrdma/sriov/discovery.hpp"
 #include "vrdma/sriov/ledger.hpp"
 #include "vrdma/sriov/pool.hpp"
+#include "vf_pool.hpp"
+#include "vrdma/integration/migration_vf.hpp"
 
 namespace vrdma::integration {
 namespace {
 
 std::string env_or(const char* name, const std::string& fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? v : fallback;
-}
-
-sriov::SysfsRoot sysfs_of(const VfPaths& p) { return sriov::SysfsRoot{p.sysfs_root, std::chrono::milliseconds(5000)}; }
-
-// Owner names are printable ASCII without spaces (the ledger's rule); anything else becomes '_'.
-std::string ledger_safe(const std::string& s, std::size_t max) {
-  std::string out = s.substr(0, max);
-  for (auto& c : out) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u < 0x21 || u > 0x7e) c = '_';
-  }
-  return out.empty() ? "_" : out;
+  const std::string v = host_setting(name);
+  return v.empty() ? fallback : v;
 }
 
 std::string read_line(const std::filesystem::path& p) {
@@ -45,42 +35,6 @@ bool holder_runs(const sriov::Allocation& a, const std::string& boot_id) {
   if (a.owner_pid <= 0 || a.owner_pid == ::getpid()) return false;
   if (!boot_id.empty() && !a.boot_id.empty() && a.boot_id != boot_id) return false;
   return sriov::process_alive(a.owner_pid);
-}
-
-std::string pool_words(const VfRequest& r) { return r.pool.empty() ? "this host's VF pool" : "VF pool " + r.pool; }
-
-// The operator's sentence when the pool has nothing to give: who holds its VFs, or why each VF
-// cannot serve, and the vrdmactl command that frees or adds one.
-Error no_free_vf(const sriov::Inventory& inv, sriov::Ledger& ledger, const sriov::PoolFilter& filter,
-                 const VfRequest& r) {
-  const std::string enable = fmt::format("'vrdmactl vf enable --pf {} --count N'", r.pool.empty() ? "PF" : r.pool);
-  std::vector<std::string> excluded;
-  const auto cands = sriov::pool_candidates(inv, filter, &excluded);
-  if (cands.empty()) {
-    const std::string why = excluded.empty() ? std::string("it has no VFs") : fmt::format("{}", fmt::join(excluded, "; "));
-    return make_error(Errc::no_memory, fmt::format("no VF in {} can serve a backend: {}; enable VFs whose driver gives "
-                                                   "them an RDMA function with {} ('vrdmactl vf list' shows the PFs)",
-                                                   pool_words(r), why, enable));
-  }
-  auto rows = ledger.list();
-  std::vector<std::string> holders;
-  std::string example = "OWNER";
-  std::size_t held = 0;
-  for (const auto& c : cands) {
-    if (!rows) break;
-    for (const auto& a : *rows) {
-      if (a.vf != c.vf) continue;
-      if (++held <= 8)
-        holders.push_back(fmt::format("{} to {} '{}'", a.vf.str(), sriov::purpose_name(a.purpose), a.owner));
-      if (a.purpose == sriov::Purpose::guest) example = a.owner;
-    }
-  }
-  if (held > holders.size()) holders.push_back(fmt::format("and {} more", held - holders.size()));
-  return make_error(Errc::no_memory,
-                    fmt::format("no free VF in {}: {} of {} VFs with an RDMA function are assigned ({}); stop one of "
-                                "those domains (its hook gives the VF back), free a VF left behind with 'vrdmactl vf "
-                                "release --owner {}', or add VFs with {}",
-                                pool_words(r), held, cands.size(), fmt::join(holders, ", "), example, enable));
 }
 
 // The VF's RDMA device and MAC as sysfs shows them now (after the MAC was set).
@@ -99,6 +53,60 @@ Result<GuestVf> describe(const sriov::SysfsRoot& sysfs, const sriov::PciAddress&
 }
 
 }  // namespace
+
+sriov::SysfsRoot sysfs_of(const VfPaths& p) { return sriov::SysfsRoot{p.sysfs_root, std::chrono::milliseconds(5000)}; }
+
+std::string short_hostname() {
+  char h[256] = {};
+  if (::gethostname(h, sizeof h - 1) != 0) return "localhost";
+  std::string s(h);
+  return s.substr(0, s.find('.'));
+}
+
+std::string ledger_safe(const std::string& s, std::size_t max) {
+  std::string out = s.substr(0, max);
+  for (auto& c : out) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x21 || u > 0x7e) c = '_';
+  }
+  return out.empty() ? "_" : out;
+}
+
+static std::string pool_words(const std::string& pool) { return pool.empty() ? "this host's VF pool" : "VF pool " + pool; }
+
+Error no_free_vf(const sriov::Inventory& inv, sriov::Ledger& ledger, const sriov::PoolFilter& filter,
+                 const std::string& pool, const std::string& use) {
+  const std::string enable = fmt::format("'vrdmactl vf enable --pf {} --count N'", pool.empty() ? "PF" : pool);
+  std::vector<std::string> excluded;
+  const auto cands = sriov::pool_candidates(inv, filter, &excluded);
+  if (cands.empty()) {
+    const std::string why = excluded.empty() ? std::string("it has no VFs") : fmt::format("{}", fmt::join(excluded, "; "));
+    return make_error(Errc::no_memory, fmt::format("no VF in {} can {}: {}; enable VFs whose driver gives "
+                                                   "them an RDMA function with {} ('vrdmactl vf list' shows the PFs)",
+                                                   pool_words(pool), use, why, enable));
+  }
+  auto rows = ledger.list();
+  std::vector<std::string> holders;
+  std::string example = "OWNER";
+  std::size_t held = 0;
+  for (const auto& c : cands) {
+    if (!rows) break;
+    for (const auto& a : *rows) {
+      if (a.vf != c.vf) continue;
+      if (++held <= 8)
+        holders.push_back(fmt::format("{} to {} '{}'", a.vf.str(), sriov::purpose_name(a.purpose), a.owner));
+      if (a.purpose == sriov::Purpose::guest || example == "OWNER")
+        example = a.owner + (a.purpose == sriov::Purpose::migration ? " --migration" : "");
+    }
+  }
+  if (held > holders.size()) holders.push_back(fmt::format("and {} more", held - holders.size()));
+  return make_error(Errc::no_memory,
+                    fmt::format("no free VF in {}: {} of {} VFs with an RDMA function are assigned ({}); stop one of "
+                                "those domains (its hook gives the VF back), free a VF left behind with 'vrdmactl vf "
+                                "release --owner {}', or add VFs with {}",
+                                pool_words(pool), held, cands.size(), fmt::join(holders, ", "), example, enable));
+}
+
 
 VfPaths VfPaths::from_environment() {
   VfPaths p;
@@ -189,7 +197,7 @@ Result<GuestVf> assign_guest_vf(const VfPaths& paths, const DeviceMeta& m, const
   sriov::AllocateRequest req{sriov::Purpose::guest, owner, static_cast<std::int64_t>(::getpid()), boot};
   auto a = sriov::assign_vf(sysfs, *ledger, req, o);
   if (!a) {
-    if (a.error().is(Errc::no_memory)) return no_free_vf(*inv, *ledger, filter, *m.vf);
+    if (a.error().is(Errc::no_memory)) return no_free_vf(*inv, *ledger, filter, m.vf->pool, "serve a backend");
     return std::move(a).error();
   }
   auto g = describe(sysfs, a->vf, a->pf, a->vf_index, owner, false);

@@ -7,17 +7,12 @@
 
 #include "backend_proc.hpp"
 #include "vrdma/integration/domain_xml.hpp"
+#include "vf_pool.hpp"
 #include "vrdma/integration/guest_vf.hpp"
+#include "vrdma/integration/migration_vf.hpp"
 
 namespace vrdma::integration {
 namespace {
-
-std::string hostname() {
-  char h[256] = {};
-  if (::gethostname(h, sizeof h - 1) != 0) return "localhost";
-  std::string s(h);
-  return s.substr(0, s.find('.'));
-}
 
 void trace(const std::string& line) {
   const char* p = std::getenv("VRDMA_HOOK_LOG");
@@ -80,6 +75,27 @@ int hook_qemu_run(const std::vector<std::string>& args, std::istream& in, std::o
   const bool ensure = (op == "prepare" || op == "start") && sub == "begin";
   const bool release = op == "release" && sub == "end";
   if (!migrate && !ensure && !release) return 0;
+  const auto host = short_hostname();
+  // An incoming migration may come over rdma:// to this host's migration address: the migration
+  // VF must carry it before QEMU listens there. A failure does not stop the migration (TCP ones
+  // need no VF); it is said, and an RDMA one then fails in QEMU with libvirt's own error.
+  if (migrate) {
+    auto net = MigrationNet::from_host_settings();
+    if (!net) {
+      err << "vrdma hook: " << net.error().message << "\n";
+      trace(host + " " + domain + " migrate begin: no migration VF: " + net.error().message);
+    } else if (*net) {
+      auto m = ensure_migration_vf(VfPaths::from_environment(), **net, host);
+      if (!m) {
+        err << "vrdma hook: the migration VF of " << host << " could not be set up, so RDMA migrations to it fail "
+            << "(TCP ones are not affected): " << m.error().message << "\n";
+        trace(host + " " + domain + " migrate begin: no migration VF: " + m.error().message);
+      } else {
+        trace(host + " " + domain + " migrate begin: migration VF " + m->vf + " (" + m->ibdev + ", netdev " + m->netdev +
+              ") carries " + m->address + (m->reused ? "" : " (taken from the pool now)"));
+      }
+    }
+  }
 
   std::string xml;
   for (char buf[4096]; in.read(buf, sizeof buf) || in.gcount() > 0;) xml.append(buf, static_cast<std::size_t>(in.gcount()));
@@ -89,7 +105,6 @@ int hook_qemu_run(const std::vector<std::string>& args, std::istream& in, std::o
     return 1;
   }
   if (!dom->device) return 0;  // not ours: print nothing, so libvirt keeps its XML
-  const auto host = hostname();
   const auto progs = BackendPrograms::from_environment();
   const auto& dev = *dom->device;
 

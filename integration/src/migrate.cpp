@@ -21,6 +21,10 @@
 #include <string>
 #include <thread>
 
+#include "vf_pool.hpp"
+#include "vrdma/integration/guest_vf.hpp"
+#include "vrdma/integration/migration_vf.hpp"
+
 namespace vrdma::integration {
 namespace {
 
@@ -31,9 +35,12 @@ std::string last_libvirt_error() {
   return e && e->message ? e->message : "unknown libvirt error";
 }
 
+// The RDMA devices as sysfs shows them ($VRDMA_SYSFS_ROOT, /sys unless tests say otherwise).
+std::string infiniband_dir() { return VfPaths::from_environment().sysfs_root + "/class/infiniband"; }
+
 std::vector<std::string> rdma_devices() {
   std::vector<std::string> out;
-  if (DIR* d = ::opendir("/sys/class/infiniband")) {
+  if (DIR* d = ::opendir(infiniband_dir().c_str())) {
     while (dirent* e = ::readdir(d))
       if (e->d_name[0] != '.') out.emplace_back(e->d_name);
     ::closedir(d);
@@ -44,7 +51,7 @@ std::vector<std::string> rdma_devices() {
 // The interfaces that carry a GID of an RDMA device (ports/*/gid_attrs/ndevs/*).
 std::vector<std::string> gid_netdevs() {
   std::vector<std::string> out;
-  const std::string root = "/sys/class/infiniband";
+  const std::string root = infiniband_dir();
   auto entries = [](const std::string& dir) {
     std::vector<std::string> names;
     if (DIR* d = ::opendir(dir.c_str())) {
@@ -219,7 +226,7 @@ TransportChoice choose_transport(const std::string& requested, const std::string
     t.migrate_uri = requested;
     if (requested.empty() && !dest_host.empty()) t.migrate_uri = "tcp://" + dest_host;
     if (f.rdma_devices.empty())
-      t.notes.push_back("This host has no RDMA device (/sys/class/infiniband is empty), so the memory goes over TCP.");
+      t.notes.push_back("This host has no RDMA device (" + infiniband_dir() + " is empty), so the memory goes over TCP.");
     else
       t.notes.push_back("The memory goes over TCP; pass --migrateuri rdma://HOST:PORT to use the RDMA device " +
                         f.rdma_devices.front() + ".");
@@ -227,8 +234,9 @@ TransportChoice choose_transport(const std::string& requested, const std::string
     return t;
   }
   std::vector<std::string> why;
+  if (!f.migration_vf_error.empty()) why.push_back("this host's migration VF could not be set up: " + f.migration_vf_error);
   if (f.rdma_devices.empty())
-    why.push_back("this host has no RDMA device (/sys/class/infiniband is empty)");
+    why.push_back("this host has no RDMA device (" + infiniband_dir() + " is empty)");
   if (!f.hard_limit_set)
     why.push_back("the domain has no memory hard_limit (<memtune><hard_limit>), which libvirt demands to pin its "
                   "memory for RDMA");
@@ -328,6 +336,22 @@ int migrate_cli(const std::vector<std::string>& args) {
   }
 
   TransportFacts facts;
+  if (migrate_uri.rfind("rdma://", 0) == 0) {
+    // This host's migration VF first: its netdev is where the route to the destination should
+    // leave, and its RDMA device is what QEMU's rdma:// uses.
+    auto net = MigrationNet::from_host_settings();
+    if (!net) {
+      facts.migration_vf_error = net.error().message;
+    } else if (*net) {
+      auto m = ensure_migration_vf(VfPaths::from_environment(), **net, short_hostname());
+      if (!m)
+        facts.migration_vf_error = m.error().message;
+      else
+        std::printf("This host's migration VF %s (RDMA device %s, netdev %s) carries %s%s.\n", m->vf.c_str(),
+                    m->ibdev.c_str(), m->netdev.c_str(), m->address.c_str(),
+                    m->reused ? "" : " (taken from the pool now; 'vrdmactl migration-vf release' gives it back)");
+    }
+  }
   facts.rdma_devices = rdma_devices();
   if (migrate_uri.rfind("rdma://", 0) == 0) {
     if (auto r = route_interface(uri_host(migrate_uri))) {

@@ -192,6 +192,26 @@ Status Rtnl::add_address(std::string_view ifname, std::string_view cidr) {
   return {};
 }
 
+Status Rtnl::del_address(std::string_view ifname, std::string_view cidr) {
+  auto l = impl_->get(ifname);
+  if (!l) return std::move(l).error();
+  std::string c(cidr.substr(0, 64));
+  nl_addr* local = nullptr;
+  if (c.find('/') == std::string::npos || nl_addr_parse(c.c_str(), AF_UNSPEC, &local) < 0)
+    return make_error(Errc::invalid_argument,
+                      fmt::format("'{}' is not an address with prefix such as 10.1.0.1/24 or fd00::1/64", c));
+  NlAddrPtr lp(local);
+  AddrPtr a(rtnl_addr_alloc());
+  rtnl_addr_set_ifindex(a.get(), rtnl_link_get_ifindex(l->get()));
+  int err = rtnl_addr_set_local(a.get(), local);
+  if (err < 0) return nl_error(err, fmt::format("cannot use address {}", c));
+  err = rtnl_addr_delete(impl_->sock.get(), a.get(), 0);
+  if (err == -NLE_NOADDR || err == -NLE_OBJ_NOTFOUND)
+    return make_error(Errc::not_found, fmt::format("netdev {} has no address {}", bounded(ifname), c));
+  if (err < 0) return nl_error(err, fmt::format("cannot remove address {} from netdev {}", c, bounded(ifname)));
+  return {};
+}
+
 Result<std::vector<std::string>> Rtnl::addresses(std::string_view ifname) {
   auto l = impl_->get(ifname);
   if (!l) return std::move(l).error();

@@ -3,7 +3,11 @@
 // on the simulated SR-IOV sysfs tree (sriov_sysfs_simulator: real SR-IOV NICs cannot exist
 // here), the stand-in vrdmad (fake_vrdmad.py) started on the VF's RDMA device, the VF reused,
 // given back and refused with sentences. The VF settings go to the real kernel's rtnetlink in a
-// network namespace of the test's own (root only; skipped otherwise).
+// network namespace of the test's own (root only; skipped otherwise). The second suite: the
+// host's migration VF for rdma:// migrations (migration_vf.hpp), taken by `vrdmactl
+// migration-vf`, `vrdmactl migrate` (against libvirt's test driver, which cannot migrate: the
+// pre-flight checks are what is under test) and the hook's `migrate begin`, with its address on
+// a real veth in the test's namespace.
 #define BOOST_TEST_MODULE integration_hook_vf
 #include <boost/test/unit_test.hpp>
 #include <signal.h>
@@ -76,7 +80,10 @@ struct Fixture {
     ::setenv("VRDMA_VF_LEDGER", ledger_path.c_str(), 1);
     ::setenv("VRDMA_VRDMAD", FAKE_VRDMAD, 1);
     ::setenv("VRDMA_HOOK_LOG", (w / "hook.log").c_str(), 1);
+    ::setenv("VRDMA_DEFAULTS", (w / "no-defaults").c_str(), 1);  // not this machine's /etc/default/vrdma
     ::unsetenv("FAKE_MODE");
+    ::unsetenv("VRDMA_MIGRATION_POOL");
+    ::unsetenv("VRDMA_MIGRATION_ADDRESS");
   }
   ~Fixture() {
     // Backends are detached: stop every one the test left running.
@@ -416,6 +423,225 @@ BOOST_AUTO_TEST_CASE(the_element_s_mac_and_settings_go_to_the_pf_and_a_refusal_g
   BOOST_TEST(r2.rc == 0);
   BOOST_TEST(r2.err.empty(), r2.err);
   BOOST_TEST(ledger_rows() == 0U);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+namespace {
+
+// Two network namespaces joined by a veth: "src" (this host, whose end is named as the simulated
+// VF's netdev ens1f0v0, so the migration VF's address goes on a real link) and "dst" (the
+// destination's migration address 10.77.0.12/24), plus a second link from src to 10.88.0.2
+// that carries no RDMA GID.
+struct MigrationNets : Fixture {
+  std::string src = "vrdmamvfs" + std::to_string(::getpid() % 100000);
+  std::string dst = "vrdmamvfd" + std::to_string(::getpid() % 100000);
+  bool ok = false;
+
+  MigrationNets() {
+    if (!test::can_make_netns()) return;
+    for (const auto& n : {src, dst}) test::sh("ip netns del " + n + " 2>/dev/null; true");
+    ok = test::sh("ip netns add " + src) == 0 && test::sh("ip netns add " + dst) == 0 &&
+         test::sh("ip -n " + src + " link add ens1f0v0 type veth peer name mig0 netns " + dst) == 0 &&
+         test::sh("ip -n " + dst + " addr add 10.77.0.12/24 dev mig0 && ip -n " + dst + " link set mig0 up") == 0 &&
+         test::sh("ip -n " + src + " link add eth9 type veth peer name eth9p netns " + dst) == 0 &&
+         test::sh("ip -n " + src + " addr add 10.88.0.1/24 dev eth9 && ip -n " + src + " link set eth9 up") == 0 &&
+         test::sh("ip -n " + dst + " addr add 10.88.0.2/24 dev eth9p && ip -n " + dst + " link set eth9p up") == 0;
+  }
+  ~MigrationNets() {
+    for (const auto& n : {src, dst}) test::sh("ip netns del " + n + " 2>/dev/null; true");
+  }
+  std::string in_src() const { return "ip netns exec " + src + " "; }
+
+  // A libvirt test-driver node with one running domain of 4 MiB (under this machine's 8 MiB
+  // locked-memory limit) and a memory hard_limit: every RDMA pre-flight check but the route passes.
+  std::string test_node() const {
+    const auto p = w / "node.xml";
+    std::ofstream(p) << "<node><domain type='test'><name>mig1</name><memory unit='MiB'>4</memory>"
+                        "<memtune><hard_limit unit='MiB'>64</hard_limit></memtune><os><type>hvm</type></os>"
+                        "</domain></node>\n";
+    return "test://" + p.string();
+  }
+
+  Out migrate(const std::string& uri) {
+    return vrdmactl("migrate mig1 qemu+tcp://10.77.0.12/system --connect " + test_node() + " --migrateuri " + uri,
+                    "", in_src());
+  }
+
+  std::optional<sriov::Allocation> migration_row() {
+    auto l = sriov::Ledger::open(ledger_path);
+    BOOST_REQUIRE(l.ok());
+    auto a = l->find_owner(sriov::Purpose::migration, "migration@" + host);
+    BOOST_REQUIRE(a.ok());
+    return *a;
+  }
+
+  std::string addresses(const std::string& ifname) {
+    return run("ip -n " + src + " -o addr show dev " + ifname + " 2>&1; ip -n " + src + " -o link show dev " + ifname +
+               " 2>&1");
+  }
+  std::string route_to(const std::string& ip) { return run("ip -n " + src + " route get " + ip + " 2>&1"); }
+  static std::string run(const std::string& cmd) {
+    FILE* p = ::popen(cmd.c_str(), "r");
+    std::string out;
+    std::array<char, 1024> buf{};
+    for (std::size_t k; (k = std::fread(buf.data(), 1, buf.size(), p)) > 0;) out.append(buf.data(), k);
+    ::pclose(p);
+    return out;
+  }
+};
+
+}  // namespace
+
+BOOST_FIXTURE_TEST_SUITE(migration_vf, MigrationNets)
+
+BOOST_AUTO_TEST_CASE(the_host_takes_one_migration_vf_from_the_pool_puts_its_address_on_it_and_gives_it_back) {
+  if (!ok) {
+    BOOST_TEST_MESSAGE("SKIP: cannot create network namespaces here (needs root and iproute2)");
+    return;
+  }
+  enable("ens1f0", 3);
+  // Not configured: said, nothing taken.
+  auto none = vrdmactl("migration-vf up", "", in_src());
+  BOOST_TEST(none.rc == 1);
+  BOOST_TEST(has(none.err, "this host has no migration VF configured: set VRDMA_MIGRATION_POOL"), none.err);
+  BOOST_TEST(ledger_rows() == 0U);
+  ::setenv("VRDMA_MIGRATION_POOL", "ens1f0", 1);
+  ::setenv("VRDMA_MIGRATION_ADDRESS", "10.77.0.300/24", 1);
+  auto bad = vrdmactl("migration-vf up", "", in_src());
+  BOOST_TEST(bad.rc == 1);
+  BOOST_TEST(has(bad.err, "VRDMA_MIGRATION_ADDRESS '10.77.0.300/24' is not an address with its prefix length"), bad.err);
+  BOOST_TEST(ledger_rows() == 0U);
+
+  ::setenv("VRDMA_MIGRATION_ADDRESS", "10.77.0.11/24", 1);
+  BOOST_TEST(!has(route_to("10.77.0.12"), "dev ens1f0v0"));  // no address yet, no route
+  auto up = vrdmactl("migration-vf up", "", in_src());
+  BOOST_REQUIRE_MESSAGE(up.rc == 0, up.out + up.err);
+  BOOST_TEST(has(up.out, "This host's migration VF is now 0000:3b:00.2 (RDMA device qedr_vf0, netdev ens1f0v0) with "
+                         "10.77.0.11/24."), up.out);
+  BOOST_TEST(has(up.out, "--migrateuri rdma://10.77.0.11:PORT"), up.out);
+  auto row = migration_row();
+  BOOST_REQUIRE(row.has_value());
+  BOOST_TEST(row->vf.str() == "0000:3b:00.2");
+  BOOST_TEST((row->state == sriov::AllocState::active));
+  BOOST_TEST(row->owner_pid == 0);  // the host's, until released
+  const auto a = addresses("ens1f0v0");
+  BOOST_TEST(has(a, "inet 10.77.0.11/24"), a);
+  BOOST_TEST(has(a, ",UP"), a);
+  // The destination's migration address is now reached through it, from this address.
+  BOOST_TEST(has(route_to("10.77.0.12"), "dev ens1f0v0 src 10.77.0.11"), route_to("10.77.0.12"));
+
+  // Again: the same VF, nothing added, still one row.
+  auto again = vrdmactl("migration-vf up", "", in_src());
+  BOOST_REQUIRE_MESSAGE(again.rc == 0, again.err);
+  BOOST_TEST(has(again.out, "The migration VF of this host is 0000:3b:00.2"), again.out);
+  BOOST_TEST(ledger_rows() == 1U);
+  auto show = vrdmactl("migration-vf show", "", in_src());
+  BOOST_TEST(has(show.out, "The migration VF of " + host + " is 0000:3b:00.2 (RDMA device qedr_vf0, netdev ens1f0v0) "
+                           "with 10.77.0.11/24."), show.out);
+
+  // Guests never get it: the next guest's VF is the next one, and an exhausted pool names it.
+  BOOST_REQUIRE_EQUAL(hook("g1", "prepare", "begin", domain("g1")).rc, 0);
+  BOOST_TEST(held_by("g1")->vf.str() == "0000:3b:00.3");
+  BOOST_REQUIRE_EQUAL(hook("g2", "prepare", "begin", domain("g2")).rc, 0);
+  auto full = hook("g3", "prepare", "begin", domain("g3"));
+  BOOST_TEST(full.rc == 1);
+  BOOST_TEST(has(full.err, "0000:3b:00.2 to migration 'migration@" + host + "'"), full.err);
+
+  // Another netdev holding the address is refused when a new VF would take it.
+  auto rel = vrdmactl("migration-vf release", "", in_src());
+  BOOST_REQUIRE_MESSAGE(rel.rc == 0, rel.err);
+  BOOST_TEST(has(rel.out, "The migration VF 0000:3b:00.2 of " + host + " went back to the pool."), rel.out);
+  BOOST_TEST(!migration_row().has_value());
+  const auto gone = addresses("ens1f0v0");
+  BOOST_TEST(!has(gone, "10.77.0.11"), gone);
+  BOOST_TEST(!has(gone, ",UP"), gone);
+  BOOST_REQUIRE_EQUAL(test::sh("ip -n " + src + " addr add 10.77.0.11/32 dev eth9"), 0);
+  auto clash = vrdmactl("migration-vf up", "", in_src());
+  BOOST_TEST(clash.rc == 1);
+  BOOST_TEST(has(clash.err, "the migration address 10.77.0.11 is already on netdev eth9; VRDMA_MIGRATION_ADDRESS must "
+                            "be an address of the migration VF alone"), clash.err);
+  BOOST_TEST(has(clash.err, "VF 0000:3b:00.2 was given back to the pool"), clash.err);
+  BOOST_TEST(!migration_row().has_value());
+  auto rel2 = vrdmactl("migration-vf release", "", in_src());
+  BOOST_TEST(has(rel2.out, "holds no migration VF"), rel2.out);
+}
+
+BOOST_AUTO_TEST_CASE(vrdmactl_migrate_over_rdma_takes_the_migration_vf_before_it_checks_the_route) {
+  if (!ok) {
+    BOOST_TEST_MESSAGE("SKIP: cannot create network namespaces here (needs root and iproute2)");
+    return;
+  }
+  enable("ens1f0", 2);
+  // Without a migration VF the destination's migration address has no route from here.
+  auto before = migrate("rdma://10.77.0.12:4444");
+  BOOST_TEST(has(before.out, "RDMA migration is not possible: the destination 10.77.0.12 is not reachable from this "
+                             "host (no route). Falling back to TCP (tcp://10.77.0.12:4444)."), before.out);
+  // A route through a netdev without an RDMA GID is named.
+  auto eth9 = migrate("rdma://10.88.0.2:4444");
+  BOOST_TEST(has(eth9.out, "the destination 10.88.0.2 is reached through eth9, which carries no RDMA GID (RDMA GIDs "
+                           "are on "), eth9.out);
+
+  ::setenv("VRDMA_MIGRATION_POOL", "ens1f0", 1);
+  ::setenv("VRDMA_MIGRATION_ADDRESS", "10.77.0.11/24", 1);
+  auto m = migrate("rdma://10.77.0.12:4444");
+  BOOST_TEST(has(m.out, "This host's migration VF 0000:3b:00.2 (RDMA device qedr_vf0, netdev ens1f0v0) carries "
+                        "10.77.0.11/24 (taken from the pool now; 'vrdmactl migration-vf release' gives it back)."),
+             m.out);
+  // Every check passes: QEMU's rdma:// is what goes to libvirt (whose test driver then refuses
+  // to migrate at all, so the command fails after the choice).
+  BOOST_TEST(has(m.out, "The memory goes over RDMA (rdma://10.77.0.12:4444, all guest memory pinned)."), m.out);
+  BOOST_TEST(has(m.out, "Migrating domain mig1 from test://"), m.out);
+  BOOST_TEST(has(m.out, " over rdma://10.77.0.12:4444."), m.out);
+  BOOST_TEST(!has(m.out, "Falling back"), m.out);
+  BOOST_TEST(m.rc == 1);
+  BOOST_TEST(has(m.err, "The domain still runs on test://"), m.err);
+  BOOST_TEST(migration_row().has_value());
+  // The second migration finds it there.
+  auto m2 = migrate("rdma://10.77.0.12:4444");
+  BOOST_TEST(has(m2.out, "carries 10.77.0.11/24.\n"), m2.out);
+  BOOST_TEST(ledger_rows() == 1U);
+  // A TCP migration does not touch it.
+  auto t = migrate("tcp://10.77.0.12:4444");
+  BOOST_TEST(!has(t.out, "migration VF"), t.out);
+
+  // A pool that cannot give one: the reason, and TCP.
+  BOOST_REQUIRE(vrdmactl("migration-vf release", "", in_src()).rc == 0);
+  ::setenv("VRDMA_MIGRATION_POOL", "ens2f0", 1);  // E810: iavf VFs have no RDMA function
+  enable("ens2f0", 1);
+  auto e = migrate("rdma://10.77.0.12:4444");
+  BOOST_TEST(has(e.out, "RDMA migration is not possible: this host's migration VF could not be set up: no VF in VF pool "
+                        "ens2f0 can carry RDMA migrations: VF 0000:5e:01.0 has no RDMA device (driver iavf)"), e.out);
+  BOOST_TEST(has(e.out, "Falling back to TCP (tcp://10.77.0.12:4444)."), e.out);
+}
+
+BOOST_AUTO_TEST_CASE(the_destination_hook_takes_the_migration_vf_on_migrate_begin) {
+  if (!ok) {
+    BOOST_TEST_MESSAGE("SKIP: cannot create network namespaces here (needs root and iproute2)");
+    return;
+  }
+  enable("ens1f0", 2);
+  const std::string plain = "<domain type='kvm'><name>p1</name><memory unit='MiB'>64</memory><devices/></domain>";
+  ::setenv("VRDMA_MIGRATION_POOL", "ens1f0", 1);
+  ::setenv("VRDMA_MIGRATION_ADDRESS", "10.77.0.11/24", 1);
+  // Any domain's incoming migration may come over rdma://: a domain without the device too.
+  auto m = hook("p1", "migrate", "begin", plain, in_src());
+  BOOST_REQUIRE_MESSAGE(m.rc == 0, m.err);
+  BOOST_TEST(m.out.empty());  // libvirt keeps its XML
+  BOOST_TEST(has(slurp(w / "hook.log"), host + " p1 migrate begin: migration VF 0000:3b:00.2 (qedr_vf0, netdev "
+                                        "ens1f0v0) carries 10.77.0.11/24 (taken from the pool now)"));
+  BOOST_TEST(has(addresses("ens1f0v0"), "inet 10.77.0.11/24"));
+  // A vrdma domain's incoming migration: the migration VF stays, the guest gets its own.
+  auto g = hook("g1", "migrate", "begin", domain("g1", "vf-pool='ens1f0' incoming='tcp:10.99.9.2:7811'"), in_src());
+  BOOST_REQUIRE_MESSAGE(g.rc == 0, g.err);
+  BOOST_TEST(held_by("g1")->vf.str() == "0000:3b:00.3");
+  BOOST_TEST(ledger_rows() == 2U);
+  // A broken setting does not stop the migration (TCP needs no VF); it is said.
+  ::setenv("VRDMA_MIGRATION_ADDRESS", "10.77.0.11", 1);
+  auto b = hook("p1", "migrate", "begin", plain, in_src());
+  BOOST_TEST(b.rc == 0);
+  BOOST_TEST(has(b.err, "vrdma hook: VRDMA_MIGRATION_ADDRESS '10.77.0.11' is not an address with its prefix length"),
+             b.err);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

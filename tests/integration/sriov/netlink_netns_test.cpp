@@ -68,6 +68,15 @@ BOOST_AUTO_TEST_CASE(links_and_addresses_work_on_veth_in_a_netns) {
     auto dup = nl->add_address("sv0", "10.231.0.1/24");
     BOOST_TEST(dup.error().is(Errc::busy));
     BOOST_TEST(nl->add_address("sv0", "10.231.0.1").error().is(Errc::invalid_argument));
+    auto del = nl->del_address("sv0", "10.231.0.1/24");
+    BOOST_REQUIRE_MESSAGE(del.ok(), (del.ok() ? std::string() : del.error().message));
+    addrs = nl->addresses("sv0");
+    BOOST_REQUIRE(addrs.ok());
+    BOOST_TEST((std::find(addrs->begin(), addrs->end(), "10.231.0.1/24") == addrs->end()));
+    BOOST_TEST((std::find(addrs->begin(), addrs->end(), "fd00:231::1/64") != addrs->end()));
+    auto again = nl->del_address("sv0", "10.231.0.1/24");
+    BOOST_TEST(again.error().is(Errc::not_found), again.error().message);
+    BOOST_TEST(nl->del_address("sv0", "bogus").error().is(Errc::invalid_argument));
     auto missing = nl->link("nosuchdev0");
     BOOST_REQUIRE(!missing.ok());
     BOOST_TEST(missing.error().is(Errc::not_found));

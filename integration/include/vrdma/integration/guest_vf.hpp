@@ -27,7 +27,8 @@ namespace vrdma::integration {
 
 // Where the SR-IOV manager looks: $VRDMA_SYSFS_ROOT (default /sys; the verbs provider reads the
 // same variable) and $VRDMA_VF_LEDGER (default /var/lib/vrdma/vf-ledger.sqlite, the file
-// `vrdmactl vf` uses), both settable in /etc/default/vrdma. Tests point them at the simulated
+// `vrdmactl vf` uses), both settable in /etc/default/vrdma (read when the variable is unset,
+// host_setting in migration_vf.hpp). Tests point them at the simulated
 // SR-IOV sysfs tree and a ledger of their own.
 struct VfPaths {
   std::string sysfs_root = "/sys";

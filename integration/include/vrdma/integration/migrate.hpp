@@ -11,7 +11,7 @@ namespace vrdma::integration {
 
 // What the pre-flight checks look at, gathered from this host and the domain (tests fill it in).
 struct TransportFacts {
-  std::vector<std::string> rdma_devices;  // /sys/class/infiniband entries
+  std::vector<std::string> rdma_devices;  // $VRDMA_SYSFS_ROOT/class/infiniband entries
   bool hard_limit_set = false;            // the domain's <memtune><hard_limit>
   unsigned long long memlock_limit = 0;   // RLIMIT_MEMLOCK of this process (bytes; ~0ULL: unlimited)
   bool cap_sys_resource = false;          // may raise it (libvirt raises QEMU's to hard_limit)
@@ -22,6 +22,9 @@ struct TransportFacts {
   bool route_checked = false;
   std::string route_ifname;
   std::vector<std::string> gid_ifnames;
+  // rdma:// on a host with a migration VF configured: why it could not be set up ("": it is, or
+  // none is configured).
+  std::string migration_vf_error;
 };
 
 struct TransportChoice {

@@ -74,6 +74,7 @@ class Rtnl {
   Status set_admin_up(std::string_view ifname, bool up);
   Status set_mac(std::string_view ifname, const MacAddress& mac);
   Status add_address(std::string_view ifname, std::string_view cidr);  // "10.1.0.1/24", "fd00::1/64"
+  Status del_address(std::string_view ifname, std::string_view cidr);  // not_found when it is not there
   Result<std::vector<std::string>> addresses(std::string_view ifname);  // "10.1.0.1/24"
 
   // Applies `cfg` to VF `vf_index` of the PF netdev `pf_ifname` in one RTM_SETLINK.
