@@ -103,6 +103,16 @@ BackendSession::Reply BackendSession::set_features(Message& m) {
                              f.raw(), f.has(VirtioFeature::ring_packed), f.has(VirtioFeature::ring_event_idx),
                              f.has(VirtioFeature::ring_indirect_desc), f.has(VirtioFeature::log_all));
   acked_ = f;
+  if (f.has(VirtioFeature::protocol_features) && !protocol_negotiated_) {
+    // A frontend that acks protocol features it never negotiated on this connection carries on
+    // from an earlier one: QEMU 7.2's vhost-user-blk reconnects to a restarted backend while a
+    // guest migrates in without GET_FEATURES or SET_PROTOCOL_FEATURES. It can only have acked
+    // what a backend like this one offered, so take the offer as negotiated.
+    packed_ = poffered_;
+    protocol_negotiated_ = true;
+    log::info("vhost-user: the frontend acks protocol features it did not negotiate on this connection (it carries "
+              "on from an earlier one); taking the ones this backend offers, {:#x}", poffered_.raw());
+  }
   dev_.memory_changed();
   dev_.features_acked(f);
   return std::optional<Message>{};
@@ -129,6 +139,7 @@ BackendSession::Reply BackendSession::set_protocol_features(Message& m) {
     return make_error(Errc::invalid_argument, fmt::format("SET_PROTOCOL_FEATURES acks {:#x}, which was never offered",
                                                           f.raw() & ~poffered_.raw()));
   packed_ = f;
+  protocol_negotiated_ = true;
   return std::optional<Message>{};
 }
 

@@ -98,6 +98,7 @@ class BackendSession final : public DeviceHost {
   DeviceInfo info_;
   VirtioFeatures offered_, acked_;
   ProtocolFeatures poffered_, packed_;
+  bool protocol_negotiated_ = false;  // SET_PROTOCOL_FEATURES came on this connection
   std::shared_ptr<const GuestMemory> mem_ = GuestMemory::empty();
   std::shared_ptr<DirtyLog> log_;
   std::optional<InflightArea> inflight_;

@@ -338,3 +338,45 @@ BOOST_AUTO_TEST_CASE(device_state_travels_through_a_pipe_both_ways) {
   BOOST_TEST(transfer(0, "").empty());  // the blk fixture is stateless: an empty blob, then EOF
   transfer(1, "opaque device state");
 }
+
+// QEMU 7.2's vhost-user-blk, reconnecting to a restarted backend while a guest migrates in,
+// sends SET_FEATURES with VHOST_USER_F_PROTOCOL_FEATURES acked but no SET_PROTOCOL_FEATURES on
+// the new connection. The backend takes the protocol features it offers as negotiated (and says
+// so), so that gated requests work; a frontend that acks no protocol features gets none.
+BOOST_AUTO_TEST_CASE(a_frontend_acking_protocol_features_without_negotiating_them_gets_the_offered_ones) {
+  using vhost::ProtocolFeature;
+  using vhost::VirtioFeature;
+  Backend b;
+  {
+    auto first = vhost::Frontend::connect(b.sock);
+    BOOST_REQUIRE(first);
+    BOOST_REQUIRE(first->negotiate({VirtioFeature::version_1, VirtioFeature::protocol_features},
+                                   {ProtocolFeature::mq, ProtocolFeature::reply_ack}));
+    BOOST_REQUIRE(first->get_queue_num());
+  }
+  {
+    auto again = vhost::Frontend::connect(b.sock);
+    BOOST_REQUIRE(again);
+    BOOST_REQUIRE(again->set_features({VirtioFeature::version_1, VirtioFeature::protocol_features}).ok());
+    auto n = again->get_queue_num();  // gated on the MQ protocol feature
+    BOOST_REQUIRE_MESSAGE(n, (n ? "" : n.error().message) + "\n" + read_file(b.log));
+    BOOST_TEST(*n == 4u);
+    BOOST_TEST(read_file(b.log).find("it carries on from an earlier one") != std::string::npos);
+  }
+  // One frontend at a time: the next connects once the backend saw this one go.
+  auto count = [&](const std::string& what) {
+    const std::string l = read_file(b.log);
+    std::size_t n = 0;
+    for (auto at = l.find(what); at != std::string::npos; at = l.find(what, at + 1)) ++n;
+    return n;
+  };
+  for (int i = 0; i < 500 && count("frontend disconnected") < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  auto plain = vhost::Frontend::connect(b.sock);
+  BOOST_REQUIRE(plain);
+  BOOST_REQUIRE(plain->set_features({VirtioFeature::version_1}).ok());
+  BOOST_TEST(!plain->get_queue_num().ok());
+  for (int i = 0; i < 200 && read_file(b.log).find("needs protocol feature bit") == std::string::npos; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  BOOST_TEST(read_file(b.log).find("needs protocol feature bit") != std::string::npos, read_file(b.log));
+  BOOST_TEST(b.child->alive());
+}
