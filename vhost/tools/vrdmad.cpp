@@ -11,7 +11,11 @@
 //       [,"prestate":false]                      (without building the objects there ahead)
 //   {"cmd":"cancel"}                             give up an armed migration
 // --incoming makes this vrdmad a migration destination (docs/migration.md). SIGTERM/SIGINT end it.
+// --supervise keeps a small parent that starts the backend again when it dies of anything but
+// SIGTERM/SIGINT (docs/migration.md "A backend that dies").
 #include <sys/epoll.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -20,6 +24,9 @@
 
 #include <chrono>
 #include <csignal>
+#include <deque>
+#include <thread>
+#include <vector>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -97,9 +104,103 @@ Result<UniqueFd> listen_unix(const std::string& path) {
   return fd;
 }
 
+// --supervise: this process only starts the backend (this program without --supervise) and
+// starts it again when it dies of a crash or a kill, at most kMaxRestarts times a minute. A
+// restarted backend that was not a migration destination gets --incoming guest: when the guest's
+// state area holds a device state nobody has loaded yet (the backend died between the
+// migration's stop and the destination's load), it takes the guest's objects from there, and
+// otherwise it starts with none. SIGTERM/SIGINT go to the backend and end both.
+constexpr int kMaxRestarts = 5;
+
+pid_t start_backend(const std::vector<std::string>& args) {
+  const pid_t pid = ::fork();
+  if (pid != 0) return pid;
+  // A supervisor that is itself killed takes its backend with it (no orphan serving the socket).
+  ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  ::execv("/proc/self/exe", argv.data());
+  std::fprintf(stderr, "vrdmad: cannot start the backend again: %s\n", std::strerror(errno));
+  ::_exit(127);
+}
+
+std::string how_it_ended(int st) {
+  if (WIFSIGNALED(st)) {
+    const char* n = ::sigabbrev_np(WTERMSIG(st));
+    return fmt::format("was killed by signal {} (SIG{})", WTERMSIG(st), n ? n : "?");
+  }
+  return fmt::format("exited with status {}", WEXITSTATUS(st));
+}
+
+int supervise(int argc, char** argv) {
+  std::vector<std::string> args;
+  std::string socket = "its socket";
+  bool incoming = false;
+  for (int i = 0; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--supervise") continue;
+    if (a == "--incoming" || a.rfind("--incoming=", 0) == 0) incoming = true;
+    if (a == "--socket" && i + 1 < argc) socket = argv[i + 1];
+    args.push_back(a);
+  }
+  sigset_t mask;
+  sigemptyset(&mask);
+  for (int sig : {SIGTERM, SIGINT, SIGCHLD}) sigaddset(&mask, sig);
+  sigprocmask(SIG_BLOCK, &mask, nullptr);
+  pid_t child = start_backend(args);
+  if (child < 0) {
+    log::error("vrdmad: cannot start the backend: {}", std::strerror(errno));
+    return 1;
+  }
+  std::deque<std::chrono::steady_clock::time_point> restarts;
+  for (;;) {
+    siginfo_t si{};
+    if (::sigwaitinfo(&mask, &si) < 0) continue;
+    if (si.si_signo == SIGTERM || si.si_signo == SIGINT) {
+      ::kill(child, si.si_signo);
+      int st = 0;
+      while (::waitpid(child, &st, 0) < 0 && errno == EINTR) {
+      }
+      return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+    }
+    int st = 0;
+    const pid_t done = ::waitpid(child, &st, WNOHANG);
+    if (done != child) continue;
+    if (WIFEXITED(st) && (WEXITSTATUS(st) == 0 || WEXITSTATUS(st) == 2)) return WEXITSTATUS(st);  // asked to, or usage
+    const auto now = std::chrono::steady_clock::now();
+    while (!restarts.empty() && now - restarts.front() > std::chrono::minutes(1)) restarts.pop_front();
+    if (restarts.size() >= kMaxRestarts) {
+      log::error("vrdmad: the backend {} {} for the {}th time within a minute; not starting it again (its log above "
+                 "says why; the guest's device stays without a backend until one serves {})",
+                 done, how_it_ended(st), kMaxRestarts + 1, socket);
+      return 1;
+    }
+    restarts.push_back(now);
+    if (!incoming) {
+      args.insert(args.end(), {"--incoming", "guest"});
+      incoming = true;
+    }
+    log::warn("vrdmad: the backend {} {}; starting it again (restart {} of at most {} a minute), with --incoming "
+              "guest: a device state the guest's memory holds from a migration is taken from there",
+              done, how_it_ended(st), restarts.size(), kMaxRestarts);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    child = start_backend(args);
+    if (child < 0) {
+      log::error("vrdmad: cannot start the backend again: {}", std::strerror(errno));
+      return 1;
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)
+    if (std::strcmp(argv[i], "--supervise") == 0) return supervise(argc, argv);
   CLI::App app{"vrdmad: virtio RDMA device backend (vhost-user), one process per guest device"};
   std::string sock, engine_name, control, incoming, announce, mac = "52:54:00:00:00:01";
   vhost::RdmaDeviceOptions opts;
@@ -112,6 +213,10 @@ int main(int argc, char** argv) {
   app.add_option("--announce", announce,
                  "interface holding the guest's address on this host (soft engine): kept silent (NOARP) while the "
                  "guest is elsewhere, announced with gratuitous ARPs when it arrives");
+  bool supervised = false;  // handled before parsing (supervise()); listed for --help
+  app.add_flag("--supervise", supervised,
+               "keep a parent process that starts the backend again (with --incoming guest) when it crashes or is "
+               "killed, at most 5 times a minute");
   unsigned poll_us = 0;
   app.add_option("--poll-us", poll_us,
                  "keep polling the guest's doorbells and the engine's completions for this many microseconds after "
@@ -127,6 +232,14 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--max-qp-wr", lim.max_qp_wr, "work requests per queue")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  // SIGTERM/SIGINT end the event loop through a signalfd. Blocked before any thread exists (the
+  // engine's own), so that no thread takes them with their default action instead.
+  sigset_t mask;
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGTERM);
+  sigaddset(&mask, SIGINT);
+  sigprocmask(SIG_BLOCK, &mask, nullptr);
+  signal(SIGPIPE, SIG_IGN);
   if (!parse_mac(mac, opts.mac)) {
     log::error("vrdmad: --mac {} is not a MAC address like 52:54:00:12:34:56", mac);
     return 2;
@@ -166,12 +279,6 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  sigset_t mask;
-  sigemptyset(&mask);
-  sigaddset(&mask, SIGTERM);
-  sigaddset(&mask, SIGINT);
-  sigprocmask(SIG_BLOCK, &mask, nullptr);
-  signal(SIGPIPE, SIG_IGN);
   UniqueFd sfd(::signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK));
   (void)loop->add(sfd.get(), EPOLLIN, [&](std::uint32_t) { loop->stop(); });
 

@@ -21,6 +21,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "check.hpp"
@@ -127,6 +128,33 @@ struct Guest {
     VRDMA_REQUIRE_OK(connect(*a, *b, o));
   }
 };
+
+// The backend a supervised vrdmad (--supervise) runs: its only child; 0 while it has none.
+pid_t supervised_backend(pid_t supervisor) {
+  const std::string l = read_file("/proc/" + std::to_string(supervisor) + "/task/" + std::to_string(supervisor) + "/children");
+  return l.empty() ? 0 : static_cast<pid_t>(std::atol(l.c_str()));
+}
+
+std::size_t count_in(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// Kills the supervised backend with SIGKILL and waits until its successor (another pid) answers
+// status on the control socket; returns the successor, 0 when none came within 30 s.
+pid_t kill_and_wait_for_restart(const Vrdmad& d) {
+  const pid_t old = supervised_backend(d.child->pid());
+  if (old == 0) return 0;
+  ::kill(old, SIGKILL);
+  const auto deadline = Clock::now() + 30s;
+  while (Clock::now() < deadline) {
+    const pid_t now = supervised_backend(d.child->pid());
+    if (now != 0 && now != old && d.status().is_object()) return now;
+    std::this_thread::sleep_for(20ms);
+  }
+  return 0;
+}
 
 }  // namespace
 
@@ -460,4 +488,90 @@ BOOST_AUTO_TEST_CASE(guest_moves_with_its_state_in_guest_memory_a_to_b_and_back)
   BOOST_CHECK_EQUAL(g.a->qp->qp_num(), qpn);
   BOOST_CHECK_EQUAL(g.a->mr->rkey(), rkey);
   BOOST_CHECK_EQUAL(g.here->status()["objects"]["qp"].get<int>(), 1);
+}
+
+// A supervised backend (--supervise, as the libvirt hook starts it) that dies is started again
+// at once with --incoming guest. Here the destination is killed after it was started for the
+// guest and before the switch: its successor takes the guest, state from guest memory, peer
+// unmodified. Before that, a move that fails leaves the source running and withdraws the state
+// it wrote into guest memory at the stop, so that a backend started later on this guest never
+// takes that stale state for the guest's objects.
+BOOST_AUTO_TEST_CASE(a_supervised_destination_killed_before_the_switch_is_started_again_and_takes_the_guest) {
+  BOOST_REQUIRE_MESSAGE(can_make_netns(), "needs root for network namespaces");
+  Fabric net;
+  BOOST_REQUIRE_MESSAGE(net.ok, "cannot build the namespaces and the bridge");
+  Guest g(net);
+  const std::uint32_t qpn = g.a->qp->qp_num(), rkey = g.a->mr->rkey();
+  Stream s(*g.a, *g.b, 600);
+  s.run_until([&] { return s.sent() >= 150; });
+
+  // 1. A failed move through guest memory (the destination serves another MAC): the source runs
+  //    on and withdraws the state it wrote at the stop.
+  {
+    Vrdmad dst(g.dir, "supwrongmac", net.b, std::string("soft:") + kGuestIp,
+               {"--incoming", "guest", "--announce", "gB", "--mac", "52:54:00:99:99:99"});
+    BOOST_CHECK(!pv::migrate(*g.dev, dst.sock, 100ms, pv::StateVia::guest_memory).ok());
+  }
+  const std::string src_log = read_file(g.here->log);
+  BOOST_CHECK_EQUAL(count_in(src_log, "written into guest memory"), 1u);
+  BOOST_CHECK_MESSAGE(count_in(src_log, "the device state written at the stop is withdrawn") == 1, src_log);
+  s.run_until([&] { return s.sent() >= 300; });
+
+  // 2. The destination, supervised, loses its backend before the switch.
+  auto args = incoming_args("guest", "gB");
+  args.emplace_back("--supervise");
+  auto dst = std::make_unique<Vrdmad>(g.dir, "supervised", net.b, std::string("soft:") + kGuestIp, args);
+  const pid_t first = supervised_backend(dst->child->pid());
+  BOOST_REQUIRE_MESSAGE(first != 0, "vrdmad --supervise runs no backend; log:\n" << read_file(dst->log));
+  const pid_t second = kill_and_wait_for_restart(*dst);
+  BOOST_REQUIRE_MESSAGE(second != 0, "the supervisor did not start the backend again; log:\n" << read_file(dst->log));
+  BOOST_CHECK(read_file(dst->log).find("the backend " + std::to_string(first) +
+                                       " was killed by signal 9 (SIGKILL); starting it again (restart 1 of at most 5") !=
+              std::string::npos);
+  BOOST_CHECK_EQUAL(dst->status()["migration"]["phase"], "incoming");
+
+  // 3. The guest moves to the new backend and carries on there.
+  VRDMA_REQUIRE_OK(pv::migrate(*g.dev, dst->sock, 10s, pv::StateVia::guest_memory));
+  auto dst_st = wait_phase(*dst, "running");
+  BOOST_CHECK_EQUAL(dst_st["objects"]["qp"].get<int>(), 1);
+  wait_phase(*g.here, "migrated");
+  g.here->child->stop(SIGTERM);
+  g.here = std::move(dst);
+  s.finish();
+  BOOST_CHECK_EQUAL(g.a->qp->qp_num(), qpn);
+  BOOST_CHECK_EQUAL(g.a->mr->rkey(), rkey);
+  BOOST_TEST_MESSAGE("longest pause between completions: " << s.longest_gap_ms() << " ms");
+}
+
+// A backend that keeps dying is started again at most 5 times a minute; then the supervisor
+// gives up, says so, and ends with status 1 (so that the hook and the operator see it).
+BOOST_AUTO_TEST_CASE(a_supervisor_gives_up_on_the_sixth_death_within_a_minute) {
+  TempDir dir;
+  Vrdmad d(dir, "crashy", "", "soft:127.0.0.1", {"--supervise"});
+  for (int i = 1; i <= 5; ++i) BOOST_REQUIRE_MESSAGE(kill_and_wait_for_restart(d) != 0, "restart " << i << " did not come; log:\n"
+                                                                                                 << read_file(d.log));
+  const std::string log = read_file(d.log);
+  BOOST_CHECK_EQUAL(count_in(log, "starting it again"), 5u);
+  BOOST_CHECK_EQUAL(count_in(log, "with --incoming guest"), 5u);
+  ::kill(supervised_backend(d.child->pid()), SIGSEGV);
+  const int st = d.child->wait(10000);
+  BOOST_CHECK_MESSAGE(WIFEXITED(st) && WEXITSTATUS(st) == 1, "the supervisor ended with wait status " << st);
+  BOOST_CHECK_MESSAGE(read_file(d.log).find("was killed by signal 11 (SIGSEGV) for the 6th time within a minute; not "
+                                            "starting it again") != std::string::npos,
+                      read_file(d.log));
+}
+
+// SIGTERM (or SIGINT) to the supervisor goes to the backend, which ends as it always does; the
+// supervisor ends with its status and starts nothing.
+BOOST_AUTO_TEST_CASE(sigterm_to_a_supervisor_ends_its_backend_and_it) {
+  TempDir dir;
+  Vrdmad d(dir, "term", "", "soft:127.0.0.1", {"--supervise"});
+  const pid_t backend = supervised_backend(d.child->pid());
+  BOOST_REQUIRE(backend != 0);
+  const int st = d.child->stop(SIGTERM);
+  BOOST_CHECK_MESSAGE(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the supervisor ended with wait status " << st);
+  BOOST_CHECK(::kill(backend, 0) != 0);
+  const std::string log = read_file(d.log);
+  BOOST_CHECK_MESSAGE(log.find("vrdmad: exiting") != std::string::npos, log);
+  BOOST_CHECK_EQUAL(count_in(log, "starting it again"), 0u);
 }

@@ -173,6 +173,7 @@ void RdmaDevice::Impl::maybe_resume() {
   if (!s.ok()) log::warn("virtio-rdma: the engine could not resume: {}", s.error().message);
   paused = false;
   log::info("virtio-rdma: all rings running again; engine resumed");
+  withdraw_state_from_guest();
   drain_all();
   retry_pending();
 }

@@ -141,7 +141,23 @@ Status RdmaDevice::Impl::save_state_to_guest() {
   VRDMA_TRY(write_chain(g, *state_area, sizeof h, blob->data(), blob->size()));
   VRDMA_TRY(write_chain(g, *state_area, 0, &h, sizeof h));
   state_saved_bytes = blob->size();
+  state_in_area = true;
   return {};
+}
+
+void RdmaDevice::Impl::withdraw_state_from_guest() {
+  if (!state_in_area) return;
+  state_in_area = false;
+  if (!state_area) return;
+  // The rings run here again: the guest did not leave (a failed migration). The state written
+  // at the stop is history now; a backend started later on this guest (a restart after a crash)
+  // must not take it for the guest's current objects.
+  const std::uint32_t zero = 0;
+  if (auto s = write_chain(view(), *state_area, 0, &zero, sizeof zero); !s.ok())
+    log::warn("virtio-rdma: the device state written at the stop could not be withdrawn from guest memory: {}",
+              s.error().message);
+  else
+    log::info("virtio-rdma: the guest runs here again; the device state written at the stop is withdrawn");
 }
 
 Result<bool> RdmaDevice::Impl::load_state_from_guest() {
