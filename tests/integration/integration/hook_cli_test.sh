@@ -50,6 +50,7 @@ echo "$xml" | grep -q "control=\"$W/g1.$host.ctl\"" || fail "the printed XML has
 grep -q -- "--incoming tcp:10.99.9.2:7811" "$S.args" || fail "the backend is not in incoming mode: $(cat "$S.args")"
 grep -q -- "--engine soft:10.0.0.5 --control $W/g1.$host.ctl --mac 52:54:00:00:00:01 --announce eth0" "$S.args" ||
   fail "the backend's arguments are wrong: $(cat "$S.args")"
+grep -q -- "--supervise" "$S.args" || fail "the incoming backend is not supervised: $(cat "$S.args")"
 pid=$(cat "$S.pid")
 "$V" device status --control "$W/g1.$host.ctl" | grep -q "waits for an incoming migration" ||
   fail "vrdmactl device status does not describe the incoming phase"
@@ -68,6 +69,7 @@ echo "$xml" | "$V" hook qemu g1 release end - || fail "release end failed"
 # prepare on a plain start (not a migration): the backend without --incoming.
 dom "$GOOD" | "$V" hook qemu g1 prepare begin - || fail "prepare begin (start) failed"
 ! grep -q -- --incoming "$W/g1.sock.args" || fail "a plain start must not make vrdmad a migration destination"
+grep -q -- "--supervise" "$W/g1.sock.args" || fail "the hook must start vrdmad supervised (--supervise): $(cat "$W/g1.sock.args")"
 
 # vrdmactl device migrate: phases as sentences until migrated.
 C=$W/g1.ctl

@@ -4,6 +4,9 @@
 # traffic (vrdma-stream over pv:pci) to a soft-engine peer while it moves
 #   host a -> host b   with plain `virsh migrate --live --p2p`
 #   host b -> host a   with `vrdmactl migrate` (progress and the JOB_COMPLETED figures)
+#   host a -> host b   again, with b's vrdmad killed (SIGKILL) during the memory copy: its
+#                      supervisor starts it again, QEMU reconnects, the new backend takes the
+#                      state from guest memory, and the stream carries on
 # between two real libvirt instances (two_hosts.sh). The destination's hook starts vrdmad with
 # --incoming guest; nobody tells the source anything: the device state travels in the guest's
 # memory. At the end both sides must have every message once, in order, with the right bytes.
@@ -127,7 +130,37 @@ inner() {
   echo "stream at $p1 messages when it left host b"
   wait_progress $((p1 + 1500)) 240 || fail "the stream made no progress back on host a (at $(progress))"
 
-  # 3. The end: both sides checked every message.
+  # 3. a -> b with the destination's backend killed during the memory copy. The hook runs vrdmad
+  # under its own supervisor (--supervise); the one serving is the supervisor's child.
+  p2=$(progress)
+  stops=$(grep -c "written into guest memory" "$W/lv6g1.lv6-a.sock.log")
+  ( $A migrate --live --p2p --bandwidth 32 lv6g1 "$LV_B_TCP" --migrateuri "tcp://$LV_B_IP" > "$W/m3.out" 2>&1
+    echo "rc=$?" >> "$W/m3.out" ) &
+  mpid=$!
+  sup= worker=
+  for _ in $(seq 200); do
+    sup=$(cat "$W/lv6g1.lv6-b.sock.pid" 2>/dev/null) && worker=$(pgrep -P "$sup" 2>/dev/null | head -1)
+    [ -n "$worker" ] && break
+    sleep 0.05
+  done
+  [ -n "$worker" ] || fail "no supervised vrdmad on host b (pid file: ${sup:-none})"
+  sleep 2
+  [ "$(grep -c "written into guest memory" "$W/lv6g1.lv6-a.sock.log")" = "$stops" ] ||
+    fail "the switchover came before the kill (the memory copy took less than 2 s)"
+  kill -9 "$worker"
+  t2=$(date +%s%N)
+  echo "killed vrdmad $worker on host b during the memory copy (its supervisor is $sup)"
+  wait $mpid
+  grep -q "rc=0" "$W/m3.out" || fail "virsh migrate a -> b with the backend killed failed: $(cat "$W/m3.out")"
+  [ "$($B domstate lv6g1 2>/dev/null)" = running ] || fail "the guest does not run on host b after the second move"
+  grep -q "the backend $worker was killed by signal 9 (SIGKILL); starting it again" "$W/lv6g1.lv6-b.sock.log" ||
+    fail "the supervisor on host b did not start vrdmad again"
+  wait_progress $((p2 + 1500)) 240 || fail "the stream made no progress on host b after its backend was killed"
+  grep -q "from guest memory in" <(sed -n '/starting it again/,$p' "$W/lv6g1.lv6-b.sock.log") ||
+    fail "the restarted vrdmad on host b did not load the state from guest memory"
+  echo "virsh migrate a -> b with b's backend killed: $(( ($(date +%s%N) - t2) / 1000000 )) ms from the kill to $((p2 + 1500)) messages"
+
+  # 4. The end: both sides checked every message.
   for _ in $(seq 3000); do grep -q "VRDMA-GUEST-DONE" "$W/console.log" 2>/dev/null && break; sleep 0.1; done
   guest=$(tr -d '\r' < "$W/console.log" | grep "^VRDMA-STREAM {" | tail -1)
   wait $peer_pid
