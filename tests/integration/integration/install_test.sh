@@ -19,7 +19,7 @@ grep -q "\. $ETC/default/vrdma" "$H" || fail "the hook does not read $ETC/defaul
 [ -f "$D$ETC/default/vrdma" ] || fail "no $ETC/default/vrdma"
 U=$D$PREFIX/lib/systemd/system/vrdma@.service
 [ -f "$U" ] || fail "no vrdma@.service"
-grep -q "^ExecStart=$SBIN/vrdmad \$VRDMAD_ARGS$" "$U" || fail "the unit does not run $SBIN/vrdmad"
+grep -q "^ExecStart=$SBIN/vrdmad --supervise \$VRDMAD_ARGS$" "$U" || fail "the unit does not run $SBIN/vrdmad"
 grep -q "^EnvironmentFile=$ETC/vrdma/%i.conf$" "$U" || fail "the unit does not read $ETC/vrdma/%i.conf"
 ! grep -qE "@[A-Z_]+@" "$H" "$U" || fail "an unsubstituted @VAR@ in the hook or the unit"
 echo "install layout ok under $PREFIX"
