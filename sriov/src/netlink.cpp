@@ -51,6 +51,20 @@ std::string addr_str(nl_addr* a) {
 
 std::string bounded(std::string_view s) { return std::string(s.substr(0, IFNAMSIZ + 8)); }
 
+// An rtnl address object for `cidr` ("10.1.0.1/24") on the link, for adding or deleting.
+Result<AddrPtr> address_for(rtnl_link* link, std::string_view cidr) {
+  const std::string c(cidr.substr(0, 64));
+  nl_addr* local = nullptr;
+  if (c.find('/') == std::string::npos || nl_addr_parse(c.c_str(), AF_UNSPEC, &local) < 0)
+    return make_error(Errc::invalid_argument,
+                      fmt::format("'{}' is not an address with prefix such as 10.1.0.1/24 or fd00::1/64", c));
+  NlAddrPtr lp(local);
+  AddrPtr a(rtnl_addr_alloc());
+  rtnl_addr_set_ifindex(a.get(), rtnl_link_get_ifindex(link));
+  if (int err = rtnl_addr_set_local(a.get(), local); err < 0) return nl_error(err, fmt::format("cannot use address {}", c));
+  return a;
+}
+
 }  // namespace
 
 Result<VfLinkState> parse_vf_link_state(std::string_view s) {
@@ -177,38 +191,22 @@ Status Rtnl::set_mac(std::string_view ifname, const MacAddress& mac) {
 Status Rtnl::add_address(std::string_view ifname, std::string_view cidr) {
   auto l = impl_->get(ifname);
   if (!l) return std::move(l).error();
-  std::string c(cidr.substr(0, 64));
-  nl_addr* local = nullptr;
-  if (c.find('/') == std::string::npos || nl_addr_parse(c.c_str(), AF_UNSPEC, &local) < 0)
-    return make_error(Errc::invalid_argument,
-                      fmt::format("'{}' is not an address with prefix such as 10.1.0.1/24 or fd00::1/64", c));
-  NlAddrPtr lp(local);
-  AddrPtr a(rtnl_addr_alloc());
-  rtnl_addr_set_ifindex(a.get(), rtnl_link_get_ifindex(l->get()));
-  int err = rtnl_addr_set_local(a.get(), local);
-  if (err < 0) return nl_error(err, fmt::format("cannot use address {}", c));
-  err = rtnl_addr_add(impl_->sock.get(), a.get(), 0);
-  if (err < 0) return nl_error(err, fmt::format("cannot add address {} to netdev {}", c, bounded(ifname)));
+  auto a = address_for(l->get(), cidr);
+  if (!a) return std::move(a).error();
+  if (int err = rtnl_addr_add(impl_->sock.get(), a->get(), 0); err < 0)
+    return nl_error(err, fmt::format("cannot add address {} to netdev {}", std::string(cidr.substr(0, 64)), bounded(ifname)));
   return {};
 }
 
 Status Rtnl::del_address(std::string_view ifname, std::string_view cidr) {
   auto l = impl_->get(ifname);
   if (!l) return std::move(l).error();
-  std::string c(cidr.substr(0, 64));
-  nl_addr* local = nullptr;
-  if (c.find('/') == std::string::npos || nl_addr_parse(c.c_str(), AF_UNSPEC, &local) < 0)
-    return make_error(Errc::invalid_argument,
-                      fmt::format("'{}' is not an address with prefix such as 10.1.0.1/24 or fd00::1/64", c));
-  NlAddrPtr lp(local);
-  AddrPtr a(rtnl_addr_alloc());
-  rtnl_addr_set_ifindex(a.get(), rtnl_link_get_ifindex(l->get()));
-  int err = rtnl_addr_set_local(a.get(), local);
-  if (err < 0) return nl_error(err, fmt::format("cannot use address {}", c));
-  err = rtnl_addr_delete(impl_->sock.get(), a.get(), 0);
+  auto a = address_for(l->get(), cidr);
+  if (!a) return std::move(a).error();
+  const int err = rtnl_addr_delete(impl_->sock.get(), a->get(), 0);
   if (err == -NLE_NOADDR || err == -NLE_OBJ_NOTFOUND)
-    return make_error(Errc::not_found, fmt::format("netdev {} has no address {}", bounded(ifname), c));
-  if (err < 0) return nl_error(err, fmt::format("cannot remove address {} from netdev {}", c, bounded(ifname)));
+    return make_error(Errc::not_found, fmt::format("netdev {} has no address {}", bounded(ifname), std::string(cidr.substr(0, 64))));
+  if (err < 0) return nl_error(err, fmt::format("cannot remove address {} from netdev {}", std::string(cidr.substr(0, 64)), bounded(ifname)));
   return {};
 }
 
