@@ -345,7 +345,7 @@ struct MigratingDevice::Impl {
 
   void activate() {
     st.phase = Phase::running;
-    st.message = "the guest runs here";
+    st.message = arrived_without.empty() ? "the guest runs here" : "the guest runs here; " + arrived_without;
     if (!opts.announce_if.empty()) {
       if (auto s = set_noarp(opts.announce_if, false); !s.ok()) log::error("migration: {}", s.error().message);
       auto n = send_gratuitous_arp(opts.announce_if, 3);
@@ -367,6 +367,7 @@ struct MigratingDevice::Impl {
   // ---- state in guest memory ---------------------------------------------------------------------
   // Destination, rings started without a state from a source: look in the guest's state area.
   // Returns true when the rings may run (state loaded, or there is definitely none to wait for).
+  std::string arrived_without;  // why the guest runs here without (all) its objects, for the status
   bool try_guest_state() {
     if (have_state || guest_state_refused) return false;  // a source's state is being loaded, or refused
     const auto t0 = Clock::now();
@@ -384,10 +385,22 @@ struct MigratingDevice::Impl {
       inner.reset();
       return false;
     }
+    if (!*r && !inner.state_lost().empty()) {
+      // The source had objects and could not send them: the guest runs here without them, and
+      // its driver hears it at once (DEVICE_FATAL) rather than waiting on objects that are gone.
+      arrived_without = "the guest's RDMA objects did not come with it (" + inner.state_lost() +
+                        "); it runs here with none, its driver is told (DEVICE_FATAL) and its RDMA peers see their "
+                        "connections fail";
+      st.message = arrived_without;
+      log::error("migration: {}", st.message);
+      inner.report_objects_lost();
+      return true;
+    }
     if (!*r) {
       if (!guest_only) return false;  // wait for a source's state over the stream
       st.message = "no device state in the guest's state area: the guest had no RDMA objects, or its driver posts no "
                    "state area; it runs here with none";
+      arrived_without = st.message;
       log::warn("migration: {}", st.message);
       return true;
     }
@@ -453,7 +466,7 @@ struct MigratingDevice::Impl {
     st.save_ms = ms_since(t_stop);
     if (!s.ok()) {
       st.message = "the rings stopped during a migration but the device state could not go into guest memory: " +
-                   s.error().message;
+                   s.error().message + "; if the guest moves, it arrives without its RDMA objects (its driver is told)";
       log::error("migration: {}", st.message);
       return;
     }

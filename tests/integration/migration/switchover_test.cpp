@@ -576,3 +576,44 @@ BOOST_AUTO_TEST_CASE(sigterm_to_a_supervisor_ends_its_backend_and_it) {
   BOOST_CHECK_MESSAGE(log.find("vrdmad: exiting") != std::string::npos, log);
   BOOST_CHECK_EQUAL(count_in(log, "starting it again"), 0u);
 }
+
+// A state the source cannot save (here SRQs, which do not migrate yet; a NIC's QPs the same)
+// must not leave the guest waiting on objects that are gone: the source writes why into the
+// state area, the destination runs the guest with no objects, says so, and tells the driver
+// (DEVICE_FATAL), whose CQ polls and commands then fail with the reason.
+BOOST_AUTO_TEST_CASE(a_state_the_source_cannot_save_arrives_as_a_device_fatal_with_the_reason) {
+  BOOST_REQUIRE_MESSAGE(can_make_netns(), "needs root for network namespaces");
+  Fabric net;
+  BOOST_REQUIRE_MESSAGE(net.ok, "cannot build the namespaces and the bridge");
+  Guest g(net);
+  auto srq = g.a->pd->create_srq(16, 1);
+  VRDMA_REQUIRE_OK(srq);
+  auto dst = std::make_unique<Vrdmad>(g.dir, "lost", net.b, std::string("soft:") + kGuestIp,
+                                      incoming_args("guest", "gB"));
+  VRDMA_REQUIRE_OK(pv::migrate(*g.dev, dst->sock, 10s, pv::StateVia::guest_memory));
+  auto st = wait_phase(*dst, "running");
+  const std::string msg = st["migration"]["message"].get<std::string>();
+  BOOST_CHECK_MESSAGE(msg.find("the guest's RDMA objects did not come with it (the source could not save the device "
+                               "state: ") != std::string::npos && msg.find("SRQs") != std::string::npos,
+                      msg);
+  BOOST_CHECK_EQUAL(st["objects"]["qp"].get<int>(), 0);
+  BOOST_CHECK(read_file(g.here->log).find("the device state could not go into guest memory") != std::string::npos);
+  // The driver hears it: an empty poll fails with the reason, and so do commands.
+  std::array<WorkCompletion, 4> wcs;
+  Result<std::size_t> polled = std::size_t{0};
+  for (int i = 0; i < 500 && polled.ok(); ++i) {
+    polled = g.a->cq->poll(wcs);
+    if (polled.ok()) std::this_thread::sleep_for(10ms);
+  }
+  BOOST_REQUIRE_MESSAGE(!polled.ok(), "the guest's CQ never reported the lost device; destination log:\n"
+                                          << read_file(dst->log));
+  BOOST_CHECK_MESSAGE(polled.error().message.find("lost every RDMA object in a migration") != std::string::npos,
+                      polled.error().message);
+  auto pd = g.dev->alloc_pd();
+  BOOST_CHECK(!pd.ok());
+  if (!pd.ok()) BOOST_CHECK(pd.error().message.find("close the device and open it again") != std::string::npos);
+  // The state area no longer holds the marker: a backend started again finds nothing.
+  BOOST_CHECK(read_file(dst->log).find("DEVICE_FATAL") != std::string::npos);
+  g.here->child->stop(SIGTERM);
+  g.here = std::move(dst);
+}

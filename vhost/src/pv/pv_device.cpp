@@ -86,6 +86,12 @@ class PvDevice final : public Device {
   // An empty CQ poll yields the core (option yield=1; the default for a vrdmad on this host).
   void set_yield_when_idle(bool y) noexcept { yield_when_idle_ = y; }
   [[nodiscard]] bool yield_when_idle() const noexcept { return yield_when_idle_; }
+  // The device said it lost every object (DEVICE_FATAL): commands, doorbells and empty CQ polls
+  // fail with the reason from then on; the application closes the device and opens it again.
+  [[nodiscard]] bool fatal() const noexcept { return fatal_.load(std::memory_order_acquire); }
+  [[nodiscard]] Error fatal_error() const {
+    return make_error(Errc::io_error, name_ + ": " + fatal_why_ + "; close the device and open it again");
+  }
   ~PvDevice() override {
     if (stop_fd_ >= 0) {
       const std::uint64_t one = 1;
@@ -173,6 +179,7 @@ class PvDevice final : public Device {
   // One control command; returns the response body.
   Result<std::vector<std::uint8_t>> command(vd::Cmd cmd, const void* body, std::size_t len, std::size_t resp_len,
                                             int timeout_ms = kCommandTimeoutMs) const {
+    if (fatal()) return fatal_error();
     std::lock_guard lk(cmd_mu_);
     const std::size_t req_len = sizeof(vd::CmdHeader) + len;
     const std::size_t rsp_len = sizeof(vd::RespHeader) + std::max<std::size_t>(resp_len, vd::kMaxErrorMessage);
@@ -235,12 +242,14 @@ class PvDevice final : public Device {
     return {};
   }
   void destroy(vd::Cmd cmd, std::uint32_t handle) const {
+    if (fatal()) return;  // the device has no objects any more
     auto s = call_void(cmd, vd::HandleReq{handle, 0});
     if (!s.ok()) log::warn("pv: {} {} failed: {}", vd::cmd_name(static_cast<std::uint32_t>(cmd)), handle, s.error().message);
   }
 
   // One doorbell record through the shared doorbell queue.
   Status ring(vd::DoorbellKind kind, std::uint32_t handle, std::uint32_t value) {
+    if (fatal()) return fatal_error();
     std::lock_guard lk(db_mu_);
     while (t_->get_used(vd::kDoorbellQueue)) {
     }
@@ -390,6 +399,8 @@ class PvDevice final : public Device {
   std::thread events_;
   std::mutex cq_mu_;
   std::unordered_map<std::uint32_t, PvCq*> cq_by_handle_;
+  std::string fatal_why_;  // written once, before fatal_ is set
+  std::atomic<bool> fatal_{false};
 };
 
 // ---- CQ -------------------------------------------------------------------------------------
@@ -406,6 +417,7 @@ class PvCq final : public CompletionQueue, public std::enable_shared_from_this<P
   }
   Result<std::size_t> poll(std::span<WorkCompletion> out) override {
     const std::size_t n = take(out);
+    if (n == 0 && dev_->fatal()) return dev_->fatal_error();
     // Nothing yet: the backend that produces it may be waiting for this core (vrdmad and the
     // engine's thread on a host whose cores are shared). An empty poll hands the core over.
     if (n == 0 && !out.empty() && dev_->yield_when_idle()) ::sched_yield();
@@ -485,6 +497,17 @@ void PvDevice::event_thread() {
           e.type == static_cast<std::uint32_t>(vd::EventType::cq_error)) {
         std::lock_guard ck(cq_mu_);
         if (auto c = cq_by_handle_.find(e.handle); c != cq_by_handle_.end()) c->second->signal();
+      } else if (e.type == static_cast<std::uint32_t>(vd::EventType::device_fatal)) {
+        if (!fatal()) {
+          fatal_why_ = e.info == vd::kFatalObjectsLost
+                           ? "the device lost every RDMA object in a migration (the state could not come; the "
+                             "backend's log says why)"
+                           : fmt::format("the device failed (DEVICE_FATAL, info {})", e.info);
+          fatal_.store(true, std::memory_order_release);
+          log::error("pv: {}: {}", name_, fatal_why_);
+        }
+        std::lock_guard ck(cq_mu_);
+        for (auto& [h, cq] : cq_by_handle_) cq->signal();  // waiters wake and see the error
       } else if (e.type == static_cast<std::uint32_t>(vd::EventType::state_area_small)) {
         const std::size_t want = std::clamp<std::size_t>(std::size_t{e.info} << 10, vd::kMinStateArea, vd::kMaxStateArea);
         if (auto s = post_state_area(want); !s.ok() && want != state_area_refused_) {

@@ -192,6 +192,7 @@ struct RdmaDevice::Impl {
   [[nodiscard]] vd::StateCensus census() const;
   void check_state_area();
   Status save_state_to_guest();
+  Status write_state_area(const vd::StateAreaHeader& h, const void* body, std::uint64_t len);
   void withdraw_state_from_guest();  // rings run again where the state was written: zero its magic
   Result<bool> load_state_from_guest();
   Status read_chain(const GuestView& g, const DescChain& c, std::uint64_t off, void* dst, std::uint64_t len) const;
@@ -200,6 +201,7 @@ struct RdmaDevice::Impl {
   std::uint64_t state_area_asked = 0;    // bytes last asked for with a state_area_small event
   std::uint64_t state_saved_bytes = 0;     // the last state written to or read from the area
   bool state_in_area = false;              // this process wrote a state there at the last stop
+  std::string state_lost;                  // the area said the source's state did not come, and why
 
   std::uint32_t new_handle() {
     if (next_handle_ == 0) next_handle_ = 1;  // 0 is kNoHandle

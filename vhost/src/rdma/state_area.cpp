@@ -4,6 +4,7 @@
 // included) moves it, with no channel between the source and destination backends.
 #include <zlib.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -112,22 +113,41 @@ void RdmaDevice::Impl::check_state_area() {
   queue_event(vd::EventType::state_area_small, 0, static_cast<std::uint32_t>((want + 1023) >> 10));
 }
 
+// The body first, the header (with its magic) last: a torn write is never a valid header.
+Status RdmaDevice::Impl::write_state_area(const vd::StateAreaHeader& h, const void* body, std::uint64_t len) {
+  const GuestView g = view();
+  const vd::StateAreaHeader blank{};
+  VRDMA_TRY(write_chain(g, *state_area, 0, &blank, sizeof blank));
+  if (len > 0) VRDMA_TRY(write_chain(g, *state_area, sizeof h, body, len));
+  VRDMA_TRY(write_chain(g, *state_area, 0, &h, sizeof h));
+  state_in_area = true;
+  return {};
+}
+
 Status RdmaDevice::Impl::save_state_to_guest() {
   if (!state_area)
     return make_error(Errc::not_found, "the driver posted no state area (kStateQueue): the device state cannot travel "
                                        "in guest memory");
   auto blob = save_state();
-  if (!blob) return std::move(blob).error();
-  const GuestView g = view();
   vd::StateAreaHeader h{};
   h.magic = vd::kStateAreaMagic;
   h.state_version = kStateVersion;
-  h.need = sizeof h + blob->size();
   std::memcpy(h.mac, opts.mac, sizeof h.mac);
+  if (!blob) {
+    // The destination must know that objects existed and did not come, and why: it runs the
+    // guest without them and tells its driver (DEVICE_FATAL) instead of leaving it waiting.
+    const std::string why = blob.error().message.substr(0, std::min<std::size_t>(vd::kMaxLostReason,
+                                                                                  state_area->writable - sizeof h));
+    h.status = static_cast<std::uint32_t>(vd::StateAreaStatus::not_saved);
+    h.length = why.size();
+    (void)write_state_area(h, why.data(), why.size());
+    return std::move(blob).error();
+  }
+  h.need = sizeof h + blob->size();
   if (auto gid = engine->query_gid(0, 1); gid) std::memcpy(h.gid, gid->gid.raw.data(), sizeof h.gid);
   if (h.need > state_area->writable) {
     h.status = static_cast<std::uint32_t>(vd::StateAreaStatus::too_small);
-    (void)write_chain(g, *state_area, 0, &h, sizeof h);
+    (void)write_state_area(h, nullptr, 0);
     return make_error(Errc::no_memory, fmt::format("the device state ({} bytes) does not fit the {}-byte state area the "
                                                    "driver posted; the destination will not get it",
                                                    h.need, state_area->writable));
@@ -135,13 +155,8 @@ Status RdmaDevice::Impl::save_state_to_guest() {
   h.status = static_cast<std::uint32_t>(vd::StateAreaStatus::state);
   h.length = blob->size();
   h.crc32 = static_cast<std::uint32_t>(::crc32(0L, blob->data(), static_cast<uInt>(blob->size())));
-  // The body first, the header (with its magic) last: a torn write is never a valid state.
-  const vd::StateAreaHeader blank{};
-  VRDMA_TRY(write_chain(g, *state_area, 0, &blank, sizeof blank));
-  VRDMA_TRY(write_chain(g, *state_area, sizeof h, blob->data(), blob->size()));
-  VRDMA_TRY(write_chain(g, *state_area, 0, &h, sizeof h));
+  VRDMA_TRY(write_state_area(h, blob->data(), blob->size()));
   state_saved_bytes = blob->size();
-  state_in_area = true;
   return {};
 }
 
@@ -176,10 +191,28 @@ Result<bool> RdmaDevice::Impl::load_state_from_guest() {
     state_area = std::move(*chain);
     return false;
   }
-  if (h.status == static_cast<std::uint32_t>(vd::StateAreaStatus::too_small))
-    return make_error(Errc::no_memory, fmt::format("the source's device state ({} bytes) did not fit the guest's {}-byte "
-                                                   "state area; the guest's RDMA objects did not move", h.need,
-                                                   chain->writable));
+  if (h.status == static_cast<std::uint32_t>(vd::StateAreaStatus::too_small) ||
+      h.status == static_cast<std::uint32_t>(vd::StateAreaStatus::not_saved)) {
+    // The source had objects and could not send them: nothing to load, and the guest must hear it.
+    std::string why;
+    if (h.status == static_cast<std::uint32_t>(vd::StateAreaStatus::too_small)) {
+      why = fmt::format("the source's device state ({} bytes) did not fit the guest's {}-byte state area", h.need,
+                        chain->writable);
+    } else {
+      std::string said(static_cast<std::size_t>(std::min<std::uint64_t>(
+                           {h.length, vd::kMaxLostReason, chain->writable - sizeof h})),
+                       '\0');
+      VRDMA_TRY(read_chain(g, *chain, sizeof h, said.data(), said.size()));
+      for (auto& c : said)
+        if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) > 0x7e) c = '?';  // guest bytes
+      why = "the source could not save the device state: " + said;
+    }
+    const std::uint32_t zero = 0;
+    VRDMA_TRY(write_chain(g, *chain, 0, &zero, sizeof zero));
+    state_area = std::move(*chain);
+    state_lost = std::move(why);
+    return false;
+  }
   if (h.status != static_cast<std::uint32_t>(vd::StateAreaStatus::state))
     return make_error(Errc::protocol_error, fmt::format("the state area has status {}", h.status));
   if (h.state_version != kStateVersion)

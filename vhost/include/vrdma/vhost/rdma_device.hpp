@@ -98,7 +98,8 @@ class RdmaDevice final : public Device {
 
   // The state area (virtio_rdma.hpp kStateQueue; docs/virtio-rdma.md "State in guest memory").
   // Source, every ring stopped while the frontend dirty-logs: writes the state (or a header
-  // saying it did not fit) into the area the driver keeps posted, through the dirty log.
+  // saying it did not fit, or that it could not be saved, with the reason) into the area the
+  // driver keeps posted, through the dirty log.
   // Errors: no area posted, the state cannot be saved, or it does not fit.
   Status save_state_to_guest();
   // Destination: reads the area the driver kept posted (in flight from the source). true: the
@@ -106,6 +107,11 @@ class RdmaDevice final : public Device {
   // holds no state. Errors: the state queue is not set up yet (Errc::bad_state: try again when
   // it starts), or the area's state is foreign, torn or refused by load_state().
   Result<bool> load_state_from_guest();
+  // After load_state_from_guest() answered false: why the guest's objects were lost on the way
+  // (the source said the state did not fit or could not be saved), empty when there were none.
+  [[nodiscard]] std::string state_lost() const;
+  // Tells the guest's driver that its objects are gone (DEVICE_FATAL, kFatalObjectsLost).
+  void report_objects_lost();
   [[nodiscard]] bool has_state_area() const;
   [[nodiscard]] std::uint64_t state_area_bytes() const;
   // Bytes of the state last written into or loaded from the state area.

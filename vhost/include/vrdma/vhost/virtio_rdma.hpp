@@ -392,7 +392,12 @@ inline constexpr std::uint32_t kMaxStateArea = 64u << 20;
 enum class StateAreaStatus : std::uint32_t {
   state = 1,     // `length` bytes of device state follow the header
   too_small = 2, // the state (`need` bytes with the header) did not fit: nothing follows
+  not_saved = 3, // the source could not save the state (a NIC's QPs, SRQs): `length` bytes of
+                 // reason (UTF-8, at most kMaxLostReason) follow, no CRC
 };
+constexpr std::uint32_t kMaxLostReason = 1024;
+// EventType::device_fatal info: why the device lost the guest's objects.
+constexpr std::uint32_t kFatalObjectsLost = 1;  // a migration could not bring them (the state did not come)
 struct StateAreaHeader {
   std::uint32_t magic;          // kStateAreaMagic
   std::uint32_t status;         // StateAreaStatus
