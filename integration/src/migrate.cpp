@@ -189,6 +189,14 @@ void silent_error(void*, virErrorPtr) {}
 
 }  // namespace
 
+std::string device_migration_note(const std::string& domain, const std::string& engine) {
+  if (engine.rfind("verbs:", 0) != 0) return {};
+  return "Domain " + domain + "'s RDMA device runs on a NIC (engine " + engine +
+         "), whose QPs cannot move with the guest yet: on the destination the guest's driver is told that its RDMA "
+         "objects are gone (DEVICE_FATAL), every RDMA peer of the guest sees its connection fail, and the guest's "
+         "applications must connect again. Stop the guest's RDMA work first if that matters.";
+}
+
 std::string uri_host(const std::string& uri) {
   std::string s = uri;
   if (const auto p = s.find("://"); p != std::string::npos) {
@@ -333,6 +341,13 @@ int migrate_cli(const std::vector<std::string>& args) {
     std::fprintf(stderr, "vrdmactl migrate: domain %s is not running, so there is nothing to migrate live.\n",
                  name.c_str());
     return 1;
+  }
+
+  if (char* xml = virDomainGetXMLDesc(dom.d, 0)) {
+    auto info = parse_domain(xml);
+    std::free(xml);
+    if (info && info->device && info->device->backend == BackendKind::vrdmad)
+      if (auto note = device_migration_note(name, info->device->engine); !note.empty()) std::printf("%s\n", note.c_str());
   }
 
   TransportFacts facts;
