@@ -177,6 +177,7 @@ void RdmaDevice::Impl::withdraw_state_from_guest() {
 
 Result<bool> RdmaDevice::Impl::load_state_from_guest() {
   if (host == nullptr) return make_error(Errc::bad_state, "no frontend session");
+  state_lost.clear();  // said by this area only
   auto chain = host->last_avail_chain(vd::kStateQueue);
   if (!chain) {
     if (chain.error().is(Errc::not_found)) return false;  // the driver never posted an area: no state
