@@ -365,9 +365,9 @@ struct MigratingDevice::Impl {
   }
 
   // ---- state in guest memory ---------------------------------------------------------------------
+  std::string arrived_without;  // why the guest runs here without (all) its objects, for the status
   // Destination, rings started without a state from a source: look in the guest's state area.
   // Returns true when the rings may run (state loaded, or there is definitely none to wait for).
-  std::string arrived_without;  // why the guest runs here without (all) its objects, for the status
   bool try_guest_state() {
     if (have_state || guest_state_refused) return false;  // a source's state is being loaded, or refused
     const auto t0 = Clock::now();

@@ -135,12 +135,6 @@ pid_t supervised_backend(pid_t supervisor) {
   return l.empty() ? 0 : static_cast<pid_t>(std::atol(l.c_str()));
 }
 
-std::size_t count_in(const std::string& text, const std::string& what) {
-  std::size_t n = 0;
-  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
-}
-
 // Kills the supervised backend with SIGKILL and waits until its successor (another pid) answers
 // status on the control socket; returns the successor, 0 when none came within 30 s.
 pid_t kill_and_wait_for_restart(const Vrdmad& d) {

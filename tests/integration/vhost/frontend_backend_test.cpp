@@ -364,13 +364,7 @@ BOOST_AUTO_TEST_CASE(a_frontend_acking_protocol_features_without_negotiating_the
     BOOST_TEST(read_file(b.log).find("it carries on from an earlier one") != std::string::npos);
   }
   // One frontend at a time: the next connects once the backend saw this one go.
-  auto count = [&](const std::string& what) {
-    const std::string l = read_file(b.log);
-    std::size_t n = 0;
-    for (auto at = l.find(what); at != std::string::npos; at = l.find(what, at + 1)) ++n;
-    return n;
-  };
-  for (int i = 0; i < 500 && count("frontend disconnected") < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  for (int i = 0; i < 500 && count_in(read_file(b.log), "frontend disconnected") < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   auto plain = vhost::Frontend::connect(b.sock);
   BOOST_REQUIRE(plain);
   BOOST_REQUIRE(plain->set_features({VirtioFeature::version_1}).ok());

@@ -193,6 +193,7 @@ struct RdmaDevice::Impl {
   void check_state_area();
   Status save_state_to_guest();
   Status write_state_area(const vd::StateAreaHeader& h, const void* body, std::uint64_t len);
+  Status clear_state_magic(const GuestView& g, const DescChain& c) const;
   void withdraw_state_from_guest();  // rings run again where the state was written: zero its magic
   Result<bool> load_state_from_guest();
   Status read_chain(const GuestView& g, const DescChain& c, std::uint64_t off, void* dst, std::uint64_t len) const;

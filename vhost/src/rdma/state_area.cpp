@@ -113,6 +113,12 @@ void RdmaDevice::Impl::check_state_area() {
   queue_event(vd::EventType::state_area_small, 0, static_cast<std::uint32_t>((want + 1023) >> 10));
 }
 
+// Zeroes the header's magic: the area then holds no state for any later reader.
+Status RdmaDevice::Impl::clear_state_magic(const GuestView& g, const DescChain& c) const {
+  const std::uint32_t zero = 0;
+  return write_chain(g, c, 0, &zero, sizeof zero);
+}
+
 // The body first, the header (with its magic) last: a torn write is never a valid header.
 Status RdmaDevice::Impl::write_state_area(const vd::StateAreaHeader& h, const void* body, std::uint64_t len) {
   const GuestView g = view();
@@ -167,8 +173,7 @@ void RdmaDevice::Impl::withdraw_state_from_guest() {
   // The rings run here again: the guest did not leave (a failed migration). The state written
   // at the stop is history now; a backend started later on this guest (a restart after a crash)
   // must not take it for the guest's current objects.
-  const std::uint32_t zero = 0;
-  if (auto s = write_chain(view(), *state_area, 0, &zero, sizeof zero); !s.ok())
+  if (auto s = clear_state_magic(view(), *state_area); !s.ok())
     log::warn("virtio-rdma: the device state written at the stop could not be withdrawn from guest memory: {}",
               s.error().message);
   else
@@ -208,8 +213,7 @@ Result<bool> RdmaDevice::Impl::load_state_from_guest() {
         if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) > 0x7e) c = '?';  // guest bytes
       why = "the source could not save the device state: " + said;
     }
-    const std::uint32_t zero = 0;
-    VRDMA_TRY(write_chain(g, *chain, 0, &zero, sizeof zero));
+    VRDMA_TRY(clear_state_magic(g, *chain));
     state_area = std::move(*chain);
     state_lost = std::move(why);
     return false;
@@ -238,8 +242,7 @@ Result<bool> RdmaDevice::Impl::load_state_from_guest() {
   VRDMA_TRY(load_state(blob));
   state_saved_bytes = blob.size();
   // Never load the same state twice (a later restart of this backend, say).
-  const std::uint32_t zero = 0;
-  VRDMA_TRY(write_chain(g, *chain, 0, &zero, sizeof zero));
+  VRDMA_TRY(clear_state_magic(g, *chain));
   state_area = std::move(*chain);
   return true;
 }

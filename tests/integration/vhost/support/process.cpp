@@ -88,6 +88,12 @@ int Child::open_fds() const {
   return n;
 }
 
+std::size_t count_in(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
 std::string read_file(const std::string& path) {
   std::ifstream f(path);
   std::stringstream s;

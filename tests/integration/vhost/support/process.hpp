@@ -46,6 +46,8 @@ class Child {
 };
 
 std::string read_file(const std::string& path);
+// How often `what` occurs in `text` (log lines, say).
+std::size_t count_in(const std::string& text, const std::string& what);
 // Waits until `path` exists (a socket appearing), up to timeout_ms.
 bool wait_for_path(const std::string& path, int timeout_ms);
 
