@@ -35,25 +35,54 @@ Result<Frontend> Frontend::adopt(UniqueFd sock) {
 }
 
 Result<std::optional<Message>> Frontend::request(Message m) {
-  const MessageSpec* spec = find_spec(m.hdr.request);
-  if (spec == nullptr) return make_error(Errc::invalid_argument, "unknown request");
-  const bool has_reply = spec->reply == ReplyRule::always;
-  const bool ack = !has_reply && pfeatures_.has(ProtocolFeature::reply_ack);
-  if (ack) m.hdr.flags |= kFlagNeedReply;
-  VRDMA_TRY(chan_.send(m));
-  if (!has_reply && !ack) return std::optional<Message>{};
-  auto r = chan_.recv();
-  if (!r) return prefixed(fmt::format("waiting for the reply to {}: ", spec->name), r.error());
-  if (r->hdr.request != m.hdr.request || (r->hdr.flags & kFlagReply) == 0)
-    return make_error(Errc::protocol_error, fmt::format("{}: backend answered request {} flags {:#x}", spec->name,
-                                                        r->hdr.request, r->hdr.flags));
-  if (ack) {
-    if (r->hdr.size != 8) return make_error(Errc::protocol_error, fmt::format("{}: ack of {} bytes", spec->name, r->hdr.size));
-    if (r->get<std::uint64_t>() != 0)
-      return make_error(Errc::protocol_error, fmt::format("backend refused {} (ack {})", spec->name, r->get<std::uint64_t>()));
-    return std::optional<Message>{};
+  std::vector<Message> one;
+  one.push_back(std::move(m));
+  auto r = requests(std::move(one));
+  if (!r) return std::move(r).error();
+  return std::move(r->front());
+}
+
+Result<std::vector<std::optional<Message>>> Frontend::requests(std::vector<Message> ms) {
+  struct Expect {
+    const MessageSpec* spec;
+    std::uint32_t request;
+    bool reply, ack;
+  };
+  std::vector<Expect> expect;
+  expect.reserve(ms.size());
+  for (auto& m : ms) {
+    const MessageSpec* spec = find_spec(m.hdr.request);
+    if (spec == nullptr) return make_error(Errc::invalid_argument, "unknown request");
+    const bool has_reply = spec->reply == ReplyRule::always;
+    const bool ack = !has_reply && pfeatures_.has(ProtocolFeature::reply_ack);
+    if (ack) m.hdr.flags |= kFlagNeedReply;
+    expect.push_back({spec, m.hdr.request, has_reply, ack});
   }
-  return std::optional<Message>(std::move(*r));
+  // Every request first, then the replies in order: the backend reads its socket in order and
+  // answers each before reading the next, so a batch costs one round trip, not one per message.
+  for (auto& m : ms) VRDMA_TRY(chan_.send(m));
+  std::vector<std::optional<Message>> out;
+  out.reserve(ms.size());
+  for (const auto& e : expect) {
+    if (!e.reply && !e.ack) {
+      out.emplace_back();
+      continue;
+    }
+    auto r = chan_.recv();
+    if (!r) return prefixed(fmt::format("waiting for the reply to {}: ", e.spec->name), r.error());
+    if (r->hdr.request != e.request || (r->hdr.flags & kFlagReply) == 0)
+      return make_error(Errc::protocol_error, fmt::format("{}: backend answered request {} flags {:#x}", e.spec->name,
+                                                          r->hdr.request, r->hdr.flags));
+    if (e.ack) {
+      if (r->hdr.size != 8) return make_error(Errc::protocol_error, fmt::format("{}: ack of {} bytes", e.spec->name, r->hdr.size));
+      if (r->get<std::uint64_t>() != 0)
+        return make_error(Errc::protocol_error, fmt::format("backend refused {} (ack {})", e.spec->name, r->get<std::uint64_t>()));
+      out.emplace_back();
+      continue;
+    }
+    out.emplace_back(std::move(*r));
+  }
+  return out;
 }
 
 namespace {
@@ -156,49 +185,80 @@ Status Frontend::set_log_base(int memfd, std::uint64_t bytes) {
   return validate_reply(**r, Request::set_log_base, 8);
 }
 
-Status Frontend::vring_fd(Request r, std::uint16_t index, int fd) {
+Result<Message> Frontend::vring_fd(Request r, std::uint16_t index, int fd) {
   Message m = make_request(r);
   m.set(std::uint64_t{index});
   const int dup = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
   if (dup < 0) return errno_error(errno, "dup eventfd");
   m.fds.emplace_back(dup);
-  auto rep = request(std::move(m));
-  if (!rep) return std::move(rep).error();
-  return {};
+  return m;
 }
 
 Status Frontend::start_queue(std::uint16_t index, const DriverQueue& q, std::optional<std::uint32_t> base) {
-  if (queues_.size() <= index) queues_.resize(index + 1u);
-  QueueFds& f = queues_[index];
-  f.kick = UniqueFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-  f.call = UniqueFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-  if (!f.kick || !f.call) return errno_error(errno, "eventfd");
-  Message num = make_request(Request::set_vring_num);
-  num.set(VringState{index, q.size()});
-  VRDMA_TRY(request(std::move(num)));
-  Message b = make_request(Request::set_vring_base);
-  b.set(VringState{index, base.value_or(q.initial_base())});
-  VRDMA_TRY(request(std::move(b)));
-  Message a = make_request(Request::set_vring_addr);
-  a.set(VringAddr{index, 0, q.uaddr(q.desc_gpa()), q.uaddr(q.device_gpa()), q.uaddr(q.driver_gpa()), q.device_gpa()});
-  VRDMA_TRY(request(std::move(a)));
-  VRDMA_TRY(vring_fd(Request::set_vring_call, index, f.call.get()));
-  VRDMA_TRY(vring_fd(Request::set_vring_kick, index, f.kick.get()));
-  if (features_.has(VirtioFeature::protocol_features)) {
-    Message e = make_request(Request::set_vring_enable);
-    e.set(VringState{index, 1});
-    VRDMA_TRY(request(std::move(e)));
+  const QueueStart one{index, &q, base};
+  return start_queues(std::span(&one, 1));
+}
+
+Status Frontend::start_queues(std::span<const QueueStart> starts) {
+  std::vector<Message> ms;
+  ms.reserve(starts.size() * 6);
+  for (const auto& s : starts) {
+    const std::uint16_t index = s.index;
+    const DriverQueue& q = *s.queue;
+    if (queues_.size() <= index) queues_.resize(index + 1u);
+    QueueFds& f = queues_[index];
+    f.kick = UniqueFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+    f.call = UniqueFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+    if (!f.kick || !f.call) return errno_error(errno, "eventfd");
+    Message num = make_request(Request::set_vring_num);
+    num.set(VringState{index, q.size()});
+    ms.push_back(std::move(num));
+    Message b = make_request(Request::set_vring_base);
+    b.set(VringState{index, s.base.value_or(q.initial_base())});
+    ms.push_back(std::move(b));
+    Message a = make_request(Request::set_vring_addr);
+    a.set(VringAddr{index, 0, q.uaddr(q.desc_gpa()), q.uaddr(q.device_gpa()), q.uaddr(q.driver_gpa()), q.device_gpa()});
+    ms.push_back(std::move(a));
+    auto call = vring_fd(Request::set_vring_call, index, f.call.get());
+    if (!call) return std::move(call).error();
+    ms.push_back(std::move(*call));
+    auto kick = vring_fd(Request::set_vring_kick, index, f.kick.get());
+    if (!kick) return std::move(kick).error();
+    ms.push_back(std::move(*kick));
+    if (features_.has(VirtioFeature::protocol_features)) {
+      Message e = make_request(Request::set_vring_enable);
+      e.set(VringState{index, 1});
+      ms.push_back(std::move(e));
+    }
   }
+  auto r = requests(std::move(ms));
+  if (!r) return std::move(r).error();
   return {};
 }
 
 Result<std::uint32_t> Frontend::get_vring_base(std::uint16_t index) {
-  Message m = make_request(Request::get_vring_base);
-  m.set(VringState{index, 0});
-  auto r = request(std::move(m));
+  auto r = get_vring_bases(std::vector<std::uint16_t>{index});
   if (!r) return std::move(r).error();
-  VRDMA_TRY(validate_reply(**r, Request::get_vring_base, sizeof(VringState)));
-  return (*r)->get<VringState>().num;
+  return r->front();
+}
+
+Result<std::vector<std::uint32_t>> Frontend::get_vring_bases(std::span<const std::uint16_t> indices) {
+  std::vector<Message> ms;
+  ms.reserve(indices.size());
+  for (const auto index : indices) {
+    Message m = make_request(Request::get_vring_base);
+    m.set(VringState{index, 0});
+    ms.push_back(std::move(m));
+  }
+  auto r = requests(std::move(ms));
+  if (!r) return std::move(r).error();
+  std::vector<std::uint32_t> bases;
+  bases.reserve(r->size());
+  for (auto& rep : *r) {
+    VRDMA_TRY(validate_reply(*rep, Request::get_vring_base, sizeof(VringState)));
+    bases.push_back(rep->get<VringState>().num);
+  }
+  return bases;
 }
 
 Status Frontend::kick(std::uint16_t index) {

@@ -171,6 +171,44 @@ BOOST_AUTO_TEST_CASE(get_vring_base_stops_every_write_to_guest_memory) {
   for (const auto& op : more) BOOST_TEST(op.status == kBlkOk);
 }
 
+// The switchover's batches: every ring stopped with one batch of GET_VRING_BASE (answers in the
+// order asked, whatever that order) and started again with one batch of NUM/BASE/ADDR/CALL/KICK/
+// ENABLE for all four, each at its own base.
+BOOST_AUTO_TEST_CASE(rings_stop_and_start_in_one_batch_each_at_their_own_bases) {
+  Backend b;
+  BlkClientOptions o;
+  auto c = BlkClient::connect(b.sock, o);
+  BOOST_REQUIRE(c);
+  std::vector<BlkOp> ops;
+  for (std::uint16_t q = 0; q < 4; ++q)
+    for (int i = 0; i < 4 * (q + 1); ++i) ops.push_back({q, kBlkIn, std::uint64_t(i) * 8, {}, 4096});
+  BOOST_REQUIRE((*c)->run(ops).ok());
+  const std::vector<std::uint16_t> order{3, 0, 2, 1};
+  auto bases = (*c)->frontend().get_vring_bases(order);
+  BOOST_REQUIRE_MESSAGE(bases.ok(), (bases.ok() ? std::string() : bases.error().message));
+  BOOST_TEST(*bases == (std::vector<std::uint32_t>{16, 4, 12, 8}), boost::test_tools::per_element());
+  std::vector<BlkOp> more;
+  for (int i = 0; i < 16; ++i) more.push_back({static_cast<std::uint16_t>(i % 4), kBlkIn, 0, {}, 4096});
+  BOOST_REQUIRE((*c)->post(more).ok());
+  std::vector<vhost::Frontend::QueueStart> starts;
+  for (std::size_t i = 0; i < order.size(); ++i) starts.push_back({order[i], &(*c)->queue(order[i]), (*bases)[i]});
+  auto st = (*c)->frontend().start_queues(starts);
+  BOOST_REQUIRE_MESSAGE(st.ok(), (st.ok() ? "" : st.error().message) + "\n" + read_file(b.log));
+  for (std::uint16_t q = 0; q < 4; ++q) BOOST_REQUIRE((*c)->frontend().kick(q).ok());
+  BOOST_REQUIRE((*c)->collect(more, 5000).ok());
+  for (const auto& op : more) BOOST_TEST(op.status == kBlkOk);
+  // A batch with a request the backend refuses fails as a whole, with the refusal named.
+  std::vector<vhost::Message> bad;
+  bad.push_back(vhost::make_request(vhost::Request::get_queue_num));
+  vhost::Message num = vhost::make_request(vhost::Request::set_vring_num);
+  num.set(vhost::VringState{0, 3});  // not a power of two
+  bad.push_back(std::move(num));
+  auto r = (*c)->frontend().requests(std::move(bad));
+  BOOST_REQUIRE(!r);
+  BOOST_TEST_MESSAGE("refused batch: " << r.error().message);
+  BOOST_TEST(r.error().message.find("SET_VRING_NUM") != std::string::npos);
+}
+
 BOOST_AUTO_TEST_CASE(dirty_log_covers_every_byte_the_backend_wrote) {
   Backend b;
   BlkClientOptions o;

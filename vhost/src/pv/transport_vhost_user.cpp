@@ -58,8 +58,7 @@ class VhostUserTransport final : public PvTransport {
     auto at = ram_.alloc(want_bytes, kPage);
     if (!at) return std::move(at).error();
     heap_.init(ram_.host(*at, want_bytes), *at, want_bytes);
-    for (std::uint16_t i = 0; i < nq_; ++i) VRDMA_TRY(fe_.start_queue(i, qs_[i]));
-    return {};
+    return fe_.start_queues(starts(false));
   }
 
   Result<std::vector<std::uint8_t>> read_config(std::uint32_t offset, std::uint32_t len) override {
@@ -106,12 +105,7 @@ class VhostUserTransport final : public PvTransport {
   Result<std::vector<std::uint8_t>> suspend() override {
     if (!fe_.protocol_features().has(ProtocolFeature::device_state))
       return make_error(Errc::not_supported, "the backend does not offer VHOST_USER_PROTOCOL_F_DEVICE_STATE");
-    bases_.clear();
-    for (std::uint16_t i = 0; i < nq_; ++i) {
-      auto b = fe_.get_vring_base(i);
-      if (!b) return std::move(b).error();
-      bases_.push_back(*b);
-    }
+    VRDMA_TRY(stop_all());
     int p[2];
     if (::pipe2(p, O_CLOEXEC) != 0) return errno_error(errno, "pipe for the device state");
     UniqueFd rd(p[0]), wr(p[1]);
@@ -154,7 +148,7 @@ class VhostUserTransport final : public PvTransport {
     }
     wr.reset();
     VRDMA_TRY(check_state(*fe));
-    for (std::uint16_t i = 0; i < nq_; ++i) VRDMA_TRY(fe->start_queue(i, qs_[i], bases_[i]));
+    VRDMA_TRY(fe->start_queues(starts(true)));
     fe_ = std::move(*fe);
     for (std::uint16_t i = 0; i < nq_; ++i) VRDMA_TRY(fe_.kick(i));
     bases_.clear();
@@ -163,13 +157,7 @@ class VhostUserTransport final : public PvTransport {
 
   Status stop_rings(bool logged) override {
     if (logged) VRDMA_TRY(start_logging());
-    bases_.clear();
-    for (std::uint16_t i = 0; i < nq_; ++i) {
-      auto b = fe_.get_vring_base(i);
-      if (!b) return std::move(b).error();
-      bases_.push_back(*b);
-    }
-    return {};
+    return stop_all();
   }
 
   Status prepare_on(const std::string& socket) override {
@@ -192,7 +180,7 @@ class VhostUserTransport final : public PvTransport {
       if (!c) return std::move(c).error();
       fe.emplace(std::move(*c));
     }
-    for (std::uint16_t i = 0; i < nq_; ++i) VRDMA_TRY(fe->start_queue(i, qs_[i], bases_[i]));
+    VRDMA_TRY(fe->start_queues(starts(true)));
     for (std::uint16_t i = 0; i < nq_; ++i) VRDMA_TRY(fe->kick(i));
     old_fe_.emplace(std::move(fe_));
     fe_ = std::move(*fe);
@@ -216,13 +204,30 @@ class VhostUserTransport final : public PvTransport {
       f.clear(VirtioFeature::log_all);
       VRDMA_TRY(fe_.set_features(f));
     }
-    for (std::uint16_t i = 0; i < nq_; ++i) VRDMA_TRY(fe_.start_queue(i, qs_[i], bases_[i]));
+    VRDMA_TRY(fe_.start_queues(starts(true)));
     for (std::uint16_t i = 0; i < nq_; ++i) VRDMA_TRY(fe_.kick(i));
     bases_.clear();
     return {};
   }
 
  private:
+  // Every ring, in one batch (each a round trip to a backend that may be busy loading a state).
+  std::vector<Frontend::QueueStart> starts(bool at_bases) const {
+    std::vector<Frontend::QueueStart> v;
+    for (std::uint16_t i = 0; i < nq_; ++i)
+      v.push_back({i, &qs_[i], at_bases ? std::optional<std::uint32_t>(bases_[i]) : std::nullopt});
+    return v;
+  }
+  Status stop_all() {
+    bases_.clear();
+    std::vector<std::uint16_t> all(nq_);
+    for (std::uint16_t i = 0; i < nq_; ++i) all[i] = i;
+    auto b = fe_.get_vring_bases(all);
+    if (!b) return std::move(b).error();
+    bases_ = std::move(*b);
+    return {};
+  }
+
   // A connection to a new backend with this device's features (without dirty logging: the
   // migration ends there) and memory, its rings not started yet.
   Result<Frontend> connect_new(const std::string& socket) {

@@ -1,11 +1,15 @@
 // The vhost-user frontend (driver/VMM side): what QEMU does for a VM, done for a container
-// or process (libpvverbs) and for our tests. Synchronous: each call sends its message and,
-// when the request has a reply (or REPLY_ACK was negotiated), waits for it.
+// or process (libpvverbs) and for our tests. Synchronous: each call sends its messages and,
+// when a request has a reply (or REPLY_ACK was negotiated), waits for it. Calls that send
+// several messages (start_queues, get_vring_bases, requests) send them all before reading the
+// replies: one round trip to a busy backend instead of one per message, which is what a
+// migration's switchover waits on.
 //
 // Threading: one thread at a time. Owns the socket and every kick/call eventfd it creates.
 #pragma once
 
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -41,10 +45,19 @@ class Frontend {
   // Dirty log: a memfd of `bytes`, mapped by the backend (SET_LOG_BASE).
   Status set_log_base(int memfd, std::uint64_t bytes);
 
-  // NUM, BASE, ADDR, KICK, CALL (fresh eventfds), ENABLE.
+  // NUM, BASE, ADDR, CALL, KICK (fresh eventfds), ENABLE.
   Status start_queue(std::uint16_t index, const DriverQueue& q, std::optional<std::uint32_t> base = std::nullopt);
+  struct QueueStart {
+    std::uint16_t index;
+    const DriverQueue* queue;
+    std::optional<std::uint32_t> base;  // none: the queue's initial base
+  };
+  // start_queue for several queues in one batch, in the order given.
+  Status start_queues(std::span<const QueueStart> starts);
   // The stop protocol: returns the ring's base; the backend writes nothing more to the ring.
   Result<std::uint32_t> get_vring_base(std::uint16_t index);
+  // GET_VRING_BASE for several rings in one batch, in the order given; their bases in that order.
+  Result<std::vector<std::uint32_t>> get_vring_bases(std::span<const std::uint16_t> indices);
   Status kick(std::uint16_t index);
   // Waits for a call on index; false on timeout.
   Result<bool> wait_call(std::uint16_t index, int timeout_ms);
@@ -61,6 +74,9 @@ class Frontend {
   // Sends one request; waits for the reply when it has one (returned), or for the REPLY_ACK
   // ack when negotiated. A non-zero ack is an error.
   Result<std::optional<Message>> request(Message m);
+  // Sends every request, then reads their replies in order (one per request that has one);
+  // the first failure fails the batch, whose later requests the backend may still have applied.
+  Result<std::vector<std::optional<Message>>> requests(std::vector<Message> ms);
   Channel& channel() { return chan_; }
 
  private:
@@ -68,7 +84,7 @@ class Frontend {
     UniqueFd kick, call;
   };
   Status simple(Request r, std::uint64_t v);
-  Status vring_fd(Request r, std::uint16_t index, int fd);
+  static Result<Message> vring_fd(Request r, std::uint16_t index, int fd);
 
   Channel chan_;
   VirtioFeatures features_;
