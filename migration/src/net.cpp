@@ -20,6 +20,8 @@
 
 #include <fmt/format.h>
 
+#include "vrdma/common/log.hpp"
+
 namespace vrdma::migration {
 
 Result<sockaddr_in> parse_tcp_address(const std::string& addr) {
@@ -139,6 +141,38 @@ Result<std::uint32_t> send_gratuitous_arp(const std::string& ifname, int count) 
   }
   if (sent == 0) return errno_error(errno, "sending the gratuitous ARP on " + ifname);
   return sent;
+}
+
+void Announcer::start(const std::string& ifname) {
+  stop();
+  {
+    std::lock_guard lk(mu_);
+    stopping_ = false;
+  }
+  thread_ = std::thread([this, ifname] {
+    constexpr int kAfterFirstMs[] = {50, 150, 300, 500};
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int round = 0; round <= 4; ++round) {
+      if (round > 0) {
+        std::unique_lock lk(mu_);
+        if (cv_.wait_until(lk, t0 + std::chrono::milliseconds(kAfterFirstMs[round - 1]), [this] { return stopping_; }))
+          return;
+      }
+      auto n = send_gratuitous_arp(ifname, round == 0 ? 3 : 1);
+      if (n) sent_ += *n;
+      else if (round == 0) log::error("migration: announcing the guest's address: {}", n.error().message);
+    }
+  });
+}
+
+void Announcer::stop() {
+  if (!thread_.joinable()) return;
+  {
+    std::lock_guard lk(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
 }
 
 Result<bool> turn_off_ipv6(const std::string& ifname) {

@@ -3,9 +3,13 @@
 
 #include <netinet/in.h>
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <mutex>
 #include <string>
+#include <thread>
 
 #include "vrdma/common/fd.hpp"
 #include "vrdma/common/result.hpp"
@@ -27,6 +31,33 @@ std::string to_string(const sockaddr_in& a);
 Status set_noarp(const std::string& ifname, bool noarp);
 // Sends `count` gratuitous ARPs for every IPv4 address of `ifname`; returns how many went out.
 Result<std::uint32_t> send_gratuitous_arp(const std::string& ifname, int count);
+// The rounds of gratuitous ARPs after a switchover, on a thread of their own: 3 at once, then
+// one each 50, 150, 300 and 500 ms after (QEMU's announce-self timing), so that a switch that
+// saw a late frame from the host the guest left learns the MAC's port again and a peer that
+// missed the first round refreshes its neighbour entry. Off the event loop because one send
+// walks the bridge and every namespace behind it in the sender's context: milliseconds on a
+// busy host, which the guest's rings starting after the switchover must not wait for.
+class Announcer {
+ public:
+  Announcer() = default;
+  Announcer(const Announcer&) = delete;
+  Announcer& operator=(const Announcer&) = delete;
+  ~Announcer() { stop(); }
+  // Starts the rounds on `ifname` (after any earlier ones stopped). Errors go to the log.
+  void start(const std::string& ifname);
+  // Stops the rounds still to come (the guest leaves again, the device goes).
+  void stop();
+  // Gratuitous ARPs sent so far.
+  [[nodiscard]] std::uint32_t sent() const { return sent_.load(); }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  std::thread thread_;
+  std::atomic<std::uint32_t> sent_{0};
+};
+
 // Turns IPv6 off on `ifname` (net.ipv6.conf.<ifname>.disable_ipv6). Every host that may run the
 // guest carries its MAC on such an interface; with IPv6 on, the kernel of a host the guest has
 // left still sends MLD reports and neighbour discovery from that MAC (each time the interface's

@@ -61,8 +61,7 @@ struct MigratingDevice::Impl {
   bool guest_only = false;      // destination: --incoming guest (no listener)
   bool guest_state_refused = false;
   UniqueFd no_area_timer;       // destination: the frontend may never start the state queue
-  UniqueFd announce_timer;      // destination: the later rounds of gratuitous ARPs
-  int announce_round = 0;
+  Announcer announcer;          // destination: the gratuitous ARPs once the guest runs here
   Clock::time_point t_stop{}, t_state{};
   bool told_dropping = false;
 
@@ -81,7 +80,6 @@ struct MigratingDevice::Impl {
     drop_link();
     if (listener) loop.remove(listener.get());
     if (no_area_timer) loop.remove(no_area_timer.get());
-    if (announce_timer) loop.remove(announce_timer.get());
   }
 
   // ---- identity --------------------------------------------------------------------------------
@@ -346,22 +344,24 @@ struct MigratingDevice::Impl {
   void activate() {
     st.phase = Phase::running;
     st.message = arrived_without.empty() ? "the guest runs here" : "the guest runs here; " + arrived_without;
+    // The rings first: the guest's work waits on nothing else, and the engine's first frame
+    // from here teaches the switch the guest's port as well as the announcement does.
+    if (host != nullptr)
+      for (std::uint16_t i = 0; i < inner.info().num_queues; ++i) host->run_queue(i);
     if (!opts.announce_if.empty()) {
       if (auto s = set_noarp(opts.announce_if, false); !s.ok()) log::error("migration: {}", s.error().message);
-      auto n = send_gratuitous_arp(opts.announce_if, 3);
-      if (n) st.garps += *n;
-      else log::error("migration: announcing the guest's address: {}", n.error().message);
-      arm_announce_rounds();
+      announcer.start(opts.announce_if);
     }
     send(FrameType::active, std::string("{}"));
     if (listener) {
       loop.remove(listener.get());
       listener.reset();
     }
-    log::info("migration: the guest runs here (state {} bytes, loaded in {:.1f} ms, {} gratuitous ARPs on {})",
-              st.state_bytes, st.load_ms, st.garps, opts.announce_if.empty() ? "-" : opts.announce_if);
-    if (host != nullptr)
-      for (std::uint16_t i = 0; i < inner.info().num_queues; ++i) host->run_queue(i);
+    if (opts.announce_if.empty())
+      log::info("migration: the guest runs here (state {} bytes, loaded in {:.1f} ms)", st.state_bytes, st.load_ms);
+    else
+      log::info("migration: the guest runs here (state {} bytes, loaded in {:.1f} ms); announcing its address on {}",
+                st.state_bytes, st.load_ms, opts.announce_if);
   }
 
   // ---- state in guest memory ---------------------------------------------------------------------
@@ -410,33 +410,6 @@ struct MigratingDevice::Impl {
     return true;
   }
 
-  // Four more rounds of gratuitous ARPs 50, 150, 300 and 500 ms after the first (QEMU's
-  // announce-self timing): a switch that saw a late frame from the host the guest left learns the
-  // MAC's port again, and a peer that missed the first round refreshes its neighbour entry.
-  void arm_announce_rounds() {
-    if (announce_timer) return;
-    announce_timer = UniqueFd(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
-    if (!announce_timer) return;
-    announce_round = 0;
-    const auto arm = [this] {
-      itimerspec its{};
-      its.it_value.tv_nsec = (50 + 50L * announce_round) * 1000000L;  // 50, 100, 150, 200 ms apart
-      ::timerfd_settime(announce_timer.get(), 0, &its, nullptr);
-    };
-    arm();
-    auto s = loop.add(announce_timer.get(), EPOLLIN, [this, arm](std::uint32_t) {
-      std::uint64_t ticks = 0;
-      [[maybe_unused]] auto r = ::read(announce_timer.get(), &ticks, sizeof ticks);
-      if (st.phase == Phase::running) {
-        if (auto n = send_gratuitous_arp(opts.announce_if, 1)) st.garps += *n;
-      }
-      if (++announce_round < 4 && st.phase == Phase::running) return arm();
-      loop.remove(announce_timer.get());
-      announce_timer.reset();
-    });
-    if (!s.ok()) announce_timer.reset();
-  }
-
   // A frontend that runs the device with only the required queues never starts the state
   // queue: after a grace period the guest runs here without a state.
   void arm_no_area_timer() {
@@ -476,6 +449,7 @@ struct MigratingDevice::Impl {
                  "area, for the frontend's last memory pass";
     // The guest's address goes quiet here now (the engine is quiesced anyway): the source VMM may
     // linger paused after the switchover, and this host must not answer for the guest meanwhile.
+    announcer.stop();
     if (!opts.announce_if.empty())
       if (auto n = set_noarp(opts.announce_if, true); !n.ok()) log::error("migration: {}", n.error().message);
     log::info("migration: every ring stopped during a live migration; device state ({} bytes) written into guest memory "
@@ -513,6 +487,7 @@ struct MigratingDevice::Impl {
                  "; this device is done (stop this vrdmad)";
     drop_link();
     inner.reset();  // engine objects go without a packet: the destination owns the QPs now
+    announcer.stop();  // it may have come here in a migration less than half a second ago
     if (!opts.announce_if.empty())
       if (auto s = set_noarp(opts.announce_if, true); !s.ok()) log::error("migration: {}", s.error().message);
     log::info("migration: the guest runs at {} {:.1f} ms after its rings stopped here; let go of it", st.peer,
@@ -636,7 +611,11 @@ Status MigratingDevice::cancel(const std::string& why) {
   return {};
 }
 
-MigrationStatus MigratingDevice::status() const { return impl_->st; }
+MigrationStatus MigratingDevice::status() const {
+  MigrationStatus s = impl_->st;
+  s.garps = impl_->announcer.sent();
+  return s;
+}
 
 vhost::DeviceInfo MigratingDevice::info() const { return impl_->inner.info(); }
 std::vector<std::uint8_t> MigratingDevice::config() const { return impl_->inner.config(); }
