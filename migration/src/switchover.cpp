@@ -398,16 +398,34 @@ struct MigratingDevice::Impl {
     }
     if (!*r) {
       if (!guest_only) return false;  // wait for a source's state over the stream
-      st.message = "no device state in the guest's state area: the guest had no RDMA objects, or its driver posts no "
-                   "state area; it runs here with none";
-      arrived_without = st.message;
-      log::warn("migration: {}", st.message);
+      runs_without_state("no device state in the guest's state area: the guest had no RDMA objects, or its driver "
+                         "posts no state area; it runs here with none",
+                         false);
       return true;
     }
     st.load_ms = ms_since(t0);
     st.state_bytes = inner.state_area_state_bytes();
     log::info("migration: loaded the device state ({} bytes) from guest memory in {:.1f} ms", st.state_bytes, st.load_ms);
     return true;
+  }
+
+  // The guest runs here with no device state. After a restart (the backend before this one
+  // died) that means its objects, if it had any, died with that backend: its driver hears it at
+  // once (DEVICE_FATAL, kFatalBackendRestarted) instead of waiting on completions that cannot come.
+  void runs_without_state(const std::string& why, bool serious) {
+    if (opts.restarted) {
+      st.message = "this vrdmad replaces one that died, and " + why +
+                   ": any RDMA objects the guest had died with the old one; its driver is told (DEVICE_FATAL: a "
+                   "driver that had objects fails them and must open the device again) and its RDMA peers see their "
+                   "connections fail";
+      log::error("migration: {}", st.message);
+      inner.report_backend_restarted();
+    } else {
+      st.message = why;
+      if (serious) log::error("migration: {}", st.message);
+      else log::warn("migration: {}", st.message);
+    }
+    arrived_without = st.message;
   }
 
   // A frontend that runs the device with only the required queues never starts the state
@@ -425,8 +443,9 @@ struct MigratingDevice::Impl {
       if (st.phase != Phase::holding || guest_state_refused || have_state) return;
       if (try_guest_state()) return activate();
       if (guest_state_refused) return;
-      st.message = "the frontend did not start the state queue within 2 s: the guest runs here without its device state";
-      log::error("migration: {}", st.message);
+      runs_without_state("the frontend did not start the state queue within 2 s: the guest runs here without its device "
+                         "state",
+                         true);
       activate();
     });
     if (!s.ok()) no_area_timer.reset();

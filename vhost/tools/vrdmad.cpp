@@ -22,6 +22,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <deque>
@@ -109,7 +110,8 @@ Result<UniqueFd> listen_unix(const std::string& path) {
 // restarted backend that was not a migration destination gets --incoming guest: when the guest's
 // state area holds a device state nobody has loaded yet (the backend died between the
 // migration's stop and the destination's load), it takes the guest's objects from there, and
-// otherwise it starts with none. SIGTERM/SIGINT go to the backend and end both.
+// otherwise it starts with none, and (--restarted) tells the guest's driver that any objects it
+// had are gone (DEVICE_FATAL). SIGTERM/SIGINT go to the backend and end both.
 constexpr int kMaxRestarts = 5;
 
 pid_t start_backend(const std::vector<std::string>& args) {
@@ -184,6 +186,7 @@ int supervise(int argc, char** argv) {
       args.insert(args.end(), {"--incoming", "guest"});
       incoming = true;
     }
+    if (std::find(args.begin(), args.end(), "--restarted") == args.end()) args.emplace_back("--restarted");
     log::warn("vrdmad: the backend {} {}; starting it again (restart {} of at most {} a minute), with --incoming "
               "guest: a device state the guest's memory holds from a migration is taken from there",
               done, how_it_ended(st), restarts.size(), kMaxRestarts);
@@ -217,6 +220,10 @@ int main(int argc, char** argv) {
   app.add_flag("--supervise", supervised,
                "keep a parent process that starts the backend again (with --incoming guest) when it crashes or is "
                "killed, at most 5 times a minute");
+  bool restarted = false;
+  app.add_flag("--restarted", restarted,
+               "this backend replaces one that died (--supervise passes it): with no device state in the guest's "
+               "memory, the guest's driver is told its RDMA objects are gone (DEVICE_FATAL)");
   unsigned poll_us = 0;
   app.add_option("--poll-us", poll_us,
                  "keep polling the guest's doorbells and the engine's completions for this many microseconds after "
@@ -264,6 +271,7 @@ int main(int argc, char** argv) {
   }
   vhost::RdmaDevice dev(*engine, *loop, opts);
   migration::MigrationOptions mopts{engine_name, mac, announce, sock};
+  mopts.restarted = restarted;
   char host[256] = {};
   if (::gethostname(host, sizeof host - 1) == 0) mopts.self = std::string(host) + ":" + sock;
   migration::MigratingDevice mig(dev, *loop, mopts);

@@ -5,7 +5,10 @@
 # pvverbs-bind takes the function from virtio_blk and gives it to uio_pci_generic, and
 # vrdma-perf over pv:pci:auto (libpvverbs' virtio-pci transport, hugepage DMA memory) moves
 # data to a vrdma-perf on the soft engine at another address of the namespace, data checked
-# (--verify) on both sides. Every guest command runs under `timeout`.
+# (--verify) on both sides. Then the backend (vrdmad --supervise) is SIGKILLed under a running
+# vrdma-perf: QEMU reconnects to its successor, the application fails at once with the reason
+# (DEVICE_FATAL, backend restarted), and a new one runs on the new backend. Every guest command
+# runs under `timeout`.
 #   vm_test.sh VRDMA_PERF VRDMAD PVVERBS_BIND VRDMA_STREAM     exits 77 (skip) without root, QEMU or the guest
 #   KEEP_WORK=1 keeps the logs.
 set -euo pipefail
@@ -45,7 +48,7 @@ ip -n "$NS" tuntap add tap0 mode tap
 ip -n "$NS" link set tap0 master br0 up
 ip -n "$NS" link set br0 up
 
-ip netns exec "$NS" "$VRDMAD" --socket "$work/vrdma.sock" --engine soft:$DEVIP --control "$work/vrdma.ctl" \
+ip netns exec "$NS" "$VRDMAD" --socket "$work/vrdma.sock" --engine soft:$DEVIP --control "$work/vrdma.ctl" --supervise \
   >"$work/vrdmad.log" 2>&1 &
 vrdmad_pid=$!
 for _ in $(seq 100); do [ -S "$work/vrdma.sock" ] && break; sleep 0.05; done
@@ -58,7 +61,7 @@ ip netns exec "$NS" qemu-system-x86_64 -accel tcg -cpu max -m 1G -smp 1 -display
   -object memory-backend-memfd,id=mem,size=1G,share=on -numa node,memdev=mem \
   -kernel "$KERNEL" -initrd "$INITRD" -append "console=ttyS0 quiet panic=-1" \
   -chardev pipe,id=con,path="$work/con" -serial chardev:con \
-  -chardev socket,id=vr,path="$work/vrdma.sock" -device vhost-user-blk-pci,chardev=vr,num-queues=4,queue-size=256 \
+  -chardev socket,id=vr,path="$work/vrdma.sock",reconnect=1 -device vhost-user-blk-pci,chardev=vr,num-queues=4,queue-size=256 \
   -netdev tap,id=n0,ifname=tap0,script=no,downscript=no -device virtio-net-pci,netdev=n0,mac=52:54:00:77:07:02 \
   >"$work/qemu.log" 2>&1 &
 qemu_pid=$!
@@ -133,11 +136,61 @@ run_case read_bw_64k 60 "-t read_bw -s 65536 -n 200 -q 8"
 run_case send_lat_64 60 "-t send_lat -s 64 -n 300"
 
 # 3. vrdmad saw a guest through the carrier: QEMU's frontend, our commands and doorbells.
-stats=$(timeout 5 python3 -c 'import socket,sys
+vstatus() {
+  timeout 5 python3 -c 'import socket,sys
 s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); s.sendall(b"{\"cmd\":\"status\"}\n")
-print(s.makefile().readline().strip())' "$work/vrdma.ctl" 2>/dev/null || true)
+print(s.makefile().readline().strip())' "$work/vrdma.ctl" 2>/dev/null || true
+}
+stats=$(vstatus)
 echo "vrdmad: $stats" | cut -c1-400
 if [ -n "$stats" ]; then echo "$stats" | grep -q '"connected":true' || fail "vrdmad reports no frontend"; fi
+
+# 4. The backend dies while the guest's application holds objects and moves data: the
+#    supervisor starts it again, QEMU reconnects, and the restarted backend, with no device state
+#    in guest memory, tells the driver (DEVICE_FATAL): the application fails with the reason at
+#    once instead of waiting for completions that cannot come. A new application then gets a
+#    working device from the new backend.
+port=$((18700 + step))
+timeout 150 ip netns exec "$NS" "$PERF" -d soft:$PEER -p $port -t send_bw -s 4096 -n 2000000 -q 16 \
+  >"$work/restart.host" 2>&1 &
+hp=$!
+sleep 0.3
+(
+  # The moment the guest's QP exists (bounded: 60 s), the backend dies with SIGKILL.
+  for _ in $(seq 600); do
+    vstatus | grep -q '"qp":[1-9]' && break
+    sleep 0.1
+  done
+  sleep 2
+  backend=$(awk '{print $1}' "/proc/$vrdmad_pid/task/$vrdmad_pid/children" 2>/dev/null || true)
+  [ -n "$backend" ] && kill -9 "$backend" && echo "$(date +%s.%N) $backend" >"$work/killed"
+) &
+killer=$!
+rc=0
+guest 90 "$work/restart.guest" vrdma-perf -d "pv:pci:$ADDR?ram_mib=64" -c $PEER -p $port -t send_bw -s 4096 \
+  -n 2000000 -q 16 || rc=$?
+t_end=$(date +%s.%N)
+wait $killer 2>/dev/null || true
+kill $hp 2>/dev/null || true
+wait $hp 2>/dev/null || true
+if [ -f "$work/killed" ]; then
+  read -r t_kill pid_killed <"$work/killed"
+  echo "restart: backend $pid_killed killed; the guest's vrdma-perf ended with rc=$rc" \
+    "$(echo "$t_end - $t_kill" | bc) s later (its step's end seen on the serial console)"
+fi
+grep -i "backend restarted\|error" "$work/restart.guest" | head -3
+if [ ! -f "$work/killed" ]; then
+  fail "restart: the guest's QP never showed in vrdmad's status, so the backend was not killed"
+elif [ $rc -eq 0 ] || [ $rc -eq 124 ]; then
+  fail "restart: the guest's vrdma-perf did not fail at once after its backend died (rc=$rc)"
+  cat "$work/restart.guest"
+elif ! grep -q "backend restarted" "$work/restart.guest"; then
+  fail "restart: the guest's vrdma-perf failed without naming the restarted backend"
+  cat "$work/restart.guest"
+fi
+grep -q "starting it again" "$work/vrdmad.log" || fail "restart: the supervisor did not say it started the backend again"
+grep -q "replaces one that died" "$work/vrdmad.log" || fail "restart: the new backend did not say the guest's objects died"
+run_case send_lat_after_restart 60 "-t send_lat -s 64 -n 300"
 
 echo QUIT >&3
 for _ in $(seq 100); do kill -0 "$qemu_pid" 2>/dev/null || break; sleep 0.1; done

@@ -537,6 +537,9 @@ BOOST_AUTO_TEST_CASE(a_supervised_destination_killed_before_the_switch_is_starte
                                        " was killed by signal 9 (SIGKILL); starting it again (restart 1 of at most 5") !=
               std::string::npos);
   BOOST_CHECK_EQUAL(dst->status()["migration"]["phase"], "incoming");
+  const std::string cmdline = read_file("/proc/" + std::to_string(second) + "/cmdline");
+  BOOST_CHECK_MESSAGE(cmdline.find(std::string("--restarted\0", 12)) != std::string::npos,
+                      "the restarted backend was not told it replaces one (--restarted)");
 
   // 3. The guest moves to the new backend and carries on there.
   VRDMA_REQUIRE_OK(pv::migrate(*g.dev, dst->sock, 10s, pv::StateVia::guest_memory));
@@ -549,6 +552,68 @@ BOOST_AUTO_TEST_CASE(a_supervised_destination_killed_before_the_switch_is_starte
   BOOST_CHECK_EQUAL(g.a->qp->qp_num(), qpn);
   BOOST_CHECK_EQUAL(g.a->mr->rkey(), rkey);
   BOOST_TEST_MESSAGE("longest pause between completions: " << s.longest_gap_ms() << " ms");
+  // It took its state from guest memory: nothing was lost, and it said nothing of the kind.
+  BOOST_CHECK(read_file(g.here->log).find("replaces one that died") == std::string::npos);
+}
+
+// A frontend that comes back to a restarted backend (QEMU's reconnect) brings the rings but no
+// state: the objects died with the old backend. Here the rings move from a live backend to one
+// started as a supervisor starts a successor (--incoming guest --restarted) with no state in the
+// guest's memory (the rings stop without dirty logging, as at a crash nothing is saved). The
+// driver, which has objects, hears it at once: polls and commands fail with the reason.
+BOOST_AUTO_TEST_CASE(a_driver_with_objects_hears_that_a_restarted_backend_has_none) {
+  BOOST_REQUIRE_MESSAGE(can_make_netns(), "needs root for network namespaces");
+  Fabric net;
+  BOOST_REQUIRE_MESSAGE(net.ok, "cannot build the namespaces and the bridge");
+  Guest g(net);
+  auto args = incoming_args("guest", "gB");
+  args.emplace_back("--restarted");
+  auto dst = std::make_unique<Vrdmad>(g.dir, "successor", net.b, std::string("soft:") + kGuestIp, args);
+  VRDMA_REQUIRE_OK(pv::migrate(*g.dev, dst->sock, 10s, pv::StateVia::backends));
+  auto st = wait_phase(*dst, "running");
+  const std::string msg = st["migration"]["message"].get<std::string>();
+  BOOST_CHECK_MESSAGE(msg.find("this vrdmad replaces one that died") != std::string::npos, msg);
+  BOOST_CHECK_EQUAL(st["objects"]["qp"].get<int>(), 0);
+  std::array<WorkCompletion, 4> wcs;
+  Result<std::size_t> polled = std::size_t{0};
+  for (int i = 0; i < 500 && polled.ok(); ++i) {
+    polled = g.a->cq->poll(wcs);
+    if (polled.ok()) std::this_thread::sleep_for(10ms);
+  }
+  BOOST_REQUIRE_MESSAGE(!polled.ok(), "the guest's CQ never reported the lost objects; successor's log:\n"
+                                          << read_file(dst->log));
+  BOOST_CHECK_MESSAGE(polled.error().message.find("backend restarted") != std::string::npos &&
+                          polled.error().message.find("close the device and open it again") != std::string::npos,
+                      polled.error().message);
+  BOOST_CHECK(!g.dev->alloc_pd().ok());
+  g.here->child->stop(SIGTERM);
+  g.here = std::move(dst);
+}
+
+// The same news to a driver that has no objects yet is no loss: it carries on and the device
+// serves it.
+BOOST_AUTO_TEST_CASE(a_driver_without_objects_carries_on_with_a_restarted_backend) {
+  BOOST_REQUIRE_MESSAGE(can_make_netns(), "needs root for network namespaces");
+  Fabric net;
+  BOOST_REQUIRE_MESSAGE(net.ok, "cannot build the namespaces and the bridge");
+  TempDir dir;
+  auto args = incoming_args("guest", "gA");
+  args.emplace_back("--restarted");
+  Vrdmad d(dir, "fresh", net.a, std::string("soft:") + kGuestIp, args);
+  auto dev = open_device(d.device() + "?ram_mib=64");
+  VRDMA_REQUIRE_OK(dev);
+  auto st = wait_phase(d, "running");
+  BOOST_CHECK(read_file(d.log).find("DEVICE_FATAL") != std::string::npos);
+  auto peer = soft_engine_in(net.p, kPeerIp);
+  PairOptions o;
+  o.buf_bytes = 2u << 20;
+  auto a = make_endpoint(*dev, o);
+  VRDMA_REQUIRE_OK(a);
+  auto b = make_endpoint(peer, o);
+  VRDMA_REQUIRE_OK(b);
+  VRDMA_REQUIRE_OK(connect(*a, *b, o));
+  Stream s(*a, *b, 50);
+  s.finish();
 }
 
 // A backend that keeps dying is started again at most 5 times a minute; then the supervisor

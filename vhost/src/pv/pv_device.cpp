@@ -339,6 +339,15 @@ class PvDevice final : public Device {
   }
   void start_events() { events_ = std::thread([this] { event_thread(); }); }
 
+  // Every other object lives in a PD: with no PD and no CQ the driver has no objects.
+  void pd_opened() { ++pds_; }
+  void pd_closed() { --pds_; }
+  bool has_objects() {
+    if (pds_.load() > 0) return true;
+    std::lock_guard lk(cq_mu_);
+    return !cq_by_handle_.empty();
+  }
+
   void register_cq(std::uint32_t h, PvCq* cq) {
     std::lock_guard lk(cq_mu_);
     cq_by_handle_[h] = cq;
@@ -399,6 +408,7 @@ class PvDevice final : public Device {
   std::thread events_;
   std::mutex cq_mu_;
   std::unordered_map<std::uint32_t, PvCq*> cq_by_handle_;
+  std::atomic<int> pds_{0};
   std::string fatal_why_;  // written once, before fatal_ is set
   std::atomic<bool> fatal_{false};
 };
@@ -497,11 +507,17 @@ void PvDevice::event_thread() {
           e.type == static_cast<std::uint32_t>(vd::EventType::cq_error)) {
         std::lock_guard ck(cq_mu_);
         if (auto c = cq_by_handle_.find(e.handle); c != cq_by_handle_.end()) c->second->signal();
+      } else if (e.type == static_cast<std::uint32_t>(vd::EventType::device_fatal) &&
+                 e.info == vd::kFatalBackendRestarted && !has_objects()) {
+        log::info("pv: {}: the device's backend restarted; this driver had no RDMA objects, so nothing was lost", name_);
       } else if (e.type == static_cast<std::uint32_t>(vd::EventType::device_fatal)) {
         if (!fatal()) {
           fatal_why_ = e.info == vd::kFatalObjectsLost
                            ? "the device lost every RDMA object in a migration (the state could not come; the "
                              "backend's log says why)"
+                       : e.info == vd::kFatalBackendRestarted
+                           ? "the device's backend restarted (it was killed or crashed) and every RDMA object died "
+                             "with it; the RDMA peers see their connections fail"
                            : fmt::format("the device failed (DEVICE_FATAL, info {})", e.info);
           fatal_.store(true, std::memory_order_release);
           log::error("pv: {}: {}", name_, fatal_why_);
@@ -804,8 +820,11 @@ Status PvQp::post_send(std::span<const SendWr> wrs, std::size_t* bad_index) {
 
 class PvPd final : public ProtectionDomain, public std::enable_shared_from_this<PvPd> {
  public:
-  PvPd(std::shared_ptr<PvDevice> d, std::uint32_t h) : dev_(std::move(d)), h_(h) {}
-  ~PvPd() override { dev_->destroy(vd::Cmd::destroy_pd, h_); }
+  PvPd(std::shared_ptr<PvDevice> d, std::uint32_t h) : dev_(std::move(d)), h_(h) { dev_->pd_opened(); }
+  ~PvPd() override {
+    dev_->destroy(vd::Cmd::destroy_pd, h_);
+    dev_->pd_closed();
+  }
   std::uint32_t handle() const noexcept override { return h_; }
 
   Result<std::shared_ptr<MemoryRegion>> reg_mr(void* addr, std::size_t length, Access access,

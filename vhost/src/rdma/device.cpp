@@ -88,6 +88,9 @@ Status RdmaDevice::save_state_to_guest() { return impl_->save_state_to_guest(); 
 Result<bool> RdmaDevice::load_state_from_guest() { return impl_->load_state_from_guest(); }
 std::string RdmaDevice::state_lost() const { return impl_->state_lost; }
 void RdmaDevice::report_objects_lost() { impl_->queue_event(vd::EventType::device_fatal, 0, vd::kFatalObjectsLost); }
+void RdmaDevice::report_backend_restarted() {
+  impl_->queue_event(vd::EventType::device_fatal, 0, vd::kFatalBackendRestarted);
+}
 bool RdmaDevice::has_state_area() const { return impl_->state_area.has_value(); }
 std::uint64_t RdmaDevice::state_area_bytes() const { return impl_->state_area ? impl_->state_area->writable : 0; }
 std::uint64_t RdmaDevice::state_area_state_bytes() const { return impl_->state_saved_bytes; }

@@ -70,6 +70,9 @@ struct MigrationOptions {
   // with gratuitous ARPs; the source silences it after the hand-over.
   std::string announce_if;
   std::string self;          // who we are, for the peer's log lines
+  // This backend replaces one that died (vrdmad --supervise restarted it): when the guest's
+  // memory holds no state to take its objects from, its driver is told they are gone.
+  bool restarted = false;
 };
 
 struct MigrationStatus {

@@ -112,6 +112,9 @@ class RdmaDevice final : public Device {
   [[nodiscard]] std::string state_lost() const;
   // Tells the guest's driver that its objects are gone (DEVICE_FATAL, kFatalObjectsLost).
   void report_objects_lost();
+  // Tells the guest's driver that this backend is a restarted one that holds none of its
+  // objects (DEVICE_FATAL, kFatalBackendRestarted; fatal to a driver that had any).
+  void report_backend_restarted();
   [[nodiscard]] bool has_state_area() const;
   [[nodiscard]] std::uint64_t state_area_bytes() const;
   // Bytes of the state last written into or loaded from the state area.

@@ -398,6 +398,9 @@ enum class StateAreaStatus : std::uint32_t {
 constexpr std::uint32_t kMaxLostReason = 1024;
 // EventType::device_fatal info: why the device lost the guest's objects.
 constexpr std::uint32_t kFatalObjectsLost = 1;  // a migration could not bring them (the state did not come)
+// The backend restarted (killed or crashed) with no state to take the guest's objects from: a
+// driver that had objects has lost them; a driver with none has lost nothing and carries on.
+constexpr std::uint32_t kFatalBackendRestarted = 2;
 struct StateAreaHeader {
   std::uint32_t magic;          // kStateAreaMagic
   std::uint32_t status;         // StateAreaStatus
