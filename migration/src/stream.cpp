@@ -1,5 +1,7 @@
 #include "vrdma/migration/stream.hpp"
 
+#include <arpa/inet.h>
+
 #include <array>
 #include <cstring>
 
@@ -31,7 +33,8 @@ std::uint32_t max_payload(std::uint16_t t) {
     case FrameType::loaded:
     case FrameType::reject:
     case FrameType::active:
-    case FrameType::abort: return kMaxTextBytes;
+    case FrameType::abort:
+    case FrameType::state_written: return kMaxTextBytes;
   }
   return 0;
 }
@@ -49,6 +52,7 @@ const char* to_string(FrameType t) noexcept {
     case FrameType::active: return "ACTIVE";
     case FrameType::abort: return "ABORT";
     case FrameType::prestate: return "PRESTATE";
+    case FrameType::state_written: return "STATE_WRITTEN";
   }
   return "UNKNOWN";
 }
@@ -102,10 +106,60 @@ Result<std::optional<Frame>> FrameReader::next() {
   return std::optional<Frame>(std::move(f));
 }
 
+namespace {
+nlohmann::json rdma_json(const RdmaPeer& p) {
+  nlohmann::json j{{"gid", p.gid}, {"qpn", p.qpn}, {"psn", p.psn}};
+  if (p.bytes != 0) {
+    j["addr"] = p.addr;
+    j["rkey"] = p.rkey;
+    j["bytes"] = p.bytes;
+  }
+  return j;
+}
+
+// An unsigned number no larger than `max`; absent is fine when not `required`.
+bool unsigned_field(const nlohmann::json& j, const char* k, std::uint64_t max, std::uint64_t& out, bool required) {
+  auto it = j.find(k);
+  if (it == j.end()) return !required;
+  if (!it->is_number_unsigned() || it->get<std::uint64_t>() > max) return false;
+  out = it->get<std::uint64_t>();
+  return true;
+}
+
+Result<std::optional<RdmaPeer>> rdma_from(const nlohmann::json& parent) {
+  auto r = parent.find("rdma");
+  if (r == parent.end()) return std::optional<RdmaPeer>{};
+  const nlohmann::json& j = *r;
+  const auto bad = [](const std::string& why) {
+    return make_error(Errc::protocol_error, "the peer's RDMA endpoint is malformed: " + why);
+  };
+  if (!j.is_object()) return bad("not a JSON object");
+  RdmaPeer p;
+  auto g = j.find("gid");
+  if (g == j.end() || !g->is_string()) return bad("no gid string");
+  p.gid = g->get<std::string>();
+  in6_addr a{};
+  if (p.gid.size() > 64 || ::inet_pton(AF_INET6, p.gid.c_str(), &a) != 1) return bad("its gid is not a GID");
+  std::uint64_t qpn = 0, psn = 0, rkey = 0;
+  if (!unsigned_field(j, "qpn", 0xffffff, qpn, true) || !unsigned_field(j, "psn", 0xffffff, psn, true))
+    return bad("no 24-bit qpn and psn");
+  if (!unsigned_field(j, "addr", ~std::uint64_t{0}, p.addr, false) || !unsigned_field(j, "rkey", 0xffffffffu, rkey, false) ||
+      !unsigned_field(j, "bytes", kMaxStateBytes, p.bytes, false))
+    return bad(fmt::format("addr, rkey or bytes out of range (a buffer holds at most {} bytes)", kMaxStateBytes));
+  p.qpn = static_cast<std::uint32_t>(qpn);
+  p.psn = static_cast<std::uint32_t>(psn);
+  p.rkey = static_cast<std::uint32_t>(rkey);
+  if (p.bytes == 0) p.addr = p.rkey = 0;  // no buffer: its address and key mean nothing
+  return std::optional<RdmaPeer>(std::move(p));
+}
+}  // namespace
+
 std::string encode_hello(const Hello& h) {
-  return nlohmann::json{{"gid", h.gid}, {"mac", h.mac}, {"engine", h.engine}, {"state_version", h.state_version},
-                        {"source", h.source}}
-      .dump();
+  nlohmann::json j{{"gid", h.gid}, {"mac", h.mac}, {"engine", h.engine}, {"state_version", h.state_version},
+                   {"source", h.source}};
+  if (h.rdma) j["rdma"] = rdma_json(*h.rdma);
+  if (h.state_hint != 0) j["state_hint"] = h.state_hint;
+  return j.dump();
 }
 
 Result<Hello> decode_hello(std::span<const std::uint8_t> payload) {
@@ -124,7 +178,45 @@ Result<Hello> decode_hello(std::span<const std::uint8_t> payload) {
   if (v == j.end() || !v->is_number_unsigned() || v->get<std::uint64_t>() > 0xffffffffu)
     return make_error(Errc::protocol_error, "HELLO lacks a state_version number");
   h.state_version = v->get<std::uint32_t>();
+  auto r = rdma_from(j);
+  if (!r) return std::move(r).error();
+  h.rdma = std::move(*r);
+  if (!unsigned_field(j, "state_hint", kMaxStateBytes, h.state_hint, false))
+    return make_error(Errc::protocol_error, "HELLO's state_hint is not a size up to the largest state");
   return h;
+}
+
+std::string encode_hello_ok(const HelloOk& h) {
+  nlohmann::json j{{"prestate", h.prestate}};
+  if (h.rdma) j["rdma"] = rdma_json(*h.rdma);
+  return j.dump();
+}
+
+Result<HelloOk> decode_hello_ok(std::span<const std::uint8_t> payload) {
+  auto j = nlohmann::json::parse(payload.begin(), payload.end(), nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return make_error(Errc::protocol_error, "HELLO_OK is not a JSON object");
+  HelloOk h;
+  auto p = j.find("prestate");
+  h.prestate = p != j.end() && p->is_boolean() && p->get<bool>();
+  auto r = rdma_from(j);
+  if (!r) return std::move(r).error();
+  h.rdma = std::move(*r);
+  return h;
+}
+
+std::string encode_state_written(const StateWritten& s) {
+  return nlohmann::json{{"bytes", s.bytes}, {"crc32", s.crc32}}.dump();
+}
+
+Result<StateWritten> decode_state_written(std::span<const std::uint8_t> payload) {
+  auto j = nlohmann::json::parse(payload.begin(), payload.end(), nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return make_error(Errc::protocol_error, "STATE_WRITTEN is not a JSON object");
+  StateWritten s;
+  std::uint64_t crc = 0;
+  if (!unsigned_field(j, "bytes", kMaxStateBytes, s.bytes, true) || !unsigned_field(j, "crc32", 0xffffffffu, crc, true))
+    return make_error(Errc::protocol_error, "STATE_WRITTEN lacks bytes (up to the largest state) and a crc32");
+  s.crc32 = static_cast<std::uint32_t>(crc);
+  return s;
 }
 
 }  // namespace vrdma::migration

@@ -10,10 +10,15 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <zlib.h>
+
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "net.hpp"
+#include "rdma_link.hpp"
 #include "vrdma/common/log.hpp"
 #include "vrdma/migration/stream.hpp"
 
@@ -40,6 +45,9 @@ const char* to_string(Phase p) noexcept {
 
 namespace {
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+std::uint32_t crc32_of(std::span<const std::uint8_t> b) {
+  return static_cast<std::uint32_t>(::crc32_z(0, b.data(), b.size()));
+}
 }  // namespace
 
 struct MigratingDevice::Impl {
@@ -62,6 +70,7 @@ struct MigratingDevice::Impl {
   bool guest_state_refused = false;
   UniqueFd no_area_timer;       // destination: the frontend may never start the state queue
   Announcer announcer;          // destination: the gratuitous ARPs once the guest runs here
+  std::unique_ptr<RdmaLink> rdma;  // the state's RDMA path to the peer, when both have an engine
   Clock::time_point t_stop{}, t_state{};
   bool told_dropping = false;
 
@@ -122,6 +131,7 @@ struct MigratingDevice::Impl {
     out_off = 0;
     in = FrameReader{};
     link_out_armed = false;
+    rdma.reset();
   }
 
   void send(FrameType t, std::span<const std::uint8_t> payload) {
@@ -260,7 +270,28 @@ struct MigratingDevice::Impl {
         st.message = "identity accepted; waiting for the device state";
         log::info("migration: {} offers the guest {} ({}); accepted, waiting for its state", h->source, h->gid, h->mac);
         // "prestate": this destination takes the object layout ahead of the state (PRESTATE).
-        return send(FrameType::hello_ok, std::string(R"({"prestate":true})"));
+        HelloOk ok;
+        ok.prestate = true;
+        rdma.reset();
+        if (h->rdma && opts.migration_engine) {
+          // Room for the source's bound on the state of its objects now, a quarter more for
+          // objects made meanwhile, and 1 MiB; a larger state goes over TCP.
+          const std::uint64_t room =
+              std::min<std::uint64_t>(h->state_hint + h->state_hint / 4 + (1u << 20), kMaxStateBytes);
+          auto l = RdmaLink::create(opts.migration_engine, room);
+          std::string why;
+          if (!l) why = l.error().message;
+          else if (auto c = (*l)->connect(*h->rdma); !c.ok()) why = c.error().message;
+          if (why.empty()) {
+            rdma = std::move(*l);
+            ok.rdma = rdma->local();
+            log::info("migration: the state may come over RDMA ({} -> {}, a {}-byte buffer)", h->rdma->gid,
+                      rdma->local().gid, room);
+          } else {
+            log::warn("migration: the state comes over TCP: no RDMA path to {}: {}", h->rdma->gid, why);
+          }
+        }
+        return send(FrameType::hello_ok, encode_hello_ok(ok));
       }
       case FrameType::state:
         if (have_state || (st.phase != Phase::incoming && st.phase != Phase::holding)) break;
@@ -268,8 +299,33 @@ struct MigratingDevice::Impl {
         have_state = true;
         t_state = Clock::now();
         st.state_bytes = pending_state.size();
+        st.state_via = "tcp";
         log::info("migration: received the device state ({} bytes) from {}", st.state_bytes, st.peer);
         return try_load();
+      case FrameType::state_written: {
+        if (have_state || !rdma || (st.phase != Phase::incoming && st.phase != Phase::holding)) break;
+        auto w = decode_state_written(f.payload);
+        const auto got = w ? rdma->received(w->bytes) : std::span<const std::uint8_t>{};
+        std::string why;
+        if (!w) why = w.error().message;
+        else if (got.size() != w->bytes)
+          why = fmt::format("it says it wrote {} bytes into a {}-byte buffer", w->bytes, rdma->local().bytes);
+        else if (crc32_of(got) != w->crc32)
+          why = "the bytes in the buffer do not match its CRC-32 (the RDMA WRITE did not place them all)";
+        if (!why.empty()) {
+          st.message = "rejected the device state written over RDMA: " + why;
+          log::error("migration: {}", st.message);
+          send(FrameType::reject, why);
+          return drop_link();
+        }
+        pending_state.assign(got.begin(), got.end());
+        have_state = true;
+        t_state = Clock::now();
+        st.state_bytes = pending_state.size();
+        st.state_via = "rdma";
+        log::info("migration: received the device state ({} bytes) from {} over RDMA", st.state_bytes, st.peer);
+        return try_load();
+      }
       case FrameType::prestate: {
         if (have_state || (st.phase != Phase::incoming && st.phase != Phase::holding)) break;
         if (auto s = inner.precreate(f.payload); !s.ok())
@@ -496,6 +552,19 @@ struct MigratingDevice::Impl {
     st.message = "state sent; waiting for the destination to load it";
     log::info("migration: every ring stopped; device state captured in {:.1f} ms ({} bytes), sending it to {}", st.save_ms,
               st.state_bytes, st.peer);
+    if (rdma) {
+      const auto tw = Clock::now();
+      auto s = rdma->write(*blob, std::chrono::milliseconds(2000));
+      rdma.reset();  // one state per link
+      if (s.ok()) {
+        st.state_via = "rdma";
+        send(FrameType::state_written, encode_state_written({blob->size(), crc32_of(*blob)}));
+        log::info("migration: wrote the device state into {}'s buffer over RDMA in {:.1f} ms", st.peer, ms_since(tw));
+        return;
+      }
+      log::warn("migration: the state goes over TCP after all: {}", s.error().message);
+    }
+    st.state_via = "tcp";
     send(FrameType::state, *blob);
   }
 
@@ -538,7 +607,20 @@ struct MigratingDevice::Impl {
     const auto deadline = Clock::now() + timeout;
     auto fd = tcp_connect(*a, timeout);
     if (!fd) return std::move(fd).error();
-    const auto hello = encode(FrameType::hello, encode_hello(identity()));
+    Hello me = identity();
+    std::unique_ptr<RdmaLink> link_rdma;
+    if (opts.migration_engine) {
+      auto l = RdmaLink::create(opts.migration_engine, 0);
+      if (l) {
+        link_rdma = std::move(*l);
+        me.rdma = link_rdma->local();
+        me.state_hint = inner.state_bound_bytes();
+      } else {
+        log::warn("migration: the state goes over TCP: cannot make a QP on {}: {}", opts.migration_engine->name(),
+                  l.error().message);
+      }
+    }
+    const auto hello = encode(FrameType::hello, encode_hello(me));
     if (::send(fd->get(), hello.data(), hello.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(hello.size()))
       return errno_error(errno, "sending HELLO to " + addr);
     FrameReader r;
@@ -548,8 +630,21 @@ struct MigratingDevice::Impl {
       if (!f) return make_error(Errc::protocol_error, addr + " answered with a broken frame: " + f.error().message);
       if (f->has_value()) {
         if ((*f)->type == FrameType::hello_ok) {
-          auto j = nlohmann::json::parse((*f)->payload.begin(), (*f)->payload.end(), nullptr, false);
-          prestate = j.is_object() && j.value("prestate", false) == true;
+          auto ok = decode_hello_ok((*f)->payload);
+          if (!ok) return make_error(Errc::protocol_error, addr + " answered HELLO with a broken HELLO_OK: " + ok.error().message);
+          prestate = ok->prestate;
+          if (link_rdma && ok->rdma && ok->rdma->bytes > 0) {
+            if (auto c = link_rdma->connect(*ok->rdma); c.ok()) {
+              log::info("migration: the state goes over RDMA ({} -> {}, room for {} bytes)", link_rdma->local().gid,
+                        ok->rdma->gid, ok->rdma->bytes);
+            } else {
+              log::warn("migration: the state goes over TCP: connecting to {} failed: {}", ok->rdma->gid, c.error().message);
+              link_rdma.reset();
+            }
+          } else if (link_rdma) {
+            log::info("migration: the state goes over TCP ({} has no migration engine)", addr);
+            link_rdma.reset();
+          }
           break;
         }
         if ((*f)->type == FrameType::refuse)
@@ -568,6 +663,7 @@ struct MigratingDevice::Impl {
     }
     link = std::move(*fd);
     in = std::move(r);
+    rdma = std::move(link_rdma);
     VRDMA_TRY(watch_link());
     st = MigrationStatus{};
     st.phase = Phase::armed;

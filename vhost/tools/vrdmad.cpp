@@ -49,7 +49,7 @@ nlohmann::json migration_json(const migration::MigratingDevice& mig) {
   const auto m = mig.status();
   return {{"phase", migration::to_string(m.phase)}, {"peer", m.peer},           {"message", m.message},
           {"state_bytes", m.state_bytes},          {"save_ms", m.save_ms},     {"load_ms", m.load_ms},
-          {"stop_to_active_ms", m.stop_to_active_ms}, {"garps", m.garps}};
+          {"stop_to_active_ms", m.stop_to_active_ms}, {"garps", m.garps}, {"state_via", m.state_via}};
 }
 
 bool parse_mac(const std::string& s, std::uint8_t (&mac)[6]) {
@@ -220,6 +220,10 @@ int main(int argc, char** argv) {
   app.add_flag("--supervise", supervised,
                "keep a parent process that starts the backend again (with --incoming guest) when it crashes or is "
                "killed, at most 5 times a minute");
+  std::string migration_engine;
+  app.add_option("--migration-engine", migration_engine,
+                 "RDMA engine on the migration network (verbs:<ibdev> of the migration VF, or soft:<host address>): "
+                 "when the other vrdmad has one too, the device state goes over it as an RDMA WRITE instead of TCP");
   bool restarted = false;
   app.add_flag("--restarted", restarted,
                "this backend replaces one that died (--supervise passes it): with no device state in the guest's "
@@ -272,6 +276,16 @@ int main(int argc, char** argv) {
   vhost::RdmaDevice dev(*engine, *loop, opts);
   migration::MigrationOptions mopts{engine_name, mac, announce, sock};
   mopts.restarted = restarted;
+  if (!migration_engine.empty()) {
+    auto me = nicdrv::open_device(migration_engine);
+    if (!me) {
+      log::error("vrdmad: cannot open the migration engine {}: {}", migration_engine, me.error().message);
+      return 1;
+    }
+    mopts.migration_engine = *me;
+    log::info("vrdmad: the device state of a migration goes over RDMA on {} when the other vrdmad has an engine too",
+              migration_engine);
+  }
   char host[256] = {};
   if (::gethostname(host, sizeof host - 1) == 0) mopts.self = std::string(host) + ":" + sock;
   migration::MigratingDevice mig(dev, *loop, mopts);

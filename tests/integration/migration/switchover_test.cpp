@@ -123,9 +123,10 @@ struct Guest {
   std::shared_ptr<Device> dev, peer;
   PairOptions o;
   std::optional<Endpoint> a, b;
-  Guest(Fabric& f) : net(f) {
-    here = std::make_unique<Vrdmad>(dir, "a", net.a, std::string("soft:") + kGuestIp,
-                                    std::vector<std::string>{"--announce", "gA", "--mac", kGuestMac});
+  explicit Guest(Fabric& f, std::vector<std::string> extra = {}) : net(f) {
+    std::vector<std::string> args{"--announce", "gA", "--mac", kGuestMac};
+    args.insert(args.end(), extra.begin(), extra.end());
+    here = std::make_unique<Vrdmad>(dir, "a", net.a, std::string("soft:") + kGuestIp, args);
     auto d = open_device(here->device() + "?ram_mib=64");
     VRDMA_REQUIRE_OK(d);
     dev = *d;
@@ -217,6 +218,57 @@ BOOST_AUTO_TEST_CASE(guest_moves_a_to_b_and_back_with_traffic_and_packet_loss) {
   BOOST_CHECK_GT(lost, 0);
   BOOST_CHECK_EQUAL(g.a->qp->qp_num(), qpn);  // the same handles after two moves
   BOOST_CHECK_EQUAL(g.a->mr->rkey(), rkey);
+}
+
+// With a migration engine on both sides (vrdmad --migration-engine, here the soft engine on each
+// host's migration address) the device state goes as an RDMA WRITE into a buffer the destination
+// exposed in HELLO_OK, and STATE_WRITTEN (size + CRC-32) says so over TCP. A destination without
+// one gets it over TCP. Traffic is checked across both moves.
+BOOST_AUTO_TEST_CASE(the_state_goes_over_rdma_when_both_have_a_migration_engine_and_over_tcp_otherwise) {
+  BOOST_REQUIRE_MESSAGE(can_make_netns(), "needs root for network namespaces");
+  Fabric net;
+  BOOST_REQUIRE_MESSAGE(net.ok, "cannot build the namespaces and the bridge");
+  Guest g(net, {"--migration-engine", "soft:10.67.0.1"});
+  Stream s(*g.a, *g.b, 600);
+  s.run_until([&] { return s.sent() >= 200; });
+  {
+    auto args = incoming_args("tcp:10.67.0.2:7851", "gB");
+    args.insert(args.end(), {"--migration-engine", "soft:10.67.0.2"});
+    auto dst = std::make_unique<Vrdmad>(g.dir, "rdma", net.b, std::string("soft:") + kGuestIp, args);
+    auto r = g.here->control({{"cmd", "migrate"}, {"to", "tcp:10.67.0.2:7851"}});
+    BOOST_REQUIRE_MESSAGE(r["ok"] == true, r.dump());
+    VRDMA_REQUIRE_OK(pv::migrate(*g.dev, dst->sock));
+    auto src_st = wait_phase(*g.here, "migrated");
+    auto dst_st = wait_phase(*dst, "running");
+    BOOST_CHECK_EQUAL(src_st["migration"]["state_via"], "rdma");
+    BOOST_CHECK_EQUAL(dst_st["migration"]["state_via"], "rdma");
+    BOOST_CHECK_EQUAL(dst_st["objects"]["qp"].get<int>(), 1);
+    const std::string dlog = read_file(dst->log);
+    BOOST_CHECK_MESSAGE(dlog.find("over RDMA") != std::string::npos, dlog);
+    BOOST_TEST_MESSAGE("the state went over RDMA: " << src_st["migration"]["state_bytes"] << " bytes");
+    g.here->child->stop(SIGTERM);
+    g.here = std::move(dst);
+  }
+  s.run_until([&] { return s.sent() >= 400; });
+  {
+    // Back to a host whose vrdmad has no migration engine: TCP, said in the source's log.
+    auto dst = std::make_unique<Vrdmad>(g.dir, "tcp", net.a, std::string("soft:") + kGuestIp,
+                                        incoming_args("tcp:10.67.0.1:7852", "gA"));
+    auto r = g.here->control({{"cmd", "migrate"}, {"to", "tcp:10.67.0.1:7852"}});
+    BOOST_REQUIRE_MESSAGE(r["ok"] == true, r.dump());
+    VRDMA_REQUIRE_OK(pv::migrate(*g.dev, dst->sock));
+    auto src_st = wait_phase(*g.here, "migrated");
+    auto dst_st = wait_phase(*dst, "running");
+    BOOST_CHECK_EQUAL(src_st["migration"]["state_via"], "tcp");
+    BOOST_CHECK_EQUAL(dst_st["migration"]["state_via"], "tcp");
+    const std::string slog = read_file(g.here->log);
+    BOOST_CHECK_MESSAGE(slog.find("the state goes over TCP (tcp:10.67.0.1:7852 has no migration engine)") !=
+                            std::string::npos,
+                        slog);
+    g.here->child->stop(SIGTERM);
+    g.here = std::move(dst);
+  }
+  s.finish();
 }
 
 // The destination builds the engine objects from the layout the source sends with HELLO

@@ -92,6 +92,7 @@ void RdmaDevice::report_backend_restarted() {
   impl_->queue_event(vd::EventType::device_fatal, 0, vd::kFatalBackendRestarted);
 }
 bool RdmaDevice::has_state_area() const { return impl_->state_area.has_value(); }
+std::uint64_t RdmaDevice::state_bound_bytes() const { return vd::state_area_bound(impl_->census()); }
 std::uint64_t RdmaDevice::state_area_bytes() const { return impl_->state_area ? impl_->state_area->writable : 0; }
 std::uint64_t RdmaDevice::state_area_state_bytes() const { return impl_->state_saved_bytes; }
 bool RdmaDevice::poll_round() { return impl_->poll_round(); }

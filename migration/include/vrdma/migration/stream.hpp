@@ -33,6 +33,8 @@ enum class FrameType : std::uint16_t {
   abort = 8,     // source -> destination: the guest runs on at the source; discard the state
   prestate = 9,  // source -> destination, after HELLO_OK: the object layout (RdmaDevice::save_layout)
                  // to build ahead during pre-copy; no answer
+  state_written = 10,  // source -> destination: the device state is in the buffer HELLO_OK exposed,
+                       // written over RDMA (JSON: StateWritten); instead of STATE
 };
 [[nodiscard]] const char* to_string(FrameType t) noexcept;
 
@@ -61,14 +63,41 @@ class FrameReader {
 };
 
 // The guest's identity as the source states it; the destination must present the same one.
+// One side's RC QP for the state over RDMA (HELLO and HELLO_OK carry it as "rdma").
+struct RdmaPeer {
+  std::string gid;          // the migration engine's GID, e.g. "::ffff:10.67.0.1"
+  std::uint32_t qpn = 0;    // 24 bits
+  std::uint32_t psn = 0;    // 24 bits: the first PSN this side sends
+  std::uint64_t addr = 0;   // destination: the buffer the state goes into
+  std::uint32_t rkey = 0;   // destination
+  std::uint64_t bytes = 0;  // destination: the buffer's size (at most kMaxStateBytes); 0: none
+  friend bool operator==(const RdmaPeer&, const RdmaPeer&) = default;
+};
+
 struct Hello {
   std::string gid;            // the engine's GID 0, e.g. "::ffff:10.66.0.1"
   std::string mac;            // the device's MAC, "52:54:00:66:00:01"
   std::string engine;         // the engine's provider ("soft", "verbs")
   std::uint32_t state_version = 0;  // the device-state format version the blob will have
   std::string source;         // who sends (host name and control socket), for log lines
+  std::optional<RdmaPeer> rdma;    // the source has a migration engine: its QP
+  std::uint64_t state_hint = 0;    // the source's estimate of the state's size (bytes)
 };
 std::string encode_hello(const Hello& h);
 Result<Hello> decode_hello(std::span<const std::uint8_t> payload);
+
+struct HelloOk {
+  bool prestate = false;          // this destination builds the objects ahead from PRESTATE
+  std::optional<RdmaPeer> rdma;   // its QP and state buffer, when the state may come over RDMA
+};
+std::string encode_hello_ok(const HelloOk& h);
+Result<HelloOk> decode_hello_ok(std::span<const std::uint8_t> payload);
+
+struct StateWritten {
+  std::uint64_t bytes = 0;   // how much of the buffer holds the state
+  std::uint32_t crc32 = 0;   // zlib CRC-32 of those bytes
+};
+std::string encode_state_written(const StateWritten& s);
+Result<StateWritten> decode_state_written(std::span<const std::uint8_t> payload);
 
 }  // namespace vrdma::migration

@@ -73,6 +73,9 @@ struct MigrationOptions {
   // This backend replaces one that died (vrdmad --supervise restarted it): when the guest's
   // memory holds no state to take its objects from, its driver is told they are gone.
   bool restarted = false;
+  // An RDMA engine on the migration network (vrdmad --migration-engine): when both sides have
+  // one, the device state goes over it (an RDMA WRITE into the destination's buffer), else TCP.
+  std::shared_ptr<nicdrv::Device> migration_engine;
 };
 
 struct MigrationStatus {
@@ -84,6 +87,7 @@ struct MigrationStatus {
   double load_ms = 0;           // destination: state received -> loaded
   double stop_to_active_ms = 0; // source: last ring stopped -> ACTIVE received
   std::uint32_t garps = 0;      // gratuitous ARPs sent
+  std::string state_via;        // how the last state went or came: "rdma", "tcp" (empty: none yet)
 };
 
 class MigratingDevice final : public vhost::Device {

@@ -116,6 +116,8 @@ class RdmaDevice final : public Device {
   // objects (DEVICE_FATAL, kFatalBackendRestarted; fatal to a driver that had any).
   void report_backend_restarted();
   [[nodiscard]] bool has_state_area() const;
+  // How large the device state of the objects there are now may be (an upper bound, bytes).
+  [[nodiscard]] std::uint64_t state_bound_bytes() const;
   [[nodiscard]] std::uint64_t state_area_bytes() const;
   // Bytes of the state last written into or loaded from the state area.
   [[nodiscard]] std::uint64_t state_area_state_bytes() const;
