@@ -295,13 +295,7 @@ struct MigratingDevice::Impl {
       }
       case FrameType::state:
         if (have_state || (st.phase != Phase::incoming && st.phase != Phase::holding)) break;
-        pending_state = std::move(f.payload);
-        have_state = true;
-        t_state = Clock::now();
-        st.state_bytes = pending_state.size();
-        st.state_via = "tcp";
-        log::info("migration: received the device state ({} bytes) from {}", st.state_bytes, st.peer);
-        return try_load();
+        return state_arrived(std::move(f.payload), "tcp");
       case FrameType::state_written: {
         if (have_state || !rdma || (st.phase != Phase::incoming && st.phase != Phase::holding)) break;
         auto w = decode_state_written(f.payload);
@@ -318,13 +312,7 @@ struct MigratingDevice::Impl {
           send(FrameType::reject, why);
           return drop_link();
         }
-        pending_state.assign(got.begin(), got.end());
-        have_state = true;
-        t_state = Clock::now();
-        st.state_bytes = pending_state.size();
-        st.state_via = "rdma";
-        log::info("migration: received the device state ({} bytes) from {} over RDMA", st.state_bytes, st.peer);
-        return try_load();
+        return state_arrived(std::vector<std::uint8_t>(got.begin(), got.end()), "rdma");
       }
       case FrameType::prestate: {
         if (have_state || (st.phase != Phase::incoming && st.phase != Phase::holding)) break;
@@ -371,6 +359,18 @@ struct MigratingDevice::Impl {
       log::error("migration: {}", s.error().message);
       link.reset();
     }
+  }
+
+  // Destination: the source's state is here (over TCP or RDMA); loaded once the memory is.
+  void state_arrived(std::vector<std::uint8_t> blob, const char* via) {
+    pending_state = std::move(blob);
+    have_state = true;
+    t_state = Clock::now();
+    st.state_bytes = pending_state.size();
+    st.state_via = via;
+    log::info("migration: received the device state ({} bytes) from {} over {}", st.state_bytes, st.peer,
+              st.state_via == "rdma" ? "RDMA" : "TCP");
+    try_load();
   }
 
   bool have_memory() const { return host != nullptr && !host->memory().memory().regions().empty(); }

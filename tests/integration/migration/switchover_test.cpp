@@ -144,6 +144,18 @@ struct Guest {
   }
 };
 
+// Polls `cq` until a poll fails, as one does when the driver has lost the device (at most 5 s);
+// the last poll's result.
+Result<std::size_t> poll_until_error(CompletionQueue& cq) {
+  std::array<WorkCompletion, 4> wcs;
+  Result<std::size_t> polled = std::size_t{0};
+  for (int i = 0; i < 500 && polled.ok(); ++i) {
+    polled = cq.poll(wcs);
+    if (polled.ok()) std::this_thread::sleep_for(10ms);
+  }
+  return polled;
+}
+
 // The backend a supervised vrdmad (--supervise) runs: its only child; 0 while it has none.
 pid_t supervised_backend(pid_t supervisor) {
   const std::string l = read_file("/proc/" + std::to_string(supervisor) + "/task/" + std::to_string(supervisor) + "/children");
@@ -626,12 +638,7 @@ BOOST_AUTO_TEST_CASE(a_driver_with_objects_hears_that_a_restarted_backend_has_no
   const std::string msg = st["migration"]["message"].get<std::string>();
   BOOST_CHECK_MESSAGE(msg.find("this vrdmad replaces one that died") != std::string::npos, msg);
   BOOST_CHECK_EQUAL(st["objects"]["qp"].get<int>(), 0);
-  std::array<WorkCompletion, 4> wcs;
-  Result<std::size_t> polled = std::size_t{0};
-  for (int i = 0; i < 500 && polled.ok(); ++i) {
-    polled = g.a->cq->poll(wcs);
-    if (polled.ok()) std::this_thread::sleep_for(10ms);
-  }
+  const auto polled = poll_until_error(*g.a->cq);
   BOOST_REQUIRE_MESSAGE(!polled.ok(), "the guest's CQ never reported the lost objects; successor's log:\n"
                                           << read_file(dst->log));
   BOOST_CHECK_MESSAGE(polled.error().message.find("backend restarted") != std::string::npos &&
@@ -724,12 +731,7 @@ BOOST_AUTO_TEST_CASE(a_state_the_source_cannot_save_arrives_as_a_device_fatal_wi
   BOOST_CHECK_EQUAL(st["objects"]["qp"].get<int>(), 0);
   BOOST_CHECK(read_file(g.here->log).find("the device state could not go into guest memory") != std::string::npos);
   // The driver hears it: an empty poll fails with the reason, and so do commands.
-  std::array<WorkCompletion, 4> wcs;
-  Result<std::size_t> polled = std::size_t{0};
-  for (int i = 0; i < 500 && polled.ok(); ++i) {
-    polled = g.a->cq->poll(wcs);
-    if (polled.ok()) std::this_thread::sleep_for(10ms);
-  }
+  const auto polled = poll_until_error(*g.a->cq);
   BOOST_REQUIRE_MESSAGE(!polled.ok(), "the guest's CQ never reported the lost device; destination log:\n"
                                           << read_file(dst->log));
   BOOST_CHECK_MESSAGE(polled.error().message.find("lost every RDMA object in a migration") != std::string::npos,
