@@ -21,8 +21,6 @@ constexpr std::uint32_t kMaxWrites = kMaxStateBytes / kChunk;  // the whole larg
 
 RdmaLink::~RdmaLink() = default;
 
-const std::string& RdmaLink::engine_name() const { return engine_->name(); }
-
 Result<std::unique_ptr<RdmaLink>> RdmaLink::create(std::shared_ptr<Device> engine, std::uint64_t expose_bytes) {
   std::unique_ptr<RdmaLink> l(new RdmaLink());
   l->engine_ = std::move(engine);

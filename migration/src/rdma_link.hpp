@@ -34,7 +34,6 @@ class RdmaLink {
   Status write(std::span<const std::uint8_t> blob, std::chrono::milliseconds timeout);
   // Destination: the first `bytes` of the exposed buffer (bytes <= its size, checked by the caller).
   [[nodiscard]] std::span<const std::uint8_t> received(std::uint64_t bytes) const;
-  [[nodiscard]] const std::string& engine_name() const;
 
  private:
   RdmaLink() = default;
