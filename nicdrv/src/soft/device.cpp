@@ -281,6 +281,8 @@ Result<DeviceAttr> SoftDevice::query_device() const {
   a.max_qp_init_rd_atom = 16;
   a.max_inline_data = 1024;
   a.atomic_cap = AtomicCap::hca;
+  a.reports_writes = true;
+  a.reports_solicited = true;
   return a;
 }
 

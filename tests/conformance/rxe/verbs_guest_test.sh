@@ -8,14 +8,19 @@
 #   2. the same over verbs:siw0 (iWARP: RC only, connections through librdmacm), when the
 #      guest has siw; rxe0 is removed first so the connection manager binds to siw0,
 #   3. vrdma-perf over verbs:rxe0 in the guest against vrdma-perf on our soft engine on the host
-#      side of the bridge: every test with --verify, the guest as client and as server.
+#      side of the bridge: every test with --verify, the guest as client and as server,
+#   4. the virtio RDMA device on a NIC: vrdmad --engine verbs:rxe0 in the guest (rxe stands in
+#      for the host's NIC or VF), the provider conformance suite over pv through two of them,
+#      and vrdma-perf over pv (libpvverbs -> vrdmad -> rxe0) against the soft engine on the host.
 # Every guest command runs under `timeout`, every host command too.
-#   verbs_guest_test.sh PROVIDER_SUITE VRDMA_PERF    exits 77 when root, QEMU or the guest is missing
-#   ONLY=<regex> runs only the matching parts (suite_rxe, suite_siw, perf_<test>_<role>);
+#   verbs_guest_test.sh PROVIDER_SUITE VRDMA_PERF VRDMAD   exits 77 when root, QEMU or the guest is missing
+#   ONLY=<regex> runs only the matching parts (suite_rxe, suite_siw, perf_<test>_<role>,
+#   suite_pv_rxe, pv_perf_<test>_<role>);
 #   KEEP_WORK=1 keeps the logs; SUITE_ARGS="--run_test=..." narrows the suite.
 set -euo pipefail
 SUITE=$(readlink -f "$1")
 PERF=$(readlink -f "$2")
+VRDMAD=$(readlink -f "$3")
 HERE=$(cd "$(dirname "$0")" && pwd)
 skip() { echo "SKIP: $*"; exit 77; }
 [ "$(id -u)" -eq 0 ] && ip netns list >/dev/null 2>&1 || skip "needs root to create network namespaces"
@@ -44,8 +49,8 @@ ov="$work/overlay"
 mkdir -p "$ov/opt/vrdma"
 # GUEST_TOOLS="strace ..." adds host tools for diagnosis.
 EXTRA=$(for t in ${GUEST_TOOLS:-}; do command -v "$t"; done)
-for b in "$SUITE" "$PERF" $EXTRA; do strip --strip-debug -o "$ov/opt/vrdma/$(basename "$b")" "$b"; done
-for f in $(for b in "$SUITE" "$PERF" $EXTRA; do ldd "$b" | awk '/=>/ {print $3} /^\t\/lib/ {print $1}'; done | sort -u); do
+for b in "$SUITE" "$PERF" "$VRDMAD" $EXTRA; do strip --strip-debug -o "$ov/opt/vrdma/$(basename "$b")" "$b"; done
+for f in $(for b in "$SUITE" "$PERF" "$VRDMAD" $EXTRA; do ldd "$b" | awk '/=>/ {print $3} /^\t\/lib/ {print $1}'; done | sort -u); do
   [ -e "$f" ] || continue
   mkdir -p "$ov/$(dirname "$f")"
   cp -L "$f" "$ov/$f"
@@ -139,6 +144,50 @@ perf_guest_server() {  # test
 for t in write_bw read_bw send_bw atomic_bw send_lat write_lat; do
   run_case perf_guest_client $t
   run_case perf_guest_server $t
+done
+
+# ---- 4: the virtio RDMA device on a NIC: vrdmad over verbs:rxe0 ------------------------------
+# vrdmad_up NAME...: one vrdmad per name on rxe0 (socket /tmp/NAME.sock, log /tmp/NAME.log),
+# waiting for its control socket; vrdmad_logs NAME... prints the logs' ends.
+VRDMAD_UP='vrdmad_up() { for n in "$@"; do rm -f /tmp/$n.sock /tmp/$n.ctl; timeout 200 /opt/vrdma/vrdmad --socket /tmp/$n.sock --engine verbs:rxe0 --control /tmp/$n.ctl 2>/tmp/$n.log & PIDS="$PIDS $!"; done; for n in "$@"; do i=0; while [ ! -S /tmp/$n.ctl ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; done; }; vrdmad_logs() { for n in "$@"; do echo "--- vrdmad $n:"; grep -v "vhost-user\|vring" /tmp/$n.log | tail -40; done; }; vrdmad_down() { kill $PIDS 2>/dev/null; wait 2>/dev/null; }'
+run_suite_pv() {
+  local name=suite_pv_rxe ok=1 f="$work/suite_pv_rxe.guest" t=$(date +%s)
+  want "$name" || return 0
+  if guest_run "$f" "$SUITE_TIMEOUT" "$VRDMAD_UP; VRDMA_LOG=${VRDMAD_LOG:-info} vrdmad_up a b; VRDMA_SUITE_DEVICES=pv:/tmp/a.sock?ram_mib=96,pv:/tmp/b.sock?ram_mib=96 timeout $SUITE_TIMEOUT /opt/vrdma/provider_suite" \
+     "--log_level=message --report_level=short --color_output=no ${SUITE_ARGS:-}; rc=\$?; [ \$rc -eq 0 ] || vrdmad_logs a b; vrdmad_down; exit \$rc"; then ok=0; fi
+  echo "$name (pv over vrdmad over verbs:rxe0, $(($(date +%s) - t)) s):"
+  grep -E "SKIP|Leaving test case|failed|passed|error" "$f" | sed 's/^/  /' | head -60 || true
+  record "$name" $ok "$f"
+}
+run_case run_suite_pv
+
+pv_perf_guest_client() {  # test
+  local t=$1 a name=pv_perf_$1_guest_client ok=1 hp
+  a="$(perf_args $t) $PERF_ARGS --test $t"
+  want "$name" || return 0
+  timeout 90 ip netns exec "$NS" "$PERF" --device soft:$HOST $a >"$work/$name.host" 2>&1 &
+  hp=$!
+  if wait_listen && guest_run "$work/$name.guest" 60 "$VRDMAD_UP; vrdmad_up g; timeout 60 /opt/vrdma/vrdma-perf --device pv:/tmp/g.sock?ram_mib=64 --connect $HOST $a; rc=\$?; [ \$rc -eq 0 ] || vrdmad_logs g; vrdmad_down; exit \$rc" &&
+     wait $hp && perf_ok "$work/$name.guest"; then ok=0; fi
+  kill $hp 2>/dev/null || true
+  wait $hp 2>/dev/null || true
+  echo "$name: $(grep -o '{.*}' "$work/$name.guest" | tail -1)"
+  record "$name" $ok "$work/$name.host" "$work/$name.guest"
+}
+pv_perf_guest_server() {  # test
+  local t=$1 a name=pv_perf_$1_guest_server ok=1
+  a="$(perf_args $t) $PERF_ARGS --test $t"
+  want "$name" || return 0
+  guest_start "$VRDMAD_UP; vrdmad_up g; timeout 60 /opt/vrdma/vrdma-perf --device pv:/tmp/g.sock?ram_mib=64 $a; rc=\$?; [ \$rc -eq 0 ] || vrdmad_logs g; vrdmad_down; exit \$rc"
+  if timeout 90 ip netns exec "$NS" "$PERF" --device soft:$HOST --connect $GUEST $a >"$work/$name.host" 2>&1 &&
+     guest_wait "$work/$name.guest" 90 && perf_ok "$work/$name.host"; then ok=0; fi
+  [ $ok -eq 0 ] || guest_wait "$work/$name.guest" 90 || true
+  echo "$name: $(grep -o '{.*}' "$work/$name.host" | tail -1)"
+  record "$name" $ok "$work/$name.host" "$work/$name.guest"
+}
+for t in write_bw read_bw send_bw atomic_bw send_lat; do
+  run_case pv_perf_guest_client $t
+  run_case pv_perf_guest_server $t
 done
 
 # ---- 2: siw, alone (with rxe0 on the same netdev the connection manager would pick rxe0) -----

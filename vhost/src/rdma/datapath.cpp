@@ -113,6 +113,18 @@ void RdmaDevice::Impl::error_cqe(const GuestView& g, std::uint32_t cq_handle, st
     log::warn("virtio-rdma: CQ {} is full; the error completion of work request {:#x} is lost", cq_handle, wr_id);
 }
 
+void RdmaDevice::Impl::flush_cqe(const GuestView& g, std::uint32_t cq_handle, std::uint64_t wr_id, std::uint32_t qp_num) {
+  auto it = cqs.find(cq_handle);
+  if (it == cqs.end()) return;
+  vd::Cqe c{};
+  c.wr_id = wr_id;
+  c.qp_num = qp_num;
+  c.status = static_cast<std::uint8_t>(nicdrv::WcStatus::wr_flush_err);
+  c.opcode = 128;
+  if (!write_cqe(cq_handle, it->second, g, c))
+    log::warn("virtio-rdma: CQ {} is full; the flush completion of receive {:#x} is lost", cq_handle, wr_id);
+}
+
 void RdmaDevice::Impl::post_sq(const GuestView& g, std::uint32_t handle, QpObj& qp) {
   if (paused) return;
   std::array<nicdrv::SendWr, kBatch> wrs;
@@ -278,9 +290,19 @@ void post_recv_ring(const GuestView& g, WorkRing& ring, std::uint32_t max_sge, P
 void RdmaDevice::Impl::post_rq(const GuestView& g, std::uint32_t handle, QpObj& qp) {
   if (paused) return;
   bool full = false;
+  // Receives posted to a QP in ERR complete with a flush error (IBA 10.8.3.1). A NIC may leave
+  // them posted instead (Linux rxe 6.1, siw), and a guest's doorbell can reach the NIC after
+  // the peer's error did: flush them here, behind what the NIC flushed already.
+  const auto state = qp.eng->state();
+  const bool flush_here = !engine_reports_writes && state == nicdrv::QpState::err;
+  if (flush_here && qp.rq.consumed != qp.rq.produced) drain_cq(qp.recv_cq);
   post_recv_ring(
       g, qp.rq, qp.max_recv_sge,
-      [&](std::span<const nicdrv::RecvWr> w, std::size_t* bad) { return qp.eng->post_recv(w, bad); },
+      [&](std::span<const nicdrv::RecvWr> w, std::size_t* bad) -> Status {
+        if (!flush_here) return qp.eng->post_recv(w, bad);
+        for (const auto& r : w) flush_cqe(g, qp.recv_cq, r.wr_id, qp.eng->qp_num());
+        return {};
+      },
       [&](std::uint64_t wr_id, std::uint32_t idx, const std::string& why) {
         if (should_log_refusal(Refused::wqe)) log::warn("virtio-rdma: QP {} receive WQE {} refused: {}", handle, idx, why);
         error_cqe(g, qp.recv_cq, wr_id, qp.eng->qp_num(), true);
@@ -290,7 +312,7 @@ void RdmaDevice::Impl::post_rq(const GuestView& g, std::uint32_t handle, QpObj& 
     pending_rq.insert(handle);
   else
     pending_rq.erase(handle);
-  write_status(g, qp.status_gpa, qp.sq.consumed, qp.rq.consumed, static_cast<std::uint32_t>(qp.eng->state()));
+  write_status(g, qp.status_gpa, qp.sq.consumed, qp.rq.consumed, static_cast<std::uint32_t>(state));
 }
 
 void RdmaDevice::Impl::post_srq(const GuestView& g, std::uint32_t handle, SrqObj& s) {

@@ -116,6 +116,10 @@ const nicdrv::Device& RdmaDevice::engine() const { return *impl_->engine; }
 // ---- Impl ---------------------------------------------------------------------------------------
 RdmaDevice::Impl::Impl(std::shared_ptr<nicdrv::Device> e, EventLoop& l, RdmaDeviceOptions o)
     : engine(std::move(e)), loop(l), opts(o) {
+  if (auto a = engine->query_device(); a.ok()) {
+    engine_reports_writes = a->reports_writes;
+    engine_reports_solicited = a->reports_solicited;
+  }
   retry_timer = UniqueFd(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
   if (retry_timer) {
     auto w = loop.add(retry_timer.get(), EPOLLIN, [this](std::uint32_t) {
@@ -159,15 +163,42 @@ void RdmaDevice::Impl::queue_ready(Queue& q) {
 void RdmaDevice::Impl::queue_stopped(std::uint16_t index) {
   if (paused) return;
   pause();
-  log::info("virtio-rdma: ring {} stopped; engine quiesced, nothing is written to guest memory until the rings run again",
-            index);
+  if (engine_reports_writes)
+    log::info("virtio-rdma: ring {} stopped; engine quiesced, nothing is written to guest memory until the rings run again",
+              index);
+  else
+    log::info("virtio-rdma: ring {} stopped; no work is posted and no completion written until the rings run again "
+              "({} answers its peers by DMA meanwhile)", index, engine->name());
 }
 
 void RdmaDevice::Impl::pause() {
   if (paused) return;
   auto s = engine->quiesce();
-  if (!s.ok()) log::warn("virtio-rdma: the engine could not quiesce: {}", s.error().message);
+  // A NIC cannot stop at a consistent point (not_supported): expected, not worth a warning.
+  if (!s.ok() && !s.error().is(Errc::not_supported))
+    log::warn("virtio-rdma: the engine could not quiesce: {}", s.error().message);
   paused = true;
+  mark_dma_writable();
+}
+
+// A NIC writes received SENDs, RDMA WRITEs, READ responses and atomic results into guest memory
+// by DMA, out of the backend's sight. Every page it may have written — each page of a region
+// with local write access — is marked at the stop, so the frontend's last pass over the dirty
+// log carries it (the first pass carried every page already).
+void RdmaDevice::Impl::mark_dma_writable() {
+  if (engine_reports_writes) return;
+  auto l = log->log.load(std::memory_order_acquire);
+  if (!l) return;
+  std::uint64_t marked = 0;
+  for (const auto& [h, mr] : mrs) {
+    if ((mr.access & static_cast<std::uint32_t>(nicdrv::Access::local_write)) == 0) continue;
+    const std::uint64_t psize = std::uint64_t{1} << mr.page_shift;
+    for (auto p : mr.observer->pages()) l->mark(p, psize);
+    marked += mr.observer->pages().size();
+  }
+  if (marked != 0)
+    log::info("virtio-rdma: {} writes guest memory by DMA unseen; {} pages of its writable regions marked dirty at the stop",
+              engine->name(), marked);
 }
 
 void RdmaDevice::Impl::maybe_resume() {
@@ -176,7 +207,8 @@ void RdmaDevice::Impl::maybe_resume() {
   for (std::uint16_t i = 0; i < vd::kRequiredQueues; ++i)
     if (!host->queue_running(i)) return;
   auto s = engine->resume();
-  if (!s.ok()) log::warn("virtio-rdma: the engine could not resume: {}", s.error().message);
+  if (!s.ok() && !s.error().is(Errc::not_supported))
+    log::warn("virtio-rdma: the engine could not resume: {}", s.error().message);
   paused = false;
   log::info("virtio-rdma: all rings running again; engine resumed");
   withdraw_state_from_guest();
@@ -204,7 +236,8 @@ void RdmaDevice::Impl::reset() {
   next_handle_ = 1;  // a new session's handles start over (and fuzzing stays deterministic)
   if (paused) {
     auto s = engine->resume();
-    if (!s.ok()) log::warn("virtio-rdma: the engine could not resume after reset: {}", s.error().message);
+    if (!s.ok() && !s.error().is(Errc::not_supported))
+      log::warn("virtio-rdma: the engine could not resume after reset: {}", s.error().message);
     paused = false;
   }
 }
@@ -240,8 +273,11 @@ bool RdmaDevice::Impl::write_cqe(std::uint32_t cq_handle, CqObj& cq, const Guest
   cq.stalled = false;
   (void)g.write_obj(cq.ring_gpa + offsetof(vd::CqControl, producer), cq.produced);
   // An armed CQ raises one event; a solicited-only arm only for a solicited receive or an
-  // error (IBA 11.4.2.2).
-  const bool wakes = !cq.solicited_only || (cqe.wc_flags & vd::kWcSolicited) != 0 || cqe.status != 0;
+  // error (IBA 11.4.2.2). A NIC's completions do not say which receives were solicited: there
+  // every receive wakes such a CQ (an extra wake-up rather than a sleeper never woken).
+  const bool recv = (cqe.opcode & 128) != 0;
+  const bool wakes = !cq.solicited_only || (cqe.wc_flags & vd::kWcSolicited) != 0 || cqe.status != 0 ||
+                     (recv && !engine_reports_solicited);
   if (cq.armed && wakes) {
     cq.armed = false;
     if (!cq.event_queued) {

@@ -162,6 +162,7 @@ struct RdmaDevice::Impl {
   void post_rq(const GuestView& g, std::uint32_t handle, QpObj& qp);
   void post_srq(const GuestView& g, std::uint32_t handle, SrqObj& srq);
   void error_cqe(const GuestView& g, std::uint32_t cq_handle, std::uint64_t wr_id, std::uint32_t qp_num, bool recv);
+  void flush_cqe(const GuestView& g, std::uint32_t cq_handle, std::uint64_t wr_id, std::uint32_t qp_num);
   void write_status(const GuestView& g, std::uint64_t gpa, std::uint32_t sq, std::uint32_t rq, std::uint32_t state);
   void retry_pending();
 
@@ -218,6 +219,13 @@ struct RdmaDevice::Impl {
   std::uint64_t refusals_[3] = {};
 
   std::shared_ptr<nicdrv::Device> engine;
+  // DeviceAttr::reports_writes: false for a NIC (verbs), whose DMA writes no observer sees;
+  // pause() then marks every page it may have written.
+  bool engine_reports_writes = true;
+  // DeviceAttr::reports_solicited: false for a NIC, whose completions do not say whether the
+  // message was solicited; a solicited-only arm then wakes for every receive completion.
+  bool engine_reports_solicited = true;
+  void mark_dma_writable();
   EventLoop& loop;
   RdmaDeviceOptions opts;
   DeviceHost* host = nullptr;

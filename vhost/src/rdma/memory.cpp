@@ -124,7 +124,7 @@ Status RdmaDevice::Impl::register_mr(const GuestView& g, const vd::RegMrReq& r, 
   auto mr = map_mr(g, r, saved_pages);
   if (!mr) return std::move(mr).error();
   nicdrv::MrOptions mo;
-  mo.observer = mr->observer;
+  if (engine_reports_writes) mo.observer = mr->observer;  // a NIC's DMA: mark_dma_writable()
   mo.iova = r.iova;
   mo.requested_key = requested_key;
   const auto off0 = r.iova & ((std::uint64_t{1} << r.page_shift) - 1);

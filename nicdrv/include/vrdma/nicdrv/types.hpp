@@ -70,6 +70,12 @@ struct DeviceAttr {
   std::uint32_t max_inline_data = 0;
   AtomicCap atomic_cap = AtomicCap::none;
   std::uint8_t phys_port_cnt = 1;
+  // The engine tells a WriteObserver of every byte it writes into registered memory (software
+  // engines). A NIC writes by DMA and cannot: a migrating backend then treats every page it
+  // may write (local-write regions) as dirty at the stop.
+  bool reports_writes = false;
+  // Receive completions carry WcFlags::solicited (software engines; ibv_wc has no such bit).
+  bool reports_solicited = false;
 };
 
 struct PortAttr {
