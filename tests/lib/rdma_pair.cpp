@@ -33,7 +33,7 @@ Result<Endpoint> make_endpoint(std::shared_ptr<Device> dev, const PairOptions& o
   auto mr = e.pd->reg_mr(e.buf.data(), e.buf.size(), o.access);
   if (!mr) return std::move(mr).error();
   e.mr = *mr;
-  auto g = e.dev->query_gid(0);
+  auto g = e.dev->query_gid(o.gid_index);
   if (!g) return std::move(g).error();
   e.gid = g->gid;
   return e;
@@ -58,6 +58,7 @@ Status connect_to(Endpoint& self, const PeerInfo& peer, std::uint32_t my_psn, co
     a.max_dest_rd_atomic = o.rd_atomic;
     a.min_rnr_timer = o.min_rnr_timer;
     a.ah_attr.dgid = peer.gid;
+    a.ah_attr.sgid_index = o.gid_index;
     VRDMA_TRY(self.qp->modify(a, M::state | M::av | M::path_mtu | M::dest_qpn | M::rq_psn | M::max_dest_rd_atomic |
                                      M::min_rnr_timer));
   } else {

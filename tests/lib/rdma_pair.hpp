@@ -54,6 +54,7 @@ struct PairOptions {
   nicdrv::Access access = nicdrv::Access::local_write | nicdrv::Access::remote_write |
                           nicdrv::Access::remote_read | nicdrv::Access::remote_atomic;
   std::uint32_t psn_a = 0x123456, psn_b = 0xfffff0;  // near the 24-bit wrap on purpose
+  std::uint8_t gid_index = 0;  // the source GID (rxe: 1 is the RoCEv2 IPv4 GID)
 };
 
 // Opens PD/CQ/QP/MR on `dev`.

@@ -11,16 +11,21 @@
 #      side of the bridge: every test with --verify, the guest as client and as server,
 #   4. the virtio RDMA device on a NIC: vrdmad --engine verbs:rxe0 in the guest (rxe stands in
 #      for the host's NIC or VF), the provider conformance suite over pv through two of them,
-#      and vrdma-perf over pv (libpvverbs -> vrdmad -> rxe0) against the soft engine on the host.
+#      and vrdma-perf over pv (libpvverbs -> vrdmad -> rxe0) against the soft engine on the host,
+#   5. moving that device between vrdmad processes on rxe0 (nic_migration_test: QPs drained,
+#      stopped and re-created, the guest's QPNs and keys kept by translation; a peer outside
+#      the guest sees its retries run out).
 # Every guest command runs under `timeout`, every host command too.
-#   verbs_guest_test.sh PROVIDER_SUITE VRDMA_PERF VRDMAD   exits 77 when root, QEMU or the guest is missing
+#   verbs_guest_test.sh PROVIDER_SUITE VRDMA_PERF VRDMAD NIC_MIGRATION_TEST
+#     exits 77 when root, QEMU or the guest is missing
 #   ONLY=<regex> runs only the matching parts (suite_rxe, suite_siw, perf_<test>_<role>,
-#   suite_pv_rxe, pv_perf_<test>_<role>);
+#   suite_pv_rxe, pv_perf_<test>_<role>, nic_migration);
 #   KEEP_WORK=1 keeps the logs; SUITE_ARGS="--run_test=..." narrows the suite.
 set -euo pipefail
 SUITE=$(readlink -f "$1")
 PERF=$(readlink -f "$2")
 VRDMAD=$(readlink -f "$3")
+NICMIG=$(readlink -f "$4")
 HERE=$(cd "$(dirname "$0")" && pwd)
 skip() { echo "SKIP: $*"; exit 77; }
 [ "$(id -u)" -eq 0 ] && ip netns list >/dev/null 2>&1 || skip "needs root to create network namespaces"
@@ -49,8 +54,8 @@ ov="$work/overlay"
 mkdir -p "$ov/opt/vrdma"
 # GUEST_TOOLS="strace ..." adds host tools for diagnosis.
 EXTRA=$(for t in ${GUEST_TOOLS:-}; do command -v "$t"; done)
-for b in "$SUITE" "$PERF" "$VRDMAD" $EXTRA; do strip --strip-debug -o "$ov/opt/vrdma/$(basename "$b")" "$b"; done
-for f in $(for b in "$SUITE" "$PERF" "$VRDMAD" $EXTRA; do ldd "$b" | awk '/=>/ {print $3} /^\t\/lib/ {print $1}'; done | sort -u); do
+for b in "$SUITE" "$PERF" "$VRDMAD" "$NICMIG" $EXTRA; do strip --strip-debug -o "$ov/opt/vrdma/$(basename "$b")" "$b"; done
+for f in $(for b in "$SUITE" "$PERF" "$VRDMAD" "$NICMIG" $EXTRA; do ldd "$b" | awk '/=>/ {print $3} /^\t\/lib/ {print $1}'; done | sort -u); do
   [ -e "$f" ] || continue
   mkdir -p "$ov/$(dirname "$f")"
   cp -L "$f" "$ov/$f"
@@ -149,7 +154,8 @@ done
 # ---- 4: the virtio RDMA device on a NIC: vrdmad over verbs:rxe0 ------------------------------
 # vrdmad_up NAME...: one vrdmad per name on rxe0 (socket /tmp/NAME.sock, log /tmp/NAME.log),
 # waiting for its control socket; vrdmad_logs NAME... prints the logs' ends.
-VRDMAD_UP='vrdmad_up() { for n in "$@"; do rm -f /tmp/$n.sock /tmp/$n.ctl; timeout 200 /opt/vrdma/vrdmad --socket /tmp/$n.sock --engine verbs:rxe0 --control /tmp/$n.ctl 2>/tmp/$n.log & PIDS="$PIDS $!"; done; for n in "$@"; do i=0; while [ ! -S /tmp/$n.ctl ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; done; }; vrdmad_logs() { for n in "$@"; do echo "--- vrdmad $n:"; grep -v "vhost-user\|vring" /tmp/$n.log | tail -40; done; }; vrdmad_down() { kill $PIDS 2>/dev/null; wait 2>/dev/null; }'
+# VRDMAD_ARGS (in the guest) adds options, e.g. --incoming guest for a migration destination.
+VRDMAD_UP='vrdmad_up() { for n in "$@"; do rm -f /tmp/$n.sock /tmp/$n.ctl; timeout 200 /opt/vrdma/vrdmad --socket /tmp/$n.sock --engine verbs:rxe0 --control /tmp/$n.ctl $VRDMAD_ARGS 2>/tmp/$n.log & PIDS="$PIDS $!"; done; for n in "$@"; do i=0; while [ ! -S /tmp/$n.ctl ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; done; }; vrdmad_logs() { for n in "$@"; do echo "--- vrdmad $n:"; grep -v "vhost-user\|vring" /tmp/$n.log | tail -40; done; }; vrdmad_down() { kill $PIDS 2>/dev/null; wait 2>/dev/null; }'
 run_suite_pv() {
   local name=suite_pv_rxe ok=1 f="$work/suite_pv_rxe.guest" t=$(date +%s)
   want "$name" || return 0
@@ -189,6 +195,25 @@ for t in write_bw read_bw send_bw atomic_bw send_lat; do
   run_case pv_perf_guest_client $t
   run_case pv_perf_guest_server $t
 done
+
+# ---- 5: moving the device between vrdmad processes on the NIC ---------------------------------
+run_nic_migration() {
+  local name=nic_migration ok=1 f="$work/nic_migration.guest" t=$(date +%s)
+  want "$name" || return 0
+  # u1 refuses the state: a vrdmad on our soft engine cannot take a NIC's re-creation records.
+  if guest_run "$f" 240 "$VRDMAD_UP; export VRDMA_LOG=${VRDMAD_LOG:-info}; vrdmad_up s0 t0 u0; VRDMAD_ARGS='--incoming guest' vrdmad_up s1 s2 t1;" \
+     "rm -f /tmp/u1.sock /tmp/u1.ctl; timeout 200 /opt/vrdma/vrdmad --socket /tmp/u1.sock --engine 'soft:127.0.0.1?port=47951' --incoming guest --control /tmp/u1.ctl 2>/tmp/u1.log & PIDS=\"\$PIDS \$!\";" \
+     "i=0; while [ ! -S /tmp/u1.ctl ] && [ \$i -lt 100 ]; do sleep 0.1; i=\$((i+1)); done;" \
+     "VRDMA_NIC_MOVE=/tmp/s0.sock,/tmp/s1.sock,/tmp/s2.sock VRDMA_NIC_PEER_MOVE=/tmp/t0.sock,/tmp/t1.sock VRDMA_NIC_PEER=verbs:rxe0" \
+     "VRDMA_NIC_REFUSED_MOVE=/tmp/u0.sock,/tmp/u1.sock" \
+     "timeout 240 /opt/vrdma/nic_migration_test --log_level=message --report_level=short --color_output=no ${NICMIG_ARGS:-};" \
+     "rc=\$?; grep -h 'stopped on\\|re-created' /tmp/s0.log /tmp/s1.log /tmp/s2.log /tmp/u0.log;" \
+     "[ \$rc -eq 0 ] || vrdmad_logs s0 s1 s2 t0 t1 u0 u1; vrdmad_down; exit \$rc"; then ok=0; fi
+  echo "$name ($(($(date +%s) - t)) s):"
+  grep -E "SKIP|moved to|refused as|re-created|error|failed|passed" "$f" | sed 's/^/  /' | head -40 || true
+  record "$name" $ok "$f"
+}
+run_case run_nic_migration
 
 # ---- 2: siw, alone (with rxe0 on the same netdev the connection manager would pick rxe0) -----
 if want suite_siw; then

@@ -253,7 +253,20 @@ std::vector<std::uint8_t> RdmaDevice::Impl::execute(const GuestView& g, std::spa
                         fmt::format("registering {} more bytes would exceed the guest's limit of {} registered bytes "
                                     "({} already)", r.length, lim.max_registered_bytes, st.registered_bytes));
         MrObj mr;
-        if (auto s = register_mr(g, r, 0, mr); !s.ok()) return refuse(status_of(s.error()), s.error().message);
+        // After a move onto a NIC, a key the NIC hands out may be a moved region's name in the
+        // guest: such a registration is set aside (and released) and another one made.
+        std::vector<MrObj> set_aside;
+        for (int tries = 0;; ++tries) {
+          if (auto s = register_mr(g, r, 0, mr); !s.ok()) return refuse(status_of(s.error()), s.error().message);
+          if (lkey_to_engine.empty() ||
+              (!guest_name_taken(mr.eng->lkey(), false) && !guest_name_taken(mr.eng->rkey(), false)))
+            break;
+          if (tries == 7) return refuse(vd::Status::busy, "the NIC kept handing out memory keys the guest already uses");
+          set_aside.push_back(std::move(mr));
+          mr = MrObj{};
+        }
+        mr.guest_lkey = mr.eng->lkey();
+        mr.guest_rkey = mr.eng->rkey();
         const auto h = new_handle();
         vd::RegMrResp out{h, mr.eng->lkey(), mr.eng->rkey(), 0};
         st.registered_bytes += r.length;
@@ -268,6 +281,7 @@ std::vector<std::uint8_t> RdmaDevice::Impl::execute(const GuestView& g, std::spa
         if (it == mrs.end()) return refuse(vd::Status::not_found, fmt::format("no MR {}", h));
         st.registered_bytes -= it->second.length;
         --pds[it->second.pd].users;
+        forget_names(h);
         mrs.erase(it);
         return std::vector<std::uint8_t>{};
       }
@@ -358,10 +372,19 @@ std::vector<std::uint8_t> RdmaDevice::Impl::execute(const GuestView& g, std::spa
         ia.cap.max_inline_data = r.max_inline;
         ia.sq_sig_all = r.sq_sig_all != 0;
         auto eng = pit->second.eng->create_qp(ia);
+        // After a move onto a NIC, a QPN it hands out may be a moved QP's name in the guest.
+        std::vector<std::shared_ptr<nicdrv::QueuePair>> set_aside;
+        for (int tries = 0; eng && !qpn_to_engine.empty() && guest_name_taken((*eng)->qp_num(), true); ++tries) {
+          if (tries == 7) return refuse(vd::Status::busy, "the NIC kept handing out QPNs the guest already uses");
+          set_aside.push_back(std::move(*eng));
+          eng = pit->second.eng->create_qp(ia);
+        }
         if (!eng) return refuse(status_of(eng.error()), eng.error().message);
         qp.eng = std::move(*eng);
+        qp.guest_qpn = qp.eng->qp_num();
         const auto h = new_handle();
-        vd::CreateQpResp out{h, qp.eng->qp_num(), qp.sq.stride, qp.rq.stride};
+        if (engine_rebuilds()) qp_by_engine_qpn[qp.guest_qpn] = h;
+        vd::CreateQpResp out{h, qp.guest_qpn, qp.sq.stride, qp.rq.stride};
         write_status(g, qp.status_gpa, 0, 0, 0);
         ++pit->second.users;
         ++scq->second.users;
@@ -379,9 +402,23 @@ std::vector<std::uint8_t> RdmaDevice::Impl::execute(const GuestView& g, std::spa
         if (!attr) return refuse(vd::Status::invalid, "MODIFY_QP carries an out-of-range state, MTU or access value");
         if ((r.mask & ~((1u << 21) - 1)) != 0)
           return refuse(vd::Status::invalid, fmt::format("MODIFY_QP mask {:#x} has unknown bits", r.mask));
-        auto s = it->second.eng->modify(*attr, static_cast<nicdrv::QpAttrMask>(r.mask));
+        const auto mask = static_cast<nicdrv::QpAttrMask>(r.mask);
+        bool local_peer = it->second.local_peer;
+        if (engine_rebuilds() && (mask & nicdrv::QpAttrMask::dest_qpn) != nicdrv::QpAttrMask::none) {
+          // Connected to a QP of this same device? Then a move keeps the two connected.
+          const auto gq = attr->dest_qp_num;
+          auto own = qpn_to_engine.find(gq);
+          auto byq = qp_by_engine_qpn.find(gq);
+          const bool ours = own != qpn_to_engine.end() || (byq != qp_by_engine_qpn.end() && qps.count(byq->second) != 0 &&
+                                                           qps[byq->second].guest_qpn == gq);
+          auto sg = engine->query_gid(attr->ah_attr.sgid_index, attr->ah_attr.port_num);
+          local_peer = ours && (mask & nicdrv::QpAttrMask::av) != nicdrv::QpAttrMask::none && sg.ok() && sg->gid == attr->ah_attr.dgid;
+          if (local_peer && own != qpn_to_engine.end()) attr->dest_qp_num = own->second;
+        }
+        auto s = it->second.eng->modify(*attr, mask);
         if (!s.ok()) return refuse(status_of(s.error()), s.error().message);
         auto& qp = it->second;
+        qp.local_peer = local_peer;
         if (qp.eng->state() != nicdrv::QpState::err) qp.fatal_reported = false;
         write_status(g, qp.status_gpa, qp.sq.consumed, qp.rq.consumed, static_cast<std::uint32_t>(qp.eng->state()));
         if (qp.sq.produced != qp.sq.consumed) pending_sq.insert(r.qp);
@@ -395,6 +432,7 @@ std::vector<std::uint8_t> RdmaDevice::Impl::execute(const GuestView& g, std::spa
         if (it == qps.end()) return refuse(vd::Status::not_found, fmt::format("QUERY_QP names no QP {}", h));
         auto a = it->second.eng->query();
         if (!a) return refuse(status_of(a.error()), a.error().message);
+        if (it->second.local_peer) a->dest_qp_num = guest_qpn_of(a->dest_qp_num);
         return bytes_of(vd::qp_attr_to_wire(*a));
       }
       case vd::Cmd::destroy_qp: {
@@ -409,6 +447,7 @@ std::vector<std::uint8_t> RdmaDevice::Impl::execute(const GuestView& g, std::spa
         if (qp.srq != vd::kNoHandle) --srqs[qp.srq].users;
         pending_sq.erase(h);
         pending_rq.erase(h);
+        forget_names(h);
         qps.erase(it);
         return std::vector<std::uint8_t>{};
       }

@@ -140,7 +140,7 @@ void RdmaDevice::Impl::post_sq(const GuestView& g, std::uint32_t handle, QpObj& 
       auto w = g.read_obj<vd::SendWqe>(gpa);
       auto reject = [&](std::string why) {
         if (should_log_refusal(Refused::wqe)) log::warn("virtio-rdma: QP {} send WQE {} refused: {}", handle, idx, why);
-        error_cqe(g, qp.send_cq, w ? w->wr_id : 0, qp.eng->qp_num(), false);
+        error_cqe(g, qp.send_cq, w ? w->wr_id : 0, qp.guest_qpn, false);
       };
       if (!w) {
         reject("its ring slot is outside guest memory");
@@ -164,8 +164,10 @@ void RdmaDevice::Impl::post_sq(const GuestView& g, std::uint32_t handle, QpObj& 
         wr.imm_data = w->imm_data;
         wr.rdma.remote_addr = w->remote_addr;
         wr.rdma.rkey = w->rkey;
+        if (qp.local_peer && !rkey_to_engine.empty())  // a moved region of this device (rebuild.cpp)
+          if (auto k = rkey_to_engine.find(w->rkey); k != rkey_to_engine.end()) wr.rdma.rkey = k->second;
         wr.atomic.remote_addr = w->remote_addr;
-        wr.atomic.rkey = w->rkey;
+        wr.atomic.rkey = wr.rdma.rkey;
         wr.atomic.compare_add = w->compare_add;
         wr.atomic.swap = w->swap;
         bool ok = true;
@@ -198,7 +200,7 @@ void RdmaDevice::Impl::post_sq(const GuestView& g, std::uint32_t handle, QpObj& 
             ok = false;
           } else {
             for (std::size_t k = 0; k < w->num_sge; ++k)
-              sges[n * qp.max_send_sge + k] = nicdrv::Sge{ws[k].addr, ws[k].length, ws[k].lkey};
+              sges[n * qp.max_send_sge + k] = nicdrv::Sge{ws[k].addr, ws[k].length, engine_lkey(ws[k].lkey)};
             wr.sg_list = std::span<const nicdrv::Sge>(&sges[n * qp.max_send_sge], w->num_sge);
           }
         }
@@ -223,7 +225,7 @@ void RdmaDevice::Impl::post_sq(const GuestView& g, std::uint32_t handle, QpObj& 
         } else {
           if (should_log_refusal(Refused::wqe))
             log::warn("virtio-rdma: QP {} send WQE {} refused by the engine: {}", handle, slot_idx[bad], s.error().message);
-          error_cqe(g, qp.send_cq, wrs[bad].wr_id, qp.eng->qp_num(), false);
+          error_cqe(g, qp.send_cq, wrs[bad].wr_id, qp.guest_qpn, false);
           idx = static_cast<std::uint32_t>(slot_idx[bad] + 1);  // continue after the bad one
         }
       }
@@ -239,9 +241,9 @@ namespace {
 
 // Reads receive WQEs [consumed, produced) of `ring` and posts them with `post`; shared by QP
 // receive rings and SRQs.
-template <class Post, class Reject>
+template <class Post, class Reject, class Key>
 void post_recv_ring(const GuestView& g, WorkRing& ring, std::uint32_t max_sge, Post&& post, Reject&& reject,
-                    bool& full, std::uint64_t& count) {
+                    bool& full, std::uint64_t& count, Key&& key) {
   std::array<nicdrv::RecvWr, kBatch> wrs;
   std::array<std::uint32_t, kBatch> slot{};
   std::vector<nicdrv::Sge> sges(kBatch * max_sge);
@@ -260,7 +262,7 @@ void post_recv_ring(const GuestView& g, WorkRing& ring, std::uint32_t max_sge, P
       } else if (w->num_sge > 0 && !g.read(gpa + sizeof(vd::RecvWqe), ws.data(), w->num_sge * sizeof(vd::WireSge)).ok()) {
         reject(w->wr_id, idx, "its SGEs are outside guest memory");
       } else {
-        for (std::size_t k = 0; k < w->num_sge; ++k) sges[n * max_sge + k] = nicdrv::Sge{ws[k].addr, ws[k].length, ws[k].lkey};
+        for (std::size_t k = 0; k < w->num_sge; ++k) sges[n * max_sge + k] = nicdrv::Sge{ws[k].addr, ws[k].length, key(ws[k].lkey)};
         wrs[n] = nicdrv::RecvWr{w->wr_id, std::span<const nicdrv::Sge>(&sges[n * max_sge], w->num_sge)};
         slot[n++] = idx;
       }
@@ -300,14 +302,14 @@ void RdmaDevice::Impl::post_rq(const GuestView& g, std::uint32_t handle, QpObj& 
       g, qp.rq, qp.max_recv_sge,
       [&](std::span<const nicdrv::RecvWr> w, std::size_t* bad) -> Status {
         if (!flush_here) return qp.eng->post_recv(w, bad);
-        for (const auto& r : w) flush_cqe(g, qp.recv_cq, r.wr_id, qp.eng->qp_num());
+        for (const auto& r : w) flush_cqe(g, qp.recv_cq, r.wr_id, qp.guest_qpn);
         return {};
       },
       [&](std::uint64_t wr_id, std::uint32_t idx, const std::string& why) {
         if (should_log_refusal(Refused::wqe)) log::warn("virtio-rdma: QP {} receive WQE {} refused: {}", handle, idx, why);
-        error_cqe(g, qp.recv_cq, wr_id, qp.eng->qp_num(), true);
+        error_cqe(g, qp.recv_cq, wr_id, qp.guest_qpn, true);
       },
-      full, st.recv_wqes);
+      full, st.recv_wqes, [this](std::uint32_t k) { return engine_lkey(k); });
   if (full)
     pending_rq.insert(handle);
   else
@@ -326,7 +328,7 @@ void RdmaDevice::Impl::post_srq(const GuestView& g, std::uint32_t handle, SrqObj
         if (should_log_refusal(Refused::wqe))
           log::warn("virtio-rdma: SRQ {} WQE {} (wr_id {:#x}) refused and dropped: {}", handle, idx, wr_id, why);
       },
-      full, st.recv_wqes);
+      full, st.recv_wqes, [this](std::uint32_t k) { return engine_lkey(k); });
   if (full)
     pending_srq.insert(handle);
   else

@@ -210,6 +210,7 @@ void RdmaDevice::Impl::maybe_resume() {
   if (!s.ok() && !s.error().is(Errc::not_supported))
     log::warn("virtio-rdma: the engine could not resume: {}", s.error().message);
   paused = false;
+  if (!stopped_for_rebuild.empty()) rebuild_here();
   log::info("virtio-rdma: all rings running again; engine resumed");
   withdraw_state_from_guest();
   drain_all();
@@ -221,6 +222,13 @@ void RdmaDevice::Impl::reset() {
   for (auto& [fd, h] : cq_by_fd) loop.remove(fd);
   cq_by_fd.clear();
   qps.clear();
+  lkey_to_engine.clear();
+  rkey_to_engine.clear();
+  qpn_to_guest.clear();
+  qpn_to_engine.clear();
+  qp_by_engine_qpn.clear();
+  rebuilds.clear();
+  stopped_for_rebuild.clear();
   srqs.clear();
   ahs.clear();
   mrs.clear();
@@ -336,10 +344,17 @@ void RdmaDevice::Impl::drain_cq(std::uint32_t handle) {
             if (!qp.fatal_reported && wc.status != nicdrv::WcStatus::wr_flush_err) {
               qp.fatal_reported = true;
               queue_event(vd::EventType::qp_fatal, qh, static_cast<std::uint32_t>(wc.status));
+              log::info("virtio-rdma: QP {} (QPN {:#x}) went to ERR: work request {:#x} completed with {}; completion {} "
+                        "of CQ {}",
+                        qh, qp.guest_qpn, wc.wr_id, nicdrv::to_string(wc.status), cq.produced, handle);
             }
           }
         }
-        (void)write_cqe(handle, cq, g, vd::to_cqe(wc));
+        auto c = vd::to_cqe(wc);
+        c.qp_num = guest_qpn_of(wc.qp_num);
+        if (engine_rebuilds() && static_cast<std::uint8_t>(wc.opcode) >= 128)
+          if (auto q = qp_by_engine_qpn.find(wc.qp_num); q != qp_by_engine_qpn.end()) ++qps[q->second].rq_done;
+        (void)write_cqe(handle, cq, g, c);
         ++moved;
         if (static_cast<std::uint8_t>(wc.opcode) < 128) any_send = true;
       }

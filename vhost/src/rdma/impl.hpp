@@ -57,6 +57,9 @@ struct MrObj {
   std::vector<std::shared_ptr<const MappedRegion>> regions;  // keeps the mapped pages alive
   std::shared_ptr<MrObserver> observer;
   std::shared_ptr<nicdrv::MemoryRegion> eng;
+  // The keys the guest was given. They are the engine's, except after a move onto a NIC, which
+  // picks its own keys when a region is registered again (rebuild.cpp translates).
+  std::uint32_t guest_lkey = 0, guest_rkey = 0;
 };
 
 struct CqObj {
@@ -87,6 +90,14 @@ struct QpObj {
   std::uint64_t status_gpa = 0;
   std::shared_ptr<nicdrv::QueuePair> eng;
   bool fatal_reported = false;
+  // The QPN the guest was given: the engine's, except after a move onto a NIC (rebuild.cpp).
+  std::uint32_t guest_qpn = 0;
+  // Receive completions (any status) moved to the guest: with rq.consumed, the receives still
+  // posted to the engine, which a move onto a NIC posts again at the destination.
+  std::uint32_t rq_done = 0;
+  // Connected to another QP of this device (its destination QPN is one of ours, on our GID):
+  // after a move onto a NIC its QPN and the rkeys it uses are translated too.
+  bool local_peer = false;
 };
 
 struct AhObj {
@@ -175,6 +186,43 @@ struct RdmaDevice::Impl {
   // `made`: an engine CQ built ahead (Precreated) instead of a new one.
   Status add_cq(const GuestView& g, std::uint32_t handle, std::uint32_t depth, std::uint64_t ring_gpa, bool zero_ring,
                 std::shared_ptr<nicdrv::CompletionQueue> made = {});
+
+  // rebuild.cpp: moving QPs whose state a NIC keeps (export_state() not_supported): drained
+  // and stopped at the save, re-created from their attributes and PSNs at the load, the guest's
+  // QPNs and keys kept by translation.
+  [[nodiscard]] bool engine_rebuilds() const { return !engine_reports_writes; }
+  Status stop_for_rebuild();
+  Result<std::vector<std::uint8_t>> rebuild_record(std::uint32_t handle, const QpObj& qp);
+  Status rebuild_qp(std::uint32_t handle, QpObj& qp, nicdrv::ProtectionDomain& pd, const nicdrv::QpInitAttr& ia,
+                    std::span<const std::uint8_t> record);
+  Status finish_rebuilds();
+  // The rings run here again after a save that stopped the QPs (the move failed): re-create
+  // them on this NIC the same way.
+  void rebuild_here();
+  [[nodiscard]] nicdrv::QpInitAttr init_attr_of(const QpObj& qp);
+  void forget_names(std::uint32_t handle);
+  [[nodiscard]] std::uint32_t engine_lkey(std::uint32_t guest_lkey) const {
+    if (lkey_to_engine.empty()) return guest_lkey;
+    auto it = lkey_to_engine.find(guest_lkey);
+    return it == lkey_to_engine.end() ? guest_lkey : it->second;
+  }
+  [[nodiscard]] std::uint32_t guest_qpn_of(std::uint32_t engine_qpn) const {
+    if (qpn_to_guest.empty()) return engine_qpn;
+    auto it = qpn_to_guest.find(engine_qpn);
+    return it == qpn_to_guest.end() ? engine_qpn : it->second;
+  }
+  [[nodiscard]] bool guest_name_taken(std::uint32_t qpn_or_key, bool qpn) const;
+  std::unordered_map<std::uint32_t, std::uint32_t> lkey_to_engine;  // guest lkey -> engine lkey (moved regions)
+  std::unordered_map<std::uint32_t, std::uint32_t> rkey_to_engine;  // guest rkey -> engine rkey (moved regions)
+  std::unordered_map<std::uint32_t, std::uint32_t> qpn_to_guest;    // engine QPN -> guest QPN (moved QPs)
+  std::unordered_map<std::uint32_t, std::uint32_t> qpn_to_engine;   // guest QPN -> engine QPN (moved QPs)
+  std::unordered_map<std::uint32_t, std::uint32_t> qp_by_engine_qpn;  // engine QPN -> handle (NIC engines)
+  struct PendingRebuild {
+    std::uint32_t handle;
+    std::vector<std::uint8_t> record;
+  };
+  std::vector<PendingRebuild> rebuilds;  // load_state(): modified once every QP exists
+  std::unordered_map<std::uint32_t, std::vector<std::uint8_t>> stopped_for_rebuild;  // save: handle -> record
 
   // state.cpp (device state for migration)
   Result<std::vector<std::uint8_t>> save_state();

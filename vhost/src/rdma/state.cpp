@@ -46,6 +46,9 @@ Result<std::vector<std::uint8_t>> RdmaDevice::Impl::save_state() {
   if (!srqs.empty())
     return make_error(Errc::not_supported, fmt::format("the guest has {} SRQs; migrating SRQs is not supported yet",
                                                        srqs.size()));
+  // On a NIC the QPs are drained and stopped first (rebuild.cpp); a second save reuses that.
+  if (engine_rebuilds() && stopped_for_rebuild.empty())
+    if (auto s = stop_for_rebuild(); !s.ok()) return s.error();
   ByteWriter w;
   w.put(kMagic);
   w.put(RdmaDevice::kStateVersion);
@@ -61,8 +64,8 @@ Result<std::vector<std::uint8_t>> RdmaDevice::Impl::save_state() {
     w.put(mr.page_shift);
     w.put(mr.iova);
     w.put(mr.length);
-    w.put(mr.eng->lkey());
-    w.put(mr.eng->rkey());
+    w.put(mr.guest_lkey);
+    w.put(mr.guest_rkey);
     w.put(static_cast<std::uint32_t>(pages.size()));
     for (auto p : pages) w.put(p);
   }
@@ -73,7 +76,10 @@ Result<std::vector<std::uint8_t>> RdmaDevice::Impl::save_state() {
     for (;;) {
       auto n = cq.eng->poll(wcs);
       if (!n) return make_error(Errc::io_error, fmt::format("CQ {}: {}", h, n.error().message));
-      for (std::size_t i = 0; i < *n; ++i) cq.backlog.push_back(vd::to_cqe(wcs[i]));
+      for (std::size_t i = 0; i < *n; ++i) {
+        cq.backlog.push_back(vd::to_cqe(wcs[i]));
+        cq.backlog.back().qp_num = guest_qpn_of(wcs[i].qp_num);
+      }
       if (*n < wcs.size()) break;
     }
     w.put(h);
@@ -93,7 +99,7 @@ Result<std::vector<std::uint8_t>> RdmaDevice::Impl::save_state() {
   }
   w.put(static_cast<std::uint32_t>(qps.size()));
   for (const auto& [h, qp] : qps) {
-    auto blob = qp.eng->export_state();
+    auto blob = engine_rebuilds() ? rebuild_record(h, qp) : qp.eng->export_state();
     if (!blob) return make_error(blob.error().code == make_error_code(Errc::not_supported) ? Errc::not_supported : Errc::io_error,
                                  fmt::format("QP {}: {}", h, blob.error().message));
     w.put(h);
@@ -109,7 +115,7 @@ Result<std::vector<std::uint8_t>> RdmaDevice::Impl::save_state() {
     w.put(save_ring(qp.sq));
     w.put(save_ring(qp.rq));
     w.put(qp.status_gpa);
-    w.put(qp.eng->qp_num());
+    w.put(qp.guest_qpn);
     w.bytes(*blob);
   }
   log::info("virtio-rdma: device state saved: {} PDs, {} MRs, {} CQs, {} AHs, {} QPs, {} bytes", pds.size(), mrs.size(),
@@ -169,7 +175,7 @@ Status RdmaDevice::Impl::load_state(std::span<const std::uint8_t> blob) {
     if (!r.get(h) || !r.get(q.pd) || !r.get(q.access) || !r.get(q.page_shift) || !r.get(q.iova) || !r.get(q.length) ||
         !r.get(lkey) || !r.get(rkey) || !r.get(npages))
       return fail(bad("truncated MR"));
-    if (!fresh(h, mrs.count(h) != 0) || npages > lim.max_mr_pages || lkey != rkey)
+    if (!fresh(h, mrs.count(h) != 0) || npages > lim.max_mr_pages || (lkey != rkey && rkey != 0))
       return fail(bad(fmt::format("MR {} (pages {}, lkey {:#x}, rkey {:#x})", h, npages, lkey, rkey)));
     std::vector<std::uint64_t> pages(npages);
     for (auto& p : pages)
@@ -177,8 +183,15 @@ Status RdmaDevice::Impl::load_state(std::span<const std::uint8_t> blob) {
     q.npages = npages;
     if (st.registered_bytes + q.length > lim.max_registered_bytes) return fail(bad("registered bytes over the limit"));
     MrObj mr;
-    if (auto s = register_mr(g, q, lkey, mr, &pages); !s.ok()) return fail(prefixed(fmt::format("MR {}: ", h), s.error()));
-    if (mr.eng->lkey() != lkey) return fail(make_error(Errc::not_supported, "the engine cannot keep the MR's key"));
+    // A NIC picks the keys itself: the guest's stay, translated (rebuild.cpp).
+    if (auto s = register_mr(g, q, engine_rebuilds() ? 0 : lkey, mr, &pages); !s.ok())
+      return fail(prefixed(fmt::format("MR {}: ", h), s.error()));
+    if (!engine_rebuilds() && mr.eng->lkey() != lkey)
+      return fail(make_error(Errc::not_supported, "the engine cannot keep the MR's key"));
+    mr.guest_lkey = lkey;
+    mr.guest_rkey = rkey;
+    if (mr.eng->lkey() != lkey) lkey_to_engine[lkey] = mr.eng->lkey();
+    if (rkey != 0 && mr.eng->rkey() != rkey) rkey_to_engine[rkey] = mr.eng->rkey();
     st.registered_bytes += q.length;
     ++pds[q.pd].users;
     mrs.emplace(h, std::move(mr));
@@ -265,6 +278,18 @@ Status RdmaDevice::Impl::load_state(std::span<const std::uint8_t> blob) {
     ia.sq_sig_all = qp.sq_sig_all;
     nicdrv::QpOptions qo;
     qo.requested_qpn = qpn;
+    qp.guest_qpn = qpn;
+    if (engine_rebuilds()) {
+      if (auto s = rebuild_qp(h, qp, *pit->second.eng, ia, eng_blob); !s.ok())
+        return fail(prefixed(fmt::format("QP {}: ", h), s.error()));
+      ++pit->second.users;
+      ++scq->second.users;
+      ++rcq->second.users;
+      if (qp.sq.produced != qp.sq.consumed) pending_sq.insert(h);
+      if (qp.rq.produced != qp.rq.consumed) pending_rq.insert(h);
+      qps.emplace(h, std::move(qp));
+      continue;
+    }
     Result<std::shared_ptr<nicdrv::QueuePair>> eng = make_error(Errc::not_found, "not pre-created");
     if (auto it = pre.qps.find(h); it != pre.qps.end()) {
       const auto& p = it->second;
@@ -296,6 +321,7 @@ Status RdmaDevice::Impl::load_state(std::span<const std::uint8_t> blob) {
     qps.emplace(h, std::move(qp));
   }
   if (!r.at_end()) return fail(bad("trailing bytes"));
+  if (auto s = finish_rebuilds(); !s.ok()) return fail(s.error());
   next_handle_ = std::max(next, max_handle + 1);
   qp_ms = ms_since(t);
   const std::uint32_t unused = pre.count();
@@ -342,6 +368,10 @@ std::vector<std::uint8_t> RdmaDevice::Impl::save_layout() const {
 
 Status RdmaDevice::Impl::precreate(std::span<const std::uint8_t> layout) {
   pre.clear();
+  if (engine_rebuilds()) {  // a NIC re-creates QPs from their stopped state at the load
+    log::info("virtio-rdma: {} builds the incoming guest's objects at the stop (QPs are re-created there)", engine->name());
+    return {};
+  }
   if (!pds.empty() || !cqs.empty() || !qps.empty())
     return make_error(Errc::bad_state, "objects can be built ahead only on a device with none");
   const auto t0 = std::chrono::steady_clock::now();

@@ -46,6 +46,9 @@ struct RdmaLimits {
 
 struct RdmaDeviceOptions {
   RdmaLimits limits;
+  // On a NIC, how long the stop waits for the sends already posted to finish (and then for the
+  // NIC to flush the receives it holds) before it gives up and the guest carries on here.
+  std::uint32_t drain_timeout_ms = 2000;
   std::uint8_t mac[6] = {0x52, 0x54, 0x00, 0x00, 0x00, 0x01};
 };
 

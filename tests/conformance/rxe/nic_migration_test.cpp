@@ -1,0 +1,273 @@
+// Moving a guest's virtio RDMA device between backends on a NIC (vrdmad --engine verbs:rxe0,
+// Linux rxe standing in for the hosts' NIC): the QPs are drained, stopped and re-created, and the
+// guest keeps its QPNs and keys by translation (vhost/src/rdma/rebuild.cpp, docs/migration.md
+// "On a NIC"). Run inside the reference-peer guest by verbs_guest_test.sh:
+//   VRDMA_NIC_MOVE="s0,s1,s2"  vrdmad sockets: s0 runs the device first, s1 and s2 wait with
+//                              --incoming guest (the device moves s0 -> s1 -> s2)
+//   VRDMA_NIC_PEER_MOVE="t0,t1" the same for the test with a peer outside the guest
+//   VRDMA_NIC_PEER="verbs:rxe0" that peer: a QP straight on the NIC, as a plain host's would be
+//   VRDMA_NIC_GID=1            the RoCEv2 IPv4 GID index
+#define BOOST_TEST_MODULE nic_migration
+#include <boost/test/unit_test.hpp>
+
+#include <chrono>
+#include <cstdlib>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "check.hpp"
+#include "rdma_pair.hpp"
+#include "vrdma/vhost/pv.hpp"
+
+using namespace vrdma;
+using namespace vrdma::nicdrv;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::vector<std::string> env_list(const char* name) {
+  std::vector<std::string> out;
+  const char* v = std::getenv(name);
+  if (v == nullptr) return out;
+  std::stringstream ss(v);
+  for (std::string s; std::getline(ss, s, ',');) out.push_back(s);
+  return out;
+}
+
+test::PairOptions options() {
+  test::PairOptions o;
+  const char* g = std::getenv("VRDMA_NIC_GID");
+  o.gid_index = static_cast<std::uint8_t>(g != nullptr ? std::atoi(g) : 1);
+  o.buf_bytes = 1 << 20;
+  o.sq_depth = o.rq_depth = 64;
+  o.cq_depth = 256;
+  o.timeout = 17;  // 0.5 s: rxe under TCG is slow
+  return o;
+}
+
+std::shared_ptr<Device> open_pv(const std::string& sock) {
+  auto d = open_device("pv:" + sock + "?ram_mib=48");
+  VRDMA_REQUIRE_OK(d);
+  return *d;
+}
+
+constexpr std::size_t kSlot = 16 * 1024;   // one receive buffer / one SEND
+constexpr std::size_t kSlots = 8;          // receives kept posted at B
+constexpr std::size_t kWriteAt = 256 * 1024, kWrite = 64 * 1024;
+
+void post_recv_slot(test::Endpoint& b, std::uint64_t seq) {
+  Sge s{reinterpret_cast<std::uint64_t>(b.buf.data() + (seq % kSlots) * kSlot), kSlot, b.mr->lkey()};
+  RecvWr r{seq, {&s, 1}};
+  VRDMA_REQUIRE_OK(b.qp->post_recv(std::span<const RecvWr>(&r, 1)));
+}
+
+// A and B, two QPs of one guest device connected to each other, with B keeping kSlots receives
+// posted. Each round A posts a WRITE and a SEND with fresh data; finish() waits for the round's
+// completions and checks them: once each, the QPNs the guest was given, the data in place.
+struct InGuestPair {
+  std::shared_ptr<Device> dev;
+  test::Endpoint a, b;
+  std::uint32_t qpn_a = 0, qpn_b = 0;
+  std::uint64_t next_recv = 0;
+  std::set<std::uint64_t> sends_done, recvs_done;
+
+  explicit InGuestPair(const std::string& sock) : dev(open_pv(sock)) {
+    const auto o = options();
+    auto ea = test::make_endpoint(dev, o);
+    auto eb = test::make_endpoint(dev, o);
+    VRDMA_REQUIRE_OK(ea);
+    VRDMA_REQUIRE_OK(eb);
+    a = std::move(*ea);
+    b = std::move(*eb);
+    VRDMA_REQUIRE_OK(test::connect(a, b, o));
+    qpn_a = a.qp->qp_num();
+    qpn_b = b.qp->qp_num();
+    for (; next_recv < kSlots; ++next_recv) post_recv_slot(b, next_recv);
+  }
+  void post(std::uint64_t r) {
+    std::uint8_t* src = a.buf.data() + (r % 2) * kSlot;
+    test::fill_pattern(src, kSlot, 1000 + r);
+    std::uint8_t* wsrc = a.buf.data() + kWriteAt + (r % 2) * kWrite;
+    test::fill_pattern(wsrc, kWrite, 5000 + r);
+    Sge ss{reinterpret_cast<std::uint64_t>(src), kSlot, a.mr->lkey()};
+    Sge ws{reinterpret_cast<std::uint64_t>(wsrc), kWrite, a.mr->lkey()};
+    SendWr w[2];
+    w[0].wr_id = 2 * r;
+    w[0].opcode = WrOpcode::rdma_write;
+    w[0].flags = SendFlags::signaled;
+    w[0].sg_list = {&ws, 1};
+    w[0].rdma.remote_addr = b.mr->addr() + kWriteAt + (r % 2) * kWrite;
+    w[0].rdma.rkey = b.mr->rkey();
+    w[1].wr_id = 2 * r + 1;
+    w[1].opcode = WrOpcode::send;
+    w[1].flags = SendFlags::signaled;
+    w[1].sg_list = {&ss, 1};
+    VRDMA_REQUIRE_OK(a.qp->post_send(std::span<const SendWr>(w, 2)));
+  }
+  void finish(std::uint64_t r) {
+    auto sc = test::wait_cq(*a.cq, 2, 30s);
+    BOOST_REQUIRE_MESSAGE(sc.size() == 2u, "round " << r << ": " << sc.size() << " of 2 send completions");
+    for (const auto& c : sc) {
+      BOOST_TEST(c.status == WcStatus::success, "round " << r << " wr " << c.wr_id << ": " << to_string(c.status));
+      BOOST_TEST(c.qp_num == qpn_a);
+      BOOST_TEST(sends_done.insert(c.wr_id).second, "send " << c.wr_id << " completed twice");
+    }
+    auto rc = test::wait_cq(*b.cq, 1, 30s);
+    BOOST_REQUIRE_MESSAGE(rc.size() == 1u, "round " << r << ": no receive completion");
+    const auto& c = rc[0];
+    BOOST_TEST(c.status == WcStatus::success, "round " << r << " receive " << c.wr_id << ": " << to_string(c.status));
+    BOOST_TEST(c.qp_num == qpn_b);
+    BOOST_TEST(c.wr_id == r, "round " << r << ": the receive that completed is " << c.wr_id);
+    BOOST_TEST(c.byte_len == kSlot);
+    BOOST_TEST(recvs_done.insert(c.wr_id).second, "receive " << c.wr_id << " completed twice");
+    BOOST_TEST(test::check_pattern(b.buf.data() + (c.wr_id % kSlots) * kSlot, kSlot, 1000 + r),
+               "round " << r << ": the SEND's data is wrong");
+    BOOST_TEST(test::check_pattern(b.buf.data() + kWriteAt + (r % 2) * kWrite, kWrite, 5000 + r),
+               "round " << r << ": the WRITE's data is wrong");
+    post_recv_slot(b, next_recv++);
+  }
+  void check_all(std::uint64_t rounds) {
+    BOOST_TEST(sends_done.size() == 2 * rounds);
+    BOOST_TEST(recvs_done.size() == rounds);
+    BOOST_TEST(a.qp->qp_num() == qpn_a);
+  }
+};
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+// Both ends move together: SENDs and WRITEs with checked data go on while the device moves
+// twice with work in flight; every work request completes exactly once, every completion names
+// the QPN the guest was given, and receives the NIC held at the stop are posted again and
+// filled at the destination.
+BOOST_AUTO_TEST_CASE(qps_connected_inside_the_guest_keep_their_data_across_moves) {
+  const auto socks = env_list("VRDMA_NIC_MOVE");
+  if (socks.size() < 3) {
+    BOOST_TEST_MESSAGE("SKIP: VRDMA_NIC_MOVE names no three vrdmad sockets");
+    return;
+  }
+  InGuestPair p(socks[0]);
+  constexpr std::uint64_t kRounds = 24;
+  std::size_t moves = 0;
+  for (std::uint64_t r = 0; r < kRounds; ++r) {
+    p.post(r);
+    if (r == 8 || r == 16) {  // with this round's work in flight
+      const auto t0 = std::chrono::steady_clock::now();
+      VRDMA_REQUIRE_OK(pv::migrate(*p.dev, socks[1 + moves], 20s, pv::StateVia::guest_memory));
+      ++moves;
+      const double ms = ms_since(t0);
+      BOOST_TEST_MESSAGE("moved to " << socks[moves] << " in " << ms << " ms");
+    }
+    p.finish(r);
+  }
+  BOOST_TEST(moves == 2u);
+  p.check_all(kRounds);
+  // A region registered after the moves works beside the translated ones (B READs it from A).
+  auto extra = p.dev->alloc_buffer(kSlot);
+  VRDMA_REQUIRE_OK(extra);
+  auto mr2 = p.a.pd->reg_mr((*extra)->data(), kSlot, Access::local_write | Access::remote_read);
+  VRDMA_REQUIRE_OK(mr2);
+  test::fill_pattern((*extra)->data(), kSlot, 77);
+  Sge dst{reinterpret_cast<std::uint64_t>(p.b.buf.data()), kSlot, p.b.mr->lkey()};
+  SendWr rd;
+  rd.wr_id = 999;
+  rd.opcode = WrOpcode::rdma_read;
+  rd.flags = SendFlags::signaled;
+  rd.sg_list = {&dst, 1};
+  rd.rdma.remote_addr = (*mr2)->addr();
+  rd.rdma.rkey = (*mr2)->rkey();
+  VRDMA_REQUIRE_OK(p.b.qp->post_send(std::span<const SendWr>(&rd, 1)));
+  auto c = test::wait_cq(*p.b.cq, 1, 30s);
+  BOOST_REQUIRE(c.size() == 1u);
+  BOOST_TEST(c[0].status == WcStatus::success, to_string(c[0].status));
+  BOOST_TEST(test::check_pattern(p.b.buf.data(), kSlot, 77));
+}
+
+// The destination refuses the state after the source stopped its QPs (here: a vrdmad on our
+// soft engine, which cannot take a NIC's re-creation records). The rings start at the source
+// again, which re-creates the QPs on its NIC the same way; the in-guest connection, with work
+// in flight at the stop, carries on with nothing lost.
+BOOST_AUTO_TEST_CASE(a_move_refused_after_the_stop_leaves_the_qps_working_here) {
+  const auto socks = env_list("VRDMA_NIC_REFUSED_MOVE");
+  if (socks.size() < 2) {
+    BOOST_TEST_MESSAGE("SKIP: VRDMA_NIC_REFUSED_MOVE names no two vrdmad sockets");
+    return;
+  }
+  InGuestPair p(socks[0]);
+  constexpr std::uint64_t kRounds = 10;
+  for (std::uint64_t r = 0; r < kRounds; ++r) {
+    p.post(r);
+    if (r == 4) {
+      auto s = pv::migrate(*p.dev, socks[1], 3s, pv::StateVia::guest_memory);
+      BOOST_REQUIRE_MESSAGE(!s.ok(), "the move to a backend that refuses the state succeeded");
+      BOOST_TEST_MESSAGE("refused as it should be: " << s.error().message);
+    }
+    p.finish(r);
+  }
+  p.check_all(kRounds);
+}
+
+// A peer outside the guest (a QP straight on the NIC, as a plain host's or an rxe peer's) keeps
+// sending to the QPN the guest had: the NIC the guest moved to does not know it, so the peer's
+// retries run out, and the guest's QP, whose ACKs go the same way, sees its own run out too.
+// Said plainly in docs/migration.md; this test keeps it true.
+BOOST_AUTO_TEST_CASE(a_peer_outside_the_guest_sees_its_retries_run_out_after_a_move) {
+  const auto socks = env_list("VRDMA_NIC_PEER_MOVE");
+  const char* peer_name = std::getenv("VRDMA_NIC_PEER");
+  if (socks.size() < 2 || peer_name == nullptr) {
+    BOOST_TEST_MESSAGE("SKIP: VRDMA_NIC_PEER_MOVE / VRDMA_NIC_PEER not set");
+    return;
+  }
+  auto o = options();
+  o.timeout = 14;  // 67 ms
+  o.retry_cnt = 2;
+  auto dev = open_pv(socks[0]);
+  auto pdev = open_device(peer_name);
+  VRDMA_REQUIRE_OK(pdev);
+  auto g = test::make_endpoint(dev, o);
+  auto p = test::make_endpoint(*pdev, o);
+  VRDMA_REQUIRE_OK(g);
+  VRDMA_REQUIRE_OK(p);
+  VRDMA_REQUIRE_OK(test::connect(*g, *p, o));
+  const std::uint32_t qpn_g = g->qp->qp_num();
+  auto send = [&](test::Endpoint& from, test::Endpoint& to, std::uint64_t id) {
+    post_recv_slot(to, id);
+    Sge s{reinterpret_cast<std::uint64_t>(from.buf.data()), 64, from.mr->lkey()};
+    SendWr w;
+    w.wr_id = id;
+    w.opcode = WrOpcode::send;
+    w.flags = SendFlags::signaled;
+    w.sg_list = {&s, 1};
+    VRDMA_REQUIRE_OK(from.qp->post_send(std::span<const SendWr>(&w, 1)));
+    // The send's completion; a receive flushed on the same CQ may come with it.
+    const auto deadline = std::chrono::steady_clock::now() + 30s;
+    while (std::chrono::steady_clock::now() < deadline) {
+      for (const auto& c : test::wait_cq(*from.cq, 1, 1s)) {
+        if (static_cast<std::uint8_t>(c.opcode) >= 128) continue;
+        BOOST_TEST(c.wr_id == id);
+        BOOST_TEST_MESSAGE("SEND " << id << ": " << to_string(c.status));
+        return c;
+      }
+    }
+    BOOST_FAIL("SEND " << id << ": no completion within 30 s");
+    return WorkCompletion{};
+  };
+  // Before the move both ways work.
+  BOOST_TEST(send(*g, *p, 1).status == WcStatus::success);
+  BOOST_TEST(test::wait_cq(*p->cq, 1, 10s).size() == 1u);
+  BOOST_TEST(send(*p, *g, 2).status == WcStatus::success);
+  BOOST_TEST(test::wait_cq(*g->cq, 1, 10s).size() == 1u);
+  VRDMA_REQUIRE_OK(pv::migrate(*dev, socks[1], 20s, pv::StateVia::guest_memory));
+  // The peer's SEND goes to the old QPN: nobody answers.
+  const auto pc = send(*p, *g, 3);
+  BOOST_TEST(pc.status == WcStatus::retry_exc_err, "the peer's SEND after the move: " << to_string(pc.status));
+  // The guest's SEND reaches the peer's QP, now in ERR after its own failure: no ACK comes.
+  const auto sc = send(*g, *p, 4);
+  BOOST_TEST(sc.status == WcStatus::retry_exc_err, "the guest's SEND after the move: " << to_string(sc.status));
+  BOOST_TEST(sc.qp_num == qpn_g);
+}

@@ -1,0 +1,426 @@
+// Moving QPs whose state a NIC keeps. A NIC cannot export a QP (VerbsQp::export_state is
+// not_supported) nor create one with a chosen QPN or memory key, so a move onto a NIC works
+// the way the verbs API allows:
+//   save (source): every QP in RTS goes to SQD and the NIC finishes what was posted (bounded
+//     wait); then every QP goes to ERR, which stops its responder, and its PSNs are read
+//     (ibv_query_qp). The receives the NIC then flushes are dropped and posted again at the
+//     destination; what they had not received the peer sends again from the saved PSN.
+//   load (destination): each QP is created anew (the NIC picks its QPN), taken through INIT,
+//     RTR and RTS with the saved path, PSNs and limits; regions are registered again (the NIC
+//     picks their keys). The guest keeps its QPNs and keys: the device translates them in work
+//     requests, completions and QP commands.
+// Which peers survive (docs/migration.md "On a NIC"): QPs connected to other QPs of the same
+// device (both ends move together) carry on; a peer elsewhere still sends to the old QPN, which
+// the new NIC does not know, so its retries run out and both ends see an error.
+#include <chrono>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "impl.hpp"
+#include "rebuild_record.hpp"
+#include "virtio_rdma_conv.hpp"
+#include "vrdma/common/bytes.hpp"
+#include "vrdma/common/log.hpp"
+
+namespace vrdma::vhost {
+
+namespace rebuild {
+namespace {
+constexpr std::uint32_t kRebuildMagic = 0x42525256;  // "VRRB"
+constexpr std::uint8_t kRebuildVersion = 1;
+}  // namespace
+
+std::vector<std::uint8_t> encode(const Record& r) {
+  ByteWriter w;
+  w.put(kRebuildMagic);
+  w.put(kRebuildVersion);
+  w.put(r.state);
+  w.put(r.type);
+  w.put(r.path_mtu);
+  w.put(r.qkey);
+  w.put(r.rq_psn);
+  w.put(r.sq_psn);
+  w.put(r.dest_qp_num);
+  w.put(r.access);
+  w.put(r.pkey_index);
+  for (auto v : {r.port, r.max_rd_atomic, r.max_dest_rd_atomic, r.min_rnr_timer, r.timeout, r.retry_cnt, r.rnr_retry}) w.put(v);
+  w.put(r.dgid);
+  w.put(r.sgid);
+  for (auto v : {r.hop_limit, r.traffic_class, r.sl, r.local_peer}) w.put(v);
+  w.put(r.flow_label);
+  w.put(r.recv_outstanding);
+  return std::move(w.out);
+}
+
+Result<Record> decode(std::span<const std::uint8_t> b) {
+  ByteReader rd(b);
+  Record r;
+  std::uint32_t magic = 0;
+  std::uint8_t version = 0;
+  auto bad = [](const std::string& what) { return make_error(Errc::invalid_argument, "re-creation record: " + what); };
+  if (!rd.get(magic) || magic != kRebuildMagic) return bad("not a re-creation record (magic)");
+  if (!rd.get(version) || version != kRebuildVersion) return bad(fmt::format("version {} (this vrdmad reads {})", version, kRebuildVersion));
+  bool ok = rd.get(r.state) && rd.get(r.type) && rd.get(r.path_mtu) && rd.get(r.qkey) && rd.get(r.rq_psn) &&
+            rd.get(r.sq_psn) && rd.get(r.dest_qp_num) && rd.get(r.access) && rd.get(r.pkey_index);
+  for (auto* v : {&r.port, &r.max_rd_atomic, &r.max_dest_rd_atomic, &r.min_rnr_timer, &r.timeout, &r.retry_cnt, &r.rnr_retry})
+    ok = ok && rd.get(*v);
+  ok = ok && rd.get(r.dgid) && rd.get(r.sgid);
+  for (auto* v : {&r.hop_limit, &r.traffic_class, &r.sl, &r.local_peer}) ok = ok && rd.get(*v);
+  ok = ok && rd.get(r.flow_label) && rd.get(r.recv_outstanding);
+  if (!ok) return bad("truncated");
+  if (!rd.at_end()) return bad("trailing bytes");
+  if (r.state > static_cast<std::uint8_t>(nicdrv::QpState::err) || r.state == static_cast<std::uint8_t>(nicdrv::QpState::sqe))
+    return bad(fmt::format("QP state {}", r.state));
+  if (r.type != static_cast<std::uint8_t>(nicdrv::QpType::rc) && r.type != static_cast<std::uint8_t>(nicdrv::QpType::ud))
+    return bad(fmt::format("QP type {}", r.type));
+  if (r.path_mtu < 1 || r.path_mtu > 5) return bad(fmt::format("path MTU code {}", r.path_mtu));
+  if ((r.rq_psn | r.sq_psn | r.dest_qp_num) >> 24 != 0 || (r.access & ~0xfu) != 0 || r.port == 0 || r.timeout > 31 ||
+      r.retry_cnt > 7 || r.rnr_retry > 7 || r.min_rnr_timer > 31 || r.local_peer > 1 || r.flow_label >> 20 != 0)
+    return bad("a PSN, QPN, access, port, timer or retry value out of range");
+  return r;
+}
+
+}  // namespace rebuild
+
+namespace {
+using rebuild::Record;
+using rebuild::decode;
+using rebuild::encode;
+using M = nicdrv::QpAttrMask;
+using nicdrv::QpState;
+using Clock = std::chrono::steady_clock;
+
+}  // namespace
+
+bool RdmaDevice::Impl::guest_name_taken(std::uint32_t v, bool qpn) const {
+  return qpn ? qpn_to_engine.count(v) != 0 : (lkey_to_engine.count(v) != 0 || rkey_to_engine.count(v) != 0);
+}
+
+void RdmaDevice::Impl::forget_names(std::uint32_t handle) {
+  if (auto it = qps.find(handle); it != qps.end()) {
+    const auto eq = it->second.eng->qp_num();
+    qp_by_engine_qpn.erase(eq);
+    if (auto g = qpn_to_guest.find(eq); g != qpn_to_guest.end()) {
+      qpn_to_engine.erase(g->second);
+      qpn_to_guest.erase(g);
+    }
+  }
+  if (auto it = mrs.find(handle); it != mrs.end()) {
+    if (it->second.eng->lkey() != it->second.guest_lkey) lkey_to_engine.erase(it->second.guest_lkey);
+    if (it->second.eng->rkey() != it->second.guest_rkey) rkey_to_engine.erase(it->second.guest_rkey);
+  }
+}
+
+// ---- save ----------------------------------------------------------------------------------
+
+Status RdmaDevice::Impl::stop_for_rebuild() {
+  stopped_for_rebuild.clear();
+  if (qps.empty()) return {};
+  const auto t0 = Clock::now();
+  std::unordered_map<std::uint32_t, nicdrv::QpAttr> attrs;
+  for (auto& [h, qp] : qps) {
+    auto a = qp.eng->query();
+    if (!a) return prefixed(fmt::format("QP {}: ", h), a.error());
+    attrs[h] = *a;
+  }
+  // 1. The NIC finishes every send already posted: RTS -> SQD, then wait until it has drained.
+  std::vector<std::uint32_t> draining;
+  auto back_to_rts = [&] {
+    for (auto h : draining) {
+      nicdrv::QpAttr a;
+      a.qp_state = QpState::rts;
+      if (auto s = qps[h].eng->modify(a, M::state); !s.ok())
+        log::error("virtio-rdma: QP {} stays in SQD after an abandoned stop: {}", h, s.error().message);
+    }
+  };
+  for (auto& [h, qp] : qps) {
+    if (attrs[h].qp_state != QpState::rts) continue;
+    nicdrv::QpAttr a;
+    a.qp_state = QpState::sqd;
+    if (auto s = qp.eng->modify(a, M::state); !s.ok()) {
+      back_to_rts();
+      return prefixed(fmt::format("QP {} cannot drain its send queue (RTS -> SQD): ", h), s.error());
+    }
+    draining.push_back(h);
+  }
+  const auto deadline = t0 + std::chrono::milliseconds(opts.drain_timeout_ms);
+  for (std::size_t left = draining.size(); left > 0;) {
+    left = 0;
+    for (auto h : draining) {
+      auto a = qps[h].eng->query();
+      if (a && a->qp_state == QpState::sqd && a->sq_draining != 0) ++left;
+    }
+    if (left == 0) break;
+    if (Clock::now() > deadline) {
+      back_to_rts();
+      return make_error(Errc::timeout,
+                        fmt::format("{} QPs still had sends in flight after {} ms (their peers do not acknowledge them); "
+                                    "the stop is abandoned and the guest carries on here",
+                                    left, opts.drain_timeout_ms));
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  // 2. ERR stops each responder at a packet boundary; then the PSNs are final.
+  std::unordered_map<std::uint32_t, std::uint32_t> expect_flush;
+  for (auto& [h, qp] : qps) {
+    const auto before = attrs[h].qp_state;
+    if (before != QpState::err && before != QpState::reset) {
+      nicdrv::QpAttr a;
+      a.qp_state = QpState::err;
+      if (auto s = qp.eng->modify(a, M::state); !s.ok())
+        return prefixed(fmt::format("QP {} cannot be stopped (-> ERR): ", h), s.error());
+      if (qp.srq == 0 && qp.rq.consumed != qp.rq_done) expect_flush[h] = qp.rq.consumed - qp.rq_done;
+    }
+    auto a = qp.eng->query();
+    if (!a) return prefixed(fmt::format("QP {}: ", h), a.error());
+    const auto& b = attrs[h];
+    Record r;
+    r.state = static_cast<std::uint8_t>(before == QpState::sqd ? QpState::rts : before);
+    r.type = static_cast<std::uint8_t>(qp.type);
+    r.path_mtu = static_cast<std::uint8_t>(b.path_mtu);
+    r.qkey = b.qkey;
+    r.rq_psn = a->rq_psn & 0xffffff;
+    r.sq_psn = a->sq_psn & 0xffffff;
+    r.dest_qp_num = qp.local_peer ? guest_qpn_of(b.dest_qp_num) : b.dest_qp_num;
+    r.access = static_cast<std::uint32_t>(b.qp_access_flags);
+    r.pkey_index = b.pkey_index;
+    r.port = b.port_num == 0 ? 1 : b.port_num;
+    r.max_rd_atomic = b.max_rd_atomic;
+    r.max_dest_rd_atomic = b.max_dest_rd_atomic;
+    r.min_rnr_timer = b.min_rnr_timer;
+    r.timeout = b.timeout;
+    r.retry_cnt = b.retry_cnt;
+    r.rnr_retry = b.rnr_retry;
+    r.dgid = b.ah_attr.dgid.raw;
+    if (auto g = engine->query_gid(b.ah_attr.sgid_index, r.port); g.ok()) r.sgid = g->gid.raw;
+    r.hop_limit = b.ah_attr.hop_limit;
+    r.traffic_class = b.ah_attr.traffic_class;
+    r.sl = b.ah_attr.sl;
+    r.flow_label = b.ah_attr.flow_label;
+    r.local_peer = qp.local_peer ? 1 : 0;
+    stopped_for_rebuild[h] = encode(r);
+  }
+  // 3. What completed before the stop goes into the CQ backlogs, as at any save; what the NIC
+  //    flushes now is dropped (those receives are posted again at the destination). A NIC need
+  //    not flush at all (Linux rxe 6.1 leaves them): the receives still posted are those the
+  //    guest posted and saw no completion for, counted once the CQs have been quiet a while.
+  std::unordered_map<std::uint32_t, std::uint32_t> flushed;
+  std::size_t waiting = expect_flush.size();
+  auto last = Clock::now();
+  const auto quiet = std::chrono::milliseconds(20);
+  const auto flush_deadline = Clock::now() + std::chrono::milliseconds(opts.drain_timeout_ms);
+  std::array<nicdrv::WorkCompletion, 64> wcs;
+  while (waiting > 0 && Clock::now() - last < quiet && Clock::now() < flush_deadline) {
+    for (auto& [ch, cq] : cqs) {
+      for (;;) {
+        auto n = cq.eng->poll(wcs);
+        if (!n) return make_error(Errc::io_error, fmt::format("CQ {}: {}", ch, n.error().message));
+        if (*n > 0) last = Clock::now();
+        for (std::size_t i = 0; i < *n; ++i) {
+          const auto& wc = wcs[i];
+          auto q = qp_by_engine_qpn.find(wc.qp_num);
+          const bool recv = static_cast<std::uint8_t>(wc.opcode) >= 128;
+          if (q == qp_by_engine_qpn.end()) continue;  // a QP that is gone
+          if (wc.status == nicdrv::WcStatus::wr_flush_err && stopped_for_rebuild.count(q->second) != 0) {
+            if (recv && expect_flush.count(q->second) != 0 && ++flushed[q->second] == expect_flush[q->second]) --waiting;
+            continue;  // flushed by our own stop
+          }
+          auto c = vd::to_cqe(wc);
+          c.qp_num = guest_qpn_of(wc.qp_num);
+          if (recv) ++qps[q->second].rq_done;
+          cq.backlog.push_back(c);
+        }
+        if (*n < wcs.size()) break;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  for (auto& [h, rec] : stopped_for_rebuild) {
+    const auto& qp = qps[h];
+    if (qp.srq != 0) continue;
+    auto r = decode(rec);
+    if (!r) return std::move(r).error();
+    r->recv_outstanding = qp.rq.consumed - qp.rq_done;
+    rec = encode(*r);
+  }
+  mark_dma_writable();  // what the NIC wrote until it stopped
+  log::info("virtio-rdma: {} QPs stopped on {} for re-creation ({} drained their sends) in {:.1f} ms", qps.size(),
+            engine->name(), draining.size(),
+            std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  return {};
+}
+
+Result<std::vector<std::uint8_t>> RdmaDevice::Impl::rebuild_record(std::uint32_t handle, const QpObj&) {
+  auto it = stopped_for_rebuild.find(handle);
+  if (it == stopped_for_rebuild.end())
+    return make_error(Errc::bad_state, fmt::format("QP {} was not stopped for re-creation", handle));
+  return it->second;
+}
+
+// ---- load ----------------------------------------------------------------------------------
+
+Status RdmaDevice::Impl::rebuild_qp(std::uint32_t handle, QpObj& qp, nicdrv::ProtectionDomain& pd,
+                                    const nicdrv::QpInitAttr& ia, std::span<const std::uint8_t> record) {
+  auto r = decode(record);
+  if (!r) return std::move(r).error();
+  if (r->type != static_cast<std::uint8_t>(qp.type)) return make_error(Errc::invalid_argument, "re-creation record: QP type differs");
+  // Receives to post again: they must fit in the ring with what the guest posted since.
+  if ((qp.srq != 0 && r->recv_outstanding != 0) ||
+      std::uint64_t{qp.rq.produced - qp.rq.consumed} + r->recv_outstanding > qp.rq.depth)
+    return make_error(Errc::invalid_argument, fmt::format("re-creation record: {} receives to post again do not fit the ring",
+                                                          r->recv_outstanding));
+  // The NIC picks the QPN; one that is already a guest's name for another QP is set aside.
+  std::vector<std::shared_ptr<nicdrv::QueuePair>> set_aside;
+  std::shared_ptr<nicdrv::QueuePair> eng;
+  for (int tries = 0; tries < 8 && !eng; ++tries) {
+    auto q = pd.create_qp(ia);
+    if (!q) return std::move(q).error();
+    const auto n = (*q)->qp_num();
+    if (n != qp.guest_qpn && (guest_name_taken(n, true) || qp_by_engine_qpn.count(n) != 0))
+      set_aside.push_back(std::move(*q));
+    else
+      eng = std::move(*q);
+  }
+  if (!eng) return make_error(Errc::busy, "the NIC kept handing out QPNs the guest already uses");
+  if (qp.eng) forget_names(handle);
+  qp.eng = std::move(eng);
+  const auto n = qp.eng->qp_num();
+  qp_by_engine_qpn[n] = handle;
+  if (n != qp.guest_qpn) {
+    qpn_to_guest[n] = qp.guest_qpn;
+    qpn_to_engine[qp.guest_qpn] = n;
+  }
+  qp.rq.consumed -= r->recv_outstanding;  // posted again when the rings run
+  qp.rq_done = qp.rq.consumed;
+  qp.local_peer = r->local_peer != 0;
+  rebuilds.push_back({handle, std::vector<std::uint8_t>(record.begin(), record.end())});
+  return {};
+}
+
+// Once every QP exists (a QP connected inside the device needs its peer's new QPN).
+Status RdmaDevice::Impl::finish_rebuilds() {
+  auto gids = engine->gid_table();
+  for (const auto& pr : rebuilds) {
+    auto it = qps.find(pr.handle);
+    if (it == qps.end()) continue;
+    auto& qp = it->second;
+    auto r = decode(pr.record);
+    if (!r) return std::move(r).error();
+    const auto target = static_cast<QpState>(r->state);
+    auto step = [&](nicdrv::QpAttr a, M mask, const char* what) -> Status {
+      if (auto s = qp.eng->modify(a, mask); !s.ok())
+        return prefixed(fmt::format("QP {} (QPN {:#x}, now {:#x}): re-creating it, {}: ", pr.handle, qp.guest_qpn,
+                                    qp.eng->qp_num(), what),
+                        s.error());
+      return {};
+    };
+    const bool rc = qp.type == nicdrv::QpType::rc;
+    if (target == QpState::reset) continue;
+    nicdrv::QpAttr a;
+    a.pkey_index = r->pkey_index;
+    a.port_num = r->port;
+    a.qkey = r->qkey;
+    a.qp_access_flags = static_cast<nicdrv::Access>(r->access);
+    a.qp_state = QpState::init;
+    if (auto s = step(a, M::state | M::pkey_index | M::port | (rc ? M::access_flags : M::qkey), "RESET -> INIT"); !s.ok())
+      return s;
+    if (target == QpState::err) {
+      a.qp_state = QpState::err;
+      if (auto s = step(a, M::state, "-> ERR"); !s.ok()) return s;
+      continue;
+    }
+    if (target == QpState::init) continue;
+    a.qp_state = QpState::rtr;
+    M mask = M::state;
+    if (rc) {
+      nicdrv::Gid sgid;
+      sgid.raw = r->sgid;
+      std::optional<std::uint32_t> sgid_index;
+      if (gids)
+        for (const auto& e : *gids)
+          if (e.gid == sgid) sgid_index = e.index;
+      if (!sgid_index)
+        return make_error(Errc::not_found,
+                          fmt::format("QP {}: {} has no GID {} (the guest's address): give the guest's address to this "
+                                      "host's RDMA interface before the guest arrives",
+                                      pr.handle, engine->name(), sgid.str()));
+      a.ah_attr.dgid.raw = r->dgid;
+      a.ah_attr.sgid_index = static_cast<std::uint8_t>(*sgid_index);
+      a.ah_attr.hop_limit = r->hop_limit;
+      a.ah_attr.traffic_class = r->traffic_class;
+      a.ah_attr.sl = r->sl;
+      a.ah_attr.flow_label = r->flow_label;
+      a.ah_attr.port_num = r->port;
+      a.path_mtu = static_cast<nicdrv::Mtu>(r->path_mtu);
+      a.dest_qp_num = r->dest_qp_num;
+      if (qp.local_peer)
+        if (auto d = qpn_to_engine.find(r->dest_qp_num); d != qpn_to_engine.end()) a.dest_qp_num = d->second;
+      a.rq_psn = r->rq_psn;
+      a.max_dest_rd_atomic = r->max_dest_rd_atomic;
+      a.min_rnr_timer = r->min_rnr_timer;
+      mask = mask | M::av | M::path_mtu | M::dest_qpn | M::rq_psn | M::max_dest_rd_atomic | M::min_rnr_timer;
+    }
+    if (auto s = step(a, mask, "INIT -> RTR"); !s.ok()) return s;
+    if (target == QpState::rtr) continue;
+    a.qp_state = QpState::rts;
+    a.sq_psn = r->sq_psn;
+    mask = M::state | M::sq_psn;
+    if (rc) {
+      a.timeout = r->timeout;
+      a.retry_cnt = r->retry_cnt;
+      a.rnr_retry = r->rnr_retry;
+      a.max_rd_atomic = r->max_rd_atomic;
+      mask = mask | M::timeout | M::retry_cnt | M::rnr_retry | M::max_qp_rd_atomic;
+    }
+    if (auto s = step(a, mask, "RTR -> RTS"); !s.ok()) return s;
+    if (qp.rq.produced != qp.rq.consumed) pending_rq.insert(pr.handle);
+    if (qp.sq.produced != qp.sq.consumed) pending_sq.insert(pr.handle);
+  }
+  if (!rebuilds.empty())
+    log::info("virtio-rdma: {} QPs re-created on {} with their saved PSNs; {} keep their QPN by translation", rebuilds.size(),
+              engine->name(), qpn_to_engine.size());
+  rebuilds.clear();
+  return {};
+}
+
+// ---- a move that failed after the stop -----------------------------------------------------------
+
+nicdrv::QpInitAttr RdmaDevice::Impl::init_attr_of(const QpObj& qp) {
+  nicdrv::QpInitAttr ia;
+  ia.type = qp.type;
+  ia.send_cq = cqs[qp.send_cq].eng.get();
+  ia.recv_cq = cqs[qp.recv_cq].eng.get();
+  ia.srq = qp.srq != 0 ? srqs[qp.srq].eng.get() : nullptr;
+  ia.cap = nicdrv::QpCap{qp.sq.depth, qp.srq != 0 ? 0 : qp.rq.depth, qp.max_send_sge, qp.max_recv_sge, qp.max_inline};
+  ia.sq_sig_all = qp.sq_sig_all;
+  return ia;
+}
+
+void RdmaDevice::Impl::rebuild_here() {
+  auto stopped = std::move(stopped_for_rebuild);
+  stopped_for_rebuild.clear();
+  const GuestView g = view();
+  std::size_t lost = 0;
+  for (auto& [h, record] : stopped) {
+    auto it = qps.find(h);
+    if (it == qps.end()) continue;
+    auto& qp = it->second;
+    auto s = rebuild_qp(h, qp, *pds[qp.pd].eng, init_attr_of(qp), record);
+    if (!s.ok()) {
+      ++lost;
+      log::error("virtio-rdma: QP {} stays stopped after the move failed: {}", h, s.error().message);
+      queue_event(vd::EventType::qp_fatal, h, static_cast<std::uint32_t>(nicdrv::WcStatus::fatal_err));
+    }
+  }
+  if (auto s = finish_rebuilds(); !s.ok()) {
+    log::error("virtio-rdma: after the failed move: {}", s.error().message);
+    ++lost;
+  }
+  for (auto& [h, qp] : qps) write_status(g, qp.status_gpa, qp.sq.consumed, qp.rq.consumed, static_cast<std::uint32_t>(qp.eng->state()));
+  log::info("virtio-rdma: the move did not happen; {} QPs re-created here on {} ({} could not be); peers elsewhere see "
+            "what they would after a move",
+            stopped.size() - lost, engine->name(), lost);
+}
+
+}  // namespace vrdma::vhost

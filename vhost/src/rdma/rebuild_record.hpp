@@ -1,0 +1,35 @@
+// The record a source writes for each QP it stopped on a NIC (rebuild.cpp): what the
+// destination needs to create the QP anew and take it to the same state with the same PSNs.
+// It arrives inside a device state from the frontend, so decode() checks every field
+// (tests/fuzz/vhost/rebuild_record_fuzzer.cpp).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "vrdma/common/result.hpp"
+
+namespace vrdma::vhost::rebuild {
+
+struct Record {
+  std::uint8_t state = 0;  // QpState before the stop (SQD: RTS)
+  std::uint8_t type = 0;
+  std::uint8_t path_mtu = 0;
+  std::uint32_t qkey = 0, rq_psn = 0, sq_psn = 0, dest_qp_num = 0;  // dest as the guest named it
+  std::uint32_t access = 0;
+  std::uint16_t pkey_index = 0;
+  std::uint8_t port = 1, max_rd_atomic = 0, max_dest_rd_atomic = 0, min_rnr_timer = 0, timeout = 0, retry_cnt = 0,
+               rnr_retry = 0;
+  std::array<std::uint8_t, 16> dgid{}, sgid{};
+  std::uint8_t hop_limit = 0, traffic_class = 0, sl = 0, local_peer = 0;
+  std::uint32_t flow_label = 0;
+  std::uint32_t recv_outstanding = 0;  // receives the NIC held at the stop, posted again after
+  bool operator==(const Record&) const = default;
+};
+
+std::vector<std::uint8_t> encode(const Record& r);
+Result<Record> decode(std::span<const std::uint8_t> b);
+
+}  // namespace vrdma::vhost::rebuild
