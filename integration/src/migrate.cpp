@@ -192,9 +192,10 @@ void silent_error(void*, virErrorPtr) {}
 std::string device_migration_note(const std::string& domain, const std::string& engine) {
   if (engine.rfind("verbs:", 0) != 0) return {};
   return "Domain " + domain + "'s RDMA device runs on a NIC (engine " + engine +
-         "), whose QPs cannot move with the guest yet: on the destination the guest's driver is told that its RDMA "
-         "objects are gone (DEVICE_FATAL), every RDMA peer of the guest sees its connection fail, and the guest's "
-         "applications must connect again. Stop the guest's RDMA work first if that matters.";
+         "): its QPs are drained, stopped and re-created on the destination's NIC under new numbers (the guest keeps "
+         "its own). Connections between QPs of this guest carry on; every RDMA peer outside the guest keeps "
+         "sending to the old numbers, sees its retries run out, and must connect again (docs/migration.md \"On a "
+         "NIC\"). Stop the guest's RDMA work with other hosts first if that matters.";
 }
 
 std::string uri_host(const std::string& uri) {

@@ -336,6 +336,16 @@ void RdmaDevice::Impl::drain_cq(std::uint32_t handle) {
       }
       for (std::size_t i = 0; i < *n; ++i) {
         const auto& wc = wcs[i];
+        if (engine_rebuilds()) {
+          // On a NIC a QP replaced by its re-creation (or destroyed) may still leave completions
+          // behind (flushes): they belong to no QP the guest has.
+          auto q = qp_by_engine_qpn.find(wc.qp_num);
+          if (q == qp_by_engine_qpn.end()) {
+            ++moved;
+            continue;
+          }
+          if (static_cast<std::uint8_t>(wc.opcode) >= 128) ++qps[q->second].rq_done;
+        }
         if (wc.status != nicdrv::WcStatus::success) {
           // The QP's status block says ERR before the driver can see the error completion.
           for (auto& [qh, qp] : qps) {
@@ -352,8 +362,6 @@ void RdmaDevice::Impl::drain_cq(std::uint32_t handle) {
         }
         auto c = vd::to_cqe(wc);
         c.qp_num = guest_qpn_of(wc.qp_num);
-        if (engine_rebuilds() && static_cast<std::uint8_t>(wc.opcode) >= 128)
-          if (auto q = qp_by_engine_qpn.find(wc.qp_num); q != qp_by_engine_qpn.end()) ++qps[q->second].rq_done;
         (void)write_cqe(handle, cq, g, c);
         ++moved;
         if (static_cast<std::uint8_t>(wc.opcode) < 128) any_send = true;

@@ -48,7 +48,8 @@ TransportChoice choose_transport(const std::string& requested, const std::string
 
 // What a live migration does to the guest's RDMA device with this engine, when the operator must
 // hear it before the guest moves ("" when its objects move with it: the soft engine). A NIC's
-// (verbs) QPs cannot move yet: the guest arrives without its objects (docs/migration.md).
+// (verbs) QPs are re-created under new numbers: peers outside the guest lose their connections
+// (docs/migration.md "On a NIC").
 std::string device_migration_note(const std::string& domain, const std::string& engine);
 
 // The host part of a libvirt or migration URI: qemu+tcp://h/system -> h, tcp://h:p -> h, tcp:h:p -> h.
