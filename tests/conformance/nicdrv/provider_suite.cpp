@@ -1319,6 +1319,11 @@ BOOST_AUTO_TEST_CASE(posting_errors_wrong_state_too_many_sges_and_a_full_queue) 
   // holds at least what create_qp granted (IBA 11.2.4.1); a device may have rounded its ring up
   // without saying so (Linux 6.1's rxe reports the requested depth): the refusal comes at or
   // after the granted depth, within a bound.
+  if (p.iwarp) {
+    // iWARP has no RNR: the first SEND ends the connection (TERMINATE), and siw then takes every
+    // post without a bound, so whether the queue fills depends on when the TERMINATE lands.
+    skip(p.a.name + " is iWARP: a SEND with no receive ends the connection, so nothing holds the send queue full");
+  } else {
   Sge one_b = p.a.sge(0, 8);
   std::vector<SendWr> batch(4 * cap->cap.max_send_wr + 64, wr_of(WrOpcode::send, 3, {&one_b, 1}));
   for (std::size_t i = 0; i < batch.size(); ++i) batch[i].wr_id = i;
@@ -1329,6 +1334,7 @@ BOOST_AUTO_TEST_CASE(posting_errors_wrong_state_too_many_sges_and_a_full_queue) 
   BOOST_TEST(bad >= cap->cap.max_send_wr);
   if (bad != cap->cap.max_send_wr)
     BOOST_TEST_MESSAGE("NOTE: " << p.a.name << " granted " << cap->cap.max_send_wr << " send work requests and took " << bad);
+  }
   // Registration rules: remote write needs local write.
   auto mr = p.a.pd->reg_mr(p.a.at(0), 4096, Access::remote_write);
   BOOST_REQUIRE(!mr.ok());

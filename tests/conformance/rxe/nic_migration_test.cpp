@@ -27,12 +27,18 @@ using namespace std::chrono_literals;
 
 namespace {
 
-std::vector<std::string> env_list(const char* name) {
+// The comma-separated list in `name`, or empty (and a SKIP line) when it has fewer than `n`.
+std::vector<std::string> env_list(const char* name, std::size_t n) {
   std::vector<std::string> out;
   const char* v = std::getenv(name);
-  if (v == nullptr) return out;
-  std::stringstream ss(v);
-  for (std::string s; std::getline(ss, s, ',');) out.push_back(s);
+  if (v != nullptr) {
+    std::stringstream ss(v);
+    for (std::string s; std::getline(ss, s, ',');) out.push_back(s);
+  }
+  if (out.size() < n) {
+    BOOST_TEST_MESSAGE("SKIP: " << name << " names fewer than " << n << " vrdmad sockets");
+    out.clear();
+  }
   return out;
 }
 
@@ -146,11 +152,8 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 // the QPN the guest was given, and receives the NIC held at the stop are posted again and
 // filled at the destination.
 BOOST_AUTO_TEST_CASE(qps_connected_inside_the_guest_keep_their_data_across_moves) {
-  const auto socks = env_list("VRDMA_NIC_MOVE");
-  if (socks.size() < 3) {
-    BOOST_TEST_MESSAGE("SKIP: VRDMA_NIC_MOVE names no three vrdmad sockets");
-    return;
-  }
+  const auto socks = env_list("VRDMA_NIC_MOVE", 3);
+  if (socks.empty()) return;
   InGuestPair p(socks[0]);
   constexpr std::uint64_t kRounds = 24;
   std::size_t moves = 0;
@@ -193,11 +196,8 @@ BOOST_AUTO_TEST_CASE(qps_connected_inside_the_guest_keep_their_data_across_moves
 // again, which re-creates the QPs on its NIC the same way; the in-guest connection, with work
 // in flight at the stop, carries on with nothing lost.
 BOOST_AUTO_TEST_CASE(a_move_refused_after_the_stop_leaves_the_qps_working_here) {
-  const auto socks = env_list("VRDMA_NIC_REFUSED_MOVE");
-  if (socks.size() < 2) {
-    BOOST_TEST_MESSAGE("SKIP: VRDMA_NIC_REFUSED_MOVE names no two vrdmad sockets");
-    return;
-  }
+  const auto socks = env_list("VRDMA_NIC_REFUSED_MOVE", 2);
+  if (socks.empty()) return;
   InGuestPair p(socks[0]);
   constexpr std::uint64_t kRounds = 10;
   for (std::uint64_t r = 0; r < kRounds; ++r) {
@@ -217,9 +217,9 @@ BOOST_AUTO_TEST_CASE(a_move_refused_after_the_stop_leaves_the_qps_working_here) 
 // retries run out, and the guest's QP, whose ACKs go the same way, sees its own run out too.
 // Said plainly in docs/migration.md; this test keeps it true.
 BOOST_AUTO_TEST_CASE(a_peer_outside_the_guest_sees_its_retries_run_out_after_a_move) {
-  const auto socks = env_list("VRDMA_NIC_PEER_MOVE");
+  const auto socks = env_list("VRDMA_NIC_PEER_MOVE", 2);
   const char* peer_name = std::getenv("VRDMA_NIC_PEER");
-  if (socks.size() < 2 || peer_name == nullptr) {
+  if (socks.empty() || peer_name == nullptr) {
     BOOST_TEST_MESSAGE("SKIP: VRDMA_NIC_PEER_MOVE / VRDMA_NIC_PEER not set");
     return;
   }

@@ -112,6 +112,10 @@ run_suite() {  # name, device
 run_case run_suite suite_rxe verbs:rxe0
 
 # ---- 3: vrdma-perf, guest (verbs:rxe0) against host (soft engine) ---------------------------
+# vrdmad_up NAME...: one vrdmad per name on rxe0 (socket /tmp/NAME.sock, log /tmp/NAME.log),
+# waiting for its control socket; vrdmad_logs NAME... prints the logs' ends.
+# VRDMAD_ARGS (in the guest) adds options, e.g. --incoming guest for a migration destination.
+VRDMAD_UP='vrdmad_up() { for n in "$@"; do rm -f /tmp/$n.sock /tmp/$n.ctl; timeout 200 /opt/vrdma/vrdmad --socket /tmp/$n.sock --engine verbs:rxe0 --control /tmp/$n.ctl $VRDMAD_ARGS 2>/tmp/$n.log & PIDS="$PIDS $!"; done; for n in "$@"; do i=0; while [ ! -S /tmp/$n.ctl ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; done; }; vrdmad_logs() { for n in "$@"; do echo "--- vrdmad $n:"; grep -v "vhost-user\|vring" /tmp/$n.log | tail -40; done; }; vrdmad_down() { kill $PIDS 2>/dev/null; wait 2>/dev/null; }'
 # Local ACK timeout 0.5 s (4.096 us x 2^17), as in rxe_test.sh: rxe under TCG is slow.
 PERF_ARGS="--verify --json --qp-timeout 17"
 perf_args() {  # test -> size and iterations
@@ -122,24 +126,32 @@ perf_args() {  # test -> size and iterations
   esac
 }
 perf_ok() { grep -q '"verified":true' "$1" || grep -q '"lat_us"' "$1"; }
-perf_guest_client() {  # test
-  local t=$1 a name=perf_$1_guest_client ok=1 hp
+# The guest's vrdma-perf command: straight on rxe0, or (pv) through a vrdmad on it (part 4).
+guest_perf() {  # mode, vrdma-perf args
+  if [ "$1" = pv ]; then
+    echo "$VRDMAD_UP; vrdmad_up g; timeout 60 /opt/vrdma/vrdma-perf --device pv:/tmp/g.sock?ram_mib=64 $2; rc=\$?; [ \$rc -eq 0 ] || vrdmad_logs g; vrdmad_down; exit \$rc"
+  else
+    echo "timeout 60 /opt/vrdma/vrdma-perf --device verbs:rxe0 $2"
+  fi
+}
+perf_guest_client() {  # test [pv]
+  local t=$1 mode=${2:-} a name=${2:+$2_}perf_$1_guest_client ok=1 hp
   a="$(perf_args $t) $PERF_ARGS --test $t"
   want "$name" || return 0
   timeout 90 ip netns exec "$NS" "$PERF" --device soft:$HOST $a >"$work/$name.host" 2>&1 &
   hp=$!
-  if wait_listen && guest_run "$work/$name.guest" 60 "timeout 60 /opt/vrdma/vrdma-perf --device verbs:rxe0 --connect $HOST $a" &&
+  if wait_listen && guest_run "$work/$name.guest" 60 "$(guest_perf "$mode" "--connect $HOST $a")" &&
      wait $hp && perf_ok "$work/$name.guest"; then ok=0; fi
   kill $hp 2>/dev/null || true
   wait $hp 2>/dev/null || true
   echo "$name: $(grep -o '{.*}' "$work/$name.guest" | tail -1)"
   record "$name" $ok "$work/$name.host" "$work/$name.guest"
 }
-perf_guest_server() {  # test
-  local t=$1 a name=perf_$1_guest_server ok=1
+perf_guest_server() {  # test [pv]
+  local t=$1 mode=${2:-} a name=${2:+$2_}perf_$1_guest_server ok=1
   a="$(perf_args $t) $PERF_ARGS --test $t"
   want "$name" || return 0
-  guest_start "timeout 60 /opt/vrdma/vrdma-perf --device verbs:rxe0 $a"
+  guest_start "$(guest_perf "$mode" "$a")"
   if timeout 90 ip netns exec "$NS" "$PERF" --device soft:$HOST --connect $GUEST $a >"$work/$name.host" 2>&1 &&
      guest_wait "$work/$name.guest" 90 && perf_ok "$work/$name.host"; then ok=0; fi
   [ $ok -eq 0 ] || guest_wait "$work/$name.guest" 90 || true
@@ -152,10 +164,6 @@ for t in write_bw read_bw send_bw atomic_bw send_lat write_lat; do
 done
 
 # ---- 4: the virtio RDMA device on a NIC: vrdmad over verbs:rxe0 ------------------------------
-# vrdmad_up NAME...: one vrdmad per name on rxe0 (socket /tmp/NAME.sock, log /tmp/NAME.log),
-# waiting for its control socket; vrdmad_logs NAME... prints the logs' ends.
-# VRDMAD_ARGS (in the guest) adds options, e.g. --incoming guest for a migration destination.
-VRDMAD_UP='vrdmad_up() { for n in "$@"; do rm -f /tmp/$n.sock /tmp/$n.ctl; timeout 200 /opt/vrdma/vrdmad --socket /tmp/$n.sock --engine verbs:rxe0 --control /tmp/$n.ctl $VRDMAD_ARGS 2>/tmp/$n.log & PIDS="$PIDS $!"; done; for n in "$@"; do i=0; while [ ! -S /tmp/$n.ctl ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; done; }; vrdmad_logs() { for n in "$@"; do echo "--- vrdmad $n:"; grep -v "vhost-user\|vring" /tmp/$n.log | tail -40; done; }; vrdmad_down() { kill $PIDS 2>/dev/null; wait 2>/dev/null; }'
 run_suite_pv() {
   local name=suite_pv_rxe ok=1 f="$work/suite_pv_rxe.guest" t=$(date +%s)
   want "$name" || return 0
@@ -167,33 +175,9 @@ run_suite_pv() {
 }
 run_case run_suite_pv
 
-pv_perf_guest_client() {  # test
-  local t=$1 a name=pv_perf_$1_guest_client ok=1 hp
-  a="$(perf_args $t) $PERF_ARGS --test $t"
-  want "$name" || return 0
-  timeout 90 ip netns exec "$NS" "$PERF" --device soft:$HOST $a >"$work/$name.host" 2>&1 &
-  hp=$!
-  if wait_listen && guest_run "$work/$name.guest" 60 "$VRDMAD_UP; vrdmad_up g; timeout 60 /opt/vrdma/vrdma-perf --device pv:/tmp/g.sock?ram_mib=64 --connect $HOST $a; rc=\$?; [ \$rc -eq 0 ] || vrdmad_logs g; vrdmad_down; exit \$rc" &&
-     wait $hp && perf_ok "$work/$name.guest"; then ok=0; fi
-  kill $hp 2>/dev/null || true
-  wait $hp 2>/dev/null || true
-  echo "$name: $(grep -o '{.*}' "$work/$name.guest" | tail -1)"
-  record "$name" $ok "$work/$name.host" "$work/$name.guest"
-}
-pv_perf_guest_server() {  # test
-  local t=$1 a name=pv_perf_$1_guest_server ok=1
-  a="$(perf_args $t) $PERF_ARGS --test $t"
-  want "$name" || return 0
-  guest_start "$VRDMAD_UP; vrdmad_up g; timeout 60 /opt/vrdma/vrdma-perf --device pv:/tmp/g.sock?ram_mib=64 $a; rc=\$?; [ \$rc -eq 0 ] || vrdmad_logs g; vrdmad_down; exit \$rc"
-  if timeout 90 ip netns exec "$NS" "$PERF" --device soft:$HOST --connect $GUEST $a >"$work/$name.host" 2>&1 &&
-     guest_wait "$work/$name.guest" 90 && perf_ok "$work/$name.host"; then ok=0; fi
-  [ $ok -eq 0 ] || guest_wait "$work/$name.guest" 90 || true
-  echo "$name: $(grep -o '{.*}' "$work/$name.host" | tail -1)"
-  record "$name" $ok "$work/$name.host" "$work/$name.guest"
-}
 for t in write_bw read_bw send_bw atomic_bw send_lat; do
-  run_case pv_perf_guest_client $t
-  run_case pv_perf_guest_server $t
+  run_case perf_guest_client $t pv
+  run_case perf_guest_server $t pv
 done
 
 # ---- 5: moving the device between vrdmad processes on the NIC ---------------------------------

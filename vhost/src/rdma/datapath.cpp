@@ -100,29 +100,18 @@ void RdmaDevice::Impl::write_status(const GuestView& g, std::uint64_t gpa, std::
 }
 
 void RdmaDevice::Impl::error_cqe(const GuestView& g, std::uint32_t cq_handle, std::uint64_t wr_id, std::uint32_t qp_num,
-                                 bool recv) {
-  ++st.wqe_errors;
+                                 bool recv, nicdrv::WcStatus status) {
+  if (status != nicdrv::WcStatus::wr_flush_err) ++st.wqe_errors;
   auto it = cqs.find(cq_handle);
   if (it == cqs.end()) return;
   vd::Cqe c{};
   c.wr_id = wr_id;
   c.qp_num = qp_num;
-  c.status = static_cast<std::uint8_t>(nicdrv::WcStatus::loc_qp_op_err);
+  c.status = static_cast<std::uint8_t>(status);
   c.opcode = recv ? 128 : 0;
   if (!write_cqe(cq_handle, it->second, g, c))
-    log::warn("virtio-rdma: CQ {} is full; the error completion of work request {:#x} is lost", cq_handle, wr_id);
-}
-
-void RdmaDevice::Impl::flush_cqe(const GuestView& g, std::uint32_t cq_handle, std::uint64_t wr_id, std::uint32_t qp_num) {
-  auto it = cqs.find(cq_handle);
-  if (it == cqs.end()) return;
-  vd::Cqe c{};
-  c.wr_id = wr_id;
-  c.qp_num = qp_num;
-  c.status = static_cast<std::uint8_t>(nicdrv::WcStatus::wr_flush_err);
-  c.opcode = 128;
-  if (!write_cqe(cq_handle, it->second, g, c))
-    log::warn("virtio-rdma: CQ {} is full; the flush completion of receive {:#x} is lost", cq_handle, wr_id);
+    log::warn("virtio-rdma: CQ {} is full; the {} completion of work request {:#x} is lost", cq_handle,
+              nicdrv::to_string(status), wr_id);
 }
 
 void RdmaDevice::Impl::post_sq(const GuestView& g, std::uint32_t handle, QpObj& qp) {
@@ -302,7 +291,7 @@ void RdmaDevice::Impl::post_rq(const GuestView& g, std::uint32_t handle, QpObj& 
       g, qp.rq, qp.max_recv_sge,
       [&](std::span<const nicdrv::RecvWr> w, std::size_t* bad) -> Status {
         if (!flush_here) return qp.eng->post_recv(w, bad);
-        for (const auto& r : w) flush_cqe(g, qp.recv_cq, r.wr_id, qp.guest_qpn);
+        for (const auto& r : w) error_cqe(g, qp.recv_cq, r.wr_id, qp.guest_qpn, true, nicdrv::WcStatus::wr_flush_err);
         return {};
       },
       [&](std::uint64_t wr_id, std::uint32_t idx, const std::string& why) {

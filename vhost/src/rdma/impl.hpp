@@ -172,8 +172,10 @@ struct RdmaDevice::Impl {
   void post_sq(const GuestView& g, std::uint32_t handle, QpObj& qp);
   void post_rq(const GuestView& g, std::uint32_t handle, QpObj& qp);
   void post_srq(const GuestView& g, std::uint32_t handle, SrqObj& srq);
-  void error_cqe(const GuestView& g, std::uint32_t cq_handle, std::uint64_t wr_id, std::uint32_t qp_num, bool recv);
-  void flush_cqe(const GuestView& g, std::uint32_t cq_handle, std::uint64_t wr_id, std::uint32_t qp_num);
+  // A completion the device writes itself: a WQE it refused (local QP operation error) or a
+  // receive it flushed.
+  void error_cqe(const GuestView& g, std::uint32_t cq_handle, std::uint64_t wr_id, std::uint32_t qp_num, bool recv,
+                 nicdrv::WcStatus status = nicdrv::WcStatus::loc_qp_op_err);
   void write_status(const GuestView& g, std::uint64_t gpa, std::uint32_t sq, std::uint32_t rq, std::uint32_t state);
   void retry_pending();
 

@@ -279,40 +279,34 @@ Status RdmaDevice::Impl::load_state(std::span<const std::uint8_t> blob) {
     nicdrv::QpOptions qo;
     qo.requested_qpn = qpn;
     qp.guest_qpn = qpn;
-    if (engine_rebuilds()) {
+    if (engine_rebuilds()) {  // a NIC's QP: re-created from its record (rebuild.cpp)
       if (auto s = rebuild_qp(h, qp, *pit->second.eng, ia, eng_blob); !s.ok())
         return fail(prefixed(fmt::format("QP {}: ", h), s.error()));
-      ++pit->second.users;
-      ++scq->second.users;
-      ++rcq->second.users;
-      if (qp.sq.produced != qp.sq.consumed) pending_sq.insert(h);
-      if (qp.rq.produced != qp.rq.consumed) pending_rq.insert(h);
-      qps.emplace(h, std::move(qp));
-      continue;
-    }
-    Result<std::shared_ptr<nicdrv::QueuePair>> eng = make_error(Errc::not_found, "not pre-created");
-    if (auto it = pre.qps.find(h); it != pre.qps.end()) {
-      const auto& p = it->second;
-      const auto& a = p.attr;
-      if (p.pd == qp.pd && p.send_cq == qp.send_cq && p.recv_cq == qp.recv_cq && p.qpn == qpn &&
-          p.pd_eng == pit->second.eng.get() && a.type == ia.type && a.send_cq == ia.send_cq && a.recv_cq == ia.recv_cq &&
-          a.sq_sig_all == ia.sq_sig_all && a.cap == ia.cap) {
-        eng = p.eng;
-        ++adopted;
+    } else {
+      Result<std::shared_ptr<nicdrv::QueuePair>> eng = make_error(Errc::not_found, "not pre-created");
+      if (auto it = pre.qps.find(h); it != pre.qps.end()) {
+        const auto& p = it->second;
+        const auto& a = p.attr;
+        if (p.pd == qp.pd && p.send_cq == qp.send_cq && p.recv_cq == qp.recv_cq && p.qpn == qpn &&
+            p.pd_eng == pit->second.eng.get() && a.type == ia.type && a.send_cq == ia.send_cq && a.recv_cq == ia.recv_cq &&
+            a.sq_sig_all == ia.sq_sig_all && a.cap == ia.cap) {
+          eng = p.eng;
+          ++adopted;
+        }
+        pre.qps.erase(it);  // a mismatch frees its QPN for the QP created below
       }
-      pre.qps.erase(it);  // a mismatch frees its QPN for the QP created below
-    }
-    if (!eng) {
-      eng = pit->second.eng->create_qp(ia, qo);
-      // The guest re-created QPs after the layout went: a pre-created one may hold this QPN.
-      if (!eng && !pre.qps.empty()) {
-        pre.qps.clear();
+      if (!eng) {
         eng = pit->second.eng->create_qp(ia, qo);
+        // The guest re-created QPs after the layout went: a pre-created one may hold this QPN.
+        if (!eng && !pre.qps.empty()) {
+          pre.qps.clear();
+          eng = pit->second.eng->create_qp(ia, qo);
+        }
       }
+      if (!eng) return fail(prefixed(fmt::format("QP {}: ", h), eng.error()));
+      if (auto s = (*eng)->import_state(eng_blob); !s.ok()) return fail(prefixed(fmt::format("QP {}: ", h), s.error()));
+      qp.eng = std::move(*eng);
     }
-    if (!eng) return fail(prefixed(fmt::format("QP {}: ", h), eng.error()));
-    if (auto s = (*eng)->import_state(eng_blob); !s.ok()) return fail(prefixed(fmt::format("QP {}: ", h), s.error()));
-    qp.eng = std::move(*eng);
     ++pit->second.users;
     ++scq->second.users;
     ++rcq->second.users;
