@@ -178,26 +178,28 @@ Status RdmaDevice::Impl::stop_for_rebuild() {
     Record r;
     r.state = static_cast<std::uint8_t>(before == QpState::sqd ? QpState::rts : before);
     r.type = static_cast<std::uint8_t>(qp.type);
+    // A QP never connected (RESET, INIT) or a UD QP may report no path MTU: 1024 stands in.
     r.path_mtu = static_cast<std::uint8_t>(b.path_mtu);
+    if (r.path_mtu < 1 || r.path_mtu > 5) r.path_mtu = static_cast<std::uint8_t>(nicdrv::Mtu::mtu1024);
     r.qkey = b.qkey;
     r.rq_psn = a->rq_psn & 0xffffff;
     r.sq_psn = a->sq_psn & 0xffffff;
     r.dest_qp_num = qp.local_peer ? guest_qpn_of(b.dest_qp_num) : b.dest_qp_num;
-    r.access = static_cast<std::uint32_t>(b.qp_access_flags);
+    r.access = static_cast<std::uint32_t>(b.qp_access_flags) & 0xf;
     r.pkey_index = b.pkey_index;
     r.port = b.port_num == 0 ? 1 : b.port_num;
     r.max_rd_atomic = b.max_rd_atomic;
     r.max_dest_rd_atomic = b.max_dest_rd_atomic;
-    r.min_rnr_timer = b.min_rnr_timer;
-    r.timeout = b.timeout;
-    r.retry_cnt = b.retry_cnt;
-    r.rnr_retry = b.rnr_retry;
+    r.min_rnr_timer = static_cast<std::uint8_t>(b.min_rnr_timer & 31);
+    r.timeout = static_cast<std::uint8_t>(b.timeout & 31);
+    r.retry_cnt = static_cast<std::uint8_t>(b.retry_cnt & 7);
+    r.rnr_retry = static_cast<std::uint8_t>(b.rnr_retry & 7);
     r.dgid = b.ah_attr.dgid.raw;
     if (auto g = engine->query_gid(b.ah_attr.sgid_index, r.port); g.ok()) r.sgid = g->gid.raw;
     r.hop_limit = b.ah_attr.hop_limit;
     r.traffic_class = b.ah_attr.traffic_class;
     r.sl = b.ah_attr.sl;
-    r.flow_label = b.ah_attr.flow_label;
+    r.flow_label = b.ah_attr.flow_label & 0xfffff;
     r.local_peer = qp.local_peer ? 1 : 0;
     stopped_for_rebuild[h] = encode(r);
   }
