@@ -6,6 +6,10 @@
 //                              --incoming guest (the device moves s0 -> s1 -> s2)
 //   VRDMA_NIC_PEER_MOVE="t0,t1" the same for the test with a peer outside the guest
 //   VRDMA_NIC_PEER="verbs:rxe0" that peer: a QP straight on the NIC, as a plain host's would be
+//   VRDMA_NIC_STREAM_MOVE="v0,v1,v2" and VRDMA_NIC_STREAM_TO="tcp:A,tcp:B": moves with the state
+//                              streamed between backends, v1 listening on A (--incoming tcp:A),
+//                              v2 on B; each control socket is its vhost-user socket's path with
+//                              .ctl for .sock
 //   VRDMA_NIC_GID=1            the RoCEv2 IPv4 GID index
 #define BOOST_TEST_MODULE nic_migration
 #include <boost/test/unit_test.hpp>
@@ -15,9 +19,11 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "check.hpp"
+#include "control_client.hpp"
 #include "rdma_pair.hpp"
 #include "vrdma/vhost/pv.hpp"
 
@@ -141,6 +147,24 @@ struct InGuestPair {
   }
 };
 
+// The control socket of the vrdmad serving `sock` (verbs_guest_test.sh names them alike).
+std::string ctl_of(const std::string& sock) {
+  return sock.ends_with(".sock") ? sock.substr(0, sock.size() - 5) + ".ctl" : sock + ".ctl";
+}
+
+// The vrdmad's status once its migration phase is `phase` (10 s at most; the last status else).
+nlohmann::json wait_phase(const std::string& sock, const std::string& phase) {
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  nlohmann::json st;
+  do {
+    st = test::control_request(ctl_of(sock), {{"cmd", "status"}});
+    if (st.is_object() && st.contains("migration") && st["migration"].value("phase", "") == phase) return st;
+    std::this_thread::sleep_for(50ms);
+  } while (std::chrono::steady_clock::now() < deadline);
+  BOOST_ERROR("vrdmad " << sock << " did not reach migration phase " << phase << " within 10 s: " << st.dump());
+  return st;
+}
+
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -189,6 +213,43 @@ BOOST_AUTO_TEST_CASE(qps_connected_inside_the_guest_keep_their_data_across_moves
   BOOST_REQUIRE(c.size() == 1u);
   BOOST_TEST(c[0].status == WcStatus::success, to_string(c[0].status));
   BOOST_TEST(test::check_pattern(p.b.buf.data(), kSlot, 77));
+}
+
+// The same records streamed from backend to backend ({"cmd":"migrate","to":...}, the way
+// containers on libpvverbs move; docs/migration.md "The switchover protocol"): first over RDMA
+// on the NIC (both vrdmads have --migration-engine verbs:rxe0, the source RDMA-WRITEs the state
+// into the buffer the destination exposed), then over TCP to a destination without a migration
+// engine. The in-guest pair carries checked data throughout, work in flight at each stop.
+BOOST_AUTO_TEST_CASE(the_state_streams_between_backends_over_rdma_on_the_nic_and_over_tcp) {
+  const auto socks = env_list("VRDMA_NIC_STREAM_MOVE", 3);
+  const auto to = env_list("VRDMA_NIC_STREAM_TO", 2);
+  if (socks.empty() || to.empty()) return;
+  InGuestPair p(socks[0]);
+  const char* via[] = {"rdma", "tcp"};
+  constexpr std::uint64_t kRounds = 18;
+  std::size_t moves = 0;
+  for (std::uint64_t r = 0; r < kRounds; ++r) {
+    p.post(r);
+    if (r == 6 || r == 12) {
+      const std::string& from = socks[moves];
+      const auto t0 = std::chrono::steady_clock::now();
+      const auto reply = test::control_request(ctl_of(from), {{"cmd", "migrate"}, {"to", to[moves]}});
+      BOOST_REQUIRE_MESSAGE(reply.is_object() && reply.value("ok", false), "migrate to " << to[moves] << ": " << reply.dump());
+      VRDMA_REQUIRE_OK(pv::migrate(*p.dev, socks[moves + 1], 20s, pv::StateVia::backends));
+      ++moves;
+      const double ms = ms_since(t0);
+      const auto src = wait_phase(from, "migrated");
+      const auto dst = wait_phase(socks[moves], "running");
+      BOOST_TEST(src["migration"].value("state_via", "") == via[moves - 1], src.dump());
+      BOOST_TEST(dst["migration"].value("state_via", "") == via[moves - 1], dst.dump());
+      BOOST_TEST(dst["objects"].value("qp", 0) == 2);
+      BOOST_TEST_MESSAGE("streamed to " << socks[moves] << " over " << via[moves - 1] << " in " << ms << " ms, "
+                                        << src["migration"].value("state_bytes", 0) << " bytes of state");
+    }
+    p.finish(r);
+  }
+  BOOST_TEST(moves == 2u);
+  p.check_all(kRounds);
 }
 
 // The destination refuses the state after the source stopped its QPs (here: a vrdmad on our

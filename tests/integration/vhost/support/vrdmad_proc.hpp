@@ -4,11 +4,8 @@
 #pragma once
 
 #include <signal.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
-#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,6 +13,7 @@
 #include <boost/test/unit_test.hpp>
 #include <nlohmann/json.hpp>
 
+#include "control_client.hpp"
 #include "process.hpp"
 
 namespace vrdma::test {
@@ -45,27 +43,7 @@ struct Vrdmad {
 
   [[nodiscard]] std::string device() const { return "pv:" + sock; }
   // One control request; the parsed JSON reply (discarded JSON when vrdmad does not answer).
-  [[nodiscard]] nlohmann::json control(const nlohmann::json& req) const {
-    int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_un a{};
-    a.sun_family = AF_UNIX;
-    std::strncpy(a.sun_path, ctl.c_str(), sizeof a.sun_path - 1);
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-      ::close(fd);
-      return nlohmann::json::value_t::discarded;
-    }
-    const std::string out_req = req.dump();
-    (void)::send(fd, out_req.data(), out_req.size(), MSG_NOSIGNAL);
-    std::string out;
-    char buf[4096];
-    ssize_t n;
-    while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) {
-      out.append(buf, static_cast<std::size_t>(n));
-      if (out.find('\n') != std::string::npos) break;
-    }
-    ::close(fd);
-    return nlohmann::json::parse(out, nullptr, false);
-  }
+  [[nodiscard]] nlohmann::json control(const nlohmann::json& req) const { return control_request(ctl, req); }
   [[nodiscard]] nlohmann::json status() const { return control({{"cmd", "status"}}); }
 };
 

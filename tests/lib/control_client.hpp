@@ -1,0 +1,15 @@
+// One request to a vrdmad control socket (a JSON line each way), for tests: the vhost and
+// migration tests on the host, and nic_migration_test inside the reference guest.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace vrdma::test {
+
+// Sends `req` to the control socket at `path` and returns the parsed reply; a discarded JSON
+// value when vrdmad cannot be reached or says nothing within `timeout_ms`.
+nlohmann::json control_request(const std::string& path, const nlohmann::json& req, int timeout_ms = 30000);
+
+}  // namespace vrdma::test
