@@ -24,8 +24,9 @@ RdmaLink::~RdmaLink() = default;
 Result<std::unique_ptr<RdmaLink>> RdmaLink::create(std::shared_ptr<Device> engine, std::uint64_t expose_bytes) {
   std::unique_ptr<RdmaLink> l(new RdmaLink());
   l->engine_ = std::move(engine);
-  auto gid = l->engine_->query_gid(0);
+  auto gid = preferred_gid(*l->engine_);
   if (!gid) return std::move(gid).error();
+  l->sgid_index_ = static_cast<std::uint8_t>(gid->index);
   auto port = l->engine_->query_port(1);
   if (!port) return std::move(port).error();
   l->mtu_ = port->active_mtu;
@@ -82,6 +83,7 @@ Status RdmaLink::connect(const RdmaPeer& peer) {
   at.max_dest_rd_atomic = 1;
   at.min_rnr_timer = 12;
   std::memcpy(at.ah_attr.dgid.raw.data(), &a, 16);
+  at.ah_attr.sgid_index = sgid_index_;
   VRDMA_TRY(qp_->modify(at, M::state | M::av | M::path_mtu | M::dest_qpn | M::rq_psn | M::max_dest_rd_atomic |
                                 M::min_rnr_timer));
   at.qp_state = QpState::rts;

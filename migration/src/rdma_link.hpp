@@ -46,6 +46,7 @@ class RdmaLink {
   std::shared_ptr<nicdrv::MemoryRegion> mr_;
   RdmaPeer local_, peer_;
   nicdrv::Mtu mtu_ = nicdrv::Mtu::mtu1024;
+  std::uint8_t sgid_index_ = 0;  // the GID of local_.gid (preferred_gid())
 };
 
 }  // namespace vrdma::migration

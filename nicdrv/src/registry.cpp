@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include <fmt/format.h>
+
 #include "providers.hpp"
 
 namespace vrdma::nicdrv {
@@ -23,6 +25,15 @@ const std::vector<Provider>& providers() {
     return v;
   }();
   return all;
+}
+
+Result<GidEntry> preferred_gid(const Device& dev, std::uint8_t port) {
+  auto t = dev.gid_table(port);
+  if (!t) return std::move(t).error();
+  if (t->empty()) return make_error(Errc::not_found, fmt::format("{} port {} has an empty GID table", dev.name(), port));
+  for (const auto& g : *t)
+    if (g.type == GidType::roce_v2 && g.gid.is_ipv4_mapped()) return g;
+  return t->front();
 }
 
 Result<std::shared_ptr<Device>> open_device(std::string_view name, const DeviceOptions& opts) {

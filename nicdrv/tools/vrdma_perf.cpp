@@ -166,15 +166,7 @@ struct Remote {
   std::uint8_t min_rnr_timer = 1;
 };
 
-// The GID peers reach us at: a RoCE v2 IPv4-mapped one where the device has it (a verbs device
-// such as rxe lists its link-local IPv6 GID first), else the first entry.
-GidEntry local_gid(const Device& d) {
-  auto t = must(d.gid_table(1), "read the GID table");
-  if (t.empty()) die(d.name() + " has an empty GID table");
-  for (const auto& g : t)
-    if (g.type == GidType::roce_v2 && g.gid.is_ipv4_mapped()) return g;
-  return t.front();
-}
+GidEntry local_gid(const Device& d) { return must(preferred_gid(d), "read the GID table"); }
 
 void create_resources(Ctx& x, bool is_server) {
   x.dev = must(open_device(x.c.device), "open device");

@@ -90,14 +90,10 @@ std::shared_ptr<Device> open_or_fail(const std::string& name) {
   return *d;
 }
 
-// The GID peers address: a RoCE v2 IPv4-mapped one if the device has it, else the first.
 GidEntry pick_gid(Device& d) {
-  auto t = d.gid_table(1);
-  VRDMA_REQUIRE_OK(t);
-  BOOST_REQUIRE_MESSAGE(!t->empty(), d.name() + " has an empty GID table");
-  for (const auto& g : *t)
-    if (g.type == GidType::roce_v2 && g.gid.is_ipv4_mapped()) return g;
-  return t->front();
+  auto g = preferred_gid(d);
+  VRDMA_REQUIRE_OK(g);
+  return *g;
 }
 
 std::shared_ptr<QueuePair> make_qp(Side& s, const Opts& o, SharedReceiveQueue* srq = nullptr) {

@@ -156,4 +156,9 @@ class Device : public std::enable_shared_from_this<Device> {
   virtual Status resume() = 0;
 };
 
+// The GID peers reach `dev` at: a RoCE v2 IPv4-mapped one where the device has it (a verbs
+// device such as rxe lists its link-local IPv6 GID first, which a peer elsewhere may not
+// route to), else the first entry of the table.
+Result<GidEntry> preferred_gid(const Device& dev, std::uint8_t port = 1);
+
 }  // namespace vrdma::nicdrv
