@@ -219,7 +219,8 @@ BOOST_AUTO_TEST_CASE(qps_connected_inside_the_guest_keep_their_data_across_moves
 // containers on libpvverbs move; docs/migration.md "The switchover protocol"): first over RDMA
 // on the NIC (both vrdmads have --migration-engine verbs:rxe0, the source RDMA-WRITEs the state
 // into the buffer the destination exposed), then over TCP to a destination without a migration
-// engine. The in-guest pair carries checked data throughout, work in flight at each stop.
+// engine. The destinations build the objects ahead from the layout the source sends (PRESTATE).
+// The in-guest pair carries checked data throughout, work in flight at each stop.
 BOOST_AUTO_TEST_CASE(the_state_streams_between_backends_over_rdma_on_the_nic_and_over_tcp) {
   const auto socks = env_list("VRDMA_NIC_STREAM_MOVE", 3);
   const auto to = env_list("VRDMA_NIC_STREAM_TO", 2);
@@ -243,6 +244,9 @@ BOOST_AUTO_TEST_CASE(the_state_streams_between_backends_over_rdma_on_the_nic_and
       BOOST_TEST(src["migration"].value("state_via", "") == via[moves - 1], src.dump());
       BOOST_TEST(dst["migration"].value("state_via", "") == via[moves - 1], dst.dump());
       BOOST_TEST(dst["objects"].value("qp", 0) == 2);
+      // The destination built the 2 PDs, 2 CQs and 2 QPs from the layout the source sent
+      // ahead (PRESTATE) and re-created the QPs in those: only the modify to RTS at the stop.
+      BOOST_TEST(dst.value("adopted", 0) == 6, dst.dump());
       BOOST_TEST_MESSAGE("streamed to " << socks[moves] << " over " << via[moves - 1] << " in " << ms << " ms, "
                                         << src["migration"].value("state_bytes", 0) << " bytes of state");
     }

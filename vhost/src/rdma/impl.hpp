@@ -235,6 +235,12 @@ struct RdmaDevice::Impl {
   // readable while the guest runs; and the destination's side: build those engine objects now.
   [[nodiscard]] std::vector<std::uint8_t> save_layout() const;
   Status precreate(std::span<const std::uint8_t> layout);
+  // The QP precreate() built for `handle` if it was built with these parameters (and, with
+  // `qpn`, under that QPN; a NIC picks its own); the entry goes either way, so that a mismatch
+  // frees its QPN for the QP created instead.
+  std::shared_ptr<nicdrv::QueuePair> take_precreated_qp(std::uint32_t handle, const QpObj& qp,
+                                                        const nicdrv::ProtectionDomain* pd,
+                                                        const nicdrv::QpInitAttr& ia, std::optional<std::uint32_t> qpn);
   Precreated pre;
   std::uint32_t adopted = 0;  // pre-created objects the last load_state() used
 

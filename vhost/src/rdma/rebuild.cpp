@@ -272,17 +272,26 @@ Status RdmaDevice::Impl::rebuild_qp(std::uint32_t handle, QpObj& qp, nicdrv::Pro
       std::uint64_t{qp.rq.produced - qp.rq.consumed} + r->recv_outstanding > qp.rq.depth)
     return make_error(Errc::invalid_argument, fmt::format("re-creation record: {} receives to post again do not fit the ring",
                                                           r->recv_outstanding));
-  // The NIC picks the QPN; one that is already a guest's name for another QP is set aside.
+  // The NIC picks the QPN (the QP built during pre-copy, if any, comes first); one that is
+  // already a guest's name for another QP is set aside.
   std::vector<std::shared_ptr<nicdrv::QueuePair>> set_aside;
   std::shared_ptr<nicdrv::QueuePair> eng;
+  auto built = take_precreated_qp(handle, qp, &pd, ia, std::nullopt);
   for (int tries = 0; tries < 8 && !eng; ++tries) {
-    auto q = pd.create_qp(ia);
-    if (!q) return std::move(q).error();
-    const auto n = (*q)->qp_num();
-    if (n != qp.guest_qpn && (guest_name_taken(n, true) || qp_by_engine_qpn.count(n) != 0))
-      set_aside.push_back(std::move(*q));
-    else
-      eng = std::move(*q);
+    const bool was_built = built != nullptr;
+    std::shared_ptr<nicdrv::QueuePair> q = std::move(built);
+    if (!q) {
+      auto made = pd.create_qp(ia);
+      if (!made) return std::move(made).error();
+      q = std::move(*made);
+    }
+    const auto n = q->qp_num();
+    if (n != qp.guest_qpn && (guest_name_taken(n, true) || qp_by_engine_qpn.count(n) != 0)) {
+      if (was_built) --adopted;  // not used after all
+      set_aside.push_back(std::move(q));
+    } else {
+      eng = std::move(q);
+    }
   }
   if (!eng) return make_error(Errc::busy, "the NIC kept handing out QPNs the guest already uses");
   if (qp.eng) forget_names(handle);

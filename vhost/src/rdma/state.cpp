@@ -284,17 +284,7 @@ Status RdmaDevice::Impl::load_state(std::span<const std::uint8_t> blob) {
         return fail(prefixed(fmt::format("QP {}: ", h), s.error()));
     } else {
       Result<std::shared_ptr<nicdrv::QueuePair>> eng = make_error(Errc::not_found, "not pre-created");
-      if (auto it = pre.qps.find(h); it != pre.qps.end()) {
-        const auto& p = it->second;
-        const auto& a = p.attr;
-        if (p.pd == qp.pd && p.send_cq == qp.send_cq && p.recv_cq == qp.recv_cq && p.qpn == qpn &&
-            p.pd_eng == pit->second.eng.get() && a.type == ia.type && a.send_cq == ia.send_cq && a.recv_cq == ia.recv_cq &&
-            a.sq_sig_all == ia.sq_sig_all && a.cap == ia.cap) {
-          eng = p.eng;
-          ++adopted;
-        }
-        pre.qps.erase(it);  // a mismatch frees its QPN for the QP created below
-      }
+      if (auto p = take_precreated_qp(h, qp, pit->second.eng.get(), ia, qpn)) eng = std::move(p);
       if (!eng) {
         eng = pit->second.eng->create_qp(ia, qo);
         // The guest re-created QPs after the layout went: a pre-created one may hold this QPN.
@@ -360,12 +350,30 @@ std::vector<std::uint8_t> RdmaDevice::Impl::save_layout() const {
   return std::move(w.out);
 }
 
+std::shared_ptr<nicdrv::QueuePair> RdmaDevice::Impl::take_precreated_qp(std::uint32_t handle, const QpObj& qp,
+                                                                         const nicdrv::ProtectionDomain* pd,
+                                                                         const nicdrv::QpInitAttr& ia,
+                                                                         std::optional<std::uint32_t> qpn) {
+  auto it = pre.qps.find(handle);
+  if (it == pre.qps.end()) return nullptr;
+  std::shared_ptr<nicdrv::QueuePair> eng;
+  const auto& p = it->second;
+  const auto& a = p.attr;
+  if (p.pd == qp.pd && p.send_cq == qp.send_cq && p.recv_cq == qp.recv_cq && (!qpn || p.qpn == *qpn) &&
+      p.pd_eng == pd && a.type == ia.type && a.send_cq == ia.send_cq && a.recv_cq == ia.recv_cq &&
+      a.sq_sig_all == ia.sq_sig_all && a.cap == ia.cap) {
+    eng = p.eng;
+    ++adopted;
+  }
+  pre.qps.erase(it);
+  return eng;
+}
+
+// On a NIC the QPs are built here with QPNs of the NIC's choosing: load_state() re-creates
+// each QP from its record in one of them (rebuild_qp()), so only the modify to RTS is left for
+// the stop.
 Status RdmaDevice::Impl::precreate(std::span<const std::uint8_t> layout) {
   pre.clear();
-  if (engine_rebuilds()) {  // a NIC re-creates QPs from their stopped state at the load
-    log::info("virtio-rdma: {} builds the incoming guest's objects at the stop (QPs are re-created there)", engine->name());
-    return {};
-  }
   if (!pds.empty() || !cqs.empty() || !qps.empty())
     return make_error(Errc::bad_state, "objects can be built ahead only on a device with none");
   const auto t0 = std::chrono::steady_clock::now();
@@ -429,7 +437,7 @@ Status RdmaDevice::Impl::precreate(std::span<const std::uint8_t> layout) {
     q.attr.cap = cap;
     q.attr.sq_sig_all = sig != 0;
     nicdrv::QpOptions qo;
-    qo.requested_qpn = qpn;
+    if (!engine_rebuilds()) qo.requested_qpn = qpn;
     auto eng = pit->second->create_qp(q.attr, qo);
     if (!eng) {
       pre.clear();
