@@ -53,3 +53,35 @@ BOOST_AUTO_TEST_CASE(stop_from_another_thread_ends_run) {
   t.join();
   BOOST_TEST((std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5)));
 }
+
+// vrdmad --poll-us: an event starts the polling rounds; a descriptor that becomes ready while
+// polling is still served (within 16 rounds), and `idle` runs once `poll` has found nothing for
+// the window.
+BOOST_AUTO_TEST_CASE(run_polling_serves_descriptors_while_polling_and_goes_idle_after_the_window) {
+  auto loop = EventLoop::create().value();
+  UniqueFd kick(::eventfd(1, EFD_NONBLOCK)), msg(::eventfd(0, EFD_NONBLOCK));
+  int polls = 0, idles = 0, msgs = 0, polls_at_msg = -1;
+  std::uint64_t v;
+  BOOST_REQUIRE(loop.add(kick.get(), EPOLLIN, [&](std::uint32_t) { (void)!::read(kick.get(), &v, 8); }).ok());
+  BOOST_REQUIRE(loop.add(msg.get(), EPOLLIN, [&](std::uint32_t) {
+    (void)!::read(msg.get(), &v, 8);
+    ++msgs;
+    polls_at_msg = polls;
+  }).ok());
+  const std::uint64_t one = 1;
+  const auto poll = [&] {
+    ++polls;
+    if (polls == 3) BOOST_REQUIRE(::write(msg.get(), &one, 8) == 8);
+    return polls <= 5;  // work in the first five rounds
+  };
+  const auto idle = [&] {
+    ++idles;
+    loop.stop();
+  };
+  BOOST_TEST(loop.run_polling(std::chrono::milliseconds(50), poll, idle).ok());
+  BOOST_TEST(idles == 1);
+  BOOST_TEST(msgs == 1);
+  BOOST_TEST(polls_at_msg >= 3);
+  BOOST_TEST(polls_at_msg <= 3 + 16);
+  BOOST_TEST(polls > 5);
+}

@@ -39,8 +39,9 @@ class EventLoop {
   // Runs until stop().
   Status run();
   // Runs until stop() like run(), but does not sleep while there is work: after an event, it
-  // calls `poll` between non-blocking waits (yielding the core when a round found nothing) until
-  // `poll` has found nothing for `window`; then `idle`, and a blocking wait again.
+  // calls `poll` round after round (yielding the core after each, and looking at the file
+  // descriptors without waiting every 16th) until `poll` has found nothing for `window`; then
+  // `idle`, and a blocking wait again.
   Status run_polling(std::chrono::microseconds window, const std::function<bool()>& poll,
                      const std::function<void()>& idle);
   void stop() noexcept;
