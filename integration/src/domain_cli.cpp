@@ -14,7 +14,7 @@ int usage() {
   std::fprintf(stderr,
                "usage: vrdmactl domain attach --socket PATH --engine ENGINE [--xml FILE] [--mac MAC] [--announce IF]\n"
                "                              [--migration-port P | --incoming tcp:IP:PORT] [--control PATH]\n"
-               "                              [--queue-size N] [--target vdX]\n"
+               "                              [--queue-size N] [--target vdX] [--poll-us N]\n"
                "                              [--vf-pool PF] [--vf-numa N] [--vf-vlan V] [--vf-max-rate MBPS]\n"
                "                              [--vf-trust on|off] [--vf-spoofchk on|off]\n"
                "  Reads a libvirt domain XML (FILE, or standard input) and prints it with the virtio RDMA device\n"
@@ -28,6 +28,8 @@ int usage() {
                "  --mac             the guest device's MAC (its RDMA identity; with verbs:vf the VF gets this MAC)\n"
                "  --announce        the host interface carrying the guest's address (gratuitous ARP after migration)\n"
                "  --migration-port  where a destination vrdmad listens for the device state (all addresses)\n"
+               "  --poll-us         vrdmad's latency mode: it polls for N microseconds after the last work instead of\n"
+               "                    sleeping on the guest's kicks (a core's worth of CPU while traffic flows; 1..1000000)\n"
                "Then: virt-xml-validate FILE domain && virsh create FILE\n");
   return 2;
 }
@@ -58,6 +60,16 @@ int domain_cli(const std::vector<std::string>& args) {
     else if (a == "--incoming") ok = value(o.device.incoming);
     else if (a == "--migration-port") ok = value(port);
     else if (a == "--target") ok = value(o.target);
+    else if (a == "--poll-us") {
+      std::string v;
+      ok = value(v);
+      const auto n = decimal_in(v, 1, 1000000);
+      if (ok && !n) {
+        std::fprintf(stderr, "vrdmactl domain attach: --poll-us must be 1..1000000 (microseconds)\n");
+        return 2;
+      }
+      o.device.poll_us = static_cast<unsigned>(n.value_or(0));
+    }
     else if (a.rfind("--vf-", 0) == 0) {
       std::string v;
       if (!value(v)) {
@@ -76,8 +88,8 @@ int domain_cli(const std::vector<std::string>& args) {
       }
     } else if (a == "--queue-size") {
       ok = value(qs);
-      const unsigned long v = ok ? std::strtoul(qs.c_str(), nullptr, 10) : 0;
-      if (v < 16 || v > 1024 || (v & (v - 1)) != 0) {
+      const unsigned long v = decimal_in(qs, 16, 1024).value_or(0);
+      if (v == 0 || (v & (v - 1)) != 0) {
         std::fprintf(stderr, "vrdmactl domain attach: --queue-size must be a power of two in 16..1024\n");
         return 2;
       }
@@ -96,8 +108,7 @@ int domain_cli(const std::vector<std::string>& args) {
       std::fprintf(stderr, "vrdmactl domain attach: give --migration-port or --incoming, not both\n");
       return 2;
     }
-    const unsigned long v = std::strtoul(port.c_str(), nullptr, 10);
-    if (v == 0 || v > 65535 || port.find_first_not_of("0123456789") != std::string::npos) {
+    if (!decimal_in(port, 1, 65535)) {
       std::fprintf(stderr, "vrdmactl domain attach: --migration-port must be 1..65535\n");
       return 2;
     }

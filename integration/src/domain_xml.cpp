@@ -4,6 +4,7 @@
 #include <libxml/tree.h>
 
 #include <cctype>
+#include <charconv>
 #include <cstdlib>
 #include <memory>
 #include <set>
@@ -149,6 +150,13 @@ Status set_vf_attribute(VfRequest& r, std::string_view name, const std::string& 
 
 bool is_vf_engine(const std::string& engine) { return engine == "verbs:vf" || engine.rfind("verbs:vf?", 0) == 0; }
 
+std::optional<unsigned long> decimal_in(std::string_view text, unsigned long lo, unsigned long hi) {
+  unsigned long v = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (text.empty() || ec != std::errc{} || end != text.data() + text.size() || v < lo || v > hi) return std::nullopt;
+  return v;
+}
+
 Result<DomainInfo> parse_domain(const std::string& xml) {
   auto doc = read(xml);
   if (!doc) return std::move(doc).error();
@@ -182,12 +190,18 @@ Result<DomainInfo> parse_domain(const std::string& xml) {
   m.disk = attr(e, "disk");
   m.incoming = attr(e, "incoming");
   if (const auto p = attr(e, "migration-port"); !p.empty() && m.incoming.empty()) {
-    char* end = nullptr;
-    const unsigned long v = std::strtoul(p.c_str(), &end, 10);
-    if (*end != '\0' || v == 0 || v > 65535)
+    const auto v = decimal_in(p, 1, 65535);
+    if (!v)
       return make_error(Errc::invalid_argument, "the vrdma:device element of domain " + info.name +
                                                     " has migration-port \"" + p + "\"; it must be 1..65535");
-    m.incoming = "tcp:0.0.0.0:" + std::to_string(v);
+    m.incoming = "tcp:0.0.0.0:" + std::to_string(*v);
+  }
+  if (const auto p = attr(e, "poll-us"); !p.empty()) {
+    const auto v = decimal_in(p, 1, 1000000);
+    if (!v)
+      return make_error(Errc::invalid_argument, "the vrdma:device element of domain " + info.name + " has poll-us \"" +
+                                                    p + "\"; it must be 1..1000000 (microseconds)");
+    m.poll_us = static_cast<unsigned>(*v);
   }
   if (!m.incoming.empty() && m.incoming != "guest") {
     const auto colon = m.incoming.rfind(':');
@@ -322,6 +336,7 @@ Result<std::string> attach_device(const std::string& xml, const AttachOptions& o
   if (!m.mac.empty()) set(e, "mac", m.mac);
   if (!m.announce.empty()) set(e, "announce", m.announce);
   if (!m.incoming.empty()) set(e, "incoming", m.incoming);
+  if (m.poll_us != 0) set(e, "poll-us", std::to_string(m.poll_us));
   if (m.vf) {
     const VfRequest& v = *m.vf;
     if (!v.pool.empty()) set(e, "vf-pool", v.pool);

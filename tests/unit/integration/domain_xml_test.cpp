@@ -86,6 +86,18 @@ BOOST_AUTO_TEST_CASE(incomplete_or_wrong_elements_are_refused_with_the_attribute
   BOOST_TEST(!parse_domain("<network/>").ok());
 }
 
+BOOST_AUTO_TEST_CASE(decimal_in_takes_whole_decimal_numbers_in_range_only) {
+  BOOST_TEST(decimal_in("1", 1, 10).value_or(0) == 1u);
+  BOOST_TEST(decimal_in("10", 1, 10).value_or(0) == 10u);
+  BOOST_TEST(!decimal_in("11", 1, 10));
+  BOOST_TEST(!decimal_in("0", 1, 10));
+  BOOST_TEST(!decimal_in("", 0, 10));
+  BOOST_TEST(!decimal_in("-1", 0, 10));
+  BOOST_TEST(!decimal_in("5 ", 0, 10));
+  BOOST_TEST(!decimal_in("0x5", 0, 10));
+  BOOST_TEST(!decimal_in("99999999999999999999999", 0, ~0ul));
+}
+
 BOOST_AUTO_TEST_CASE(per_host_names_do_not_collide) {
   auto d = parse_domain(domain(kFull));
   BOOST_REQUIRE(d.ok());
@@ -157,6 +169,28 @@ BOOST_AUTO_TEST_CASE(attach_adds_the_carrier_disk_shared_memory_and_the_metadata
   BOOST_TEST(d->device->engine == "soft:10.0.0.5");
   BOOST_TEST(d->device->mac == "52:54:00:12:34:56");
   BOOST_TEST(d->device->incoming == "tcp:0.0.0.0:7811");
+}
+
+// poll-us: vrdmad's latency mode, asked for per domain; written by attach, read by the hook.
+BOOST_AUTO_TEST_CASE(poll_us_is_read_checked_and_written_back) {
+  BOOST_TEST(parse_domain(domain(kFull))->device->poll_us == 0u);  // absent: vrdmad sleeps on kicks
+  auto d = parse_domain(domain("socket='/s' engine='soft:1.2.3.4' poll-us='200'"));
+  BOOST_REQUIRE(d.ok());
+  BOOST_TEST(d->device->poll_us == 200u);
+  for (const char* bad : {"0", "-5", "12x", "2000000", " 7", "+7"}) {
+    auto b = parse_domain(domain(std::string("socket='/s' engine='soft:1.2.3.4' poll-us='") + bad + "'"));
+    BOOST_REQUIRE_MESSAGE(!b.ok(), "poll-us '" << bad << "' was taken");
+    BOOST_TEST(b.error().message.find("poll-us") != std::string::npos, b.error().message);
+    BOOST_TEST(b.error().message.find("1..1000000") != std::string::npos, b.error().message);
+  }
+  AttachOptions o;
+  o.device.socket = "/run/vrdma/g1.sock";
+  o.device.engine = "soft:10.0.0.5";
+  o.device.poll_us = 150;
+  auto x = attach_device(kPlain, o);
+  BOOST_REQUIRE(x.ok());
+  BOOST_TEST(x->find("poll-us=\"150\"") != std::string::npos);
+  BOOST_TEST(parse_domain(*x)->device->poll_us == 150u);
 }
 
 BOOST_AUTO_TEST_CASE(attach_keeps_hugepages_and_makes_them_shared) {

@@ -16,7 +16,9 @@
 // backend is "vrdmad" (the default: the virtio RDMA device; engine required; mac, announce,
 // control and incoming optional: incoming="tcp:IP:PORT" makes a destination also accept the
 // state streamed from the source vrdmad, migration-port="P" is short for incoming="tcp:0.0.0.0:P";
-// without it incoming is "guest": the state comes in the guest's own memory), or "vhost-user-blk"
+// without it incoming is "guest": the state comes in the guest's own memory; poll-us="N" runs
+// vrdmad with --poll-us N, its latency mode: polling for N µs after the last work instead of
+// sleeping on the guest's kicks, 1..1000000), or "vhost-user-blk"
 // (the test fixture backend; disk). socket is the vhost-user
 // socket that the domain's device (e.g. <disk type='vhostuser'>) names as its source path.
 #pragma once
@@ -66,6 +68,7 @@ struct DeviceMeta {
   std::string mac;             // vrdmad --mac (optional)
   std::string announce;        // vrdmad --announce (optional)
   std::string incoming;        // vrdmad --incoming on a destination: tcp:IP:PORT, or "guest" (the default)
+  unsigned poll_us = 0;        // vrdmad --poll-us (0: vrdmad sleeps on the guest's kicks)
   std::string disk;            // vhost-user-blk --disk (required for vhost-user-blk)
   std::optional<VfRequest> vf; // set exactly when engine is verbs:vf
 };
@@ -74,6 +77,10 @@ struct DomainInfo {
   std::string name;
   std::optional<DeviceMeta> device;  // empty: not a vrdma domain (the hook leaves it alone)
 };
+
+// `text` as a whole decimal number in lo..hi; nothing when it is empty, signed, has other
+// characters or is out of range (attribute and option values).
+std::optional<unsigned long> decimal_in(std::string_view text, unsigned long lo, unsigned long hi);
 
 // Parses a domain XML. Errors: the XML does not parse, or the vrdma element is incomplete
 // (the sentence names the missing attribute).
@@ -89,7 +96,7 @@ Result<std::string> rewrite_sockets(const std::string& xml, const DeviceMeta& fr
 
 // What `vrdmactl domain attach` adds to a domain.
 struct AttachOptions {
-  DeviceMeta device;                 // socket, engine (required); mac, announce, control, incoming (optional)
+  DeviceMeta device;                 // socket, engine (required); mac, announce, control, incoming, poll_us (optional)
   std::uint16_t queues = 0;          // the device's virtqueues (0: the virtio RDMA device's count)
   std::uint16_t queue_size = 256;
   std::string target;                // guest disk name for the carrier ("vdb"); empty: the first free vdX
