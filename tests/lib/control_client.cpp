@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <thread>
 
 namespace vrdma::test {
 
@@ -33,6 +34,23 @@ nlohmann::json control_request(const std::string& path, const nlohmann::json& re
   }
   ::close(fd);
   return nlohmann::json::parse(out, nullptr, false);
+}
+
+std::string phase_of(const nlohmann::json& status) {
+  if (!status.is_object()) return "";
+  const auto m = status.find("migration");
+  return m != status.end() && m->is_object() ? m->value("phase", "") : "";
+}
+
+nlohmann::json wait_for_phase(const std::string& path, const std::string& phase, std::chrono::milliseconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  nlohmann::json st;
+  do {
+    st = control_request(path, {{"cmd", "status"}});
+    if (phase_of(st) == phase) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  } while (std::chrono::steady_clock::now() < deadline);
+  return st;
 }
 
 }  // namespace vrdma::test

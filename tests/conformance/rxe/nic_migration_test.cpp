@@ -19,7 +19,6 @@
 #include <set>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "check.hpp"
@@ -154,14 +153,9 @@ std::string ctl_of(const std::string& sock) {
 
 // The vrdmad's status once its migration phase is `phase` (10 s at most; the last status else).
 nlohmann::json wait_phase(const std::string& sock, const std::string& phase) {
-  const auto deadline = std::chrono::steady_clock::now() + 10s;
-  nlohmann::json st;
-  do {
-    st = test::control_request(ctl_of(sock), {{"cmd", "status"}});
-    if (st.is_object() && st.contains("migration") && st["migration"].value("phase", "") == phase) return st;
-    std::this_thread::sleep_for(50ms);
-  } while (std::chrono::steady_clock::now() < deadline);
-  BOOST_ERROR("vrdmad " << sock << " did not reach migration phase " << phase << " within 10 s: " << st.dump());
+  auto st = test::wait_for_phase(ctl_of(sock), phase, 10s);
+  if (test::phase_of(st) != phase)
+    BOOST_ERROR("vrdmad " << sock << " did not reach migration phase " << phase << " within 10 s: " << st.dump());
   return st;
 }
 

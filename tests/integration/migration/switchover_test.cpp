@@ -87,14 +87,9 @@ struct Stream {
 };
 
 nlohmann::json wait_phase(const Vrdmad& d, const std::string& phase, std::chrono::milliseconds limit = 5000ms) {
-  const auto deadline = Clock::now() + limit;
-  nlohmann::json st;
-  while (Clock::now() < deadline) {
-    st = d.status();
-    if (st.is_object() && st["migration"]["phase"] == phase) return st;
-    std::this_thread::sleep_for(10ms);
-  }
-  BOOST_ERROR("vrdmad " << d.sock << " did not reach phase " << phase << ": " << st.dump() << "\nlog:\n" << read_file(d.log));
+  auto st = wait_for_phase(d.ctl, phase, limit);
+  if (phase_of(st) != phase)
+    BOOST_ERROR("vrdmad " << d.sock << " did not reach phase " << phase << ": " << st.dump() << "\nlog:\n" << read_file(d.log));
   return st;
 }
 
