@@ -21,6 +21,8 @@
 #                  LV_HOST=a|b, LV_HOST_IP and LV_HOST_DIR
 #   LV_PREFIX      name prefix for veths and hostnames (default lv9)
 #   LV_NET         first three octets of the veth subnet (default 10.99.9)
+#   LV_START_TIMEOUT  seconds each libvirtd has to answer (default 180: the first start on a
+#                  machine probes QEMU's capabilities)
 # Exits with CMD's status; 77 (with a sentence) when libvirt, QEMU or root is missing.
 set -uo pipefail
 
@@ -152,6 +154,9 @@ for d in etc/libvirt run/libvirt var/lib/libvirt var/log/libvirt var/cache/libvi
 done
 hostname "$NAME"
 ip link set lo up
+# libvirtd binds its TCP listener to the host's veth address: wait for the go (the veth is up)
+for ((i = 0; i < 600; i++)); do [ -e "$R/go" ] && break; sleep 0.1; done
+[ -e "$R/go" ] || { echo "holder: no go within 60 s" >&2; exit 1; }
 virtlogd -p "$R/virtlogd.pidfile" > "$R/virtlogd.out" 2>&1 &
 echo $! > "$R/virtlogd.pid"
 libvirtd --listen -p "$R/libvirtd.pidfile" > "$R/libvirtd.out" 2>&1 &
@@ -176,16 +181,49 @@ start_host() {
   exit 1
 }
 
+# wait_libvirtd NAME: until the host's libvirtd answers. Its first start on a machine probes
+# QEMU's capabilities (~15 s here, far longer on a loaded CI machine), so the bound is generous;
+# a libvirtd that exits ends the wait at once, with its output.
+wait_libvirtd() {
+  local h=$1 uri="qemu+unix:///system?socket=$ROOT/$1/run/libvirt/libvirt-sock"
+  local start=$SECONDS limit=${LV_START_TIMEOUT:-180} pid next=30
+  while :; do
+    timeout 10 virsh -q -c "$uri" version >/dev/null 2>&1 && return 0
+    pid=$(cat "$ROOT/$h/libvirtd.pid" 2>/dev/null)
+    if [ -n "$pid" ] && ! kill -0 "$pid" 2>/dev/null; then
+      log "host $h's libvirtd exited before answering; its output and log:"
+      cat "$ROOT/$h/libvirtd.out" >&2; tail -5 "$ROOT/$h/var/log/libvirt/libvirtd.log" >&2; exit 1
+    fi
+    if ((SECONDS - start >= limit)); then
+      log "host $h's libvirtd did not answer within $limit s (LV_START_TIMEOUT); its output:"
+      cat "$ROOT/$h/libvirtd.out" >&2; exit 1
+    fi
+    ((SECONDS - start >= next)) && { log "host $h's libvirtd is still starting ($((SECONDS - start)) s; probing QEMU)"; next=$((next + 30)); }
+    sleep 0.2
+  done
+}
+
 prepare_host a "$NET.1"
 prepare_host b "$NET.2"
 start_host a
 start_host b
 PA=${HOLDERS[0]} PB=${HOLDERS[1]}
 
+# The veth first: each libvirtd binds its TCP listener to its host's address on it.
 ip link add "${PREFIX}a" netns "$PA" type veth peer name "${PREFIX}b" netns "$PB" ||
   { log "cannot create the veth pair ${PREFIX}a/${PREFIX}b"; exit 1; }
 nsenter -t "$PA" -n sh -c "ip addr add $NET.1/24 dev ${PREFIX}a && ip link set ${PREFIX}a up" || exit 1
 nsenter -t "$PB" -n sh -c "ip addr add $NET.2/24 dev ${PREFIX}b && ip link set ${PREFIX}b up" || exit 1
+
+# Host a's daemons first: when no earlier run left a capabilities probe, b reuses a's instead
+# of probing at the same time on the same cores.
+touch "$ROOT/a/go"
+wait_libvirtd a
+if [ ! -d "$ROOT/b/var/cache/libvirt/qemu/capabilities" ] && [ -d "$ROOT/a/var/cache/libvirt/qemu/capabilities" ]; then
+  cp -a "$ROOT/a/var/cache/libvirt/qemu" "$ROOT/b/var/cache/libvirt/"
+fi
+touch "$ROOT/b/go"
+wait_libvirtd b
 
 export LV_ROOT=$ROOT LV_A_DIR=$ROOT/a LV_B_DIR=$ROOT/b LV_A_PID=$PA LV_B_PID=$PB
 export LV_A_IP=$NET.1 LV_B_IP=$NET.2
@@ -193,15 +231,6 @@ export LV_A_URI="qemu+unix:///system?socket=$ROOT/a/run/libvirt/libvirt-sock"
 export LV_B_URI="qemu+unix:///system?socket=$ROOT/b/run/libvirt/libvirt-sock"
 export LV_A_TCP="qemu+tcp://$NET.1/system" LV_B_TCP="qemu+tcp://$NET.2/system"
 
-for h in A B; do
-  uri_var=LV_${h}_URI
-  ok=0
-  for i in $(seq 100); do
-    timeout 5 virsh -q -c "${!uri_var}" version >/dev/null 2>&1 && { ok=1; break; }
-    sleep 0.2
-  done
-  [ $ok = 1 ] || { log "host $h's libvirtd did not answer within 20 s:"; cat "$ROOT/${h,,}/libvirtd.out" >&2; exit 1; }
-done
 log "hosts up: a=$PREFIX-a ($NET.1), b=$PREFIX-b ($NET.2), rig $ROOT"
 
 "$@"
