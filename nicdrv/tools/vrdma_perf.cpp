@@ -862,27 +862,34 @@ ForeignOutcome run_pingpong(Ctx& x, int fd, bool is_server) {
     }
     r.o.lat_us.push_back(std::chrono::duration<double, std::micro>(SteadyClock::now() - t0).count() / 2);
   }
-  // The tool destroys its QP as soon as its last receive completes. If the ACK of our last SEND
-  // is lost on the way back, its retransmissions reach no QP and it runs out of retries: every
-  // message has arrived and been checked by then, so that one completion is no failure.
+  // The tool destroys its QP as soon as its last exchange completes. If the ACK of our last SEND
+  // is lost on the way back, its retransmissions reach no QP and it runs out of retries. By then
+  // the tool has every message (as server: it received our last one; as client: it answered it,
+  // which it does only after receiving it), all checked, so that one completion is no failure.
+  // As client we also stay a while after the tool's last message: if our ACK of it is lost, the
+  // tool's retransmissions (every ~67 ms: its timeout 14, 7 retries) must find our QP alive, or
+  // the tool fails its last SEND.
+  r.o.seconds = std::chrono::duration<double>(SteadyClock::now() - start).count();
   auto deadline = SteadyClock::now() + std::chrono::seconds(10);
-  while (sends_out > 0 && SteadyClock::now() < deadline) {
+  auto linger_until = SteadyClock::now() + (is_server ? std::chrono::milliseconds(0) : std::chrono::milliseconds(1000));
+  while ((sends_out > 0 && SteadyClock::now() < deadline) || SteadyClock::now() < linger_until) {
     auto k = x.cq->poll(std::span<WorkCompletion>(wc, 8));
     if (!k) die("poll CQ: " + k.error().message);
     for (std::size_t j = 0; j < *k; ++j) {
       if (wc[j].opcode == WcOpcode::recv) continue;
       --sends_out;
       if (wc[j].status == WcStatus::success) continue;
-      if (is_server && wc[j].status == WcStatus::retry_exc_err && wc[j].wr_id + 1 == x.c.iters) {
+      if (wc[j].status == WcStatus::retry_exc_err && wc[j].wr_id + 1 == x.c.iters) {
         r.last_ack_lost = true;
         continue;
       }
       die("work request " + std::to_string(wc[j].wr_id) + " failed: " + std::string(to_string(wc[j].status)));
     }
-    if (*k == 0) sched_yield();
+    if (*k == 0) {
+      if (sends_out > 0) sched_yield(); else std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
   }
   r.o.ops = x.c.iters;
-  r.o.seconds = std::chrono::duration<double>(SteadyClock::now() - start).count();
   return r;
 }
 
