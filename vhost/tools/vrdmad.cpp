@@ -1,7 +1,7 @@
 // vrdmad: the virtio RDMA device backend, one process per guest device.
 //
 //   vrdmad --socket PATH --engine soft:<ip>|verbs:<ibdev> [--control PATH] [--mac MAC]
-//          [--incoming tcp:IP:PORT] [--announce IFNAME] [limits...]
+//          [--incoming tcp:IP:PORT] [--announce IFNAME] [--notices IP] [limits...]
 //
 // Serves vhost-user on PATH (to QEMU, or to a libpvverbs process acting as the frontend) and,
 // with --control, a JSON control socket: each connection sends one request line and gets one
@@ -10,7 +10,8 @@
 //   {"cmd":"migrate","to":"tcp:IP:PORT"}         start a live migration to a destination vrdmad
 //       [,"prestate":false]                      (without building the objects there ahead)
 //   {"cmd":"cancel"}                             give up an armed migration
-// --incoming makes this vrdmad a migration destination (docs/migration.md). SIGTERM/SIGINT end it.
+// --incoming makes this vrdmad a migration destination (docs/migration.md). --notices IP takes
+// part in peer notices on a NIC (vhost/peer_notice.hpp). SIGTERM/SIGINT end it.
 // --supervise keeps a small parent that starts the backend again when it dies of anything but
 // SIGTERM/SIGINT (docs/migration.md "A backend that dies").
 #include <sys/epoll.h>
@@ -20,6 +21,8 @@
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -37,6 +40,7 @@
 
 #include "vrdma/common/log.hpp"
 #include "vrdma/migration/switchover.hpp"
+#include "vrdma/vhost/peer_notice.hpp"
 #include "vrdma/nicdrv/registry.hpp"
 #include "vrdma/vhost/backend.hpp"
 #include "vrdma/vhost/rdma_device.hpp"
@@ -88,8 +92,44 @@ nlohmann::json stats_json(const vhost::RdmaDevice& dev, const migration::Migrati
       {"cq_overruns", s.cq_overruns},
       {"events", s.events},
       {"events_dropped", s.events_dropped},
+      {"notices",
+       {{"peers_paused", s.peers_paused},
+        {"peers_repointed", s.peers_repointed},
+        {"answered", s.notices_answered},
+        {"refused", s.notices_refused},
+        {"qps_paused", s.qps_paused},
+        {"qps_repointed", s.qps_repointed}}},
       {"vhost", {{"connections", b.connections}, {"messages", b.messages}, {"rejected", b.rejected}, {"kicks", b.kicks}}},
   };
+}
+
+// The listener for other backends' peer notices on ip:port. The address need not be on this host
+// yet (IP_FREEBIND: a destination's guest brings it along). Another backend of the same guest on
+// this host may hold it (the source and destination of a move on one host): then this one sends
+// notices but takes none, and says so; an empty descriptor is returned.
+Result<UniqueFd> listen_notices(const std::string& ip, std::uint16_t port) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  if (::inet_pton(AF_INET, ip.c_str(), &a.sin_addr) != 1)
+    return make_error(Errc::invalid_argument, "--notices " + ip + " is not an IPv4 address (the guest's RDMA address)");
+  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!fd) return errno_error(errno, "creating the peer notice socket");
+  int one = 1;
+  ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  ::setsockopt(fd.get(), IPPROTO_IP, IP_FREEBIND, &one, sizeof one);
+  if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0) {
+    if (errno == EADDRINUSE) {
+      log::warn("vrdmad: another process takes peer notices on {}:{} (another backend of this guest on this host?): "
+                "this vrdmad sends notices but takes none",
+                ip, port);
+      return UniqueFd{};
+    }
+    return errno_error(errno, fmt::format("binding the peer notice listener to {}:{}", ip, port));
+  }
+  if (::listen(fd.get(), 16) != 0) return errno_error(errno, fmt::format("listening for peer notices on {}:{}", ip, port));
+  log::info("vrdmad: taking peer notices on {}:{}", ip, port);
+  return fd;
 }
 
 Result<UniqueFd> listen_unix(const std::string& path) {
@@ -235,6 +275,15 @@ int main(int argc, char** argv) {
                  "core's worth of polling while traffic flows; 0: sleep at once)")
       ->capture_default_str()
       ->check(CLI::Range(0u, 1000000u));
+  std::string notices_ip;
+  app.add_option("--notices", notices_ip,
+                 "on a NIC, tell the vrdma backends of the guest's QPs' peers where a QP went when the guest moves, and "
+                 "take their notices: listen for them on this IPv4 address (the guest's RDMA address on this host)");
+  app.add_option("--notice-port", opts.notice_port, "TCP port of the peer notices")->capture_default_str();
+  app.add_option("--notice-hold-ms", opts.hold_timeout_ms,
+                 "how long a QP paused for a moving peer waits to be re-pointed before its sends go on")
+      ->capture_default_str()
+      ->check(CLI::Range(100u, 600000u));
   app.add_option("--max-qp", lim.max_qp, "QPs per guest")->capture_default_str();
   app.add_option("--max-cq", lim.max_cq, "CQs per guest")->capture_default_str();
   app.add_option("--max-mr", lim.max_mr, "MRs per guest")->capture_default_str();
@@ -273,6 +322,7 @@ int main(int argc, char** argv) {
     log::error("vrdmad: {}", loop.error().message);
     return 1;
   }
+  opts.notices = !notices_ip.empty();
   vhost::RdmaDevice dev(*engine, *loop, opts);
   migration::MigrationOptions mopts{engine_name, mac, announce, sock};
   mopts.restarted = restarted;
@@ -345,6 +395,36 @@ int main(int argc, char** argv) {
       const auto out = reply.dump() + "\n";
       [[maybe_unused]] auto w = ::send(c.get(), out.data(), out.size(), MSG_NOSIGNAL);
     });
+  }
+
+  UniqueFd notice_listener;
+  std::uint64_t notice_errors = 0;
+  if (!notices_ip.empty()) {
+    auto l = listen_notices(notices_ip, opts.notice_port);
+    if (!l) {
+      log::error("vrdmad: {}", l.error().message);
+      return 1;
+    }
+    notice_listener = std::move(*l);
+    if (notice_listener)
+      (void)loop->add(notice_listener.get(), EPOLLIN, [&](std::uint32_t) {
+        sockaddr_in from{};
+        socklen_t len = sizeof from;
+        UniqueFd c(::accept4(notice_listener.get(), reinterpret_cast<sockaddr*>(&from), &len, SOCK_CLOEXEC | SOCK_NONBLOCK));
+        if (!c || from.sin_family != AF_INET) return;
+        auto m = vhost::notice::read_message(c.get(), std::chrono::milliseconds(1000));
+        vhost::notice::Message ans;
+        if (!m) {
+          if (++notice_errors <= 100 || notice_errors % 1000 == 0)
+            log::warn("vrdmad: a peer notice from {} is refused: {}", vhost::notice::ipv4_string(from.sin_addr.s_addr),
+                      m.error().message);
+          ans.kind = vhost::notice::Kind::refused;
+          ans.reason = m.error().message;
+        } else {
+          ans = dev.peer_notice(*m, from.sin_addr.s_addr);
+        }
+        (void)vhost::notice::write_message(c.get(), ans, std::chrono::milliseconds(1000));
+      });
   }
 
   log::info("vrdmad: serving {} on engine {}{}{}", sock, engine_name, control.empty() ? "" : ", control " + control,

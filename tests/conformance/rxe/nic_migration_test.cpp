@@ -14,8 +14,13 @@
 #define BOOST_TEST_MODULE nic_migration
 #include <boost/test/unit_test.hpp>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <chrono>
 #include <cstdlib>
+#include <deque>
 #include <set>
 #include <sstream>
 #include <string>
@@ -23,7 +28,9 @@
 
 #include "check.hpp"
 #include "control_client.hpp"
+#include "vrdma/common/fd.hpp"
 #include "rdma_pair.hpp"
+#include "vrdma/vhost/peer_notice.hpp"
 #include "vrdma/vhost/pv.hpp"
 
 using namespace vrdma;
@@ -65,8 +72,11 @@ std::shared_ptr<Device> open_pv(const std::string& sock) {
 }
 
 constexpr std::size_t kSlot = 16 * 1024;   // one receive buffer / one SEND
-constexpr std::size_t kSlots = 8;          // receives kept posted at B
-constexpr std::size_t kWriteAt = 256 * 1024, kWrite = 64 * 1024;
+constexpr std::size_t kSlots = 8;          // receives kept posted at the receiving side
+constexpr std::size_t kWrite = 64 * 1024;  // one WRITE
+// Where each endpoint's buffer holds what: receive slots, WRITE targets (two), SEND and WRITE
+// sources (two each), so that one endpoint can send and receive at once.
+constexpr std::size_t kWriteAt = 256 * 1024, kSendSrcAt = 512 * 1024, kWriteSrcAt = 640 * 1024;
 
 void post_recv_slot(test::Endpoint& b, std::uint64_t seq) {
   Sge s{reinterpret_cast<std::uint64_t>(b.buf.data() + (seq % kSlots) * kSlot), kSlot, b.mr->lkey()};
@@ -74,34 +84,51 @@ void post_recv_slot(test::Endpoint& b, std::uint64_t seq) {
   VRDMA_REQUIRE_OK(b.qp->post_recv(std::span<const RecvWr>(&r, 1)));
 }
 
-// A and B, two QPs of one guest device connected to each other, with B keeping kSlots receives
-// posted. Each round A posts a WRITE and a SEND with fresh data; finish() waits for the round's
-// completions and checks them: once each, the QPNs the guest was given, the data in place.
-struct InGuestPair {
-  std::shared_ptr<Device> dev;
-  test::Endpoint a, b;
+// An endpoint's CQ, which holds the completions of its sends and of its receives (an endpoint
+// that sends and receives both): each kind taken on its own.
+struct CqSplit {
+  CompletionQueue& cq;
+  std::deque<WorkCompletion> sends, recvs;
+  explicit CqSplit(CompletionQueue& c) : cq(c) {}
+  std::vector<WorkCompletion> take(bool recv, std::size_t n, std::chrono::milliseconds timeout) {
+    auto& q = recv ? recvs : sends;
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (q.size() < n && std::chrono::steady_clock::now() < deadline)
+      for (const auto& c : test::wait_cq(cq, 1, 100ms))
+        (static_cast<std::uint8_t>(c.opcode) >= 128 ? recvs : sends).push_back(c);
+    std::vector<WorkCompletion> out;
+    while (!q.empty() && out.size() < n) {
+      out.push_back(q.front());
+      q.pop_front();
+    }
+    return out;
+  }
+};
+
+// One direction of checked traffic from endpoint `a` to endpoint `b`, which keeps kSlots receives
+// posted. Each round a posts a WRITE and a SEND with fresh data; finish() waits for the round's
+// completions and checks them: once each, the QPNs the guests were given, the data in place.
+// `seed` keeps the two directions' data apart.
+struct OneWay {
+  test::Endpoint& a;
+  test::Endpoint& b;
+  CqSplit& cq_a;
+  CqSplit& cq_b;
+  std::uint64_t seed = 0;
   std::uint32_t qpn_a = 0, qpn_b = 0;
   std::uint64_t next_recv = 0;
   std::set<std::uint64_t> sends_done, recvs_done;
 
-  explicit InGuestPair(const std::string& sock) : dev(open_pv(sock)) {
-    const auto o = options();
-    auto ea = test::make_endpoint(dev, o);
-    auto eb = test::make_endpoint(dev, o);
-    VRDMA_REQUIRE_OK(ea);
-    VRDMA_REQUIRE_OK(eb);
-    a = std::move(*ea);
-    b = std::move(*eb);
-    VRDMA_REQUIRE_OK(test::connect(a, b, o));
-    qpn_a = a.qp->qp_num();
-    qpn_b = b.qp->qp_num();
+  OneWay(test::Endpoint& from, CqSplit& from_cq, test::Endpoint& to, CqSplit& to_cq, std::uint64_t s)
+      : a(from), b(to), cq_a(from_cq), cq_b(to_cq), seed(s), qpn_a(from.qp->qp_num()), qpn_b(to.qp->qp_num()) {}
+  void post_receives() {
     for (; next_recv < kSlots; ++next_recv) post_recv_slot(b, next_recv);
   }
   void post(std::uint64_t r) {
-    std::uint8_t* src = a.buf.data() + (r % 2) * kSlot;
-    test::fill_pattern(src, kSlot, 1000 + r);
-    std::uint8_t* wsrc = a.buf.data() + kWriteAt + (r % 2) * kWrite;
-    test::fill_pattern(wsrc, kWrite, 5000 + r);
+    std::uint8_t* src = a.buf.data() + kSendSrcAt + (r % 2) * kSlot;
+    test::fill_pattern(src, kSlot, seed + 1000 + r);
+    std::uint8_t* wsrc = a.buf.data() + kWriteSrcAt + (r % 2) * kWrite;
+    test::fill_pattern(wsrc, kWrite, seed + 5000 + r);
     Sge ss{reinterpret_cast<std::uint64_t>(src), kSlot, a.mr->lkey()};
     Sge ws{reinterpret_cast<std::uint64_t>(wsrc), kWrite, a.mr->lkey()};
     SendWr w[2];
@@ -118,14 +145,14 @@ struct InGuestPair {
     VRDMA_REQUIRE_OK(a.qp->post_send(std::span<const SendWr>(w, 2)));
   }
   void finish(std::uint64_t r) {
-    auto sc = test::wait_cq(*a.cq, 2, 30s);
+    auto sc = cq_a.take(false, 2, 30s);
     BOOST_REQUIRE_MESSAGE(sc.size() == 2u, "round " << r << ": " << sc.size() << " of 2 send completions");
     for (const auto& c : sc) {
       BOOST_TEST(c.status == WcStatus::success, "round " << r << " wr " << c.wr_id << ": " << to_string(c.status));
       BOOST_TEST(c.qp_num == qpn_a);
       BOOST_TEST(sends_done.insert(c.wr_id).second, "send " << c.wr_id << " completed twice");
     }
-    auto rc = test::wait_cq(*b.cq, 1, 30s);
+    auto rc = cq_b.take(true, 1, 30s);
     BOOST_REQUIRE_MESSAGE(rc.size() == 1u, "round " << r << ": no receive completion");
     const auto& c = rc[0];
     BOOST_TEST(c.status == WcStatus::success, "round " << r << " receive " << c.wr_id << ": " << to_string(c.status));
@@ -133,9 +160,9 @@ struct InGuestPair {
     BOOST_TEST(c.wr_id == r, "round " << r << ": the receive that completed is " << c.wr_id);
     BOOST_TEST(c.byte_len == kSlot);
     BOOST_TEST(recvs_done.insert(c.wr_id).second, "receive " << c.wr_id << " completed twice");
-    BOOST_TEST(test::check_pattern(b.buf.data() + (c.wr_id % kSlots) * kSlot, kSlot, 1000 + r),
+    BOOST_TEST(test::check_pattern(b.buf.data() + (c.wr_id % kSlots) * kSlot, kSlot, seed + 1000 + r),
                "round " << r << ": the SEND's data is wrong");
-    BOOST_TEST(test::check_pattern(b.buf.data() + kWriteAt + (r % 2) * kWrite, kWrite, 5000 + r),
+    BOOST_TEST(test::check_pattern(b.buf.data() + kWriteAt + (r % 2) * kWrite, kWrite, seed + 5000 + r),
                "round " << r << ": the WRITE's data is wrong");
     post_recv_slot(b, next_recv++);
   }
@@ -143,7 +170,34 @@ struct InGuestPair {
     BOOST_TEST(sends_done.size() == 2 * rounds);
     BOOST_TEST(recvs_done.size() == rounds);
     BOOST_TEST(a.qp->qp_num() == qpn_a);
+    BOOST_TEST(b.qp->qp_num() == qpn_b);
   }
+};
+
+// A and B, two QPs of one guest device connected to each other, A sending to B.
+struct InGuestPair {
+  std::shared_ptr<Device> dev;
+  test::Endpoint a, b;
+  std::unique_ptr<CqSplit> cq_a, cq_b;
+  std::unique_ptr<OneWay> ab;
+
+  explicit InGuestPair(const std::string& sock) : dev(open_pv(sock)) {
+    const auto o = options();
+    auto ea = test::make_endpoint(dev, o);
+    auto eb = test::make_endpoint(dev, o);
+    VRDMA_REQUIRE_OK(ea);
+    VRDMA_REQUIRE_OK(eb);
+    a = std::move(*ea);
+    b = std::move(*eb);
+    VRDMA_REQUIRE_OK(test::connect(a, b, o));
+    cq_a = std::make_unique<CqSplit>(*a.cq);
+    cq_b = std::make_unique<CqSplit>(*b.cq);
+    ab = std::make_unique<OneWay>(a, *cq_a, b, *cq_b, 0);
+    ab->post_receives();
+  }
+  void post(std::uint64_t r) { ab->post(r); }
+  void finish(std::uint64_t r) { ab->finish(r); }
+  void check_all(std::uint64_t rounds) { ab->check_all(rounds); }
 };
 
 // The control socket of the vrdmad serving `sock` (verbs_guest_test.sh names them alike).
@@ -161,6 +215,63 @@ nlohmann::json wait_phase(const std::string& sock, const std::string& phase) {
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The GID index of `ip` (an IPv4 address) on `dev`, or 0 and a test error.
+std::uint8_t gid_index_of(Device& dev, const std::string& ip) {
+  in_addr a{};
+  BOOST_REQUIRE_MESSAGE(::inet_pton(AF_INET, ip.c_str(), &a) == 1, ip << " is not an IPv4 address");
+  const auto want = Gid::from_ipv4(a.s_addr);
+  auto t = dev.gid_table();
+  VRDMA_REQUIRE_OK(t);
+  for (const auto& e : *t)
+    if (e.gid == want) return static_cast<std::uint8_t>(e.index);
+  BOOST_ERROR("the device has no GID for " << ip);
+  return 0;
+}
+
+// A QP of the moving guest (backend w0, GID of the guest's address) connected to a QP of another
+// guest whose backend takes peer notices (P, on its own address): traffic both ways.
+struct CrossPair {
+  std::shared_ptr<Device> mdev, pdev;
+  test::Endpoint m, p;
+  std::unique_ptr<CqSplit> cq_m, cq_p;
+  std::unique_ptr<OneWay> mp, pm;
+
+  CrossPair(const std::string& mover_sock, const std::string& peer_sock, const std::string& peer_ip)
+      : mdev(open_pv(mover_sock)), pdev(open_pv(peer_sock)) {
+    auto om = options();
+    auto op = options();
+    op.gid_index = gid_index_of(*pdev, peer_ip);
+    auto em = test::make_endpoint(mdev, om);
+    auto ep = test::make_endpoint(pdev, op);
+    VRDMA_REQUIRE_OK(em);
+    VRDMA_REQUIRE_OK(ep);
+    m = std::move(*em);
+    p = std::move(*ep);
+    VRDMA_REQUIRE_OK(test::connect_to(m, test::PeerInfo{p.qp->qp_num(), p.gid, om.psn_b}, om.psn_a, om));
+    VRDMA_REQUIRE_OK(test::connect_to(p, test::PeerInfo{m.qp->qp_num(), m.gid, om.psn_a}, om.psn_b, op));
+    cq_m = std::make_unique<CqSplit>(*m.cq);
+    cq_p = std::make_unique<CqSplit>(*p.cq);
+    mp = std::make_unique<OneWay>(m, *cq_m, p, *cq_p, 0);
+    pm = std::make_unique<OneWay>(p, *cq_p, m, *cq_m, 1u << 20);
+    mp->post_receives();
+    pm->post_receives();
+  }
+  void post(std::uint64_t r) {
+    mp->post(r);
+    pm->post(r);
+  }
+  void finish(std::uint64_t r) {
+    mp->finish(r);
+    pm->finish(r);
+  }
+};
+
+std::uint32_t ip_be(const std::string& ip) {
+  in_addr a{};
+  ::inet_pton(AF_INET, ip.c_str(), &a);
+  return a.s_addr;
 }
 
 }  // namespace
@@ -269,6 +380,168 @@ BOOST_AUTO_TEST_CASE(a_move_refused_after_the_stop_leaves_the_qps_working_here) 
     p.finish(r);
   }
   p.check_all(kRounds);
+}
+
+// A peer that is another vrdma guest, whose backend takes peer notices (vrdmad --notices): at the
+// stop the moving guest's backend asks it to pause and drain its side, and once the QP exists
+// again at the destination (new QPN, regions under new keys) tells it where the QP went; the peer
+// re-creates its QP toward it and translates the moved guest's rkeys. Checked data both ways,
+// work in flight at each stop, two moves: every work request completes once, under the QPNs the
+// guests were given, and each guest still sees the other's QPN as it was.
+BOOST_AUTO_TEST_CASE(a_vrdma_peer_is_told_where_the_qp_went_and_carries_on) {
+  const auto socks = env_list("VRDMA_NIC_NOTICE_MOVE", 3);
+  const char* peer_sock = std::getenv("VRDMA_NIC_NOTICE_PEER");
+  const char* peer_ip = std::getenv("VRDMA_NIC_PEER_IP");
+  if (socks.empty() || peer_sock == nullptr || peer_ip == nullptr) {
+    BOOST_TEST_MESSAGE("SKIP: VRDMA_NIC_NOTICE_MOVE / VRDMA_NIC_NOTICE_PEER / VRDMA_NIC_PEER_IP not set");
+    return;
+  }
+  CrossPair x(socks[0], peer_sock, peer_ip);
+  const auto mover_qpn = x.m.qp->qp_num(), peer_qpn = x.p.qp->qp_num();
+  constexpr std::uint64_t kRounds = 18;
+  std::size_t moves = 0;
+  for (std::uint64_t r = 0; r < kRounds; ++r) {
+    x.post(r);
+    if (r == 6 || r == 12) {  // with this round's work in flight both ways
+      const auto t0 = std::chrono::steady_clock::now();
+      VRDMA_REQUIRE_OK(pv::migrate(*x.mdev, socks[1 + moves], 20s, pv::StateVia::guest_memory));
+      ++moves;
+      BOOST_TEST_MESSAGE("moved to " << socks[moves] << " in " << ms_since(t0) << " ms");
+      const auto src = test::control_request(ctl_of(socks[moves - 1]), {{"cmd", "status"}});
+      const auto dst = test::control_request(ctl_of(socks[moves]), {{"cmd", "status"}});
+      const auto peer = test::control_request(ctl_of(peer_sock), {{"cmd", "status"}});
+      BOOST_TEST(src["notices"].value("peers_paused", 0) == 1, src.dump());
+      BOOST_TEST(dst["notices"].value("peers_repointed", 0) == 1, dst.dump());
+      BOOST_TEST(peer["notices"].value("qps_paused", 0) == static_cast<int>(moves), peer.dump());
+      BOOST_TEST(peer["notices"].value("qps_repointed", 0) == static_cast<int>(moves), peer.dump());
+      BOOST_TEST(peer["notices"].value("refused", 0) == 0, peer.dump());
+    }
+    x.finish(r);
+  }
+  BOOST_TEST(moves == 2u);
+  x.mp->check_all(kRounds);
+  x.pm->check_all(kRounds);
+  // Each guest still sees the other's QPN as it was given, while the wire has new ones.
+  auto qm = x.m.qp->query();
+  auto qp = x.p.qp->query();
+  VRDMA_REQUIRE_OK(qm);
+  VRDMA_REQUIRE_OK(qp);
+  BOOST_TEST(qm->dest_qp_num == peer_qpn);
+  BOOST_TEST(qp->dest_qp_num == mover_qpn);
+}
+
+// Notices not in order are refused with a sentence and change nothing: bytes that are no
+// notice, a QPN the peer does not have, a pause naming another QP or coming from another address
+// than the QP's peer, a re-point with a token never given. A pause in order holds the peer's
+// sends until a release, or until its hold time (vrdmad --notice-hold-ms) passes without one;
+// the sends posted meanwhile then complete, once, with their data. The other end here is a QP
+// straight on the NIC (VRDMA_NIC_PEER) on the guest's address; this test speaks for it.
+BOOST_AUTO_TEST_CASE(notices_out_of_order_are_refused_and_a_pause_ends_by_release_or_in_time) {
+  const char* peer_sock = std::getenv("VRDMA_NIC_NOTICE_PEER");
+  const char* peer_ip = std::getenv("VRDMA_NIC_PEER_IP");
+  const char* other_name = std::getenv("VRDMA_NIC_PEER");
+  const char* hold = std::getenv("VRDMA_NIC_NOTICE_HOLD_MS");
+  if (peer_sock == nullptr || peer_ip == nullptr || other_name == nullptr || hold == nullptr) {
+    BOOST_TEST_MESSAGE("SKIP: VRDMA_NIC_NOTICE_PEER / VRDMA_NIC_PEER_IP / VRDMA_NIC_PEER / VRDMA_NIC_NOTICE_HOLD_MS not set");
+    return;
+  }
+  namespace nt = vrdma::vhost::notice;
+  auto odev = open_device(other_name);
+  VRDMA_REQUIRE_OK(odev);
+  auto pdev = open_pv(peer_sock);
+  auto oo = options();
+  auto op = options();
+  op.gid_index = gid_index_of(*pdev, peer_ip);
+  auto eo = test::make_endpoint(*odev, oo);
+  auto ep = test::make_endpoint(pdev, op);
+  VRDMA_REQUIRE_OK(eo);
+  VRDMA_REQUIRE_OK(ep);
+  VRDMA_REQUIRE_OK(test::connect_to(*eo, test::PeerInfo{ep->qp->qp_num(), ep->gid, oo.psn_b}, oo.psn_a, oo));
+  VRDMA_REQUIRE_OK(test::connect_to(*ep, test::PeerInfo{eo->qp->qp_num(), eo->gid, oo.psn_a}, oo.psn_b, op));
+  CqSplit cq_o(*eo->cq), cq_p(*ep->cq);
+  OneWay po(*ep, cq_p, *eo, cq_o, 0), op_(*eo, cq_o, *ep, cq_p, 1u << 20);
+  po.post_receives();
+  op_.post_receives();
+  const std::uint32_t pip = ip_be(peer_ip), oip = eo->gid.ipv4();
+  const auto before = test::control_request(ctl_of(peer_sock), {{"cmd", "status"}})["notices"];
+  auto ask = [&](const nt::Message& m, std::uint32_t from) {
+    auto a = nt::exchange(from, pip, nt::kDefaultPort, m, 10s);
+    VRDMA_REQUIRE_OK(a);
+    BOOST_TEST_MESSAGE(nt::to_string(m.kind) << " -> " << nt::to_string(a->kind) << " " << a->reason);
+    return *a;
+  };
+  auto refused_with = [&](const nt::Message& m, std::uint32_t from, const std::string& words) {
+    const auto a = ask(m, from);
+    BOOST_TEST((a.kind == nt::Kind::refused), nt::to_string(m.kind) << " was answered " << nt::to_string(a.kind));
+    BOOST_TEST(a.reason.find(words) != std::string::npos, "'" << a.reason << "' does not say '" << words << "'");
+  };
+  nt::Message pause;
+  pause.kind = nt::Kind::pause;
+  pause.peer_qpn = ep->qp->qp_num();  // the peer guest's QP: not moved, its QPN is the NIC's
+  pause.mover_qpn = eo->qp->qp_num();
+  pause.mover_gid = eo->gid.raw;
+  // Bytes that are no notice.
+  {
+    UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(nt::kDefaultPort);
+    a.sin_addr.s_addr = pip;
+    BOOST_REQUIRE(::connect(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    const char junk[] = "GET / HTTP/1.0\r\n\r\n";
+    BOOST_REQUIRE(::send(fd.get(), junk, sizeof junk - 1, MSG_NOSIGNAL) > 0);
+    auto ans = nt::read_message(fd.get(), 5000ms);
+    VRDMA_REQUIRE_OK(ans);
+    BOOST_TEST((ans->kind == nt::Kind::refused));
+    BOOST_TEST(ans->reason.find("not a vrdma peer notice") != std::string::npos, ans->reason);
+  }
+  auto m = pause;
+  m.peer_qpn = 0xfffff0;
+  refused_with(m, oip, "no QP here has QPN");
+  m = pause;
+  m.mover_qpn = (pause.mover_qpn + 1) & 0xffffff;
+  refused_with(m, oip, "is connected to QPN");
+  refused_with(pause, pip, "comes from the address its peer has");
+  m = pause;
+  m.kind = nt::Kind::repoint;
+  m.token = 12345;
+  refused_with(m, oip, "token");
+  m.kind = nt::Kind::paused;
+  refused_with(m, oip, "an answer, not a request");
+  // Nothing changed: a round both ways.
+  std::uint64_t r = 0;
+  for (; r < 2; ++r) {
+    po.post(r);
+    op_.post(r);
+    po.finish(r);
+    op_.finish(r);
+  }
+  // A pause in order holds the peer guest's sends; a release lets them go.
+  auto paused = ask(pause, oip);
+  BOOST_REQUIRE((paused.kind == nt::Kind::paused));
+  BOOST_TEST(paused.token != 0u);
+  po.post(r);
+  BOOST_TEST(cq_p.take(false, 1, 500ms).empty(), "the paused QP sent");
+  nt::Message release = pause;
+  release.kind = nt::Kind::release;
+  release.token = paused.token;
+  BOOST_TEST((ask(release, oip).kind == nt::Kind::released));
+  po.finish(r++);
+  // Held again, and nobody re-points: the hold ends by itself.
+  paused = ask(pause, oip);
+  BOOST_REQUIRE((paused.kind == nt::Kind::paused));
+  const auto t0 = std::chrono::steady_clock::now();
+  po.post(r);
+  BOOST_TEST(cq_p.take(false, 1, 500ms).empty(), "the paused QP sent");
+  po.finish(r++);
+  const double held_ms = ms_since(t0);
+  BOOST_TEST_MESSAGE("the pause ended by itself after " << held_ms << " ms");
+  BOOST_TEST(held_ms >= 0.8 * std::atof(hold));
+  po.check_all(r);
+  const auto after = test::control_request(ctl_of(peer_sock), {{"cmd", "status"}})["notices"];
+  BOOST_TEST(after.value("refused", 0) - before.value("refused", 0) == 5, after.dump());
+  BOOST_TEST(after.value("qps_paused", 0) - before.value("qps_paused", 0) == 2, after.dump());
+  BOOST_TEST(after.value("qps_repointed", 0) == before.value("qps_repointed", 0), after.dump());
 }
 
 // A peer outside the guest (a QP straight on the NIC, as a plain host's or an rxe peer's) keeps

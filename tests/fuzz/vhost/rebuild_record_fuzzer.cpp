@@ -1,6 +1,7 @@
 // The re-creation record of a QP stopped on a NIC (vhost/src/rdma/rebuild_record.hpp) comes
 // inside a device state from the frontend. decode() must refuse what is out of range without
-// crashing, and what it accepts must be exactly what encode() writes for it.
+// crashing; what it accepts in the current version must be exactly what encode() writes for it,
+// and a record of an older version must come back the same after encode() and decode().
 #include <cstdint>
 #include <cstdlib>
 #include <span>
@@ -12,7 +13,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   auto r = decode(std::span(data, size));
   if (!r) return 0;
   const auto again = encode(*r);
-  if (again.size() != size || !std::equal(again.begin(), again.end(), data)) std::abort();
+  const bool current = again.size() > 4 && size > 4 && data[4] == again[4];  // the version byte
+  if (current && (again.size() != size || !std::equal(again.begin(), again.end(), data))) std::abort();
   auto back = decode(again);
   if (!back || !(*back == *r)) std::abort();
   return 0;

@@ -419,6 +419,11 @@ std::vector<std::uint8_t> RdmaDevice::Impl::execute(const GuestView& g, std::spa
         if (!s.ok()) return refuse(status_of(s.error()), s.error().message);
         auto& qp = it->second;
         qp.local_peer = local_peer;
+        if ((mask & nicdrv::QpAttrMask::dest_qpn) != nicdrv::QpAttrMask::none) {  // connected anew by the guest
+          qp.guest_dest_qpn = 0;
+          qp.remote_rkeys.clear();
+          qp.peer_token = 0;
+        }
         if (qp.eng->state() != nicdrv::QpState::err) qp.fatal_reported = false;
         write_status(g, qp.status_gpa, qp.sq.consumed, qp.rq.consumed, static_cast<std::uint32_t>(qp.eng->state()));
         if (qp.sq.produced != qp.sq.consumed) pending_sq.insert(r.qp);
@@ -433,6 +438,7 @@ std::vector<std::uint8_t> RdmaDevice::Impl::execute(const GuestView& g, std::spa
         auto a = it->second.eng->query();
         if (!a) return refuse(status_of(a.error()), a.error().message);
         if (it->second.local_peer) a->dest_qp_num = guest_qpn_of(a->dest_qp_num);
+        else if (it->second.guest_dest_qpn != 0) a->dest_qp_num = it->second.guest_dest_qpn;  // a re-pointed peer
         return bytes_of(vd::qp_attr_to_wire(*a));
       }
       case vd::Cmd::destroy_qp: {

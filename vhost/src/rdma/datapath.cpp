@@ -116,6 +116,10 @@ void RdmaDevice::Impl::error_cqe(const GuestView& g, std::uint32_t cq_handle, st
 
 void RdmaDevice::Impl::post_sq(const GuestView& g, std::uint32_t handle, QpObj& qp) {
   if (paused) return;
+  if (!held_for_peer.empty() && held_for_peer.count(handle) != 0) {  // paused for a moving peer (peer.cpp)
+    if (qp.sq.consumed != qp.sq.produced) pending_sq.insert(handle);
+    return;
+  }
   std::array<nicdrv::SendWr, kBatch> wrs;
   std::array<std::uint64_t, kBatch> slot_idx{};
   std::vector<nicdrv::Sge> sges(kBatch * qp.max_send_sge);
@@ -155,6 +159,8 @@ void RdmaDevice::Impl::post_sq(const GuestView& g, std::uint32_t handle, QpObj& 
         wr.rdma.rkey = w->rkey;
         if (qp.local_peer && !rkey_to_engine.empty())  // a moved region of this device (rebuild.cpp)
           if (auto k = rkey_to_engine.find(w->rkey); k != rkey_to_engine.end()) wr.rdma.rkey = k->second;
+        if (!qp.remote_rkeys.empty())  // the peer's regions after it moved onto a NIC (peer.cpp)
+          if (auto k = qp.remote_rkeys.find(w->rkey); k != qp.remote_rkeys.end()) wr.rdma.rkey = k->second;
         wr.atomic.remote_addr = w->remote_addr;
         wr.atomic.rkey = wr.rdma.rkey;
         wr.atomic.compare_add = w->compare_add;

@@ -136,6 +136,7 @@ RdmaDevice::Impl::~Impl() {
   pre.clear();
   reset();
   if (retry_timer) loop.remove(retry_timer.get());
+  if (hold_timer) loop.remove(hold_timer.get());
 }
 
 GuestView RdmaDevice::Impl::view() const { return host != nullptr ? host->memory() : GuestView(); }
@@ -229,6 +230,7 @@ void RdmaDevice::Impl::reset() {
   qp_by_engine_qpn.clear();
   rebuilds.clear();
   stopped_for_rebuild.clear();
+  held_for_peer.clear();
   srqs.clear();
   ahs.clear();
   mrs.clear();

@@ -4,7 +4,9 @@
 // (memory regions over guest pages, the dirty-log observer).
 #pragma once
 
+#include <array>
 #include <atomic>
+#include <chrono>
 #include <deque>
 #include <memory>
 #include <optional>
@@ -14,6 +16,8 @@
 
 #include "vrdma/common/fd.hpp"
 #include "vrdma/nicdrv/device.hpp"
+#include "rebuild_record.hpp"
+#include "vrdma/vhost/peer_notice.hpp"
 #include "vrdma/vhost/rdma_device.hpp"
 #include "vrdma/vhost/virtio_rdma.hpp"
 
@@ -98,6 +102,14 @@ struct QpObj {
   // Connected to another QP of this device (its destination QPN is one of ours, on our GID):
   // after a move onto a NIC its QPN and the rkeys it uses are translated too.
   bool local_peer = false;
+  // Peer notices (peer.cpp). guest_dest_qpn: the peer's QPN as the guest knows it, when a
+  // re-pointed peer has another on the wire (0: the wire's). As the peer of a QP that moved:
+  // the mover's token (a later re-point must carry it) and its map of rkeys (guest -> NIC),
+  // applied to this QP's RDMA and atomic work requests.
+  std::uint32_t guest_dest_qpn = 0;
+  std::uint64_t peer_token = 0;
+  std::uint32_t peer_ip = 0;  // the mover's address that paused it (network byte order)
+  std::unordered_map<std::uint32_t, std::uint32_t> remote_rkeys;
 };
 
 struct AhObj {
@@ -194,6 +206,11 @@ struct RdmaDevice::Impl {
   // QPNs and keys kept by translation.
   [[nodiscard]] bool engine_rebuilds() const { return !engine_reports_writes; }
   Status stop_for_rebuild();
+  [[nodiscard]] rebuild::Record record_of(const QpObj& qp, const nicdrv::QpAttr& before, const nicdrv::QpAttr& after);
+  // After QPs in `stopped` went to ERR: completions produced before go to the CQ backlogs, their
+  // flushes are dropped; waits for `expect_flush` receive flushes per QP (or quiet CQs).
+  Status collect_after_stop(const std::unordered_map<std::uint32_t, std::uint32_t>& expect_flush,
+                            const std::unordered_set<std::uint32_t>& stopped);
   Result<std::vector<std::uint8_t>> rebuild_record(std::uint32_t handle, const QpObj& qp);
   Status rebuild_qp(std::uint32_t handle, QpObj& qp, nicdrv::ProtectionDomain& pd, const nicdrv::QpInitAttr& ia,
                     std::span<const std::uint8_t> record);
@@ -225,6 +242,28 @@ struct RdmaDevice::Impl {
   };
   std::vector<PendingRebuild> rebuilds;  // load_state(): modified once every QP exists
   std::unordered_map<std::uint32_t, std::vector<std::uint8_t>> stopped_for_rebuild;  // save: handle -> record
+
+  // peer.cpp: notices between backends (peer_notice.hpp). As the mover: pause the peers of the
+  // QPs at a stop, release them if the stop is abandoned, re-point them once a QP exists again.
+  struct PausedPeer {
+    std::uint32_t handle = 0;
+    std::uint32_t from_ip = 0, to_ip = 0;  // network byte order
+    std::uint32_t peer_qpn = 0, mover_qpn = 0;
+    std::array<std::uint8_t, 16> mover_gid{};
+    std::uint64_t token = 0;
+  };
+  std::vector<PausedPeer> pause_peers(const std::unordered_map<std::uint32_t, nicdrv::QpAttr>& attrs);
+  void release_peers(const std::vector<PausedPeer>& peers);
+  std::optional<std::uint32_t> repoint_peer(std::uint32_t handle, const QpObj& qp, const rebuild::Record& r);
+  // As the peer: answer another backend's notice.
+  notice::Message answer_notice(const notice::Message& m, std::uint32_t from_ip);
+  notice::Message pause_for_peer(std::uint32_t handle, QpObj& qp, const notice::Message& m, std::uint32_t from_ip);
+  notice::Message repoint_for_peer(std::uint32_t handle, QpObj& qp, const notice::Message& m);
+  Status resume_after_hold(std::uint32_t handle, QpObj& qp);
+  void expire_holds();
+  void arm_hold_timer();
+  std::unordered_map<std::uint32_t, std::chrono::steady_clock::time_point> held_for_peer;  // QP handle -> hold until
+  UniqueFd hold_timer;
 
   // state.cpp (device state for migration)
   Result<std::vector<std::uint8_t>> save_state();

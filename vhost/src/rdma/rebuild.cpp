@@ -28,7 +28,7 @@ namespace vrdma::vhost {
 namespace rebuild {
 namespace {
 constexpr std::uint32_t kRebuildMagic = 0x42525256;  // "VRRB"
-constexpr std::uint8_t kRebuildVersion = 1;
+constexpr std::uint8_t kRebuildVersion = 2;  // 1: without the notice fields
 }  // namespace
 
 std::vector<std::uint8_t> encode(const Record& r) {
@@ -50,6 +50,10 @@ std::vector<std::uint8_t> encode(const Record& r) {
   for (auto v : {r.hop_limit, r.traffic_class, r.sl, r.local_peer}) w.put(v);
   w.put(r.flow_label);
   w.put(r.recv_outstanding);
+  w.put(r.notice_token);
+  w.put(r.notice_ip);
+  w.put(r.notice_port);
+  w.put(r.guest_dest_qpn);
   return std::move(w.out);
 }
 
@@ -60,7 +64,8 @@ Result<Record> decode(std::span<const std::uint8_t> b) {
   std::uint8_t version = 0;
   auto bad = [](const std::string& what) { return make_error(Errc::invalid_argument, "re-creation record: " + what); };
   if (!rd.get(magic) || magic != kRebuildMagic) return bad("not a re-creation record (magic)");
-  if (!rd.get(version) || version != kRebuildVersion) return bad(fmt::format("version {} (this vrdmad reads {})", version, kRebuildVersion));
+  if (!rd.get(version) || version < 1 || version > kRebuildVersion)
+    return bad(fmt::format("version {} (this vrdmad reads 1 to {})", version, kRebuildVersion));
   bool ok = rd.get(r.state) && rd.get(r.type) && rd.get(r.path_mtu) && rd.get(r.qkey) && rd.get(r.rq_psn) &&
             rd.get(r.sq_psn) && rd.get(r.dest_qp_num) && rd.get(r.access) && rd.get(r.pkey_index);
   for (auto* v : {&r.port, &r.max_rd_atomic, &r.max_dest_rd_atomic, &r.min_rnr_timer, &r.timeout, &r.retry_cnt, &r.rnr_retry})
@@ -68,6 +73,7 @@ Result<Record> decode(std::span<const std::uint8_t> b) {
   ok = ok && rd.get(r.dgid) && rd.get(r.sgid);
   for (auto* v : {&r.hop_limit, &r.traffic_class, &r.sl, &r.local_peer}) ok = ok && rd.get(*v);
   ok = ok && rd.get(r.flow_label) && rd.get(r.recv_outstanding);
+  if (version >= 2) ok = ok && rd.get(r.notice_token) && rd.get(r.notice_ip) && rd.get(r.notice_port) && rd.get(r.guest_dest_qpn);
   if (!ok) return bad("truncated");
   if (!rd.at_end()) return bad("trailing bytes");
   if (r.state > static_cast<std::uint8_t>(nicdrv::QpState::err) || r.state == static_cast<std::uint8_t>(nicdrv::QpState::sqe))
@@ -76,8 +82,9 @@ Result<Record> decode(std::span<const std::uint8_t> b) {
     return bad(fmt::format("QP type {}", r.type));
   if (r.path_mtu < 1 || r.path_mtu > 5) return bad(fmt::format("path MTU code {}", r.path_mtu));
   if ((r.rq_psn | r.sq_psn | r.dest_qp_num) >> 24 != 0 || (r.access & ~0xfu) != 0 || r.port == 0 || r.timeout > 31 ||
-      r.retry_cnt > 7 || r.rnr_retry > 7 || r.min_rnr_timer > 31 || r.local_peer > 1 || r.flow_label >> 20 != 0)
-    return bad("a PSN, QPN, access, port, timer or retry value out of range");
+      r.retry_cnt > 7 || r.rnr_retry > 7 || r.min_rnr_timer > 31 || r.local_peer > 1 || r.flow_label >> 20 != 0 ||
+      r.guest_dest_qpn >> 24 != 0 || (r.notice_token != 0 && (r.notice_ip == 0 || r.notice_port == 0)))
+    return bad("a PSN, QPN, access, port, timer, retry or notice value out of range");
   return r;
 }
 
@@ -114,6 +121,75 @@ void RdmaDevice::Impl::forget_names(std::uint32_t handle) {
 
 // ---- save ----------------------------------------------------------------------------------
 
+Record RdmaDevice::Impl::record_of(const QpObj& qp, const nicdrv::QpAttr& b, const nicdrv::QpAttr& a) {
+  Record r;
+  const auto before = b.qp_state;
+  r.state = static_cast<std::uint8_t>(before == QpState::sqd ? QpState::rts : before);
+  r.type = static_cast<std::uint8_t>(qp.type);
+  // A QP never connected (RESET, INIT) or a UD QP may report no path MTU: 1024 stands in.
+  r.path_mtu = static_cast<std::uint8_t>(b.path_mtu);
+  if (r.path_mtu < 1 || r.path_mtu > 5) r.path_mtu = static_cast<std::uint8_t>(nicdrv::Mtu::mtu1024);
+  r.qkey = b.qkey;
+  r.rq_psn = a.rq_psn & 0xffffff;
+  r.sq_psn = a.sq_psn & 0xffffff;
+  r.dest_qp_num = qp.local_peer ? guest_qpn_of(b.dest_qp_num) : b.dest_qp_num;
+  r.access = static_cast<std::uint32_t>(b.qp_access_flags) & 0xf;
+  r.pkey_index = b.pkey_index;
+  r.port = b.port_num == 0 ? 1 : b.port_num;
+  r.max_rd_atomic = b.max_rd_atomic;
+  r.max_dest_rd_atomic = b.max_dest_rd_atomic;
+  r.min_rnr_timer = static_cast<std::uint8_t>(b.min_rnr_timer & 31);
+  r.timeout = static_cast<std::uint8_t>(b.timeout & 31);
+  r.retry_cnt = static_cast<std::uint8_t>(b.retry_cnt & 7);
+  r.rnr_retry = static_cast<std::uint8_t>(b.rnr_retry & 7);
+  r.dgid = b.ah_attr.dgid.raw;
+  if (auto g = engine->query_gid(b.ah_attr.sgid_index, r.port); g.ok()) r.sgid = g->gid.raw;
+  r.hop_limit = b.ah_attr.hop_limit;
+  r.traffic_class = b.ah_attr.traffic_class;
+  r.sl = b.ah_attr.sl;
+  r.flow_label = b.ah_attr.flow_label & 0xfffff;
+  r.local_peer = qp.local_peer ? 1 : 0;
+  r.guest_dest_qpn = qp.local_peer ? 0 : qp.guest_dest_qpn;
+  return r;
+}
+
+Status RdmaDevice::Impl::collect_after_stop(const std::unordered_map<std::uint32_t, std::uint32_t>& expect_flush,
+                                            const std::unordered_set<std::uint32_t>& stopped) {
+  std::unordered_map<std::uint32_t, std::uint32_t> flushed;
+  std::size_t waiting = expect_flush.size();
+  auto last = Clock::now();
+  const auto quiet = std::chrono::milliseconds(20);
+  const auto flush_deadline = Clock::now() + std::chrono::milliseconds(opts.drain_timeout_ms);
+  std::array<nicdrv::WorkCompletion, 64> wcs;
+  while (waiting > 0 && Clock::now() - last < quiet && Clock::now() < flush_deadline) {
+    for (auto& [ch, cq] : cqs) {
+      for (;;) {
+        auto n = cq.eng->poll(wcs);
+        if (!n) return make_error(Errc::io_error, fmt::format("CQ {}: {}", ch, n.error().message));
+        if (*n > 0) last = Clock::now();
+        for (std::size_t i = 0; i < *n; ++i) {
+          const auto& wc = wcs[i];
+          auto q = qp_by_engine_qpn.find(wc.qp_num);
+          const bool recv = static_cast<std::uint8_t>(wc.opcode) >= 128;
+          if (q == qp_by_engine_qpn.end()) continue;  // a QP that is gone
+          if (wc.status == nicdrv::WcStatus::wr_flush_err && stopped.count(q->second) != 0) {
+            auto e = expect_flush.find(q->second);
+            if (recv && e != expect_flush.end() && ++flushed[q->second] == e->second) --waiting;
+            continue;  // flushed by our own stop
+          }
+          auto c = vd::to_cqe(wc);
+          c.qp_num = guest_qpn_of(wc.qp_num);
+          if (recv) ++qps[q->second].rq_done;
+          cq.backlog.push_back(c);
+        }
+        if (*n < wcs.size()) break;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  return {};
+}
+
 Status RdmaDevice::Impl::stop_for_rebuild() {
   stopped_for_rebuild.clear();
   if (qps.empty()) return {};
@@ -124,6 +200,18 @@ Status RdmaDevice::Impl::stop_for_rebuild() {
     if (!a) return prefixed(fmt::format("QP {}: ", h), a.error());
     attrs[h] = *a;
   }
+  // 0. Peer backends that listen for notices hold and drain their side (peer.cpp); an abandoned
+  //    stop lets them go again.
+  auto peers = pause_peers(attrs);
+  bool keep_peers = false;
+  struct ReleaseOnExit {
+    Impl& d;
+    std::vector<PausedPeer>& p;
+    bool& keep;
+    ~ReleaseOnExit() {
+      if (!keep) d.release_peers(p);
+    }
+  } release_on_exit{*this, peers, keep_peers};
   // 1. The NIC finishes every send already posted: RTS -> SQD, then wait until it has drained.
   std::vector<std::uint32_t> draining;
   auto back_to_rts = [&] {
@@ -163,6 +251,7 @@ Status RdmaDevice::Impl::stop_for_rebuild() {
   }
   // 2. ERR stops each responder at a packet boundary; then the PSNs are final.
   std::unordered_map<std::uint32_t, std::uint32_t> expect_flush;
+  std::unordered_set<std::uint32_t> stopped;
   for (auto& [h, qp] : qps) {
     const auto before = attrs[h].qp_state;
     if (before != QpState::err && before != QpState::reset) {
@@ -174,70 +263,22 @@ Status RdmaDevice::Impl::stop_for_rebuild() {
     }
     auto a = qp.eng->query();
     if (!a) return prefixed(fmt::format("QP {}: ", h), a.error());
-    const auto& b = attrs[h];
-    Record r;
-    r.state = static_cast<std::uint8_t>(before == QpState::sqd ? QpState::rts : before);
-    r.type = static_cast<std::uint8_t>(qp.type);
-    // A QP never connected (RESET, INIT) or a UD QP may report no path MTU: 1024 stands in.
-    r.path_mtu = static_cast<std::uint8_t>(b.path_mtu);
-    if (r.path_mtu < 1 || r.path_mtu > 5) r.path_mtu = static_cast<std::uint8_t>(nicdrv::Mtu::mtu1024);
-    r.qkey = b.qkey;
-    r.rq_psn = a->rq_psn & 0xffffff;
-    r.sq_psn = a->sq_psn & 0xffffff;
-    r.dest_qp_num = qp.local_peer ? guest_qpn_of(b.dest_qp_num) : b.dest_qp_num;
-    r.access = static_cast<std::uint32_t>(b.qp_access_flags) & 0xf;
-    r.pkey_index = b.pkey_index;
-    r.port = b.port_num == 0 ? 1 : b.port_num;
-    r.max_rd_atomic = b.max_rd_atomic;
-    r.max_dest_rd_atomic = b.max_dest_rd_atomic;
-    r.min_rnr_timer = static_cast<std::uint8_t>(b.min_rnr_timer & 31);
-    r.timeout = static_cast<std::uint8_t>(b.timeout & 31);
-    r.retry_cnt = static_cast<std::uint8_t>(b.retry_cnt & 7);
-    r.rnr_retry = static_cast<std::uint8_t>(b.rnr_retry & 7);
-    r.dgid = b.ah_attr.dgid.raw;
-    if (auto g = engine->query_gid(b.ah_attr.sgid_index, r.port); g.ok()) r.sgid = g->gid.raw;
-    r.hop_limit = b.ah_attr.hop_limit;
-    r.traffic_class = b.ah_attr.traffic_class;
-    r.sl = b.ah_attr.sl;
-    r.flow_label = b.ah_attr.flow_label & 0xfffff;
-    r.local_peer = qp.local_peer ? 1 : 0;
+    auto r = record_of(qp, attrs[h], *a);
+    for (const auto& p : peers)
+      if (p.handle == h) {
+        r.notice_token = p.token;
+        r.notice_ip = p.to_ip;
+        r.notice_port = opts.notice_port;
+      }
     stopped_for_rebuild[h] = encode(r);
+    stopped.insert(h);
   }
+  keep_peers = true;  // from here their re-point comes with the records
   // 3. What completed before the stop goes into the CQ backlogs, as at any save; what the NIC
   //    flushes now is dropped (those receives are posted again at the destination). A NIC need
   //    not flush at all (Linux rxe 6.1 leaves them): the receives still posted are those the
   //    guest posted and saw no completion for, counted once the CQs have been quiet a while.
-  std::unordered_map<std::uint32_t, std::uint32_t> flushed;
-  std::size_t waiting = expect_flush.size();
-  auto last = Clock::now();
-  const auto quiet = std::chrono::milliseconds(20);
-  const auto flush_deadline = Clock::now() + std::chrono::milliseconds(opts.drain_timeout_ms);
-  std::array<nicdrv::WorkCompletion, 64> wcs;
-  while (waiting > 0 && Clock::now() - last < quiet && Clock::now() < flush_deadline) {
-    for (auto& [ch, cq] : cqs) {
-      for (;;) {
-        auto n = cq.eng->poll(wcs);
-        if (!n) return make_error(Errc::io_error, fmt::format("CQ {}: {}", ch, n.error().message));
-        if (*n > 0) last = Clock::now();
-        for (std::size_t i = 0; i < *n; ++i) {
-          const auto& wc = wcs[i];
-          auto q = qp_by_engine_qpn.find(wc.qp_num);
-          const bool recv = static_cast<std::uint8_t>(wc.opcode) >= 128;
-          if (q == qp_by_engine_qpn.end()) continue;  // a QP that is gone
-          if (wc.status == nicdrv::WcStatus::wr_flush_err && stopped_for_rebuild.count(q->second) != 0) {
-            if (recv && expect_flush.count(q->second) != 0 && ++flushed[q->second] == expect_flush[q->second]) --waiting;
-            continue;  // flushed by our own stop
-          }
-          auto c = vd::to_cqe(wc);
-          c.qp_num = guest_qpn_of(wc.qp_num);
-          if (recv) ++qps[q->second].rq_done;
-          cq.backlog.push_back(c);
-        }
-        if (*n < wcs.size()) break;
-      }
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
+  if (auto s = collect_after_stop(expect_flush, stopped); !s.ok()) return s;
   for (auto& [h, rec] : stopped_for_rebuild) {
     const auto& qp = qps[h];
     if (qp.srq != 0) continue;
@@ -247,8 +288,8 @@ Status RdmaDevice::Impl::stop_for_rebuild() {
     rec = encode(*r);
   }
   mark_dma_writable();  // what the NIC wrote until it stopped
-  log::info("virtio-rdma: {} QPs stopped on {} for re-creation ({} drained their sends) in {:.1f} ms", qps.size(),
-            engine->name(), draining.size(),
+  log::info("virtio-rdma: {} QPs stopped on {} for re-creation ({} drained their sends, {} peers paused) in {:.1f} ms",
+            qps.size(), engine->name(), draining.size(), peers.size(),
             std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
   return {};
 }
@@ -305,6 +346,7 @@ Status RdmaDevice::Impl::rebuild_qp(std::uint32_t handle, QpObj& qp, nicdrv::Pro
   qp.rq.consumed -= r->recv_outstanding;  // posted again when the rings run
   qp.rq_done = qp.rq.consumed;
   qp.local_peer = r->local_peer != 0;
+  qp.guest_dest_qpn = r->guest_dest_qpn;
   rebuilds.push_back({handle, std::vector<std::uint8_t>(record.begin(), record.end())});
   return {};
 }
@@ -367,6 +409,13 @@ Status RdmaDevice::Impl::finish_rebuilds() {
       a.dest_qp_num = r->dest_qp_num;
       if (qp.local_peer)
         if (auto d = qpn_to_engine.find(r->dest_qp_num); d != qpn_to_engine.end()) a.dest_qp_num = d->second;
+      // A peer backend paused for this QP: it re-creates its side toward the new QPN and says
+      // which QPN it has now (peer.cpp); one that does not answer keeps the old one.
+      if (r->notice_token != 0)
+        if (auto peer_qpn = repoint_peer(pr.handle, qp, *r)) {
+          if (qp.guest_dest_qpn == 0) qp.guest_dest_qpn = r->dest_qp_num;
+          a.dest_qp_num = *peer_qpn;
+        }
       a.rq_psn = r->rq_psn;
       a.max_dest_rd_atomic = r->max_dest_rd_atomic;
       a.min_rnr_timer = r->min_rnr_timer;

@@ -26,6 +26,13 @@ struct Record {
   std::uint8_t hop_limit = 0, traffic_class = 0, sl = 0, local_peer = 0;
   std::uint32_t flow_label = 0;
   std::uint32_t recv_outstanding = 0;  // receives the NIC held at the stop, posted again after
+  // Version 2: the peer backend paused for this QP (peer_notice.hpp), re-pointed once the QP
+  // exists again; token 0: none. guest_dest_qpn: the peer's QPN as the guest knows it (a
+  // re-pointed peer has another on the wire); 0: the wire's.
+  std::uint64_t notice_token = 0;
+  std::uint32_t notice_ip = 0;  // network byte order
+  std::uint16_t notice_port = 0;
+  std::uint32_t guest_dest_qpn = 0;
   bool operator==(const Record&) const = default;
 };
 

@@ -26,6 +26,7 @@
 #include "vrdma/nicdrv/device.hpp"
 #include "vrdma/vhost/device.hpp"
 #include "vrdma/vhost/event_loop.hpp"
+#include "vrdma/vhost/peer_notice.hpp"
 
 namespace vrdma::vhost {
 
@@ -49,6 +50,13 @@ struct RdmaDeviceOptions {
   // On a NIC, how long the stop waits for the sends already posted to finish (and then for the
   // NIC to flush the receives it holds) before it gives up and the guest carries on here.
   std::uint32_t drain_timeout_ms = 2000;
+  // Peer notices on a NIC (peer_notice.hpp, docs/migration.md): at a stop, ask the backends of
+  // the guest's QPs' peers to pause, and re-point them once the QPs exist again; answer other
+  // backends' notices (vrdmad --notices). A pause this device grants ends by itself after
+  // hold_timeout_ms without a re-point.
+  bool notices = false;
+  std::uint16_t notice_port = notice::kDefaultPort;
+  std::uint32_t hold_timeout_ms = 10000;
   std::uint8_t mac[6] = {0x52, 0x54, 0x00, 0x00, 0x00, 0x01};
 };
 
@@ -64,6 +72,10 @@ struct RdmaDeviceStats {
   bool paused = false;  // rings stopped: the engine is quiesced and nothing is written
   std::uint32_t precreated = 0;  // engine objects built ahead for an incoming guest (precreate)
   std::uint32_t adopted = 0;     // of those, how many the last load_state() used
+  // Peer notices: as the mover, peers paused and re-pointed; as the peer, notices answered,
+  // refused, and this device's QPs paused and re-pointed for a moving peer.
+  std::uint64_t peers_paused = 0, peers_repointed = 0;
+  std::uint64_t notices_answered = 0, notices_refused = 0, qps_paused = 0, qps_repointed = 0;
 };
 
 class RdmaDevice final : public Device {
@@ -131,6 +143,10 @@ class RdmaDevice final : public Device {
   bool poll_round();
   // The end of a polling stretch: those CQs armed again, so that their events wake the loop.
   void poll_idle();
+
+  // A notice from another backend, received at `from_ip` (network byte order; the listener is
+  // vrdmad's): the answer to send back (REFUSED with a sentence for anything not in order).
+  notice::Message peer_notice(const notice::Message& m, std::uint32_t from_ip);
 
   [[nodiscard]] RdmaDeviceStats stats() const;
   [[nodiscard]] const nicdrv::Device& engine() const;

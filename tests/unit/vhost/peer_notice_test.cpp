@@ -1,0 +1,196 @@
+// Peer notices between backends (vrdma/vhost/peer_notice.hpp): the bytes as documented (network
+// byte order), every malformed message refused with a reason, and one exchange over loopback
+// TCP, including a backend that is not there and one that never answers.
+#define BOOST_TEST_MODULE vhost_peer_notice
+#include <boost/test/unit_test.hpp>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <thread>
+
+#include "vrdma/common/fd.hpp"
+#include "vrdma/vhost/peer_notice.hpp"
+
+using namespace vrdma;
+using namespace vrdma::vhost::notice;
+using namespace std::chrono_literals;
+
+namespace {
+
+Message sample() {
+  Message m;
+  m.kind = Kind::repoint;
+  m.peer_qpn = 0x11;
+  m.mover_qpn = 0x1a2b3c;
+  m.mover_gid = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 77, 0, 2};
+  m.token = 0x0102030405060708ull;
+  m.sq_psn = 0xabcdef;
+  m.rq_psn = 0x123456;
+  m.rkeys = {{0x100, 0x200}, {0x101, 0x201}};
+  return m;
+}
+
+std::uint32_t be32_at(const std::vector<std::uint8_t>& b, std::size_t off) {
+  std::uint32_t v = 0;
+  std::memcpy(&v, b.data() + off, 4);
+  return ntohl(v);
+}
+
+std::uint32_t loopback() { return htonl(INADDR_LOOPBACK); }
+
+// A listening socket on 127.0.0.1 at a port of the kernel's choosing.
+UniqueFd listener(std::uint16_t& port) {
+  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  BOOST_REQUIRE(fd);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = loopback();
+  BOOST_REQUIRE(::bind(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  BOOST_REQUIRE(::listen(fd.get(), 4) == 0);
+  socklen_t len = sizeof a;
+  BOOST_REQUIRE(::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&a), &len) == 0);
+  port = ntohs(a.sin_port);
+  return fd;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(the_bytes_are_the_documented_ones_and_come_back_the_same) {
+  auto m = sample();
+  m.reason = "why";
+  const auto b = encode(m);
+  BOOST_TEST(be32_at(b, 0) == 0x5652504eu);  // "VRPN"
+  BOOST_TEST(b[4] == 1);                     // version
+  BOOST_TEST(b[5] == 3);                     // REPOINT
+  BOOST_TEST(be32_at(b, 6) == b.size() - kHeaderLen);
+  BOOST_TEST(be32_at(b, 10) == 0x11u);
+  BOOST_TEST(be32_at(b, 14) == 0x1a2b3cu);
+  BOOST_TEST(b[30 + 3] == 2);                // the GID's last byte
+  BOOST_TEST(be32_at(b, 34) == 0x01020304u);  // the token's high half
+  BOOST_TEST(be32_at(b, 50) == 2u);           // rkey pairs
+  BOOST_TEST(be32_at(b, 54) == 0x100u);
+  auto back = decode(b);
+  BOOST_REQUIRE(back.ok());
+  BOOST_TEST((*back == m));
+  for (auto k : {Kind::pause, Kind::paused, Kind::repointed, Kind::release, Kind::released, Kind::refused}) {
+    Message o;
+    o.kind = k;
+    auto r = decode(encode(o));
+    BOOST_REQUIRE(r.ok());
+    BOOST_TEST((r->kind == k));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(malformed_messages_are_refused_with_a_reason) {
+  const auto good = encode(sample());
+  auto refused = [](std::vector<std::uint8_t> b, const std::string& what) {
+    auto r = decode(b);
+    BOOST_TEST(!r.ok(), what << " was accepted");
+    if (!r.ok()) BOOST_TEST_MESSAGE(what << ": " << r.error().message);
+    if (!r.ok()) BOOST_TEST(r.error().message.rfind("peer notice: ", 0) == 0u);
+  };
+  auto b = good;
+  b[0] ^= 1;
+  refused(b, "bad magic");
+  b = good;
+  b[4] = 2;
+  refused(b, "version 2");
+  for (int k : {0, 8, 255}) {
+    b = good;
+    b[5] = static_cast<std::uint8_t>(k);
+    refused(b, "kind " + std::to_string(k));
+  }
+  b = good;
+  b.pop_back();
+  refused(b, "one byte short");
+  b = good;
+  b.push_back(0);
+  refused(b, "one byte more");
+  b = good;
+  b[10] = 1;  // peer QPN 0x01000011
+  refused(b, "a 25-bit QPN");
+  b = good;
+  b[38 + 4] = 0xff;  // sq_psn's high byte
+  refused(b, "a 25-bit PSN");
+  b = good;
+  b[50] = 0xff;  // rkey count far beyond the bytes there
+  refused(b, "more rkeys than bytes");
+  auto m = sample();
+  m.reason = std::string("line\nbreak");
+  refused(encode(m), "a reason with a control character");
+  refused({}, "nothing");
+  refused(std::vector<std::uint8_t>(good.begin(), good.begin() + kHeaderLen), "a header alone");
+  // The header says how long the body is, within a bound.
+  auto h = std::vector<std::uint8_t>(good.begin(), good.begin() + kHeaderLen);
+  h[6] = 0x7f;
+  BOOST_TEST(!body_length(h).ok());
+  BOOST_TEST(body_length(std::vector<std::uint8_t>(good.begin(), good.begin() + kHeaderLen)).ok());
+}
+
+BOOST_AUTO_TEST_CASE(the_fuzzer_seeds_are_messages) {
+  const std::filesystem::path dir = std::filesystem::path(VRDMA_SOURCE_DIR) / "tests/fuzz/vhost/corpus/peer_notice_fuzzer";
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    std::ifstream f(e.path(), std::ios::binary);
+    std::vector<std::uint8_t> b((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    BOOST_TEST(decode(b).ok(), e.path().filename().string() << " does not decode");
+    ++n;
+  }
+  BOOST_TEST(n >= 3);
+}
+
+BOOST_AUTO_TEST_CASE(an_exchange_over_tcp_carries_the_request_and_the_answer) {
+  std::uint16_t port = 0;
+  auto l = listener(port);
+  Message seen;
+  std::uint32_t seen_from = 0;
+  std::thread server([&] {
+    sockaddr_in from{};
+    socklen_t len = sizeof from;
+    UniqueFd c(::accept(l.get(), reinterpret_cast<sockaddr*>(&from), &len));
+    if (!c) return;
+    seen_from = from.sin_addr.s_addr;
+    auto m = read_message(c.get(), 2000ms);
+    if (!m) return;
+    seen = *m;
+    Message a;
+    a.kind = Kind::repointed;
+    a.peer_qpn = 0x22;
+    a.token = m->token;
+    (void)write_message(c.get(), a, 2000ms);
+  });
+  auto ans = exchange(loopback(), loopback(), port, sample(), 3000ms);
+  server.join();
+  BOOST_REQUIRE_MESSAGE(ans.ok(), (ans.ok() ? std::string() : ans.error().message));
+  BOOST_TEST((seen == sample()));
+  BOOST_TEST(seen_from == loopback());
+  BOOST_TEST((ans->kind == Kind::repointed));
+  BOOST_TEST(ans->peer_qpn == 0x22u);
+  BOOST_TEST(ans->token == sample().token);
+}
+
+BOOST_AUTO_TEST_CASE(no_backend_there_or_one_that_never_answers_is_an_error_in_time) {
+  std::uint16_t port = 0;
+  {
+    auto gone = listener(port);  // closed again: nobody listens on that port
+  }
+  auto r = exchange(0, loopback(), port, sample(), 1000ms);
+  BOOST_REQUIRE(!r.ok());
+  BOOST_TEST(r.error().message.find("127.0.0.1:" + std::to_string(port)) != std::string::npos, r.error().message);
+  // Accepted (by the kernel's backlog) but never answered: the bound holds.
+  auto silent = listener(port);
+  const auto t0 = std::chrono::steady_clock::now();
+  r = exchange(0, loopback(), port, sample(), 300ms);
+  const auto took = std::chrono::steady_clock::now() - t0;
+  BOOST_REQUIRE(!r.ok());
+  BOOST_TEST(r.error().is(Errc::timeout), r.error().message);
+  BOOST_TEST(took < 2s);
+}

@@ -1,0 +1,75 @@
+// Notices between vrdma backends about QPs that move on a NIC (docs/migration.md "Telling vrdma
+// peers where a QP went"). A NIC gives a moved QP a new QPN, so a peer QP elsewhere would keep
+// sending to the old one. When the guest's backend (the mover) stops its QPs, it asks each peer
+// backend to *pause* its side of the connection (hold the guest's send ring, drain what the NIC
+// has in flight) and gets a token; once the QP exists again (at the destination, or at the source
+// after a failed move) the mover *re-points* the peer with the token, its new QPN and its new
+// memory keys, and the peer re-creates its QP toward it. An abandoned stop *releases* the pause.
+//
+// TCP, one request and one answer per connection, to the peer QP's IPv4 address (its GID) at
+// port 4792 unless configured otherwise; the answer to anything refused says why. Every field is
+// in network byte order:
+//   "VRPN" (u32), version 1 (u8), kind (u8), body length (u32), then the body:
+//   peer_qpn u32, mover_qpn u32, mover_gid [16], token u64, sq_psn u32, rq_psn u32,
+//   rkey count u32 + (guest rkey u32, NIC rkey u32) pairs, reason length u16 + UTF-8 bytes.
+// decode() checks every field: these are bytes from the network
+// (tests/fuzz/vhost/peer_notice_fuzzer.cpp).
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "vrdma/common/result.hpp"
+
+namespace vrdma::vhost::notice {
+
+constexpr std::uint16_t kDefaultPort = 4792;
+constexpr std::size_t kHeaderLen = 10;
+constexpr std::uint32_t kMaxRkeys = 65536;
+constexpr std::size_t kMaxReason = 1024;
+
+enum class Kind : std::uint8_t {
+  pause = 1,      // mover -> peer: hold and drain your QP peer_qpn, connected to mover_qpn at mover_gid
+  paused = 2,     // peer: drained; token, and the peer's PSNs (sq_psn: next to send, rq_psn: next expected)
+  repoint = 3,    // mover -> peer: token; the QP is now mover_qpn at mover_gid, its PSNs, its rkey map
+  repointed = 4,  // peer: re-created; peer_qpn is its new QPN
+  release = 5,    // mover -> peer: the stop was abandoned; token; let your ring run again
+  released = 6,
+  refused = 7,    // either way: reason
+};
+[[nodiscard]] const char* to_string(Kind k);
+
+struct Message {
+  Kind kind = Kind::refused;
+  std::uint32_t peer_qpn = 0;
+  std::uint32_t mover_qpn = 0;
+  std::array<std::uint8_t, 16> mover_gid{};
+  std::uint64_t token = 0;
+  std::uint32_t sq_psn = 0, rq_psn = 0;
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> rkeys;  // mover's guest rkey -> its NIC's rkey
+  std::string reason;
+  bool operator==(const Message&) const = default;
+};
+
+std::vector<std::uint8_t> encode(const Message& m);
+// The body length a header announces, after checking magic, version, kind and bound.
+Result<std::uint32_t> body_length(std::span<const std::uint8_t> header);
+// A whole message (header and body).
+Result<Message> decode(std::span<const std::uint8_t> bytes);
+
+std::string ipv4_string(std::uint32_t ip_be);
+
+// One message from a connected socket, within `timeout`.
+Result<Message> read_message(int fd, std::chrono::milliseconds timeout);
+Status write_message(int fd, const Message& m, std::chrono::milliseconds timeout);
+// A client's exchange: connects from `from_ip` (0: any) to `to_ip`:`port`, sends `m` and reads
+// the answer, all within `timeout`.
+Result<Message> exchange(std::uint32_t from_ip_be, std::uint32_t to_ip_be, std::uint16_t port, const Message& m,
+                         std::chrono::milliseconds timeout);
+
+}  // namespace vrdma::vhost::notice

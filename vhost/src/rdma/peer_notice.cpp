@@ -1,0 +1,232 @@
+// The notices' bytes and sockets (peer_notice.hpp). The device's side of them is peer.cpp.
+#include "vrdma/vhost/peer_notice.hpp"
+
+#include <arpa/inet.h>
+#include <endian.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "vrdma/common/fd.hpp"
+
+namespace vrdma::vhost::notice {
+
+namespace {
+constexpr std::uint32_t kMagic = 0x5652504e;  // "VRPN"
+constexpr std::uint8_t kVersion = 1;
+constexpr std::size_t kFixedBody = 4 + 4 + 16 + 8 + 4 + 4 + 4 + 2;
+constexpr std::size_t kMaxBody = kFixedBody + std::size_t{kMaxRkeys} * 8 + kMaxReason;
+using Clock = std::chrono::steady_clock;
+
+struct Writer {
+  std::vector<std::uint8_t> out;
+  void u8(std::uint8_t v) { out.push_back(v); }
+  void u16(std::uint16_t v) { put(htobe16(v)); }
+  void u32(std::uint32_t v) { put(htobe32(v)); }
+  void u64(std::uint64_t v) { put(htobe64(v)); }
+  template <class T>
+  void put(T v) {
+    const auto* p = reinterpret_cast<const std::uint8_t*>(&v);
+    out.insert(out.end(), p, p + sizeof v);
+  }
+};
+
+struct Reader {
+  std::span<const std::uint8_t> in;
+  std::size_t pos = 0;
+  template <class T>
+  bool raw(T& v) {
+    if (in.size() - pos < sizeof v) return false;
+    std::memcpy(&v, in.data() + pos, sizeof v);
+    pos += sizeof v;
+    return true;
+  }
+  bool u8(std::uint8_t& v) { return raw(v); }
+  bool u16(std::uint16_t& v) { return raw(v) && ((v = be16toh(v)), true); }
+  bool u32(std::uint32_t& v) { return raw(v) && ((v = be32toh(v)), true); }
+  bool u64(std::uint64_t& v) { return raw(v) && ((v = be64toh(v)), true); }
+};
+
+Error bad(const std::string& what) { return make_error(Errc::protocol_error, "peer notice: " + what); }
+
+int remaining_ms(Clock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  return left <= 0 ? 0 : static_cast<int>(left);
+}
+
+// Waits for `events` on fd until the deadline.
+Status wait_fd(int fd, short events, Clock::time_point deadline, const char* what) {
+  for (;;) {
+    pollfd p{fd, events, 0};
+    const int n = ::poll(&p, 1, remaining_ms(deadline));
+    if (n > 0) return {};
+    if (n == 0) return make_error(Errc::timeout, std::string("peer notice: timed out ") + what);
+    if (errno != EINTR) return errno_error(errno, std::string("peer notice: poll while ") + what);
+  }
+}
+
+Status read_exact(int fd, std::uint8_t* p, std::size_t n, Clock::time_point deadline) {
+  while (n > 0) {
+    if (auto s = wait_fd(fd, POLLIN, deadline, "waiting for the other backend's message"); !s.ok()) return s;
+    const auto r = ::recv(fd, p, n, MSG_DONTWAIT);
+    if (r == 0) return make_error(Errc::connection_lost, "peer notice: the other backend closed the connection");
+    if (r < 0) {
+      if (errno == EAGAIN || errno == EINTR) continue;
+      return errno_error(errno, "peer notice: reading");
+    }
+    p += r;
+    n -= static_cast<std::size_t>(r);
+  }
+  return {};
+}
+
+}  // namespace
+
+const char* to_string(Kind k) {
+  switch (k) {
+    case Kind::pause: return "PAUSE";
+    case Kind::paused: return "PAUSED";
+    case Kind::repoint: return "REPOINT";
+    case Kind::repointed: return "REPOINTED";
+    case Kind::release: return "RELEASE";
+    case Kind::released: return "RELEASED";
+    case Kind::refused: return "REFUSED";
+  }
+  return "?";
+}
+
+std::vector<std::uint8_t> encode(const Message& m) {
+  Writer w;
+  w.u32(kMagic);
+  w.u8(kVersion);
+  w.u8(static_cast<std::uint8_t>(m.kind));
+  const std::size_t nkeys = std::min<std::size_t>(m.rkeys.size(), kMaxRkeys);
+  const std::size_t nreason = std::min(m.reason.size(), kMaxReason);
+  w.u32(static_cast<std::uint32_t>(kFixedBody + nkeys * 8 + nreason));
+  w.u32(m.peer_qpn);
+  w.u32(m.mover_qpn);
+  w.out.insert(w.out.end(), m.mover_gid.begin(), m.mover_gid.end());
+  w.u64(m.token);
+  w.u32(m.sq_psn);
+  w.u32(m.rq_psn);
+  w.u32(static_cast<std::uint32_t>(nkeys));
+  for (std::size_t i = 0; i < nkeys; ++i) {
+    w.u32(m.rkeys[i].first);
+    w.u32(m.rkeys[i].second);
+  }
+  w.u16(static_cast<std::uint16_t>(nreason));
+  w.out.insert(w.out.end(), m.reason.begin(), m.reason.begin() + static_cast<std::ptrdiff_t>(nreason));
+  return std::move(w.out);
+}
+
+Result<std::uint32_t> body_length(std::span<const std::uint8_t> header) {
+  Reader r{header};
+  std::uint32_t magic = 0, len = 0;
+  std::uint8_t version = 0, kind = 0;
+  if (!r.u32(magic) || !r.u8(version) || !r.u8(kind) || !r.u32(len)) return bad("a header is 10 bytes");
+  if (magic != kMagic) return bad("not a vrdma peer notice (magic)");
+  if (version != kVersion) return bad(fmt::format("version {} (this vrdmad speaks {})", version, kVersion));
+  if (kind < 1 || kind > 7) return bad(fmt::format("kind {}", kind));
+  if (len < kFixedBody || len > kMaxBody) return bad(fmt::format("a body of {} bytes", len));
+  return len;
+}
+
+Result<Message> decode(std::span<const std::uint8_t> bytes) {
+  if (bytes.size() < kHeaderLen) return bad("shorter than its header");
+  auto len = body_length(bytes.first(kHeaderLen));
+  if (!len) return std::move(len).error();
+  if (bytes.size() != kHeaderLen + *len) return bad("its length is not the header's");
+  Message m;
+  m.kind = static_cast<Kind>(bytes[5]);
+  Reader r{bytes.subspan(kHeaderLen)};
+  std::uint32_t nkeys = 0;
+  std::uint16_t nreason = 0;
+  bool ok = r.u32(m.peer_qpn) && r.u32(m.mover_qpn);
+  for (auto& b : m.mover_gid) ok = ok && r.u8(b);
+  ok = ok && r.u64(m.token) && r.u32(m.sq_psn) && r.u32(m.rq_psn) && r.u32(nkeys);
+  if (!ok) return bad("truncated");
+  if (nkeys > kMaxRkeys || std::size_t{nkeys} * 8 > r.in.size() - r.pos) return bad(fmt::format("{} rkeys", nkeys));
+  m.rkeys.resize(nkeys);
+  for (auto& [g, n] : m.rkeys) ok = ok && r.u32(g) && r.u32(n);
+  ok = ok && r.u16(nreason);
+  if (!ok || nreason > kMaxReason || r.in.size() - r.pos != nreason) return bad("truncated or trailing bytes");
+  m.reason.assign(reinterpret_cast<const char*>(r.in.data() + r.pos), nreason);
+  if ((m.peer_qpn | m.mover_qpn | m.sq_psn | m.rq_psn) >> 24 != 0) return bad("a QPN or PSN wider than 24 bits");
+  for (char c : m.reason)
+    if (static_cast<unsigned char>(c) < 0x20) return bad("a reason with control characters");
+  return m;
+}
+
+std::string ipv4_string(std::uint32_t ip_be) {
+  char s[INET_ADDRSTRLEN] = {};
+  in_addr a{ip_be};
+  ::inet_ntop(AF_INET, &a, s, sizeof s);
+  return s;
+}
+
+Result<Message> read_message(int fd, std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  std::vector<std::uint8_t> b(kHeaderLen);
+  if (auto s = read_exact(fd, b.data(), kHeaderLen, deadline); !s.ok()) return std::move(s).error();
+  auto len = body_length(b);
+  if (!len) return std::move(len).error();
+  b.resize(kHeaderLen + *len);
+  if (auto s = read_exact(fd, b.data() + kHeaderLen, *len, deadline); !s.ok()) return std::move(s).error();
+  return decode(b);
+}
+
+Status write_message(int fd, const Message& m, std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  const auto b = encode(m);
+  std::size_t off = 0;
+  while (off < b.size()) {
+    if (auto s = wait_fd(fd, POLLOUT, deadline, "sending a message"); !s.ok()) return s;
+    const auto n = ::send(fd, b.data() + off, b.size() - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EINTR) continue;
+      return errno_error(errno, "peer notice: sending");
+    }
+    off += static_cast<std::size_t>(n);
+  }
+  return {};
+}
+
+Result<Message> exchange(std::uint32_t from_ip_be, std::uint32_t to_ip_be, std::uint16_t port, const Message& m,
+                         std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  const auto where = fmt::format("the vrdma backend at {}:{}", ipv4_string(to_ip_be), port);
+  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!fd) return errno_error(errno, "peer notice: socket");
+  int one = 1;
+  ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  if (from_ip_be != 0) {
+    sockaddr_in src{};
+    src.sin_family = AF_INET;
+    src.sin_addr.s_addr = from_ip_be;
+    if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&src), sizeof src) != 0)
+      return errno_error(errno, fmt::format("peer notice: sending from {} (the guest's address; is it on this host?)",
+                                            ipv4_string(from_ip_be)));
+  }
+  sockaddr_in dst{};
+  dst.sin_family = AF_INET;
+  dst.sin_port = htons(port);
+  dst.sin_addr.s_addr = to_ip_be;
+  if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&dst), sizeof dst) != 0) {
+    if (errno != EINPROGRESS) return errno_error(errno, "peer notice: connecting to " + where);
+    if (auto s = wait_fd(fd.get(), POLLOUT, deadline, ("connecting to " + where).c_str()); !s.ok()) return std::move(s).error();
+    int err = 0;
+    socklen_t len = sizeof err;
+    ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+    if (err != 0) return errno_error(err, "peer notice: connecting to " + where);
+  }
+  if (auto s = write_message(fd.get(), m, std::chrono::milliseconds(remaining_ms(deadline))); !s.ok())
+    return std::move(s).error();
+  return read_message(fd.get(), std::chrono::milliseconds(remaining_ms(deadline)));
+}
+
+}  // namespace vrdma::vhost::notice
