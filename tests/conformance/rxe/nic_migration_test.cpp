@@ -386,8 +386,9 @@ BOOST_AUTO_TEST_CASE(a_move_refused_after_the_stop_leaves_the_qps_working_here) 
 // stop the moving guest's backend asks it to pause and drain its side, and once the QP exists
 // again at the destination (new QPN, regions under new keys) tells it where the QP went; the peer
 // re-creates its QP toward it and translates the moved guest's rkeys. Checked data both ways,
-// work in flight at each stop, two moves: every work request completes once, under the QPNs the
-// guests were given, and each guest still sees the other's QPN as it was.
+// work in flight at each stop, two moves and a third refused after the stop (the source then
+// re-points the peer to the QP it re-creates): every work request completes once, under the
+// QPNs the guests were given, and each guest still sees the other's QPN as it was.
 BOOST_AUTO_TEST_CASE(a_vrdma_peer_is_told_where_the_qp_went_and_carries_on) {
   const auto socks = env_list("VRDMA_NIC_NOTICE_MOVE", 3);
   const char* peer_sock = std::getenv("VRDMA_NIC_NOTICE_PEER");
@@ -396,12 +397,24 @@ BOOST_AUTO_TEST_CASE(a_vrdma_peer_is_told_where_the_qp_went_and_carries_on) {
     BOOST_TEST_MESSAGE("SKIP: VRDMA_NIC_NOTICE_MOVE / VRDMA_NIC_NOTICE_PEER / VRDMA_NIC_PEER_IP not set");
     return;
   }
+  const char* refuser = std::getenv("VRDMA_NIC_NOTICE_REFUSED");
   CrossPair x(socks[0], peer_sock, peer_ip);
   const auto mover_qpn = x.m.qp->qp_num(), peer_qpn = x.p.qp->qp_num();
-  constexpr std::uint64_t kRounds = 18;
+  constexpr std::uint64_t kRounds = 24;
   std::size_t moves = 0;
   for (std::uint64_t r = 0; r < kRounds; ++r) {
     x.post(r);
+    if (r == 18 && refuser != nullptr) {
+      // A move refused after the stop: the source re-creates the QP on its own NIC and
+      // re-points the paused peer to it with the same token.
+      auto s = pv::migrate(*x.mdev, refuser, 3s, pv::StateVia::guest_memory);
+      BOOST_REQUIRE_MESSAGE(!s.ok(), "the move to a backend that refuses the state succeeded");
+      const auto src = test::control_request(ctl_of(socks[2]), {{"cmd", "status"}});
+      const auto peer = test::control_request(ctl_of(peer_sock), {{"cmd", "status"}});
+      BOOST_TEST(src["notices"].value("peers_paused", 0) == 1, src.dump());
+      BOOST_TEST(src["notices"].value("peers_repointed", 0) == 2, src.dump());  // as destination, then here
+      BOOST_TEST(peer["notices"].value("qps_repointed", 0) == 3, peer.dump());
+    }
     if (r == 6 || r == 12) {  // with this round's work in flight both ways
       const auto t0 = std::chrono::steady_clock::now();
       VRDMA_REQUIRE_OK(pv::migrate(*x.mdev, socks[1 + moves], 20s, pv::StateVia::guest_memory));

@@ -197,14 +197,15 @@ run_nic_migration() {
      "VRDMAD_ARGS='--migration-engine verbs:rxe0' vrdmad_up v0; VRDMAD_ARGS='--incoming tcp:127.0.0.1:7861 --migration-engine verbs:rxe0' vrdmad_up v1;" \
      "VRDMAD_ARGS='--incoming tcp:127.0.0.1:7862' vrdmad_up v2;" \
      "rm -f /tmp/u1.sock /tmp/u1.ctl; timeout 200 /opt/vrdma/vrdmad --socket /tmp/u1.sock --engine 'soft:127.0.0.1?port=47951' --incoming guest --control /tmp/u1.ctl 2>/tmp/u1.log & PIDS=\"\$PIDS \$!\";" \
-     "i=0; while [ ! -S /tmp/u1.ctl ] && [ \$i -lt 100 ]; do sleep 0.1; i=\$((i+1)); done;" \
+     "rm -f /tmp/x1.sock /tmp/x1.ctl; timeout 200 /opt/vrdma/vrdmad --socket /tmp/x1.sock --engine 'soft:127.0.0.1?port=47952' --incoming guest --control /tmp/x1.ctl 2>/tmp/x1.log & PIDS=\"\$PIDS \$!\";" \
+     "i=0; while [ ! -S /tmp/u1.ctl ] || [ ! -S /tmp/x1.ctl ]; do [ \$i -lt 100 ] || break; sleep 0.1; i=\$((i+1)); done;" \
      "VRDMA_NIC_MOVE=/tmp/s0.sock,/tmp/s1.sock,/tmp/s2.sock VRDMA_NIC_PEER_MOVE=/tmp/t0.sock,/tmp/t1.sock VRDMA_NIC_PEER=verbs:rxe0" \
      "VRDMA_NIC_REFUSED_MOVE=/tmp/u0.sock,/tmp/u1.sock" \
      "VRDMA_NIC_STREAM_MOVE=/tmp/v0.sock,/tmp/v1.sock,/tmp/v2.sock VRDMA_NIC_STREAM_TO=tcp:127.0.0.1:7861,tcp:127.0.0.1:7862" \
-     "VRDMA_NIC_NOTICE_MOVE=/tmp/w0.sock,/tmp/w1.sock,/tmp/w2.sock VRDMA_NIC_NOTICE_PEER=/tmp/pn.sock VRDMA_NIC_PEER_IP=$peer_ip VRDMA_NIC_NOTICE_HOLD_MS=2000" \
+     "VRDMA_NIC_NOTICE_MOVE=/tmp/w0.sock,/tmp/w1.sock,/tmp/w2.sock VRDMA_NIC_NOTICE_PEER=/tmp/pn.sock VRDMA_NIC_PEER_IP=$peer_ip VRDMA_NIC_NOTICE_HOLD_MS=2000 VRDMA_NIC_NOTICE_REFUSED=/tmp/x1.sock" \
      "timeout 240 /opt/vrdma/nic_migration_test --log_level=message --report_level=short --color_output=no ${NICMIG_ARGS:-};" \
-     "rc=\$?; grep -h 'stopped on\\|re-created\\|over RDMA\\|over TCP\\|paused\\|refused' /tmp/s0.log /tmp/s1.log /tmp/s2.log /tmp/u0.log /tmp/v0.log /tmp/v1.log /tmp/v2.log /tmp/w0.log /tmp/w1.log /tmp/w2.log /tmp/pn.log;" \
-     "[ \$rc -eq 0 ] || vrdmad_logs s0 s1 s2 t0 t1 u0 u1 v0 v1 v2 w0 w1 w2 pn; vrdmad_down; exit \$rc"; then ok=0; fi
+     "rc=\$?; grep -h 'stopped on\\|re-created\\|over RDMA\\|over TCP\\|paused\\|refused\\|said nothing\\|while not paused' /tmp/s0.log /tmp/s1.log /tmp/s2.log /tmp/u0.log /tmp/v0.log /tmp/v1.log /tmp/v2.log /tmp/w0.log /tmp/w1.log /tmp/w2.log /tmp/pn.log;" \
+     "[ \$rc -eq 0 ] || vrdmad_logs s0 s1 s2 t0 t1 u0 u1 v0 v1 v2 w0 w1 w2 pn x1; vrdmad_down; exit \$rc"; then ok=0; fi
   echo "$name ($(($(date +%s) - t)) s):"
   grep -E "SKIP|moved to|streamed to|refused as|re-created|over RDMA|over TCP|paused|ended by itself|error|failed|passed" "$f" | sed 's/^/  /' | head -60 || true
   record "$name" $ok "$f"

@@ -296,6 +296,9 @@ notice::Message RdmaDevice::Impl::repoint_for_peer(std::uint32_t h, QpObj& qp, c
   // A re-point without a pause before it (the source after a failed move, which re-pointed this
   // QP to the destination already): what the NIC has in flight drains first.
   if (held_for_peer.count(h) == 0) {
+    log::info("virtio-rdma: QP {}: re-pointed while not paused (its hold ended, or the source re-points after a move "
+              "that failed): it drains first",
+              h);
     if (b->qp_state == QpState::rts) {
       nicdrv::QpAttr a;
       a.qp_state = QpState::sqd;
