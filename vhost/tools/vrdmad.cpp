@@ -19,6 +19,7 @@
 #include <sys/wait.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
+#include <sys/timerfd.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <arpa/inet.h>
@@ -105,9 +106,9 @@ nlohmann::json stats_json(const vhost::RdmaDevice& dev, const migration::Migrati
 
 // The listener for other backends' peer notices on ip:port. The address need not be on this host
 // yet (IP_FREEBIND: a destination's guest brings it along). Another backend of the same guest on
-// this host may hold it (the source and destination of a move on one host): then this one sends
-// notices but takes none, and says so; an empty descriptor is returned.
-Result<UniqueFd> listen_notices(const std::string& ip, std::uint16_t port) {
+// this host may hold it (the source of a move on one host, until it sees the guest gone): then
+// an empty descriptor is returned (and, with say_busy, the log says why).
+Result<UniqueFd> listen_notices(const std::string& ip, std::uint16_t port, bool say_busy) {
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(port);
@@ -120,9 +121,10 @@ Result<UniqueFd> listen_notices(const std::string& ip, std::uint16_t port) {
   ::setsockopt(fd.get(), IPPROTO_IP, IP_FREEBIND, &one, sizeof one);
   if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0) {
     if (errno == EADDRINUSE) {
-      log::warn("vrdmad: another process takes peer notices on {}:{} (another backend of this guest on this host?): "
-                "this vrdmad sends notices but takes none",
-                ip, port);
+      if (say_busy)
+        log::warn("vrdmad: another process takes peer notices on {}:{} (another backend of this guest on this host?): "
+                  "this vrdmad takes them once that one lets go",
+                  ip, port);
       return UniqueFd{};
     }
     return errno_error(errno, fmt::format("binding the peer notice listener to {}:{}", ip, port));
@@ -397,34 +399,71 @@ int main(int argc, char** argv) {
     });
   }
 
+  // Peer notices (--notices): the listener follows the guest. It is held while the guest runs on
+  // this backend (or no migration is under way) and given up once the guest has left (migrated,
+  // or its state went into its memory for a move); a destination takes it when the guest runs
+  // there. On one host the source and the destination of a move share the guest's address, and
+  // the port goes with the guest; across hosts each takes its own.
   UniqueFd notice_listener;
+  UniqueFd notice_timer;
   std::uint64_t notice_errors = 0;
+  bool notice_busy_said = false;
+  auto on_notice = [&](std::uint32_t) {
+    sockaddr_in from{};
+    socklen_t len = sizeof from;
+    UniqueFd c(::accept4(notice_listener.get(), reinterpret_cast<sockaddr*>(&from), &len, SOCK_CLOEXEC | SOCK_NONBLOCK));
+    if (!c || from.sin_family != AF_INET) return;
+    auto m = vhost::notice::read_message(c.get(), std::chrono::milliseconds(1000));
+    vhost::notice::Message ans;
+    if (!m) {
+      if (++notice_errors <= 100 || notice_errors % 1000 == 0)
+        log::warn("vrdmad: a peer notice from {} is refused: {}", vhost::notice::ipv4_string(from.sin_addr.s_addr),
+                  m.error().message);
+      ans.kind = vhost::notice::Kind::refused;
+      ans.reason = m.error().message;
+    } else {
+      ans = dev.peer_notice(*m, from.sin_addr.s_addr);
+    }
+    (void)vhost::notice::write_message(c.get(), ans, std::chrono::milliseconds(1000));
+  };
+  auto follow_guest = [&]() -> Status {
+    using migration::Phase;
+    const auto phase = mig.status().phase;
+    const bool here = phase == Phase::idle || phase == Phase::running || phase == Phase::failed ||
+                      phase == Phase::armed || phase == Phase::state_sent;
+    if (!here && notice_listener) {
+      loop->remove(notice_listener.get());
+      notice_listener.reset();
+      log::info("vrdmad: the guest left; this vrdmad takes no more peer notices on {}:{}", notices_ip, opts.notice_port);
+    } else if (here && !notice_listener) {
+      auto l = listen_notices(notices_ip, opts.notice_port, !notice_busy_said);
+      if (!l) return std::move(l).error();
+      if (!*l) {
+        notice_busy_said = true;
+        return {};
+      }
+      notice_listener = std::move(*l);
+      notice_busy_said = false;
+      VRDMA_TRY(loop->add(notice_listener.get(), EPOLLIN, on_notice));
+    }
+    return {};
+  };
   if (!notices_ip.empty()) {
-    auto l = listen_notices(notices_ip, opts.notice_port);
-    if (!l) {
-      log::error("vrdmad: {}", l.error().message);
+    if (auto st = follow_guest(); !st.ok()) {
+      log::error("vrdmad: {}", st.error().message);
       return 1;
     }
-    notice_listener = std::move(*l);
-    if (notice_listener)
-      (void)loop->add(notice_listener.get(), EPOLLIN, [&](std::uint32_t) {
-        sockaddr_in from{};
-        socklen_t len = sizeof from;
-        UniqueFd c(::accept4(notice_listener.get(), reinterpret_cast<sockaddr*>(&from), &len, SOCK_CLOEXEC | SOCK_NONBLOCK));
-        if (!c || from.sin_family != AF_INET) return;
-        auto m = vhost::notice::read_message(c.get(), std::chrono::milliseconds(1000));
-        vhost::notice::Message ans;
-        if (!m) {
-          if (++notice_errors <= 100 || notice_errors % 1000 == 0)
-            log::warn("vrdmad: a peer notice from {} is refused: {}", vhost::notice::ipv4_string(from.sin_addr.s_addr),
-                      m.error().message);
-          ans.kind = vhost::notice::Kind::refused;
-          ans.reason = m.error().message;
-        } else {
-          ans = dev.peer_notice(*m, from.sin_addr.s_addr);
-        }
-        (void)vhost::notice::write_message(c.get(), ans, std::chrono::milliseconds(1000));
-      });
+    notice_timer = UniqueFd(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
+    itimerspec every{{0, 250'000'000}, {0, 250'000'000}};
+    if (!notice_timer || ::timerfd_settime(notice_timer.get(), 0, &every, nullptr) != 0) {
+      log::error("vrdmad: cannot start the peer notice timer: {}", std::strerror(errno));
+      return 1;
+    }
+    (void)loop->add(notice_timer.get(), EPOLLIN, [&](std::uint32_t) {
+      std::uint64_t n;
+      [[maybe_unused]] auto r = ::read(notice_timer.get(), &n, sizeof n);
+      if (auto st = follow_guest(); !st.ok()) log::error("vrdmad: peer notices: {}", st.error().message);
+    });
   }
 
   log::info("vrdmad: serving {} on engine {}{}{}", sock, engine_name, control.empty() ? "" : ", control " + control,

@@ -387,8 +387,9 @@ BOOST_AUTO_TEST_CASE(a_move_refused_after_the_stop_leaves_the_qps_working_here) 
 // again at the destination (new QPN, regions under new keys) tells it where the QP went; the peer
 // re-creates its QP toward it and translates the moved guest's rkeys. Checked data both ways,
 // work in flight at each stop, two moves and a third refused after the stop (the source then
-// re-points the peer to the QP it re-creates): every work request completes once, under the
-// QPNs the guests were given, and each guest still sees the other's QPN as it was.
+// re-points the peer to the QP it re-creates), then the peer guest moves too: every work
+// request completes once, under the QPNs the guests were given, and each guest still sees the
+// other's QPN as it was.
 BOOST_AUTO_TEST_CASE(a_vrdma_peer_is_told_where_the_qp_went_and_carries_on) {
   const auto socks = env_list("VRDMA_NIC_NOTICE_MOVE", 3);
   const char* peer_sock = std::getenv("VRDMA_NIC_NOTICE_PEER");
@@ -398,9 +399,10 @@ BOOST_AUTO_TEST_CASE(a_vrdma_peer_is_told_where_the_qp_went_and_carries_on) {
     return;
   }
   const char* refuser = std::getenv("VRDMA_NIC_NOTICE_REFUSED");
+  const char* peer_to = std::getenv("VRDMA_NIC_NOTICE_PEER_MOVE");
   CrossPair x(socks[0], peer_sock, peer_ip);
   const auto mover_qpn = x.m.qp->qp_num(), peer_qpn = x.p.qp->qp_num();
-  constexpr std::uint64_t kRounds = 24;
+  constexpr std::uint64_t kRounds = 30;
   std::size_t moves = 0;
   for (std::uint64_t r = 0; r < kRounds; ++r) {
     x.post(r);
@@ -414,6 +416,21 @@ BOOST_AUTO_TEST_CASE(a_vrdma_peer_is_told_where_the_qp_went_and_carries_on) {
       BOOST_TEST(src["notices"].value("peers_paused", 0) == 1, src.dump());
       BOOST_TEST(src["notices"].value("peers_repointed", 0) == 2, src.dump());  // as destination, then here
       BOOST_TEST(peer["notices"].value("qps_repointed", 0) == 3, peer.dump());
+    }
+    if (r == 24 && peer_to != nullptr) {
+      // Now the peer guest moves (its backend takes notices too): the moved guest's backend is
+      // paused and re-pointed in turn, and the peer's translations of the moved guest's rkeys
+      // travel with it (its WRITEs keep landing).
+      const auto t0 = std::chrono::steady_clock::now();
+      VRDMA_REQUIRE_OK(pv::migrate(*x.pdev, peer_to, 20s, pv::StateVia::guest_memory));
+      BOOST_TEST_MESSAGE("the peer moved to " << peer_to << " in " << ms_since(t0) << " ms");
+      const auto psrc = test::control_request(ctl_of(peer_sock), {{"cmd", "status"}});
+      const auto pdst = test::control_request(ctl_of(peer_to), {{"cmd", "status"}});
+      const auto mover = test::control_request(ctl_of(socks[2]), {{"cmd", "status"}});
+      BOOST_TEST(psrc["notices"].value("peers_paused", 0) == 1, psrc.dump());
+      BOOST_TEST(pdst["notices"].value("peers_repointed", 0) == 1, pdst.dump());
+      BOOST_TEST(mover["notices"].value("qps_paused", 0) == 1, mover.dump());
+      BOOST_TEST(mover["notices"].value("qps_repointed", 0) == 1, mover.dump());
     }
     if (r == 6 || r == 12) {  // with this round's work in flight both ways
       const auto t0 = std::chrono::steady_clock::now();
@@ -450,12 +467,12 @@ BOOST_AUTO_TEST_CASE(a_vrdma_peer_is_told_where_the_qp_went_and_carries_on) {
 // the sends posted meanwhile then complete, once, with their data. The other end here is a QP
 // straight on the NIC (VRDMA_NIC_PEER) on the guest's address; this test speaks for it.
 BOOST_AUTO_TEST_CASE(notices_out_of_order_are_refused_and_a_pause_ends_by_release_or_in_time) {
-  const char* peer_sock = std::getenv("VRDMA_NIC_NOTICE_PEER");
-  const char* peer_ip = std::getenv("VRDMA_NIC_PEER_IP");
+  const char* peer_sock = std::getenv("VRDMA_NIC_NOTICE_PEER2");
+  const char* peer_ip = std::getenv("VRDMA_NIC_PEER2_IP");
   const char* other_name = std::getenv("VRDMA_NIC_PEER");
   const char* hold = std::getenv("VRDMA_NIC_NOTICE_HOLD_MS");
   if (peer_sock == nullptr || peer_ip == nullptr || other_name == nullptr || hold == nullptr) {
-    BOOST_TEST_MESSAGE("SKIP: VRDMA_NIC_NOTICE_PEER / VRDMA_NIC_PEER_IP / VRDMA_NIC_PEER / VRDMA_NIC_NOTICE_HOLD_MS not set");
+    BOOST_TEST_MESSAGE("SKIP: VRDMA_NIC_NOTICE_PEER2 / VRDMA_NIC_PEER2_IP / VRDMA_NIC_PEER / VRDMA_NIC_NOTICE_HOLD_MS not set");
     return;
   }
   namespace nt = vrdma::vhost::notice;

@@ -29,6 +29,7 @@ namespace rebuild {
 namespace {
 constexpr std::uint32_t kRebuildMagic = 0x42525256;  // "VRRB"
 constexpr std::uint8_t kRebuildVersion = 2;  // 1: without the notice fields
+constexpr std::uint32_t kMaxRemoteRkeys = 65536;
 }  // namespace
 
 std::vector<std::uint8_t> encode(const Record& r) {
@@ -54,6 +55,11 @@ std::vector<std::uint8_t> encode(const Record& r) {
   w.put(r.notice_ip);
   w.put(r.notice_port);
   w.put(r.guest_dest_qpn);
+  w.put(static_cast<std::uint32_t>(r.remote_rkeys.size()));
+  for (const auto& [g, n] : r.remote_rkeys) {
+    w.put(g);
+    w.put(n);
+  }
   return std::move(w.out);
 }
 
@@ -73,7 +79,17 @@ Result<Record> decode(std::span<const std::uint8_t> b) {
   ok = ok && rd.get(r.dgid) && rd.get(r.sgid);
   for (auto* v : {&r.hop_limit, &r.traffic_class, &r.sl, &r.local_peer}) ok = ok && rd.get(*v);
   ok = ok && rd.get(r.flow_label) && rd.get(r.recv_outstanding);
-  if (version >= 2) ok = ok && rd.get(r.notice_token) && rd.get(r.notice_ip) && rd.get(r.notice_port) && rd.get(r.guest_dest_qpn);
+  if (version >= 2) {
+    std::uint32_t nkeys = 0;
+    ok = ok && rd.get(r.notice_token) && rd.get(r.notice_ip) && rd.get(r.notice_port) && rd.get(r.guest_dest_qpn) &&
+         rd.get(nkeys);
+    if (ok && nkeys > kMaxRemoteRkeys) return bad(fmt::format("{} remote rkeys (at most {})", nkeys, kMaxRemoteRkeys));
+    for (std::uint32_t i = 0; ok && i < nkeys; ++i) {
+      std::pair<std::uint32_t, std::uint32_t> k;
+      ok = rd.get(k.first) && rd.get(k.second);
+      if (ok) r.remote_rkeys.push_back(k);
+    }
+  }
   if (!ok) return bad("truncated");
   if (!rd.at_end()) return bad("trailing bytes");
   if (r.state > static_cast<std::uint8_t>(nicdrv::QpState::err) || r.state == static_cast<std::uint8_t>(nicdrv::QpState::sqe))
@@ -150,6 +166,7 @@ Record RdmaDevice::Impl::record_of(const QpObj& qp, const nicdrv::QpAttr& b, con
   r.flow_label = b.ah_attr.flow_label & 0xfffff;
   r.local_peer = qp.local_peer ? 1 : 0;
   r.guest_dest_qpn = qp.local_peer ? 0 : qp.guest_dest_qpn;
+  r.remote_rkeys.assign(qp.remote_rkeys.begin(), qp.remote_rkeys.end());
   return r;
 }
 
@@ -347,6 +364,8 @@ Status RdmaDevice::Impl::rebuild_qp(std::uint32_t handle, QpObj& qp, nicdrv::Pro
   qp.rq_done = qp.rq.consumed;
   qp.local_peer = r->local_peer != 0;
   qp.guest_dest_qpn = r->guest_dest_qpn;
+  qp.remote_rkeys.clear();
+  for (const auto& [guest, nic] : r->remote_rkeys) qp.remote_rkeys[guest] = nic;
   rebuilds.push_back({handle, std::vector<std::uint8_t>(record.begin(), record.end())});
   return {};
 }

@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "vrdma/common/result.hpp"
@@ -33,6 +34,9 @@ struct Record {
   std::uint32_t notice_ip = 0;  // network byte order
   std::uint16_t notice_port = 0;
   std::uint32_t guest_dest_qpn = 0;
+  // As the peer of a guest that moved onto a NIC: its rkeys as that guest knows them -> the
+  // NIC's, applied to this QP's RDMA and atomic work requests (peer.cpp).
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> remote_rkeys;
   bool operator==(const Record&) const = default;
 };
 

@@ -83,6 +83,7 @@ vd::StateCensus RdmaDevice::Impl::census() const {
     c.send_wrs += qp.sq.depth;
     c.recv_wrs += qp.rq.depth;
     c.inline_bytes += std::uint64_t{qp.sq.depth} * qp.max_inline;
+    c.remote_rkeys += qp.remote_rkeys.size();
   }
   return c;
 }

@@ -419,10 +419,12 @@ static_assert(sizeof(StateAreaHeader) == 80);
 struct StateCensus {
   std::uint64_t pds = 0, ahs = 0, srqs = 0, mrs = 0, mr_pages = 0, cqs = 0, cqes = 0, qps = 0;
   std::uint64_t send_wrs = 0, recv_wrs = 0, inline_bytes = 0;  // summed over QPs (per-WR inline bound)
+  std::uint64_t remote_rkeys = 0;  // rkey translations kept for peers that moved onto a NIC
 };
 constexpr std::uint64_t state_area_bound(const StateCensus& c) {
   return sizeof(StateAreaHeader) + 4096 + 64 * (c.pds + c.ahs + c.srqs) + 128 * c.mrs + 8 * c.mr_pages +
-         128 * c.cqs + 64 * c.cqes + 2048 * c.qps + 512 * (c.send_wrs + c.recv_wrs) + c.inline_bytes;
+         128 * c.cqs + 64 * c.cqes + 2048 * c.qps + 512 * (c.send_wrs + c.recv_wrs) + c.inline_bytes +
+         8 * c.remote_rkeys;
 }
 
 }  // namespace vrdma::vrdma_dev
