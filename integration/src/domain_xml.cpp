@@ -2,6 +2,8 @@
 
 #include <libxml/parser.h>
 #include <libxml/tree.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 
 #include <cctype>
 #include <charconv>
@@ -203,6 +205,13 @@ Result<DomainInfo> parse_domain(const std::string& xml) {
                                                     p + "\"; it must be 1..1000000 (microseconds)");
     m.poll_us = static_cast<unsigned>(*v);
   }
+  if (const auto p = attr(e, "notices"); !p.empty()) {
+    in_addr a{};
+    if (::inet_pton(AF_INET, p.c_str(), &a) != 1)
+      return make_error(Errc::invalid_argument, "the vrdma:device element of domain " + info.name + " has notices \"" + p +
+                                                    "\"; it must be the guest's IPv4 address, e.g. 10.0.0.5");
+    m.notices = p;
+  }
   if (!m.incoming.empty() && m.incoming != "guest") {
     const auto colon = m.incoming.rfind(':');
     const bool ok = m.incoming.rfind("tcp:", 0) == 0 && colon > 4 && colon + 1 < m.incoming.size() &&
@@ -269,6 +278,9 @@ Result<std::string> attach_device(const std::string& xml, const AttachOptions& o
   if (m.vf && !is_vf_engine(m.engine))
     return make_error(Errc::invalid_argument, "VF pool options need the engine verbs:vf (the hook then takes a VF for the "
                                               "backend), not " + m.engine);
+  if (in_addr a{}; !m.notices.empty() && ::inet_pton(AF_INET, m.notices.c_str(), &a) != 1)
+    return make_error(Errc::invalid_argument,
+                      "--notices " + m.notices + " is not an IPv4 address (the guest's RDMA address, e.g. 10.0.0.5)");
   auto doc = read(xml, true);
   if (!doc) return std::move(doc).error();
   xmlNode* root = xmlDocGetRootElement(doc->get());
@@ -337,6 +349,7 @@ Result<std::string> attach_device(const std::string& xml, const AttachOptions& o
   if (!m.announce.empty()) set(e, "announce", m.announce);
   if (!m.incoming.empty()) set(e, "incoming", m.incoming);
   if (m.poll_us != 0) set(e, "poll-us", std::to_string(m.poll_us));
+  if (!m.notices.empty()) set(e, "notices", m.notices);
   if (m.vf) {
     const VfRequest& v = *m.vf;
     if (!v.pool.empty()) set(e, "vf-pool", v.pool);

@@ -28,7 +28,7 @@ dom() {
 </domain>
 X
 }
-GOOD="socket='$W/g1.sock' engine='soft:10.0.0.5' mac='52:54:00:00:00:01' announce='eth0' incoming='tcp:10.99.9.2:7811' poll-us='200'"
+GOOD="socket='$W/g1.sock' engine='soft:10.0.0.5' mac='52:54:00:00:00:01' announce='eth0' incoming='tcp:10.99.9.2:7811' poll-us='200' notices='10.0.0.5'"
 
 # Not ours: nothing printed (libvirt keeps its XML), status 0; operations we ignore: status 0.
 out=$(echo "<domain><name>x</name></domain>" | "$V" hook qemu x migrate begin -) || fail "plain domain: status $?"
@@ -52,6 +52,7 @@ grep -q -- "--engine soft:10.0.0.5 --control $W/g1.$host.ctl --mac 52:54:00:00:0
   fail "the backend's arguments are wrong: $(cat "$S.args")"
 grep -q -- "--supervise" "$S.args" || fail "the incoming backend is not supervised: $(cat "$S.args")"
 grep -q -- "--poll-us 200" "$S.args" || fail "the domain's poll-us did not reach vrdmad: $(cat "$S.args")"
+grep -q -- "--notices 10.0.0.5" "$S.args" || fail "the domain's notices address did not reach vrdmad: $(cat "$S.args")"
 pid=$(cat "$S.pid")
 "$V" device status --control "$W/g1.$host.ctl" | grep -q "waits for an incoming migration" ||
   fail "vrdmactl device status does not describe the incoming phase"
@@ -72,6 +73,7 @@ dom "$GOOD" | "$V" hook qemu g1 prepare begin - || fail "prepare begin (start) f
 ! grep -q -- --incoming "$W/g1.sock.args" || fail "a plain start must not make vrdmad a migration destination"
 grep -q -- "--supervise" "$W/g1.sock.args" || fail "the hook must start vrdmad supervised (--supervise): $(cat "$W/g1.sock.args")"
 grep -q -- "--poll-us 200" "$W/g1.sock.args" || fail "the domain's poll-us did not reach vrdmad: $(cat "$W/g1.sock.args")"
+grep -q -- "--notices 10.0.0.5" "$W/g1.sock.args" || fail "the domain's notices address did not reach vrdmad: $(cat "$W/g1.sock.args")"
 
 # vrdmactl device migrate: phases as sentences until migrated.
 C=$W/g1.ctl

@@ -193,6 +193,29 @@ BOOST_AUTO_TEST_CASE(poll_us_is_read_checked_and_written_back) {
   BOOST_TEST(parse_domain(*x)->device->poll_us == 150u);
 }
 
+// notices: the guest's IPv4 address for peer notices on a NIC (vrdmad --notices).
+BOOST_AUTO_TEST_CASE(notices_is_read_checked_and_written_back) {
+  BOOST_TEST(parse_domain(domain(kFull))->device->notices.empty());
+  auto d = parse_domain(domain("socket='/s' engine='verbs:mlx5_0' notices='10.0.0.5'"));
+  BOOST_REQUIRE(d.ok());
+  BOOST_TEST(d->device->notices == "10.0.0.5");
+  for (const char* bad : {"10.0.0", "10.0.0.256", "host", "fe80::1", " 10.0.0.5"}) {
+    auto b = parse_domain(domain(std::string("socket='/s' engine='verbs:mlx5_0' notices='") + bad + "'"));
+    BOOST_REQUIRE_MESSAGE(!b.ok(), "notices '" << bad << "' was taken");
+    BOOST_TEST(b.error().message.find("IPv4") != std::string::npos, b.error().message);
+  }
+  AttachOptions o;
+  o.device.socket = "/run/vrdma/g1.sock";
+  o.device.engine = "verbs:mlx5_0";
+  o.device.notices = "10.0.0.5";
+  auto x = attach_device(kPlain, o);
+  BOOST_REQUIRE(x.ok());
+  BOOST_TEST(x->find("notices=\"10.0.0.5\"") != std::string::npos);
+  BOOST_TEST(parse_domain(*x)->device->notices == "10.0.0.5");
+  o.device.notices = "10.0.0.x";
+  BOOST_TEST(!attach_device(kPlain, o).ok());
+}
+
 BOOST_AUTO_TEST_CASE(attach_keeps_hugepages_and_makes_them_shared) {
   const std::string huge =
       "<domain type='kvm'><name>h</name><memoryBacking><hugepages/><access mode='private'/></memoryBacking>"
