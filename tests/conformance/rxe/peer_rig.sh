@@ -9,7 +9,8 @@
 # on a freshly booted guest (at most RIG_REBOOTS times per run), and the rig says so; QEMU's own
 # view of the queues is printed first (QMP "info virtio-queue-status") for whoever digs further.
 #
-# The sourcing script sets NS, HOST, GUEST_MAC, KERNEL, GUEST_INITRD and work, defines
+# The sourcing script sets NS, HOST, GUEST_MAC, KERNEL, GUEST_INITRD and work (GUEST_MEM_MB: the
+# guest's memory, 1024 MiB unless set), defines
 # after_boot (run after every boot, e.g. to set the guest's address), optionally before_reboot
 # (run on the stalled guest before it goes), and calls rig_net, then guest_boot.
 
@@ -56,7 +57,7 @@ guest_boot() {
   mkfifo "$work/con.in" "$work/con.out"
   cat "$work/con.out" > "$work/serial.log" &
   cat_pid=$!
-  ip netns exec "$NS" qemu-system-x86_64 -accel tcg -cpu max -m 1024 -smp 1 -display none -monitor none \
+  ip netns exec "$NS" qemu-system-x86_64 -accel tcg -cpu max -m ${GUEST_MEM_MB:-1024} -smp 1 -display none -monitor none \
     -qmp unix:"$work/qmp.sock",server=on,wait=off \
     -no-reboot -kernel "$KERNEL" -initrd "$GUEST_INITRD" -append "console=ttyS0 quiet panic=-1 no_timer_check" \
     -chardev pipe,id=con,path="$work/con" -serial chardev:con \
