@@ -24,6 +24,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "check.hpp"
@@ -420,7 +421,16 @@ BOOST_AUTO_TEST_CASE(a_vrdma_peer_is_told_where_the_qp_went_and_carries_on) {
     if (r == 24 && peer_to != nullptr) {
       // Now the peer guest moves (its backend takes notices too): the moved guest's backend is
       // paused and re-pointed in turn, and the peer's translations of the moved guest's rkeys
-      // travel with it (its WRITEs keep landing).
+      // travel with it (its WRITEs keep landing). On this one host the guest's backends share
+      // its address, and the notice port goes to the one the guest runs on within a few tens
+      // of milliseconds: the peer moves once that one listens.
+      nlohmann::json st;
+      for (int i = 0; i < 250; ++i) {
+        st = test::control_request(ctl_of(socks[2]), {{"cmd", "status"}});
+        if (st["notices"].value("listening", false)) break;
+        std::this_thread::sleep_for(20ms);
+      }
+      BOOST_REQUIRE_MESSAGE(st["notices"].value("listening", false), "the guest's backend does not take notices: " << st.dump());
       const auto t0 = std::chrono::steady_clock::now();
       VRDMA_REQUIRE_OK(pv::migrate(*x.pdev, peer_to, 20s, pv::StateVia::guest_memory));
       BOOST_TEST_MESSAGE("the peer moved to " << peer_to << " in " << ms_since(t0) << " ms");
