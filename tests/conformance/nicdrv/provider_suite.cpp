@@ -820,20 +820,22 @@ BOOST_AUTO_TEST_CASE(inline_data_is_taken_when_posted) {
   auto q = p.a.qp->query();
   VRDMA_REQUIRE_OK(q);
   BOOST_TEST(q->cap.max_inline_data >= 64u);
-  test::fill_pattern(p.a.at(0), 64, 21);
   Sge r = p.b.sge(0, 64);
   post_recv(*p.b.qp, 1, {&r, 1});
+  // The WRITE first, then the SEND: the SEND's receive completion then says the WRITE has been
+  // placed too (on iWARP a sender's completion says only that the data went to TCP).
   Sge s = p.a.sge(0, 64);
-  auto w = wr_of(WrOpcode::send, 2, {&s, 1});
-  w.flags = SendFlags::signaled | SendFlags::inline_data;
-  post_send(*p.a.qp, w);
-  std::memset(p.a.at(0), 0xee, 64);  // the payload was copied at post time
+  std::memset(p.a.at(0), 0xee, 64);
   auto wr = wr_of(WrOpcode::rdma_write, 3, {&s, 1});
   wr.flags = SendFlags::signaled | SendFlags::inline_data;
   wr.rdma.remote_addr = p.b.mr->addr() + 4096;
   wr.rdma.rkey = p.b.mr->rkey();
   post_send(*p.a.qp, wr);
-  std::memset(p.a.at(0), 0x11, 64);
+  test::fill_pattern(p.a.at(0), 64, 21);  // the WRITE's payload was copied at post time
+  auto w = wr_of(WrOpcode::send, 2, {&s, 1});
+  w.flags = SendFlags::signaled | SendFlags::inline_data;
+  post_send(*p.a.qp, w);
+  std::memset(p.a.at(0), 0x11, 64);  // and the SEND's
   auto wcs = test::wait_cq(*p.a.cq, 2);
   BOOST_REQUIRE_EQUAL(wcs.size(), 2u);
   BOOST_TEST(wcs[0].status == WcStatus::success);
