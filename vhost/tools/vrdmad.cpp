@@ -104,36 +104,6 @@ nlohmann::json stats_json(const vhost::RdmaDevice& dev, const migration::Migrati
   };
 }
 
-// The listener for other backends' peer notices on ip:port. The address need not be on this host
-// yet (IP_FREEBIND: a destination's guest brings it along). Another backend of the same guest on
-// this host may hold it (the source of a move on one host, until it sees the guest gone): then
-// an empty descriptor is returned (and, with say_busy, the log says why).
-Result<UniqueFd> listen_notices(const std::string& ip, std::uint16_t port, bool say_busy) {
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  if (::inet_pton(AF_INET, ip.c_str(), &a.sin_addr) != 1)
-    return make_error(Errc::invalid_argument, "--notices " + ip + " is not an IPv4 address (the guest's RDMA address)");
-  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-  if (!fd) return errno_error(errno, "creating the peer notice socket");
-  int one = 1;
-  ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  ::setsockopt(fd.get(), IPPROTO_IP, IP_FREEBIND, &one, sizeof one);
-  if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0) {
-    if (errno == EADDRINUSE) {
-      if (say_busy)
-        log::warn("vrdmad: another process takes peer notices on {}:{} (another backend of this guest on this host?): "
-                  "this vrdmad takes them once that one lets go",
-                  ip, port);
-      return UniqueFd{};
-    }
-    return errno_error(errno, fmt::format("binding the peer notice listener to {}:{}", ip, port));
-  }
-  if (::listen(fd.get(), 16) != 0) return errno_error(errno, fmt::format("listening for peer notices on {}:{}", ip, port));
-  log::info("vrdmad: taking peer notices on {}:{}", ip, port);
-  return fd;
-}
-
 Result<UniqueFd> listen_unix(const std::string& path) {
   UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (!fd) return errno_error(errno, "creating the control socket");
@@ -356,7 +326,65 @@ int main(int argc, char** argv) {
   UniqueFd sfd(::signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK));
   (void)loop->add(sfd.get(), EPOLLIN, [&](std::uint32_t) { loop->stop(); });
 
-  UniqueFd notice_listener;  // peer notices (below)
+  // Peer notices (--notices): the listener follows the guest. It is held while the guest runs on
+  // this backend (or no migration is under way) and given up once the guest has left (migrated,
+  // or its state went into its memory for a move); a destination takes it when the guest runs
+  // there. On one host the source and the destination of a move share the guest's address, and
+  // the port goes with the guest; across hosts each takes its own.
+  UniqueFd notice_timer;
+  bool notice_busy_said = false;
+  std::uint32_t notice_ip = 0;
+  if (!notices_ip.empty() && ::inet_pton(AF_INET, notices_ip.c_str(), &notice_ip) != 1) {
+    log::error("vrdmad: --notices {} is not an IPv4 address (the guest's RDMA address)", notices_ip);
+    return 2;
+  }
+  vhost::notice::Server notice_server(*loop, [&](const vhost::notice::Message& m, std::uint32_t from) {
+    return dev.peer_notice(m, from);
+  });
+  auto follow_guest = [&]() -> Status {
+    using migration::Phase;
+    const auto phase = mig.status().phase;
+    const bool here = phase == Phase::idle || phase == Phase::running || phase == Phase::failed ||
+                      phase == Phase::armed || phase == Phase::state_sent;
+    if (!here && notice_server.listening()) {
+      notice_server.close();
+      log::info("vrdmad: the guest left; this vrdmad takes no more peer notices on {}:{}", notices_ip, opts.notice_port);
+    } else if (here && !notice_server.listening()) {
+      auto l = notice_server.listen(notice_ip, opts.notice_port);
+      if (!l) return std::move(l).error();
+      if (!*l) {
+        if (!notice_busy_said)
+          log::warn("vrdmad: another process takes peer notices on {}:{} (another backend of this guest on this host?): "
+                    "this vrdmad takes them once that one lets go",
+                    notices_ip, opts.notice_port);
+        notice_busy_said = true;
+        return {};
+      }
+      notice_busy_said = false;
+      log::info("vrdmad: taking peer notices on {}:{}", notices_ip, opts.notice_port);
+    }
+    return {};
+  };
+  if (!notices_ip.empty()) {
+    if (auto st = follow_guest(); !st.ok()) {
+      log::error("vrdmad: {}", st.error().message);
+      return 1;
+    }
+    notice_timer = UniqueFd(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
+    // Every 20 ms: on one host, the gap in which neither backend of a moving guest listens is
+    // at most about two periods (a timerfd read and a status copy each: negligible CPU).
+    itimerspec every{{0, 20'000'000}, {0, 20'000'000}};
+    if (!notice_timer || ::timerfd_settime(notice_timer.get(), 0, &every, nullptr) != 0) {
+      log::error("vrdmad: cannot start the peer notice timer: {}", std::strerror(errno));
+      return 1;
+    }
+    (void)loop->add(notice_timer.get(), EPOLLIN, [&](std::uint32_t) {
+      std::uint64_t n;
+      [[maybe_unused]] auto r = ::read(notice_timer.get(), &n, sizeof n);
+      if (auto st = follow_guest(); !st.ok()) log::error("vrdmad: peer notices: {}", st.error().message);
+    });
+  }
+
   UniqueFd ctl;
   if (!control.empty()) {
     auto l = listen_unix(control);
@@ -379,7 +407,7 @@ int main(int argc, char** argv) {
         reply = {{"error", "the request is not a JSON object with a \"cmd\" string; send {\"cmd\":\"status\"}"}};
       } else if (req["cmd"] == "status" || req["cmd"] == "stats") {
         reply = stats_json(dev, mig, **srv, engine_name);
-        if (!notices_ip.empty()) reply["notices"]["listening"] = static_cast<bool>(notice_listener);
+        if (!notices_ip.empty()) reply["notices"]["listening"] = notice_server.listening();
       } else if (req["cmd"] == "migrate") {
         if (!req.contains("to") || !req["to"].is_string()) {
           reply = {{"error", "migrate needs \"to\": the destination vrdmad's tcp:IP:PORT (its --incoming)"}};
@@ -398,74 +426,6 @@ int main(int argc, char** argv) {
       }
       const auto out = reply.dump() + "\n";
       [[maybe_unused]] auto w = ::send(c.get(), out.data(), out.size(), MSG_NOSIGNAL);
-    });
-  }
-
-  // Peer notices (--notices): the listener follows the guest. It is held while the guest runs on
-  // this backend (or no migration is under way) and given up once the guest has left (migrated,
-  // or its state went into its memory for a move); a destination takes it when the guest runs
-  // there. On one host the source and the destination of a move share the guest's address, and
-  // the port goes with the guest; across hosts each takes its own.
-  UniqueFd notice_timer;
-  std::uint64_t notice_errors = 0;
-  bool notice_busy_said = false;
-  auto on_notice = [&](std::uint32_t) {
-    sockaddr_in from{};
-    socklen_t len = sizeof from;
-    UniqueFd c(::accept4(notice_listener.get(), reinterpret_cast<sockaddr*>(&from), &len, SOCK_CLOEXEC | SOCK_NONBLOCK));
-    if (!c || from.sin_family != AF_INET) return;
-    auto m = vhost::notice::read_message(c.get(), std::chrono::milliseconds(1000));
-    vhost::notice::Message ans;
-    if (!m) {
-      if (++notice_errors <= 100 || notice_errors % 1000 == 0)
-        log::warn("vrdmad: a peer notice from {} is refused: {}", vhost::notice::ipv4_string(from.sin_addr.s_addr),
-                  m.error().message);
-      ans.kind = vhost::notice::Kind::refused;
-      ans.reason = m.error().message;
-    } else {
-      ans = dev.peer_notice(*m, from.sin_addr.s_addr);
-    }
-    (void)vhost::notice::write_message(c.get(), ans, std::chrono::milliseconds(1000));
-  };
-  auto follow_guest = [&]() -> Status {
-    using migration::Phase;
-    const auto phase = mig.status().phase;
-    const bool here = phase == Phase::idle || phase == Phase::running || phase == Phase::failed ||
-                      phase == Phase::armed || phase == Phase::state_sent;
-    if (!here && notice_listener) {
-      loop->remove(notice_listener.get());
-      notice_listener.reset();
-      log::info("vrdmad: the guest left; this vrdmad takes no more peer notices on {}:{}", notices_ip, opts.notice_port);
-    } else if (here && !notice_listener) {
-      auto l = listen_notices(notices_ip, opts.notice_port, !notice_busy_said);
-      if (!l) return std::move(l).error();
-      if (!*l) {
-        notice_busy_said = true;
-        return {};
-      }
-      notice_listener = std::move(*l);
-      notice_busy_said = false;
-      VRDMA_TRY(loop->add(notice_listener.get(), EPOLLIN, on_notice));
-    }
-    return {};
-  };
-  if (!notices_ip.empty()) {
-    if (auto st = follow_guest(); !st.ok()) {
-      log::error("vrdmad: {}", st.error().message);
-      return 1;
-    }
-    notice_timer = UniqueFd(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
-    // Every 20 ms: on one host, the gap in which neither backend of a moving guest listens is
-    // at most about two periods (a timerfd read and a status copy each: negligible CPU).
-    itimerspec every{{0, 20'000'000}, {0, 20'000'000}};
-    if (!notice_timer || ::timerfd_settime(notice_timer.get(), 0, &every, nullptr) != 0) {
-      log::error("vrdmad: cannot start the peer notice timer: {}", std::strerror(errno));
-      return 1;
-    }
-    (void)loop->add(notice_timer.get(), EPOLLIN, [&](std::uint32_t) {
-      std::uint64_t n;
-      [[maybe_unused]] auto r = ::read(notice_timer.get(), &n, sizeof n);
-      if (auto st = follow_guest(); !st.ok()) log::error("vrdmad: peer notices: {}", st.error().message);
     });
   }
 

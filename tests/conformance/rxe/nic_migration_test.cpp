@@ -231,16 +231,17 @@ std::uint8_t gid_index_of(Device& dev, const std::string& ip) {
   return 0;
 }
 
-// A QP of the moving guest (backend w0, GID of the guest's address) connected to a QP of another
-// guest whose backend takes peer notices (P, on its own address): traffic both ways.
+// A QP on `mover` (the moving guest's device, GID of the guest's address) connected to a QP on
+// `peer` (another guest's, whose backend takes peer notices, on its own address `peer_ip`):
+// traffic both ways.
 struct CrossPair {
   std::shared_ptr<Device> mdev, pdev;
   test::Endpoint m, p;
   std::unique_ptr<CqSplit> cq_m, cq_p;
   std::unique_ptr<OneWay> mp, pm;
 
-  CrossPair(const std::string& mover_sock, const std::string& peer_sock, const std::string& peer_ip)
-      : mdev(open_pv(mover_sock)), pdev(open_pv(peer_sock)) {
+  CrossPair(std::shared_ptr<Device> mover, std::shared_ptr<Device> peer, const std::string& peer_ip)
+      : mdev(std::move(mover)), pdev(std::move(peer)) {
     auto om = options();
     auto op = options();
     op.gid_index = gid_index_of(*pdev, peer_ip);
@@ -401,7 +402,7 @@ BOOST_AUTO_TEST_CASE(a_vrdma_peer_is_told_where_the_qp_went_and_carries_on) {
   }
   const char* refuser = std::getenv("VRDMA_NIC_NOTICE_REFUSED");
   const char* peer_to = std::getenv("VRDMA_NIC_NOTICE_PEER_MOVE");
-  CrossPair x(socks[0], peer_sock, peer_ip);
+  CrossPair x(open_pv(socks[0]), open_pv(peer_sock), peer_ip);
   const auto mover_qpn = x.m.qp->qp_num(), peer_qpn = x.p.qp->qp_num();
   constexpr std::uint64_t kRounds = 30;
   std::size_t moves = 0;
@@ -488,20 +489,12 @@ BOOST_AUTO_TEST_CASE(notices_out_of_order_are_refused_and_a_pause_ends_by_releas
   namespace nt = vrdma::vhost::notice;
   auto odev = open_device(other_name);
   VRDMA_REQUIRE_OK(odev);
-  auto pdev = open_pv(peer_sock);
-  auto oo = options();
-  auto op = options();
-  op.gid_index = gid_index_of(*pdev, peer_ip);
-  auto eo = test::make_endpoint(*odev, oo);
-  auto ep = test::make_endpoint(pdev, op);
-  VRDMA_REQUIRE_OK(eo);
-  VRDMA_REQUIRE_OK(ep);
-  VRDMA_REQUIRE_OK(test::connect_to(*eo, test::PeerInfo{ep->qp->qp_num(), ep->gid, oo.psn_b}, oo.psn_a, oo));
-  VRDMA_REQUIRE_OK(test::connect_to(*ep, test::PeerInfo{eo->qp->qp_num(), eo->gid, oo.psn_a}, oo.psn_b, op));
-  CqSplit cq_o(*eo->cq), cq_p(*ep->cq);
-  OneWay po(*ep, cq_p, *eo, cq_o, 0), op_(*eo, cq_o, *ep, cq_p, 1u << 20);
-  po.post_receives();
-  op_.post_receives();
+  CrossPair x(*odev, open_pv(peer_sock), peer_ip);
+  test::Endpoint* eo = &x.m;
+  test::Endpoint* ep = &x.p;
+  OneWay& po = *x.pm;  // the peer guest's sends
+  OneWay& op_ = *x.mp;
+  CqSplit& cq_p = *x.cq_p;
   const std::uint32_t pip = ip_be(peer_ip), oip = eo->gid.ipv4();
   const auto before = test::control_request(ctl_of(peer_sock), {{"cmd", "status"}})["notices"];
   auto ask = [&](const nt::Message& m, std::uint32_t from) {

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "vrdma/common/fd.hpp"
+#include "vrdma/vhost/event_loop.hpp"
 #include "vrdma/vhost/peer_notice.hpp"
 
 using namespace vrdma;
@@ -193,4 +194,70 @@ BOOST_AUTO_TEST_CASE(no_backend_there_or_one_that_never_answers_is_an_error_in_t
   BOOST_REQUIRE(!r.ok());
   BOOST_TEST(r.error().is(Errc::timeout), r.error().message);
   BOOST_TEST(took < 2s);
+}
+
+// The listening side keeps the event loop free: a connection that sends nothing does not hold
+// up the next one, is closed after the read timeout, and junk is refused with the reason; a
+// second listener on a taken port is told so.
+BOOST_AUTO_TEST_CASE(the_server_answers_without_blocking_on_a_silent_connection) {
+  auto loop = vrdma::vhost::EventLoop::create();
+  BOOST_REQUIRE(loop.ok());
+  std::uint32_t seen_from = 0;
+  Server srv(*loop, [&](const Message& m, std::uint32_t from) {
+    seen_from = from;
+    Message a;
+    a.kind = Kind::repointed;
+    a.peer_qpn = m.peer_qpn;
+    return a;
+  }, 2000ms);
+  std::uint16_t port = 0;
+  {
+    auto probe = listener(port);  // a free port: taken and given back
+  }
+  auto l = srv.listen(loopback(), port);
+  BOOST_REQUIRE(l.ok());
+  BOOST_TEST(*l);
+  BOOST_TEST(srv.listening());
+  Server other(*loop, [](const Message&, std::uint32_t) { return Message{}; });
+  auto busy = other.listen(loopback(), port);
+  BOOST_REQUIRE(busy.ok());
+  BOOST_TEST(!*busy, "a second listener on a taken port");
+  std::thread t([&] { (void)loop->run(); });
+  auto connect_raw = [&] {
+    UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    a.sin_addr.s_addr = loopback();
+    BOOST_REQUIRE(::connect(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    return fd;
+  };
+  auto silent = connect_raw();
+  const auto t0 = std::chrono::steady_clock::now();
+  auto ans = exchange(loopback(), loopback(), port, sample(), 2000ms);
+  const auto took = std::chrono::steady_clock::now() - t0;
+  BOOST_REQUIRE_MESSAGE(ans.ok(), (ans.ok() ? std::string() : ans.error().message));
+  BOOST_TEST((ans->kind == Kind::repointed));
+  BOOST_TEST(ans->peer_qpn == sample().peer_qpn);
+  // A server that read one connection at a time would answer only after the silent one's 2 s.
+  BOOST_TEST((took < 1500ms), "the answer waited for the silent connection");
+  auto junk = connect_raw();
+  const char bytes[] = "GET / HTTP/1.0\r\n\r\n";
+  BOOST_REQUIRE(::send(junk.get(), bytes, sizeof bytes - 1, MSG_NOSIGNAL) > 0);
+  auto refused = read_message(junk.get(), 2000ms);
+  BOOST_REQUIRE_MESSAGE(refused.ok(), (refused.ok() ? std::string() : refused.error().message));
+  BOOST_TEST((refused->kind == Kind::refused));
+  BOOST_TEST(refused->reason.find("magic") != std::string::npos, refused->reason);
+  // The silent one is closed by the server after its read timeout.
+  timeval tv{5, 0};
+  ::setsockopt(silent.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  char c;
+  BOOST_TEST(::recv(silent.get(), &c, 1, 0) == 0, "the silent connection was not closed");
+  BOOST_TEST((std::chrono::steady_clock::now() - t0 < 4500ms));
+  loop->stop();
+  t.join();
+  BOOST_TEST(seen_from == loopback());
+  BOOST_TEST(srv.malformed() == 2u);  // the junk and the silent one
+  srv.close();
+  BOOST_TEST(!srv.listening());
 }

@@ -259,6 +259,8 @@ struct RdmaDevice::Impl {
   notice::Message answer_notice(const notice::Message& m, std::uint32_t from_ip);
   notice::Message pause_for_peer(std::uint32_t handle, QpObj& qp, const notice::Message& m, std::uint32_t from_ip);
   notice::Message repoint_for_peer(std::uint32_t handle, QpObj& qp, const notice::Message& m);
+  // Holds the QP's send ring and drains its NIC (RTS -> SQD); the reason when it cannot.
+  std::optional<std::string> hold_and_drain(std::uint32_t handle, QpObj& qp);
   Status resume_after_hold(std::uint32_t handle, QpObj& qp);
   void expire_holds();
   void arm_hold_timer();

@@ -250,16 +250,8 @@ notice::Message RdmaDevice::Impl::pause_for_peer(std::uint32_t h, QpObj& qp, con
                             notice::ipv4_string(from_ip));
     return no;
   }
-  nicdrv::QpAttr a;
-  a.qp_state = QpState::sqd;
-  if (auto s = qp.eng->modify(a, M::state); !s.ok()) {
-    no.reason = fmt::format("QP {} cannot drain its sends (RTS -> SQD): {}", h, s.error().message);
-    return no;
-  }
-  held_for_peer[h] = Clock::now() + std::chrono::milliseconds(opts.hold_timeout_ms);
-  if (!drained(*qp.eng, std::chrono::milliseconds(opts.drain_timeout_ms))) {
-    (void)resume_after_hold(h, qp);
-    no.reason = fmt::format("QP {}: its sends in flight were not acknowledged within {} ms", h, opts.drain_timeout_ms);
+  if (auto why = hold_and_drain(h, qp)) {
+    no.reason = *why;
     return no;
   }
   auto after = qp.eng->query();
@@ -300,16 +292,8 @@ notice::Message RdmaDevice::Impl::repoint_for_peer(std::uint32_t h, QpObj& qp, c
               "that failed): it drains first",
               h);
     if (b->qp_state == QpState::rts) {
-      nicdrv::QpAttr a;
-      a.qp_state = QpState::sqd;
-      if (auto s = qp.eng->modify(a, M::state); !s.ok()) {
-        no.reason = fmt::format("QP {} cannot drain its sends (RTS -> SQD): {}", h, s.error().message);
-        return no;
-      }
-      held_for_peer[h] = Clock::now() + std::chrono::milliseconds(opts.hold_timeout_ms);
-      if (!drained(*qp.eng, std::chrono::milliseconds(opts.drain_timeout_ms))) {
-        (void)resume_after_hold(h, qp);
-        no.reason = fmt::format("QP {}: its sends in flight were not acknowledged within {} ms", h, opts.drain_timeout_ms);
+      if (auto why = hold_and_drain(h, qp)) {
+        no.reason = *why;
         return no;
       }
     } else {
@@ -367,6 +351,19 @@ notice::Message RdmaDevice::Impl::repoint_for_peer(std::uint32_t h, QpObj& qp, c
   ans.mover_qpn = m.mover_qpn;
   ans.token = m.token;
   return ans;
+}
+
+std::optional<std::string> RdmaDevice::Impl::hold_and_drain(std::uint32_t h, QpObj& qp) {
+  nicdrv::QpAttr a;
+  a.qp_state = QpState::sqd;
+  if (auto s = qp.eng->modify(a, M::state); !s.ok())
+    return fmt::format("QP {} cannot drain its sends (RTS -> SQD): {}", h, s.error().message);
+  held_for_peer[h] = Clock::now() + std::chrono::milliseconds(opts.hold_timeout_ms);
+  if (!drained(*qp.eng, std::chrono::milliseconds(opts.drain_timeout_ms))) {
+    (void)resume_after_hold(h, qp);
+    return fmt::format("QP {}: its sends in flight were not acknowledged within {} ms", h, opts.drain_timeout_ms);
+  }
+  return std::nullopt;
 }
 
 Status RdmaDevice::Impl::resume_after_hold(std::uint32_t h, QpObj& qp) {

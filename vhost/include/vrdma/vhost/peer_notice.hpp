@@ -19,6 +19,8 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <utility>
@@ -71,5 +73,41 @@ Status write_message(int fd, const Message& m, std::chrono::milliseconds timeout
 // the answer, all within `timeout`.
 Result<Message> exchange(std::uint32_t from_ip_be, std::uint32_t to_ip_be, std::uint16_t port, const Message& m,
                          std::chrono::milliseconds timeout);
+
+}  // namespace vrdma::vhost::notice
+
+namespace vrdma::vhost {
+class EventLoop;
+}
+
+namespace vrdma::vhost::notice {
+
+// The listening side, on an event loop: accepts connections, reads each request without
+// blocking the loop (a connection that has not sent a whole message within `read_timeout` is
+// closed, at most kMaxConnections are open at once), passes it with the sender's address to
+// `handler`, writes the answer and closes. Bytes that are no notice get a REFUSED with the
+// reason. The answering itself runs on the loop (a pause drains a QP: up to the drain bound).
+class Server {
+ public:
+  using Handler = std::function<Message(const Message& m, std::uint32_t from_ip)>;
+  static constexpr std::size_t kMaxConnections = 16;
+
+  Server(EventLoop& loop, Handler handler, std::chrono::milliseconds read_timeout = std::chrono::milliseconds(1000));
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Listens on ip:port (network byte order address; IP_FREEBIND). false: another socket holds
+  // the port (nothing changed); an error for anything else.
+  Result<bool> listen(std::uint32_t ip, std::uint16_t port);
+  // Stops listening and drops the connections still reading.
+  void close();
+  [[nodiscard]] bool listening() const;
+  [[nodiscard]] std::uint64_t malformed() const;  // requests that were no notice (refused)
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 }  // namespace vrdma::vhost::notice
