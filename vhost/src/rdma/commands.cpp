@@ -453,6 +453,7 @@ std::vector<std::uint8_t> RdmaDevice::Impl::execute(const GuestView& g, std::spa
         if (qp.srq != vd::kNoHandle) --srqs[qp.srq].users;
         pending_sq.erase(h);
         pending_rq.erase(h);
+        held_for_peer.erase(h);
         forget_names(h);
         qps.erase(it);
         return std::vector<std::uint8_t>{};

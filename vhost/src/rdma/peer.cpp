@@ -339,6 +339,7 @@ notice::Message RdmaDevice::Impl::repoint_for_peer(std::uint32_t h, QpObj& qp, c
     if (guest != nic) qp.remote_rkeys[guest] = nic;
   ++st.qps_repointed;
   check_state_area();  // the translations travel in the state if this guest moves too
+  drain_all();         // the completions taken from the CQs at the stop go to the guest now
   write_status(view(), qp.status_gpa, qp.sq.consumed, qp.rq.consumed, static_cast<std::uint32_t>(qp.eng->state()));
   retry_pending();
   log::info("virtio-rdma: QP {} (QPN {:#x}, now {:#x}) re-created toward its moved peer QPN {:#x} at {} in {:.1f} ms "
