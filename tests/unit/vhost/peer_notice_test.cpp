@@ -261,3 +261,33 @@ BOOST_AUTO_TEST_CASE(the_server_answers_without_blocking_on_a_silent_connection)
   srv.close();
   BOOST_TEST(!srv.listening());
 }
+
+// A host that drops the connection attempt (here: a listener whose accept queue is full, so the
+// kernel drops further SYNs) costs no more than the connect bound, not the whole exchange's.
+BOOST_AUTO_TEST_CASE(a_dropped_connection_attempt_costs_only_the_connect_bound) {
+  std::uint16_t port = 0;
+  UniqueFd full(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = loopback();
+  BOOST_REQUIRE(::bind(full.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  BOOST_REQUIRE(::listen(full.get(), 0) == 0);
+  socklen_t len = sizeof a;
+  BOOST_REQUIRE(::getsockname(full.get(), reinterpret_cast<sockaddr*>(&a), &len) == 0);
+  port = ntohs(a.sin_port);
+  // Fill the accept queue (never accepted): connects that complete at once, then one that hangs.
+  std::vector<UniqueFd> fillers;
+  for (int i = 0; i < 4; ++i) {
+    UniqueFd f(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    (void)::connect(f.get(), reinterpret_cast<sockaddr*>(&a), sizeof a);
+    fillers.push_back(std::move(f));
+  }
+  std::this_thread::sleep_for(100ms);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = exchange(0, loopback(), port, sample(), 10000ms, 200ms);
+  const auto took = std::chrono::steady_clock::now() - t0;
+  BOOST_REQUIRE(!r.ok());
+  BOOST_TEST_MESSAGE(r.error().message);
+  BOOST_TEST(r.error().is(Errc::timeout), r.error().message);
+  BOOST_TEST((took < 5000ms), "the dropped connection attempt took the whole exchange's bound");
+}

@@ -37,6 +37,9 @@ using M = nicdrv::QpAttrMask;
 using nicdrv::QpState;
 using Clock = std::chrono::steady_clock;
 using notice::Kind;
+// A peer's host that drops the connection attempt (no backend, a firewall) costs the stop this
+// much, once per address; a backend that is there answers a connect in well under a millisecond.
+constexpr std::chrono::milliseconds kNoticeConnectTimeout{200};
 
 std::uint64_t new_token() {
   static std::random_device rd;
@@ -95,7 +98,8 @@ std::vector<RdmaDevice::Impl::PausedPeer> RdmaDevice::Impl::pause_peers(
     m.mover_qpn = qp.eng->qp_num();
     m.mover_gid = sg->gid.raw;
     const auto t0 = Clock::now();
-    auto ans = notice::exchange(*from, *to, opts.notice_port, m, std::chrono::milliseconds(opts.drain_timeout_ms + 500));
+    auto ans = notice::exchange(*from, *to, opts.notice_port, m, std::chrono::milliseconds(opts.drain_timeout_ms + 500),
+                                kNoticeConnectTimeout);
     if (!ans) {
       silent.insert(*to);
       log::info("virtio-rdma: QP {}: no vrdma backend at {}:{} paused its peer ({}); a peer there sees its retries run "
@@ -133,7 +137,7 @@ void RdmaDevice::Impl::release_peers(const std::vector<PausedPeer>& peers) {
     m.mover_qpn = p.mover_qpn;
     m.mover_gid = p.mover_gid;
     m.token = p.token;
-    auto ans = notice::exchange(p.from_ip, p.to_ip, opts.notice_port, m, std::chrono::milliseconds(1000));
+    auto ans = notice::exchange(p.from_ip, p.to_ip, opts.notice_port, m, std::chrono::milliseconds(1000), kNoticeConnectTimeout);
     if (!ans || ans->kind != Kind::released)
       log::warn("virtio-rdma: QP {}: the backend at {} did not let its peer QPN {:#x} go after the abandoned stop ({}); "
                 "it does so by itself after its hold time",
@@ -154,7 +158,8 @@ std::optional<std::uint32_t> RdmaDevice::Impl::repoint_peer(std::uint32_t handle
   m.rkeys.assign(rkey_to_engine.begin(), rkey_to_engine.end());
   const auto from = ipv4_of(r.sgid).value_or(0);
   const auto t0 = Clock::now();
-  auto ans = notice::exchange(from, r.notice_ip, r.notice_port, m, std::chrono::milliseconds(opts.drain_timeout_ms + 500));
+  auto ans = notice::exchange(from, r.notice_ip, r.notice_port, m, std::chrono::milliseconds(opts.drain_timeout_ms + 500),
+                              kNoticeConnectTimeout);
   if (!ans || ans->kind != Kind::repointed) {
     log::warn("virtio-rdma: QP {}: the backend at {} did not re-point its peer QPN {:#x} to the new QPN {:#x} ({}); that "
               "peer sees its retries run out",

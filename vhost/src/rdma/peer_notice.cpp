@@ -197,8 +197,9 @@ Status write_message(int fd, const Message& m, std::chrono::milliseconds timeout
 }
 
 Result<Message> exchange(std::uint32_t from_ip_be, std::uint32_t to_ip_be, std::uint16_t port, const Message& m,
-                         std::chrono::milliseconds timeout) {
+                         std::chrono::milliseconds timeout, std::chrono::milliseconds connect_timeout) {
   const auto deadline = Clock::now() + timeout;
+  const auto connect_deadline = Clock::now() + std::min(timeout, connect_timeout);
   const auto where = fmt::format("the vrdma backend at {}:{}", ipv4_string(to_ip_be), port);
   UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!fd) return errno_error(errno, "peer notice: socket");
@@ -218,7 +219,8 @@ Result<Message> exchange(std::uint32_t from_ip_be, std::uint32_t to_ip_be, std::
   dst.sin_addr.s_addr = to_ip_be;
   if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&dst), sizeof dst) != 0) {
     if (errno != EINPROGRESS) return errno_error(errno, "peer notice: connecting to " + where);
-    if (auto s = wait_fd(fd.get(), POLLOUT, deadline, ("connecting to " + where).c_str()); !s.ok()) return std::move(s).error();
+    if (auto s = wait_fd(fd.get(), POLLOUT, connect_deadline, ("connecting to " + where).c_str()); !s.ok())
+      return std::move(s).error();
     int err = 0;
     socklen_t len = sizeof err;
     ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);

@@ -69,10 +69,15 @@ std::string ipv4_string(std::uint32_t ip_be);
 // One message from a connected socket, within `timeout`.
 Result<Message> read_message(int fd, std::chrono::milliseconds timeout);
 Status write_message(int fd, const Message& m, std::chrono::milliseconds timeout);
-// A client's exchange: connects from `from_ip` (0: any) to `to_ip`:`port`, sends `m` and reads
+// A client's exchange: connects from `from_ip` (0: any) to `to_ip`:`port` within
+// `connect_timeout` (a host that drops the connection attempt costs no more), sends `m` and reads
 // the answer, all within `timeout`.
 Result<Message> exchange(std::uint32_t from_ip_be, std::uint32_t to_ip_be, std::uint16_t port, const Message& m,
-                         std::chrono::milliseconds timeout);
+                         std::chrono::milliseconds timeout, std::chrono::milliseconds connect_timeout);
+inline Result<Message> exchange(std::uint32_t from_ip_be, std::uint32_t to_ip_be, std::uint16_t port, const Message& m,
+                                std::chrono::milliseconds timeout) {
+  return exchange(from_ip_be, to_ip_be, port, m, timeout, timeout);
+}
 
 }  // namespace vrdma::vhost::notice
 
