@@ -107,9 +107,12 @@ std::vector<RdmaDevice::Impl::PausedPeer> RdmaDevice::Impl::pause_peers(
                 h, notice::ipv4_string(*to), opts.notice_port, ans.error().message);
       continue;
     }
-    if (ans->kind != Kind::paused) {
+    if (ans->kind != Kind::paused || ans->token == 0) {
       log::warn("virtio-rdma: QP {}: the backend at {} did not pause its peer QPN {:#x}: {}", h, notice::ipv4_string(*to),
-                m.peer_qpn, ans->kind == Kind::refused ? ans->reason : std::string("it answered ") + notice::to_string(ans->kind));
+                m.peer_qpn,
+                ans->kind == Kind::refused  ? ans->reason
+                : ans->kind == Kind::paused ? std::string("it answered PAUSED without a token")
+                                            : std::string("it answered ") + notice::to_string(ans->kind));
       continue;
     }
     PausedPeer p;
