@@ -48,14 +48,14 @@ std::uint32_t be32_at(const std::vector<std::uint8_t>& b, std::size_t off) {
 std::uint32_t loopback() { return htonl(INADDR_LOOPBACK); }
 
 // A listening socket on 127.0.0.1 at a port of the kernel's choosing.
-UniqueFd listener(std::uint16_t& port) {
+UniqueFd listener(std::uint16_t& port, int backlog = 4) {
   UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   BOOST_REQUIRE(fd);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = loopback();
   BOOST_REQUIRE(::bind(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  BOOST_REQUIRE(::listen(fd.get(), 4) == 0);
+  BOOST_REQUIRE(::listen(fd.get(), backlog) == 0);
   socklen_t len = sizeof a;
   BOOST_REQUIRE(::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&a), &len) == 0);
   port = ntohs(a.sin_port);
@@ -266,15 +266,11 @@ BOOST_AUTO_TEST_CASE(the_server_answers_without_blocking_on_a_silent_connection)
 // kernel drops further SYNs) costs no more than the connect bound, not the whole exchange's.
 BOOST_AUTO_TEST_CASE(a_dropped_connection_attempt_costs_only_the_connect_bound) {
   std::uint16_t port = 0;
-  UniqueFd full(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  auto full = listener(port, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
+  a.sin_port = htons(port);
   a.sin_addr.s_addr = loopback();
-  BOOST_REQUIRE(::bind(full.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  BOOST_REQUIRE(::listen(full.get(), 0) == 0);
-  socklen_t len = sizeof a;
-  BOOST_REQUIRE(::getsockname(full.get(), reinterpret_cast<sockaddr*>(&a), &len) == 0);
-  port = ntohs(a.sin_port);
   // Fill the accept queue (never accepted): connects that complete at once, then one that hangs.
   std::vector<UniqueFd> fillers;
   for (int i = 0; i < 4; ++i) {

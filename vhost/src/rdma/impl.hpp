@@ -257,8 +257,10 @@ struct RdmaDevice::Impl {
   std::optional<std::uint32_t> repoint_peer(std::uint32_t handle, const QpObj& qp, const rebuild::Record& r);
   // As the peer: answer another backend's notice.
   notice::Message answer_notice(const notice::Message& m, std::uint32_t from_ip);
-  notice::Message pause_for_peer(std::uint32_t handle, QpObj& qp, const notice::Message& m, std::uint32_t from_ip);
-  notice::Message repoint_for_peer(std::uint32_t handle, QpObj& qp, const notice::Message& m);
+  // `attr`: the QP's attributes as the notice came.
+  notice::Message pause_for_peer(std::uint32_t handle, QpObj& qp, const nicdrv::QpAttr& attr, const notice::Message& m,
+                                 std::uint32_t from_ip);
+  notice::Message repoint_for_peer(std::uint32_t handle, QpObj& qp, const nicdrv::QpAttr& attr, const notice::Message& m);
   // Holds the QP's send ring and drains its NIC (RTS -> SQD); the reason when it cannot.
   std::optional<std::string> hold_and_drain(std::uint32_t handle, QpObj& qp);
   Status resume_after_hold(std::uint32_t handle, QpObj& qp);

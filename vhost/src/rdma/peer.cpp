@@ -205,9 +205,11 @@ notice::Message RdmaDevice::Impl::answer_notice(const notice::Message& m, std::u
   const auto h = q->second;
   auto& qp = qps[h];
   if (qp.type != nicdrv::QpType::rc) return refuse(fmt::format("QP {} is not a reliable connection", h));
+  auto b = qp.eng->query();
+  if (!b) return refuse(fmt::format("QP {}: {}", h, b.error().message));
   notice::Message ans;
   if (m.kind == Kind::pause) {
-    ans = pause_for_peer(h, qp, m, from_ip);
+    ans = pause_for_peer(h, qp, *b, m, from_ip);
   } else {
     if (qp.peer_token == 0 || m.token != qp.peer_token)
       return refuse(fmt::format("QP {}: the token is not the one its pause gave", h));
@@ -216,7 +218,7 @@ notice::Message RdmaDevice::Impl::answer_notice(const notice::Message& m, std::u
       return refuse(fmt::format("QP {}: a {} comes from the moved QP's own address ({}), not {}", h,
                                 notice::to_string(m.kind), gid_ip(m.mover_gid), notice::ipv4_string(from_ip)));
     if (m.kind == Kind::repoint) {
-      ans = repoint_for_peer(h, qp, m);
+      ans = repoint_for_peer(h, qp, *b, m);
     } else {
       if (held_for_peer.count(h) == 0) return refuse(fmt::format("QP {} is not paused", h));
       if (auto s = resume_after_hold(h, qp); !s.ok()) return refuse(s.error().message);
@@ -231,26 +233,21 @@ notice::Message RdmaDevice::Impl::answer_notice(const notice::Message& m, std::u
   return ans;
 }
 
-notice::Message RdmaDevice::Impl::pause_for_peer(std::uint32_t h, QpObj& qp, const notice::Message& m,
-                                                 std::uint32_t from_ip) {
+notice::Message RdmaDevice::Impl::pause_for_peer(std::uint32_t h, QpObj& qp, const nicdrv::QpAttr& attr,
+                                                 const notice::Message& m, std::uint32_t from_ip) {
   notice::Message no;
   no.kind = Kind::refused;
-  auto b = qp.eng->query();
-  if (!b) {
-    no.reason = fmt::format("QP {}: {}", h, b.error().message);
-    return no;
-  }
   if (held_for_peer.count(h) != 0) {
     no.reason = fmt::format("QP {} is paused already", h);
     return no;
   }
-  if (b->qp_state != QpState::rts) {
-    no.reason = fmt::format("QP {} is in {}, not RTS", h, nicdrv::to_string(b->qp_state));
+  if (attr.qp_state != QpState::rts) {
+    no.reason = fmt::format("QP {} is in {}, not RTS", h, nicdrv::to_string(attr.qp_state));
     return no;
   }
-  if (b->dest_qp_num != m.mover_qpn || b->ah_attr.dgid.raw != m.mover_gid) {
-    no.reason = fmt::format("QP {} is connected to QPN {:#x} at {}, not to QPN {:#x} at {}", h, b->dest_qp_num,
-                            b->ah_attr.dgid.str(), m.mover_qpn, nicdrv::Gid{m.mover_gid}.str());
+  if (attr.dest_qp_num != m.mover_qpn || attr.ah_attr.dgid.raw != m.mover_gid) {
+    no.reason = fmt::format("QP {} is connected to QPN {:#x} at {}, not to QPN {:#x} at {}", h, attr.dest_qp_num,
+                            attr.ah_attr.dgid.str(), m.mover_qpn, nicdrv::Gid{m.mover_gid}.str());
     return no;
   }
   if (ipv4_of(m.mover_gid) != from_ip) {
@@ -285,21 +282,17 @@ notice::Message RdmaDevice::Impl::pause_for_peer(std::uint32_t h, QpObj& qp, con
   return ans;
 }
 
-notice::Message RdmaDevice::Impl::repoint_for_peer(std::uint32_t h, QpObj& qp, const notice::Message& m) {
+notice::Message RdmaDevice::Impl::repoint_for_peer(std::uint32_t h, QpObj& qp, const nicdrv::QpAttr& attr,
+                                                   const notice::Message& m) {
   notice::Message no;
   no.kind = Kind::refused;
-  auto b = qp.eng->query();
-  if (!b) {
-    no.reason = fmt::format("QP {}: {}", h, b.error().message);
-    return no;
-  }
   // A re-point without a pause before it (the source after a failed move, which re-pointed this
   // QP to the destination already): what the NIC has in flight drains first.
   if (held_for_peer.count(h) == 0) {
     log::info("virtio-rdma: QP {}: re-pointed while not paused (its hold ended, or the source re-points after a move "
               "that failed): it drains first",
               h);
-    if (b->qp_state == QpState::rts) {
+    if (attr.qp_state == QpState::rts) {
       if (auto why = hold_and_drain(h, qp)) {
         no.reason = *why;
         return no;
@@ -329,13 +322,13 @@ notice::Message RdmaDevice::Impl::repoint_for_peer(std::uint32_t h, QpObj& qp, c
   std::unordered_map<std::uint32_t, std::uint32_t> expect;
   if (qp.srq == 0 && qp.rq.consumed != qp.rq_done) expect[h] = qp.rq.consumed - qp.rq_done;
   if (auto s = collect_after_stop(expect, {h}); !s.ok()) return fail(s.error().message);
-  auto r = record_of(qp, *b, *after);
+  auto r = record_of(qp, attr, *after);
   r.state = static_cast<std::uint8_t>(QpState::rts);
   r.dest_qp_num = m.mover_qpn;
   r.dgid = m.mover_gid;
   r.rq_psn = m.sq_psn;  // what the mover sends next
   r.local_peer = 0;
-  r.guest_dest_qpn = qp.guest_dest_qpn != 0 ? qp.guest_dest_qpn : b->dest_qp_num;
+  r.guest_dest_qpn = qp.guest_dest_qpn != 0 ? qp.guest_dest_qpn : attr.dest_qp_num;
   r.recv_outstanding = qp.srq != 0 ? 0 : qp.rq.consumed - qp.rq_done;
   if (m.rq_psn != r.sq_psn)
     log::warn("virtio-rdma: QP {}: the moved peer expects PSN {:#x}, this QP sends {:#x} next", h, m.rq_psn, r.sq_psn);
