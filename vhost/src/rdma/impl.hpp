@@ -108,7 +108,6 @@ struct QpObj {
   // applied to this QP's RDMA and atomic work requests.
   std::uint32_t guest_dest_qpn = 0;
   std::uint64_t peer_token = 0;
-  std::uint32_t peer_ip = 0;  // the mover's address that paused it (network byte order)
   std::unordered_map<std::uint32_t, std::uint32_t> remote_rkeys;
 };
 

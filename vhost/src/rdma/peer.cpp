@@ -266,7 +266,6 @@ notice::Message RdmaDevice::Impl::pause_for_peer(std::uint32_t h, QpObj& qp, con
     return no;
   }
   qp.peer_token = new_token();
-  qp.peer_ip = from_ip;
   arm_hold_timer();
   ++st.qps_paused;
   log::info("virtio-rdma: QP {} (QPN {:#x}) paused for its peer QPN {:#x} at {}, which is moving: send ring held, "
