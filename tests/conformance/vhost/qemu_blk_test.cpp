@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <regex>
 #include <thread>
 
@@ -77,6 +78,9 @@ struct Vm {
     start_backend(extra);
   }
   void start_backend(std::vector<std::string> extra = {}) {
+    // Every vhost-user message in the backend's log: when a guest hangs, it shows how far the
+    // frontend got (the backend inherits this).
+    ::setenv("VRDMA_LOG", "debug", 1);
     ::unlink(sock.c_str());
     std::vector<std::string> argv{VHOST_BLK_BACKEND, "--socket", sock, "--disk", disk_path, "--size-mib", "64", "--queues", "4"};
     argv.insert(argv.end(), extra.begin(), extra.end());
@@ -85,6 +89,8 @@ struct Vm {
   }
   void boot(const std::string& dev_props, const std::string& append, const std::string& incoming = "",
             const std::string& chardev_opts = "") {
+    // loglevel=5 and softlockup_panic=1: a guest kernel stuck in a loop prints its stack and
+    // stops (panic=-1 with -no-reboot ends QEMU) rather than running into the test's timeout.
     // la57=off: QEMU 7.2 TCG loses guest state when migrating a guest with 5-level paging
     // (measured: its own virtio-blk shows the same corruption; with la57=off it migrates cleanly).
     std::vector<std::string> a{kQemu, "-accel", "tcg", "-cpu", "max,la57=off", "-smp", "4", "-m", "1G",
@@ -92,7 +98,7 @@ struct Vm {
                                "-chardev", "socket,id=c0,path=" + sock + chardev_opts,
                                "-device", "vhost-user-blk-pci,chardev=c0,num-queues=4" + dev_props,
                                "-kernel", guest().kernel, "-initrd", guest().initrd,
-                               "-append", "console=ttyS0 quiet panic=-1 " + append,
+                               "-append", "console=ttyS0 loglevel=5 softlockup_panic=1 panic=-1 " + append,
                                "-display", "none", "-monitor", "none", "-no-reboot",
                                "-serial", "file:" + serial, "-qmp", "unix:" + qmp + ",server=on,wait=off"};
     if (!incoming.empty()) {
