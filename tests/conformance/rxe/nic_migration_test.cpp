@@ -16,16 +16,21 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <set>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "check.hpp"
 #include "control_client.hpp"
@@ -106,25 +111,23 @@ struct CqSplit {
   }
 };
 
-// One direction of checked traffic from endpoint `a` to endpoint `b`, which keeps kSlots receives
-// posted. Each round a posts a WRITE and a SEND with fresh data; finish() waits for the round's
-// completions and checks them: once each, the QPNs the guests were given, the data in place.
+// The two halves of one direction of checked traffic, each usable on its own (the soft-engine
+// peer test runs them in two processes). Sends: endpoint `a` posts a WRITE into the receiving
+// side's region (`addr`, `rkey`) and a SEND with fresh data each round; finish_sends() checks
+// both completed once, under the QPN the guest was given. Receives: endpoint `b` keeps kSlots
+// receives posted; finish_receives() checks the round's receive and the data of both.
 // `seed` keeps the two directions' data apart.
-struct OneWay {
+struct Sends {
   test::Endpoint& a;
-  test::Endpoint& b;
   CqSplit& cq_a;
-  CqSplit& cq_b;
+  std::uint64_t addr = 0;
+  std::uint32_t rkey = 0;
   std::uint64_t seed = 0;
-  std::uint32_t qpn_a = 0, qpn_b = 0;
-  std::uint64_t next_recv = 0;
-  std::set<std::uint64_t> sends_done, recvs_done;
+  std::uint32_t qpn_a = 0;
+  std::set<std::uint64_t> done;
 
-  OneWay(test::Endpoint& from, CqSplit& from_cq, test::Endpoint& to, CqSplit& to_cq, std::uint64_t s)
-      : a(from), b(to), cq_a(from_cq), cq_b(to_cq), seed(s), qpn_a(from.qp->qp_num()), qpn_b(to.qp->qp_num()) {}
-  void post_receives() {
-    for (; next_recv < kSlots; ++next_recv) post_recv_slot(b, next_recv);
-  }
+  Sends(test::Endpoint& from, CqSplit& from_cq, std::uint64_t to_addr, std::uint32_t to_rkey, std::uint64_t s)
+      : a(from), cq_a(from_cq), addr(to_addr), rkey(to_rkey), seed(s), qpn_a(from.qp->qp_num()) {}
   void post(std::uint64_t r) {
     std::uint8_t* src = a.buf.data() + kSendSrcAt + (r % 2) * kSlot;
     test::fill_pattern(src, kSlot, seed + 1000 + r);
@@ -137,8 +140,8 @@ struct OneWay {
     w[0].opcode = WrOpcode::rdma_write;
     w[0].flags = SendFlags::signaled;
     w[0].sg_list = {&ws, 1};
-    w[0].rdma.remote_addr = b.mr->addr() + kWriteAt + (r % 2) * kWrite;
-    w[0].rdma.rkey = b.mr->rkey();
+    w[0].rdma.remote_addr = addr + kWriteAt + (r % 2) * kWrite;
+    w[0].rdma.rkey = rkey;
     w[1].wr_id = 2 * r + 1;
     w[1].opcode = WrOpcode::send;
     w[1].flags = SendFlags::signaled;
@@ -151,8 +154,24 @@ struct OneWay {
     for (const auto& c : sc) {
       BOOST_TEST(c.status == WcStatus::success, "round " << r << " wr " << c.wr_id << ": " << to_string(c.status));
       BOOST_TEST(c.qp_num == qpn_a);
-      BOOST_TEST(sends_done.insert(c.wr_id).second, "send " << c.wr_id << " completed twice");
+      BOOST_TEST(done.insert(c.wr_id).second, "send " << c.wr_id << " completed twice");
     }
+  }
+};
+
+struct Receives {
+  test::Endpoint& b;
+  CqSplit& cq_b;
+  std::uint64_t seed = 0;
+  std::uint32_t qpn_b = 0;
+  std::uint64_t next_recv = 0;
+  std::set<std::uint64_t> done;
+
+  Receives(test::Endpoint& to, CqSplit& to_cq, std::uint64_t s) : b(to), cq_b(to_cq), seed(s), qpn_b(to.qp->qp_num()) {}
+  void post_receives() {
+    for (; next_recv < kSlots; ++next_recv) post_recv_slot(b, next_recv);
+  }
+  void finish(std::uint64_t r) {
     auto rc = cq_b.take(true, 1, 30s);
     BOOST_REQUIRE_MESSAGE(rc.size() == 1u, "round " << r << ": no receive completion");
     const auto& c = rc[0];
@@ -160,18 +179,33 @@ struct OneWay {
     BOOST_TEST(c.qp_num == qpn_b);
     BOOST_TEST(c.wr_id == r, "round " << r << ": the receive that completed is " << c.wr_id);
     BOOST_TEST(c.byte_len == kSlot);
-    BOOST_TEST(recvs_done.insert(c.wr_id).second, "receive " << c.wr_id << " completed twice");
+    BOOST_TEST(done.insert(c.wr_id).second, "receive " << c.wr_id << " completed twice");
     BOOST_TEST(test::check_pattern(b.buf.data() + (c.wr_id % kSlots) * kSlot, kSlot, seed + 1000 + r),
                "round " << r << ": the SEND's data is wrong");
     BOOST_TEST(test::check_pattern(b.buf.data() + kWriteAt + (r % 2) * kWrite, kWrite, seed + 5000 + r),
                "round " << r << ": the WRITE's data is wrong");
     post_recv_slot(b, next_recv++);
   }
+};
+
+// One direction of checked traffic from endpoint `a` to endpoint `b` (both in this process).
+struct OneWay {
+  Sends sends;
+  Receives receives;
+
+  OneWay(test::Endpoint& from, CqSplit& from_cq, test::Endpoint& to, CqSplit& to_cq, std::uint64_t s)
+      : sends(from, from_cq, to.mr->addr(), to.mr->rkey(), s), receives(to, to_cq, s) {}
+  void post_receives() { receives.post_receives(); }
+  void post(std::uint64_t r) { sends.post(r); }
+  void finish(std::uint64_t r) {
+    sends.finish(r);
+    receives.finish(r);
+  }
   void check_all(std::uint64_t rounds) {
-    BOOST_TEST(sends_done.size() == 2 * rounds);
-    BOOST_TEST(recvs_done.size() == rounds);
-    BOOST_TEST(a.qp->qp_num() == qpn_a);
-    BOOST_TEST(b.qp->qp_num() == qpn_b);
+    BOOST_TEST(sends.done.size() == 2 * rounds);
+    BOOST_TEST(receives.done.size() == rounds);
+    BOOST_TEST(sends.a.qp->qp_num() == sends.qpn_a);
+    BOOST_TEST(receives.b.qp->qp_num() == receives.qpn_b);
   }
 };
 
@@ -635,4 +669,243 @@ BOOST_AUTO_TEST_CASE(a_peer_outside_the_guest_sees_its_retries_run_out_after_a_m
   const auto sc = send(*g, *p, 4);
   BOOST_TEST(sc.status == WcStatus::retry_exc_err, "the guest's SEND after the move: " << to_string(sc.status));
   BOOST_TEST(sc.qp_num == qpn_g);
+}
+
+// ---- a peer on our soft engine, on the host ---------------------------------------------------
+// Two processes: the host's half (soft_engine_peer_host_half, run by verbs_guest_test.sh in the
+// rig's namespace) has a QP on vrdmad --engine soft:HOST --notices HOST; the guest's half has the
+// moving QP on rxe0. They agree on each step over TCP, one line at a time.
+
+namespace {
+
+struct Link {
+  UniqueFd fd;
+  std::string buf;
+
+  void send(const std::string& line) {
+    const std::string s = line + "\n";
+    BOOST_REQUIRE_MESSAGE(::send(fd.get(), s.data(), s.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(s.size()),
+                          "the other half of the test is gone (sending '" << line << "')");
+  }
+  std::string read(std::chrono::milliseconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      if (auto nl = buf.find('\n'); nl != std::string::npos) {
+        std::string line = buf.substr(0, nl);
+        buf.erase(0, nl + 1);
+        return line;
+      }
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      pollfd p{fd.get(), POLLIN, 0};
+      if (left.count() <= 0 || ::poll(&p, 1, static_cast<int>(left.count())) != 1)
+        BOOST_FAIL("the other half of the test said nothing within " << timeout.count() << " ms");
+      char tmp[4096];
+      const auto n = ::recv(fd.get(), tmp, sizeof tmp, 0);
+      if (n <= 0) BOOST_FAIL("the other half of the test closed the connection (its output says why)");
+      buf.append(tmp, static_cast<std::size_t>(n));
+    }
+  }
+};
+
+sockaddr_in sockaddr_of(const std::string& ip, const std::string& port) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<std::uint16_t>(std::stoi(port)));
+  BOOST_REQUIRE_MESSAGE(::inet_pton(AF_INET, ip.c_str(), &a.sin_addr) == 1, ip << " is not an IPv4 address");
+  return a;
+}
+
+Link accept_one(const std::string& ip, const std::string& port, std::chrono::seconds timeout) {
+  UniqueFd l(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  const int one = 1;
+  ::setsockopt(l.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  const auto a = sockaddr_of(ip, port);
+  BOOST_REQUIRE_MESSAGE(::bind(l.get(), reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0 && ::listen(l.get(), 1) == 0,
+                        "cannot listen on " << ip << ":" << port << ": " << std::strerror(errno));
+  pollfd p{l.get(), POLLIN, 0};
+  BOOST_REQUIRE_MESSAGE(::poll(&p, 1, static_cast<int>(timeout.count() * 1000)) == 1,
+                        "the guest's half of the test did not connect within " << timeout.count() << " s");
+  Link k;
+  k.fd = UniqueFd(::accept4(l.get(), nullptr, nullptr, SOCK_CLOEXEC));
+  BOOST_REQUIRE(k.fd.valid());
+  return k;
+}
+
+Link dial(const std::string& ip, const std::string& port, std::chrono::seconds timeout) {
+  const auto a = sockaddr_of(ip, port);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    Link k;
+    k.fd = UniqueFd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (::connect(k.fd.get(), reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0) return k;
+    if (std::chrono::steady_clock::now() > deadline)
+      BOOST_FAIL("the host's half of the test does not listen on " << ip << ":" << port);
+    std::this_thread::sleep_for(200ms);
+  }
+}
+
+// "ep QPN GID PSN ADDR RKEY": what the other half needs to connect to an endpoint and write
+// into its buffer.
+struct Remote {
+  std::uint32_t qpn = 0, psn = 0, rkey = 0;
+  Gid gid{};
+  std::uint64_t addr = 0;
+};
+
+std::string describe(const test::Endpoint& e, std::uint32_t psn) {
+  std::ostringstream o;
+  o << "ep " << e.qp->qp_num() << ' ';
+  for (auto b : e.gid.raw) o << fmt::format("{:02x}", b);
+  o << ' ' << psn << ' ' << e.mr->addr() << ' ' << e.mr->rkey();
+  return o.str();
+}
+
+Remote parse_remote(const std::string& line) {
+  std::istringstream in(line);
+  std::string tag, gid;
+  Remote r;
+  in >> tag >> r.qpn >> gid >> r.psn >> r.addr >> r.rkey;
+  BOOST_REQUIRE_MESSAGE(tag == "ep" && !in.fail() && gid.size() == 32, "not an endpoint: '" << line << "'");
+  for (std::size_t i = 0; i < 16; ++i) r.gid.raw[i] = static_cast<std::uint8_t>(std::stoul(gid.substr(2 * i, 2), nullptr, 16));
+  return r;
+}
+
+}  // namespace
+
+// The host's half: a QP on vrdmad --engine soft (VRDMA_NIC_SOFT_PEER_SERVE: its socket, then the
+// one of the vrdmad it moves to), on the address VRDMA_NIC_SOFT_PEER_IP, serving the guest's half
+// on VRDMA_NIC_SOFT_PEER_PORT. Each "round R" it sends its round (WRITE + SEND) and checks the
+// guest's; "round R move" moves its own device with that round in flight (a soft engine keeps its
+// QPNs: no notices; the translations its re-point left travel in the device state); "status"
+// answers its backend's notice counters; "check R" checks every work request once and that its
+// guest still sees the moved QP's QPN as given.
+BOOST_AUTO_TEST_CASE(soft_engine_peer_host_half) {
+  const auto socks = env_list("VRDMA_NIC_SOFT_PEER_SERVE", 2);
+  const char* ip = std::getenv("VRDMA_NIC_SOFT_PEER_IP");
+  const char* port = std::getenv("VRDMA_NIC_SOFT_PEER_PORT");
+  if (socks.empty() || ip == nullptr || port == nullptr) {
+    BOOST_TEST_MESSAGE("SKIP: VRDMA_NIC_SOFT_PEER_SERVE / VRDMA_NIC_SOFT_PEER_IP / VRDMA_NIC_SOFT_PEER_PORT not set");
+    return;
+  }
+  auto dev = open_pv(socks[0]);
+  auto o = options();
+  o.gid_index = gid_index_of(*dev, ip);
+  auto e = test::make_endpoint(dev, o);
+  VRDMA_REQUIRE_OK(e);
+  const std::uint32_t own_qpn = e->qp->qp_num();
+  Link link = accept_one(ip, port, 200s);
+  link.send(describe(*e, o.psn_b));
+  const auto guest = parse_remote(link.read(30s));
+  VRDMA_REQUIRE_OK(test::connect_to(*e, test::PeerInfo{guest.qpn, guest.gid, guest.psn}, o.psn_b, o));
+  CqSplit cq(*e->cq);
+  Sends out(*e, cq, guest.addr, guest.rkey, 1u << 20);
+  Receives in(*e, cq, 0);
+  in.post_receives();
+  link.send("ready");
+  std::string current = socks[0];
+  for (;;) {
+    const auto line = link.read(120s);
+    std::istringstream cmd(line);
+    std::string verb, extra;
+    std::uint64_t r = 0;
+    cmd >> verb;
+    if (verb == "round") {
+      cmd >> r >> extra;
+      out.post(r);
+      if (extra == "move") {
+        const auto t0 = std::chrono::steady_clock::now();
+        VRDMA_REQUIRE_OK(pv::migrate(*dev, socks[1], 20s, pv::StateVia::guest_memory));
+        current = socks[1];
+        BOOST_TEST_MESSAGE("the soft-engine peer moved to " << current << " in " << ms_since(t0) << " ms");
+      }
+      out.finish(r);
+      in.finish(r);
+      link.send(fmt::format("done {}", r));
+    } else if (verb == "status") {
+      link.send(test::control_request(ctl_of(current), {{"cmd", "status"}})["notices"].dump());
+    } else if (verb == "check") {
+      cmd >> r;
+      BOOST_TEST(out.done.size() == 2 * r);
+      BOOST_TEST(in.done.size() == r);
+      auto q = e->qp->query();
+      VRDMA_REQUIRE_OK(q);
+      BOOST_TEST(q->dest_qp_num == guest.qpn, "the soft-engine peer's QP says its peer is QPN " << q->dest_qp_num);
+      BOOST_TEST(e->qp->qp_num() == own_qpn);
+      link.send("checked");
+    } else {
+      BOOST_TEST(verb == "bye", "unknown step '" << line << "'");
+      break;
+    }
+  }
+}
+
+// A peer on our soft engine (a host without an RDMA NIC, its guest on vrdmad --engine soft
+// --notices) is paused and re-pointed like one on a NIC: it keeps its QP and QPN (ERR -> RESET
+// -> RTS toward the new QPN, its posted receives posted again) and translates the moved guest's
+// rkeys. The guest moves y0 -> y1, the peer then moves to another soft vrdmad (its re-point's
+// translations travel in its device state), the guest moves y1 -> y2: checked data both ways
+// every round, work in flight at each move, every work request once.
+BOOST_AUTO_TEST_CASE(a_peer_on_the_soft_engine_is_told_where_the_qp_went_and_carries_on) {
+  const auto socks = env_list("VRDMA_NIC_SOFT_MOVE", 3);
+  const char* host = std::getenv("VRDMA_NIC_SOFT_PEER");
+  if (socks.empty() || host == nullptr) {
+    BOOST_TEST_MESSAGE("SKIP: VRDMA_NIC_SOFT_MOVE / VRDMA_NIC_SOFT_PEER (the host half's IP:PORT) not set");
+    return;
+  }
+  const std::string hp(host);
+  const auto colon = hp.find(':');
+  BOOST_REQUIRE(colon != std::string::npos);
+  auto dev = open_pv(socks[0]);
+  const auto o = options();
+  auto e = test::make_endpoint(dev, o);
+  VRDMA_REQUIRE_OK(e);
+  const std::uint32_t own_qpn = e->qp->qp_num();
+  Link link = dial(hp.substr(0, colon), hp.substr(colon + 1), 60s);
+  const auto peer = parse_remote(link.read(30s));
+  link.send(describe(*e, o.psn_a));
+  VRDMA_REQUIRE_OK(test::connect_to(*e, test::PeerInfo{peer.qpn, peer.gid, peer.psn}, o.psn_a, o));
+  CqSplit cq(*e->cq);
+  Sends out(*e, cq, peer.addr, peer.rkey, 0);
+  Receives in(*e, cq, 1u << 20);
+  in.post_receives();
+  BOOST_REQUIRE(link.read(30s) == "ready");
+  auto peer_status = [&] {
+    link.send("status");
+    return nlohmann::json::parse(link.read(10s));
+  };
+  constexpr std::uint64_t kRounds = 24;
+  std::size_t moves = 0;
+  for (std::uint64_t r = 0; r < kRounds; ++r) {
+    link.send(r == 12 ? fmt::format("round {} move", r) : fmt::format("round {}", r));
+    out.post(r);
+    if (r == 6 || r == 18) {  // with this round's work in flight both ways
+      const auto t0 = std::chrono::steady_clock::now();
+      VRDMA_REQUIRE_OK(pv::migrate(*dev, socks[1 + moves], 20s, pv::StateVia::guest_memory));
+      ++moves;
+      BOOST_TEST_MESSAGE("moved to " << socks[moves] << " with a soft-engine peer in " << ms_since(t0) << " ms");
+    }
+    out.finish(r);
+    in.finish(r);
+    BOOST_REQUIRE_EQUAL(link.read(60s), fmt::format("done {}", r));
+    if (r == 6 || r == 18) {
+      const auto src = test::control_request(ctl_of(socks[moves - 1]), {{"cmd", "status"}});
+      const auto dst = test::control_request(ctl_of(socks[moves]), {{"cmd", "status"}});
+      const auto p = peer_status();  // the peer's backend: the first one, then the one it moved to
+      BOOST_TEST(src["notices"].value("peers_paused", 0) == 1, src.dump());
+      BOOST_TEST(dst["notices"].value("peers_repointed", 0) == 1, dst.dump());
+      BOOST_TEST(p.value("qps_paused", 0) == 1, p.dump());
+      BOOST_TEST(p.value("qps_repointed", 0) == 1, p.dump());
+      BOOST_TEST(p.value("refused", 0) == 0, p.dump());
+    }
+  }
+  BOOST_TEST(moves == 2u);
+  link.send(fmt::format("check {}", kRounds));
+  BOOST_TEST(link.read(30s) == "checked");
+  link.send("bye");
+  BOOST_TEST(out.done.size() == 2 * kRounds);
+  BOOST_TEST(in.done.size() == kRounds);
+  BOOST_TEST(e->qp->qp_num() == own_qpn);
+  auto q = e->qp->query();
+  VRDMA_REQUIRE_OK(q);
+  BOOST_TEST(q->dest_qp_num == peer.qpn);
 }

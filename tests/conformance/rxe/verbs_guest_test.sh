@@ -191,13 +191,32 @@ run_nic_migration() {
   # (w1 and w2 find w0 holding the notice port there: they send notices but take none), the
   # peer guest's backend pn on a second address of eth0 (PEER_IP: a GID of its own on rxe0).
   # The peer moves too (pn -> pn1); the refusal test has a peer of its own, pq, on PEER2_IP.
-  local peer_ip=${GUEST%.*}.3 peer2_ip=${GUEST%.*}.4 peer_gid
+  local peer_ip=${GUEST%.*}.3 peer2_ip=${GUEST%.*}.4 peer_gid host_half=""
   peer_gid=$(printf '%02x%02x:%02x%02x' ${peer2_ip//./ })
+  # A peer on our soft engine, on the host side (sp0, then sp1 it moves to): the host's half of
+  # that test case serves the guest's half over TCP; both take notices on port 4793 (the guest's
+  # backends y0 -> y1 -> y2 with it; w2 keeps 4792 on the guest's address).
+  local sp n sp_pids=""
+  if [ -z "${NICMIG_ARGS:-}" ] || [[ "$NICMIG_ARGS" == *soft* ]]; then
+    for sp in sp0 sp1; do
+      rm -f "$work/$sp.sock" "$work/$sp.ctl"
+      n=""; [ $sp = sp1 ] && n="--incoming guest"
+      timeout 260 ip netns exec "$NS" "$VRDMAD" --socket "$work/$sp.sock" --control "$work/$sp.ctl" --engine soft:$HOST \
+        --notices $HOST --notice-port 4793 $n 2>"$work/$sp.log" &
+      sp_pids="$sp_pids $!"
+    done
+    for sp in sp0 sp1; do for ((n = 0; n < 100; n++)); do [ -S "$work/$sp.ctl" ] && break; sleep 0.1; done; done
+    VRDMA_NIC_SOFT_PEER_SERVE="$work/sp0.sock,$work/sp1.sock" VRDMA_NIC_SOFT_PEER_IP=$HOST VRDMA_NIC_SOFT_PEER_PORT=18516 \
+      timeout 250 ip netns exec "$NS" "$NICMIG" --run_test=soft_engine_peer_host_half --log_level=message \
+      --report_level=short --color_output=no >"$work/nic_migration.host" 2>&1 &
+    host_half=$!
+  fi
   if guest_run "$f" 240 "ip addr add $peer_ip/24 dev eth0; ip addr add $peer2_ip/24 dev eth0; i=0; until grep -qs $peer_gid /sys/class/infiniband/rxe0/ports/1/gids/*; do [ \$i -lt 50 ] || break; sleep 0.1; i=\$((i+1)); done;" \
      "$VRDMAD_UP; export VRDMA_LOG=${VRDMAD_LOG:-info}; vrdmad_up s0 t0 u0; VRDMAD_ARGS='--incoming guest' vrdmad_up s1 s2 t1;" \
      "VRDMAD_ARGS='--notices $GUEST' vrdmad_up w0; VRDMAD_ARGS='--incoming guest --notices $GUEST' vrdmad_up w1 w2;" \
      "VRDMAD_ARGS='--notices $peer_ip --notice-hold-ms 2000' vrdmad_up pn; VRDMAD_ARGS='--incoming guest --notices $peer_ip --notice-hold-ms 2000' vrdmad_up pn1;" \
      "VRDMAD_ARGS='--notices $peer2_ip --notice-hold-ms 2000' vrdmad_up pq;" \
+     "VRDMAD_ARGS='--notices $GUEST --notice-port 4793' vrdmad_up y0; VRDMAD_ARGS='--incoming guest --notices $GUEST --notice-port 4793' vrdmad_up y1 y2;" \
      "VRDMAD_ARGS='--migration-engine verbs:rxe0' vrdmad_up v0; VRDMAD_ARGS='--incoming tcp:127.0.0.1:7861 --migration-engine verbs:rxe0' vrdmad_up v1;" \
      "VRDMAD_ARGS='--incoming tcp:127.0.0.1:7862' vrdmad_up v2;" \
      "rm -f /tmp/u1.sock /tmp/u1.ctl; timeout 200 /opt/vrdma/vrdmad --socket /tmp/u1.sock --engine 'soft:127.0.0.1?port=47951' --incoming guest --control /tmp/u1.ctl 2>/tmp/u1.log & PIDS=\"\$PIDS \$!\";" \
@@ -208,12 +227,20 @@ run_nic_migration() {
      "VRDMA_NIC_STREAM_MOVE=/tmp/v0.sock,/tmp/v1.sock,/tmp/v2.sock VRDMA_NIC_STREAM_TO=tcp:127.0.0.1:7861,tcp:127.0.0.1:7862" \
      "VRDMA_NIC_NOTICE_MOVE=/tmp/w0.sock,/tmp/w1.sock,/tmp/w2.sock VRDMA_NIC_NOTICE_PEER=/tmp/pn.sock VRDMA_NIC_PEER_IP=$peer_ip VRDMA_NIC_NOTICE_HOLD_MS=2000 VRDMA_NIC_NOTICE_REFUSED=/tmp/x1.sock" \
      "VRDMA_NIC_NOTICE_PEER_MOVE=/tmp/pn1.sock VRDMA_NIC_NOTICE_PEER2=/tmp/pq.sock VRDMA_NIC_PEER2_IP=$peer2_ip" \
+     "VRDMA_NIC_SOFT_MOVE=/tmp/y0.sock,/tmp/y1.sock,/tmp/y2.sock ${host_half:+VRDMA_NIC_SOFT_PEER=$HOST:18516}" \
      "timeout 240 /opt/vrdma/nic_migration_test --log_level=message --report_level=short --color_output=no ${NICMIG_ARGS:-};" \
-     "rc=\$?; grep -h 'stopped on\\|re-created\\|over RDMA\\|over TCP\\|paused\\|refused\\|said nothing\\|while not paused\\|peer notices' /tmp/s0.log /tmp/s1.log /tmp/s2.log /tmp/u0.log /tmp/v0.log /tmp/v1.log /tmp/v2.log /tmp/w0.log /tmp/w1.log /tmp/w2.log /tmp/pn.log /tmp/pn1.log /tmp/pq.log;" \
-     "[ \$rc -eq 0 ] || vrdmad_logs s0 s1 s2 t0 t1 u0 u1 v0 v1 v2 w0 w1 w2 pn pn1 pq x1; vrdmad_down; exit \$rc"; then ok=0; fi
+     "rc=\$?; grep -h 'stopped on\\|re-created\\|over RDMA\\|over TCP\\|paused\\|refused\\|said nothing\\|while not paused\\|peer notices' /tmp/s0.log /tmp/s1.log /tmp/s2.log /tmp/u0.log /tmp/v0.log /tmp/v1.log /tmp/v2.log /tmp/w0.log /tmp/w1.log /tmp/w2.log /tmp/pn.log /tmp/pn1.log /tmp/pq.log /tmp/y0.log /tmp/y1.log /tmp/y2.log;" \
+     "[ \$rc -eq 0 ] || vrdmad_logs s0 s1 s2 t0 t1 u0 u1 v0 v1 v2 w0 w1 w2 pn pn1 pq x1 y0 y1 y2; vrdmad_down; exit \$rc"; then ok=0; fi
+  if [ -n "$host_half" ]; then
+    wait "$host_half" || { ok=1; echo "the host's half (soft-engine peer) failed:"; cat "$work/nic_migration.host"; }
+    grep -h "paused\|re-connected\|refused\|state saved\|state loaded" "$work/sp0.log" "$work/sp1.log" | sed 's/^/  host /' || true
+    [ $ok -eq 0 ] || { for sp in sp0 sp1; do echo "--- host vrdmad $sp:"; grep -v "vhost-user\|vring" "$work/$sp.log" | tail -40; done; }
+    kill $sp_pids 2>/dev/null || true
+    wait $sp_pids 2>/dev/null || true
+  fi
   echo "$name ($(($(date +%s) - t)) s):"
   grep -E "SKIP|moved to|streamed to|refused as|re-created|over RDMA|over TCP|paused|ended by itself|error|failed|passed" "$f" | sed 's/^/  /' | head -60 || true
-  record "$name" $ok "$f"
+  record "$name" $ok "$f" "$work/nic_migration.host"
 }
 run_case run_nic_migration
 

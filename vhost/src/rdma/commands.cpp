@@ -383,7 +383,7 @@ std::vector<std::uint8_t> RdmaDevice::Impl::execute(const GuestView& g, std::spa
         qp.eng = std::move(*eng);
         qp.guest_qpn = qp.eng->qp_num();
         const auto h = new_handle();
-        if (engine_rebuilds()) qp_by_engine_qpn[qp.guest_qpn] = h;
+        qp_by_engine_qpn[qp.guest_qpn] = h;
         vd::CreateQpResp out{h, qp.guest_qpn, qp.sq.stride, qp.rq.stride};
         write_status(g, qp.status_gpa, 0, 0, 0);
         ++pit->second.users;

@@ -298,6 +298,15 @@ bool RdmaDevice::Impl::write_cqe(std::uint32_t cq_handle, CqObj& cq, const Guest
   return true;
 }
 
+QpObj* RdmaDevice::Impl::qp_of_completion(const nicdrv::WorkCompletion& wc) {
+  auto q = qp_by_engine_qpn.find(wc.qp_num);
+  if (q == qp_by_engine_qpn.end()) return nullptr;
+  auto it = qps.find(q->second);
+  if (it == qps.end()) return nullptr;
+  if (static_cast<std::uint8_t>(wc.opcode) >= 128) ++it->second.rq_done;
+  return &it->second;
+}
+
 void RdmaDevice::Impl::drain_cq(std::uint32_t handle) {
   if (paused || host == nullptr) return;
   auto it = cqs.find(handle);
@@ -338,15 +347,11 @@ void RdmaDevice::Impl::drain_cq(std::uint32_t handle) {
       }
       for (std::size_t i = 0; i < *n; ++i) {
         const auto& wc = wcs[i];
-        if (engine_rebuilds()) {
-          // On a NIC a QP replaced by its re-creation (or destroyed) may still leave completions
-          // behind (flushes): they belong to no QP the guest has.
-          auto q = qp_by_engine_qpn.find(wc.qp_num);
-          if (q == qp_by_engine_qpn.end()) {
-            ++moved;
-            continue;
-          }
-          if (static_cast<std::uint8_t>(wc.opcode) >= 128) ++qps[q->second].rq_done;
+        // On a NIC a QP replaced by its re-creation (or destroyed) may still leave completions
+        // behind (flushes): they belong to no QP the guest has.
+        if (qp_of_completion(wc) == nullptr && engine_rebuilds()) {
+          ++moved;
+          continue;
         }
         if (wc.status != nicdrv::WcStatus::success) {
           // The QP's status block says ERR before the driver can see the error completion.

@@ -97,7 +97,7 @@ struct QpObj {
   // The QPN the guest was given: the engine's, except after a move onto a NIC (rebuild.cpp).
   std::uint32_t guest_qpn = 0;
   // Receive completions (any status) moved to the guest: with rq.consumed, the receives still
-  // posted to the engine, which a move onto a NIC posts again at the destination.
+  // posted to the engine, which a move onto a NIC, or a re-point for a moved peer, posts again.
   std::uint32_t rq_done = 0;
   // Connected to another QP of this device (its destination QPN is one of ours, on our GID):
   // after a move onto a NIC its QPN and the rkeys it uses are translated too.
@@ -213,6 +213,10 @@ struct RdmaDevice::Impl {
   Result<std::vector<std::uint8_t>> rebuild_record(std::uint32_t handle, const QpObj& qp);
   Status rebuild_qp(std::uint32_t handle, QpObj& qp, nicdrv::ProtectionDomain& pd, const nicdrv::QpInitAttr& ia,
                     std::span<const std::uint8_t> record);
+  // The same on the QP the engine has (ERR -> RESET): it keeps its QPN, on any engine.
+  Status reset_for_rebuild(std::uint32_t handle, QpObj& qp, std::span<const std::uint8_t> record);
+  Status receives_fit(const QpObj& qp, const rebuild::Record& r) const;
+  void adopt_record(std::uint32_t handle, QpObj& qp, const rebuild::Record& r, std::span<const std::uint8_t> record);
   Status finish_rebuilds();
   // The rings run here again after a save that stopped the QPs (the move failed): re-create
   // them on this NIC the same way.
@@ -234,7 +238,10 @@ struct RdmaDevice::Impl {
   std::unordered_map<std::uint32_t, std::uint32_t> rkey_to_engine;  // guest rkey -> engine rkey (moved regions)
   std::unordered_map<std::uint32_t, std::uint32_t> qpn_to_guest;    // engine QPN -> guest QPN (moved QPs)
   std::unordered_map<std::uint32_t, std::uint32_t> qpn_to_engine;   // guest QPN -> engine QPN (moved QPs)
-  std::unordered_map<std::uint32_t, std::uint32_t> qp_by_engine_qpn;  // engine QPN -> handle (NIC engines)
+  std::unordered_map<std::uint32_t, std::uint32_t> qp_by_engine_qpn;  // engine QPN -> handle
+  // The QP a completion taken from an engine CQ belongs to, a receive's counted in its rq_done;
+  // nullptr when no QP of the guest has that engine QPN (any more).
+  QpObj* qp_of_completion(const nicdrv::WorkCompletion& wc);
   struct PendingRebuild {
     std::uint32_t handle;
     std::vector<std::uint8_t> record;

@@ -171,9 +171,10 @@ std::optional<std::uint32_t> RdmaDevice::Impl::repoint_peer(std::uint32_t handle
     return std::nullopt;
   }
   ++st.peers_repointed;
-  log::info("virtio-rdma: QP {} (QPN {:#x}, now {:#x}): the backend at {} re-created its peer, QPN {:#x} now {:#x} "
-            "({} rkeys translated there) in {:.1f} ms",
-            handle, qp.guest_qpn, m.mover_qpn, notice::ipv4_string(r.notice_ip), m.peer_qpn, ans->peer_qpn, m.rkeys.size(),
+  log::info("virtio-rdma: QP {} (QPN {:#x}, now {:#x}): the backend at {} re-connected its peer QPN {:#x}{} ({} rkeys "
+            "translated there) in {:.1f} ms",
+            handle, qp.guest_qpn, m.mover_qpn, notice::ipv4_string(r.notice_ip), m.peer_qpn,
+            ans->peer_qpn == m.peer_qpn ? std::string() : fmt::format(", now {:#x}", ans->peer_qpn), m.rkeys.size(),
             std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
   return ans->peer_qpn;
 }
@@ -195,9 +196,6 @@ notice::Message RdmaDevice::Impl::answer_notice(const notice::Message& m, std::u
   if (m.kind != Kind::pause && m.kind != Kind::repoint && m.kind != Kind::release)
     return refuse(fmt::format("a {} is an answer, not a request", notice::to_string(m.kind)));
   if (!opts.notices) return refuse("this vrdmad does not take peer notices (it runs without --notices)");
-  if (!engine_rebuilds())
-    return refuse(fmt::format("this vrdmad's engine {} moves its QPs with their QPNs; notices are for QPs on a NIC",
-                              engine->name()));
   if (paused) return refuse("this vrdmad's guest is stopped (it is moving itself); its own move re-points its peers");
   auto q = qp_by_engine_qpn.find(m.peer_qpn);
   if (q == qp_by_engine_qpn.end() || qps.count(q->second) == 0)
@@ -301,7 +299,8 @@ notice::Message RdmaDevice::Impl::repoint_for_peer(std::uint32_t h, QpObj& qp, c
     }
   }
   const auto t0 = Clock::now();
-  // Stop this QP as a move stops it (rebuild.cpp), then re-create it toward the new QPN.
+  // Stop this QP as a move stops it (rebuild.cpp), then bring the same QP (its QPN kept, on any
+  // engine) through RESET up again toward the new QPN.
   nicdrv::QpAttr a;
   a.qp_state = QpState::err;
   if (auto s = qp.eng->modify(a, M::state); !s.ok()) {
@@ -331,8 +330,7 @@ notice::Message RdmaDevice::Impl::repoint_for_peer(std::uint32_t h, QpObj& qp, c
   r.recv_outstanding = qp.srq != 0 ? 0 : qp.rq.consumed - qp.rq_done;
   if (m.rq_psn != r.sq_psn)
     log::warn("virtio-rdma: QP {}: the moved peer expects PSN {:#x}, this QP sends {:#x} next", h, m.rq_psn, r.sq_psn);
-  if (auto s = rebuild_qp(h, qp, *pds[qp.pd].eng, init_attr_of(qp), rebuild::encode(r)); !s.ok())
-    return fail(s.error().message);
+  if (auto s = reset_for_rebuild(h, qp, rebuild::encode(r)); !s.ok()) return fail(s.error().message);
   if (auto s = finish_rebuilds(); !s.ok()) return fail(s.error().message);
   qp.remote_rkeys.clear();
   for (const auto& [guest, nic] : m.rkeys)
@@ -342,9 +340,9 @@ notice::Message RdmaDevice::Impl::repoint_for_peer(std::uint32_t h, QpObj& qp, c
   drain_all();         // the completions taken from the CQs at the stop go to the guest now
   write_status(view(), qp.status_gpa, qp.sq.consumed, qp.rq.consumed, static_cast<std::uint32_t>(qp.eng->state()));
   retry_pending();
-  log::info("virtio-rdma: QP {} (QPN {:#x}, now {:#x}) re-created toward its moved peer QPN {:#x} at {} in {:.1f} ms "
+  log::info("virtio-rdma: QP {} (QPN {:#x}) re-connected toward its moved peer QPN {:#x} at {} in {:.1f} ms "
             "({} of its rkeys translated)",
-            h, qp.guest_qpn, qp.eng->qp_num(), m.mover_qpn, gid_ip(m.mover_gid),
+            h, qp.guest_qpn, m.mover_qpn, gid_ip(m.mover_gid),
             std::chrono::duration<double, std::milli>(Clock::now() - t0).count(), qp.remote_rkeys.size());
   notice::Message ans;
   ans.kind = Kind::repointed;

@@ -324,12 +324,7 @@ Status RdmaDevice::Impl::rebuild_qp(std::uint32_t handle, QpObj& qp, nicdrv::Pro
                                     const nicdrv::QpInitAttr& ia, std::span<const std::uint8_t> record) {
   auto r = decode(record);
   if (!r) return std::move(r).error();
-  if (r->type != static_cast<std::uint8_t>(qp.type)) return make_error(Errc::invalid_argument, "re-creation record: QP type differs");
-  // Receives to post again: they must fit in the ring with what the guest posted since.
-  if ((qp.srq != 0 && r->recv_outstanding != 0) ||
-      std::uint64_t{qp.rq.produced - qp.rq.consumed} + r->recv_outstanding > qp.rq.depth)
-    return make_error(Errc::invalid_argument, fmt::format("re-creation record: {} receives to post again do not fit the ring",
-                                                          r->recv_outstanding));
+  if (auto s = receives_fit(qp, *r); !s.ok()) return s;
   // The NIC picks the QPN (the QP built during pre-copy, if any, comes first); one that is
   // already a guest's name for another QP is set aside.
   std::vector<std::shared_ptr<nicdrv::QueuePair>> set_aside;
@@ -360,14 +355,40 @@ Status RdmaDevice::Impl::rebuild_qp(std::uint32_t handle, QpObj& qp, nicdrv::Pro
     qpn_to_guest[n] = qp.guest_qpn;
     qpn_to_engine[qp.guest_qpn] = n;
   }
-  qp.rq.consumed -= r->recv_outstanding;  // posted again when the rings run
-  qp.rq_done = qp.rq.consumed;
-  qp.local_peer = r->local_peer != 0;
-  qp.guest_dest_qpn = r->guest_dest_qpn;
-  qp.remote_rkeys.clear();
-  for (const auto& [guest, nic] : r->remote_rkeys) qp.remote_rkeys[guest] = nic;
-  rebuilds.push_back({handle, std::vector<std::uint8_t>(record.begin(), record.end())});
+  adopt_record(handle, qp, *r, record);
   return {};
+}
+
+Status RdmaDevice::Impl::reset_for_rebuild(std::uint32_t handle, QpObj& qp, std::span<const std::uint8_t> record) {
+  auto r = decode(record);
+  if (!r) return std::move(r).error();
+  if (auto s = receives_fit(qp, *r); !s.ok()) return s;
+  nicdrv::QpAttr a;
+  a.qp_state = QpState::reset;
+  if (auto s = qp.eng->modify(a, M::state); !s.ok())
+    return prefixed(fmt::format("QP {} cannot be reset (ERR -> RESET): ", handle), s.error());
+  adopt_record(handle, qp, *r, record);
+  return {};
+}
+
+Status RdmaDevice::Impl::receives_fit(const QpObj& qp, const Record& r) const {
+  if (r.type != static_cast<std::uint8_t>(qp.type)) return make_error(Errc::invalid_argument, "re-creation record: QP type differs");
+  // Receives to post again: they must fit in the ring with what the guest posted since.
+  if ((qp.srq != 0 && r.recv_outstanding != 0) ||
+      std::uint64_t{qp.rq.produced - qp.rq.consumed} + r.recv_outstanding > qp.rq.depth)
+    return make_error(Errc::invalid_argument, fmt::format("re-creation record: {} receives to post again do not fit the ring",
+                                                          r.recv_outstanding));
+  return {};
+}
+
+void RdmaDevice::Impl::adopt_record(std::uint32_t handle, QpObj& qp, const Record& r, std::span<const std::uint8_t> record) {
+  qp.rq.consumed -= r.recv_outstanding;  // posted again when the rings run
+  qp.rq_done = qp.rq.consumed;
+  qp.local_peer = r.local_peer != 0;
+  qp.guest_dest_qpn = r.guest_dest_qpn;
+  qp.remote_rkeys.clear();
+  for (const auto& [guest, nic] : r.remote_rkeys) qp.remote_rkeys[guest] = nic;
+  rebuilds.push_back({handle, std::vector<std::uint8_t>(record.begin(), record.end())});
 }
 
 // Once every QP exists (a QP connected inside the device needs its peer's new QPN).

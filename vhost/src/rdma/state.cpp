@@ -5,6 +5,7 @@
 // frontend: QEMU's migration stream or a libpvverbs process).
 #include <chrono>
 #include <cstring>
+#include <unordered_set>
 
 #include <fmt/format.h>
 
@@ -77,6 +78,7 @@ Result<std::vector<std::uint8_t>> RdmaDevice::Impl::save_state() {
       auto n = cq.eng->poll(wcs);
       if (!n) return make_error(Errc::io_error, fmt::format("CQ {}: {}", h, n.error().message));
       for (std::size_t i = 0; i < *n; ++i) {
+        (void)qp_of_completion(wcs[i]);  // counts a receive's (a re-point after the load re-posts the others)
         cq.backlog.push_back(vd::to_cqe(wcs[i]));
         cq.backlog.back().qp_num = guest_qpn_of(wcs[i].qp_num);
       }
@@ -118,6 +120,21 @@ Result<std::vector<std::uint8_t>> RdmaDevice::Impl::save_state() {
     w.put(qp.guest_qpn);
     w.bytes(*blob);
   }
+  // Version 2: beside a soft engine's QP state, what the device keeps of its own (a NIC's
+  // records carry it).
+  const std::uint32_t extras = engine_rebuilds() ? 0 : static_cast<std::uint32_t>(qps.size());
+  w.put(extras);
+  if (extras != 0)
+    for (const auto& [h, qp] : qps) {
+      w.put(h);
+      w.put(qp.rq_done);
+      w.put(qp.guest_dest_qpn);
+      w.put(static_cast<std::uint32_t>(qp.remote_rkeys.size()));
+      for (const auto& [guest, nic] : qp.remote_rkeys) {
+        w.put(guest);
+        w.put(nic);
+      }
+    }
   log::info("virtio-rdma: device state saved: {} PDs, {} MRs, {} CQs, {} AHs, {} QPs, {} bytes", pds.size(), mrs.size(),
             cqs.size(), ahs.size(), qps.size(), w.out.size());
   return std::move(w.out);
@@ -132,8 +149,9 @@ Status RdmaDevice::Impl::load_state(std::span<const std::uint8_t> blob) {
   ByteReader r(blob);
   std::uint32_t magic = 0, version = 0, next = 0, n = 0;
   if (!r.get(magic) || magic != kMagic) return bad("not a virtio RDMA device state (magic)");
-  if (!r.get(version) || version != RdmaDevice::kStateVersion)
-    return bad(fmt::format("version {} (this vrdmad reads version {})", version, RdmaDevice::kStateVersion));
+  if (!r.get(version) || !RdmaDevice::state_version_readable(version))
+    return bad(fmt::format("version {} (this vrdmad reads versions {} to {})", version, RdmaDevice::kOldestStateVersion,
+                           RdmaDevice::kStateVersion));
   if (!r.get(next)) return bad("truncated");
   // Loading happens with the engine quiesced: nothing moves until every ring runs.
   pause();
@@ -296,6 +314,8 @@ Status RdmaDevice::Impl::load_state(std::span<const std::uint8_t> blob) {
       if (!eng) return fail(prefixed(fmt::format("QP {}: ", h), eng.error()));
       if (auto s = (*eng)->import_state(eng_blob); !s.ok()) return fail(prefixed(fmt::format("QP {}: ", h), s.error()));
       qp.eng = std::move(*eng);
+      qp_by_engine_qpn[qp.eng->qp_num()] = h;
+      qp.rq_done = qp.rq.consumed;  // a version 1 state does not say (version 2 does, below)
     }
     ++pit->second.users;
     ++scq->second.users;
@@ -303,6 +323,27 @@ Status RdmaDevice::Impl::load_state(std::span<const std::uint8_t> blob) {
     if (qp.sq.produced != qp.sq.consumed) pending_sq.insert(h);
     if (qp.rq.produced != qp.rq.consumed) pending_rq.insert(h);
     qps.emplace(h, std::move(qp));
+  }
+  if (version >= 2) {
+    if (!r.get(n) || n > qps.size() || (n != 0 && engine_rebuilds())) return fail(bad("QP extras count"));
+    std::unordered_set<std::uint32_t> seen;
+    for (std::uint32_t i = 0; i < n; ++i) {
+      std::uint32_t h = 0, rq_done = 0, dest = 0, keys = 0;
+      if (!r.get(h) || !r.get(rq_done) || !r.get(dest) || !r.get(keys)) return fail(bad("truncated QP extras"));
+      auto it = qps.find(h);
+      if (it == qps.end() || !seen.insert(h).second || dest >> 24 != 0 || keys > lim.max_mr)
+        return fail(bad(fmt::format("QP extras of QP {}", h)));
+      auto& qp = it->second;
+      // Receives still posted to the engine: at most what the guest posted and the device took.
+      if (qp.rq.consumed - rq_done > qp.rq.depth) return fail(bad(fmt::format("QP {}: receives completed", h)));
+      qp.rq_done = rq_done;
+      qp.guest_dest_qpn = dest;
+      for (std::uint32_t k = 0; k < keys; ++k) {
+        std::uint32_t guest = 0, nic = 0;
+        if (!r.get(guest) || !r.get(nic)) return fail(bad("truncated QP extras"));
+        qp.remote_rkeys[guest] = nic;
+      }
+    }
   }
   if (!r.at_end()) return fail(bad("trailing bytes"));
   if (auto s = finish_rebuilds(); !s.ok()) return fail(s.error());
@@ -385,8 +426,9 @@ Status RdmaDevice::Impl::precreate(std::span<const std::uint8_t> layout) {
     return make_error(Errc::invalid_argument, "object layout rejected: " + what);
   };
   if (!r.get(magic) || magic != kLayoutMagic) return fail("not a virtio RDMA object layout (magic)");
-  if (!r.get(version) || version != RdmaDevice::kStateVersion)
-    return fail(fmt::format("version {} (this vrdmad reads version {})", version, RdmaDevice::kStateVersion));
+  if (!r.get(version) || !RdmaDevice::state_version_readable(version))
+    return fail(fmt::format("version {} (this vrdmad reads versions {} to {})", version,
+                            RdmaDevice::kOldestStateVersion, RdmaDevice::kStateVersion));
   if (!r.get(n) || n > lim.max_pd) return fail("PD count");
   for (std::uint32_t i = 0; i < n; ++i) {
     std::uint32_t h = 0;

@@ -221,10 +221,10 @@ Result<bool> RdmaDevice::Impl::load_state_from_guest() {
   }
   if (h.status != static_cast<std::uint32_t>(vd::StateAreaStatus::state))
     return make_error(Errc::protocol_error, fmt::format("the state area has status {}", h.status));
-  if (h.state_version != kStateVersion)
+  if (!state_version_readable(h.state_version))
     return make_error(Errc::not_supported, fmt::format("the state area holds device state version {}; this vrdmad reads "
-                                                       "version {}: run the same vrdma release on both hosts",
-                                                       h.state_version, kStateVersion));
+                                                       "versions {} to {}: run the same vrdma release on both hosts",
+                                                       h.state_version, kOldestStateVersion, kStateVersion));
   if (std::memcmp(h.mac, opts.mac, sizeof h.mac) != 0)
     return make_error(Errc::invalid_argument, fmt::format("the guest's MAC is {} but this vrdmad serves MAC {}: start it "
                                                           "with --mac {}", mac_text(h.mac), mac_text(opts.mac),

@@ -80,8 +80,13 @@ struct RdmaDeviceStats {
 
 class RdmaDevice final : public Device {
  public:
-  // The format version of save_state()'s blob (a destination refuses another version).
-  static constexpr std::uint32_t kStateVersion = 1;
+  // The format version of save_state()'s blob. Version 2 adds, after the QPs, what a QP on an
+  // engine that keeps its QPNs (soft) carries beside the engine's own state: the receives
+  // completed, and a re-pointed peer's QPN and rkeys as the guest knows them (a NIC's QPs carry
+  // those in their re-creation records). A destination reads kOldestStateVersion and later.
+  static constexpr std::uint32_t kStateVersion = 2;
+  static constexpr std::uint32_t kOldestStateVersion = 1;
+  static constexpr bool state_version_readable(std::uint32_t v) { return v >= kOldestStateVersion && v <= kStateVersion; }
 
   RdmaDevice(std::shared_ptr<nicdrv::Device> engine, EventLoop& loop, RdmaDeviceOptions opts = {});
   ~RdmaDevice() override;
