@@ -8,10 +8,11 @@
 //     boundaries, so the re-created QPs start where the old ones stopped.
 //   the mover, once the QP exists again (destination, or the source after a failed move), before
 //     taking it to RTR: REPOINT with the token, the new QPN, the PSNs and the map of its guest's
-//     rkeys to the new NIC's. The peer stops its QP and re-creates it the way a move does
-//     (rebuild.cpp: its own QPN kept by translation, the receives its NIC held posted again),
-//     connected to the new QPN, translates those rkeys in its guest's RDMA and atomic work
-//     requests, lets its ring run, and answers with its own new QPN, which the mover connects to.
+//     rkeys to the new NIC's. The peer stops its QP (ERR) and brings the same QP through RESET
+//     up again the way a move re-creates one (rebuild.cpp; its QPN stays, on a NIC or the soft
+//     engine, the receives its engine held are posted again), connected to the new QPN,
+//     translates those rkeys in its guest's RDMA and atomic work requests, lets its ring run,
+//     and answers with its QPN, which the mover connects to.
 //   a stop abandoned after the pause: RELEASE, and the peer's ring runs on toward the old QPN.
 //   a peer that hears nothing for hold_timeout_ms after a pause lets its ring run on by itself;
 //     its sends then go to the old QPN, and its retries run out, as without notices.
