@@ -169,19 +169,25 @@ capture() {  # round name, then the run_all arguments
 capture 1024 1024 ""
 capture 4096 4096 ""
 RUNNER=run_cm capture cm 4096 ""
-# The guest's DREQ lost: Linux does not resend it once rping has destroyed its cm_id, so nothing
-# tells our server the run is over; it must end it itself (10 s of silence after a ping), not
-# wait for ever. nftables drops the guest's DREQ (MAD attribute 0x0015 at UDP payload byte 36).
-if [[ -z "${ONLY:-}" || "rping_c_lost_dreq" =~ $ONLY ]]; then
+# The guest's DREQ lost: Linux does not resend it once rping (or ib_send_bw -R) has destroyed its
+# cm_id, so nothing tells our server the run is over; it must end it itself (10 s of silence
+# after the last message), not wait for ever. nftables drops the guest's DREQs (MAD attribute
+# 0x0015 at UDP payload byte 36).
+if [[ -z "${ONLY:-}" || "rping_c_lost_dreq" =~ $ONLY || "send_bw_R_c_lost_dreq" =~ $ONLY ]]; then
   ip netns exec "$NS" nft -f - <<'EOF'
 table inet vrdma_dreq {
   chain in { type filter hook input priority 0; udp dport 4791 @th,352,16 0x0015 counter drop; }
 }
 EOF
   run_case cm_guest_client "rping_c_lost_dreq" "--peer-format rping --size 4096" "rping -c -a $HOST -C 10 -S 4096 -V"
-  if ! grep -q '"client_idle":true' "$work/rping_c_lost_dreq.host" 2>/dev/null; then
-    echo "FAIL rping_c_lost_dreq: our server did not end the run on its own"; failed=$((failed + 1))
-  fi
+  run_case cm_guest_client "send_bw_R_c_lost_dreq" "--peer-format perftest --cm --test send_bw --size 4096" \
+    "ib_send_bw -R -d rxe0 -x 1 -F -n 200 -s 4096 $HOST"
+  for c in rping_c_lost_dreq send_bw_R_c_lost_dreq; do
+    [[ -z "${ONLY:-}" || "$c" =~ $ONLY ]] || continue
+    if ! grep -q '"client_idle":true' "$work/$c.host" 2>/dev/null; then
+      echo "FAIL $c: our server did not end the run on its own"; failed=$((failed + 1))
+    fi
+  done
   ip netns exec "$NS" nft list table inet vrdma_dreq | grep -o 'counter packets [0-9]*' | sed 's/^/  DREQs dropped: /'
   ip netns exec "$NS" nft delete table inet vrdma_dreq
 fi
