@@ -14,7 +14,7 @@ int usage() {
   std::fprintf(stderr,
                "usage: vrdmactl domain attach --socket PATH --engine ENGINE [--xml FILE] [--mac MAC] [--announce IF]\n"
                "                              [--migration-port P | --incoming tcp:IP:PORT] [--control PATH]\n"
-               "                              [--queue-size N] [--target vdX] [--poll-us N] [--notices IP]\n"
+               "                              [--queue-size N] [--target vdX] [--poll-us N] [--notices IP[,IP]]\n"
                "                              [--vf-pool PF] [--vf-numa N] [--vf-vlan V] [--vf-max-rate MBPS]\n"
                "                              [--vf-trust on|off] [--vf-spoofchk on|off]\n"
                "  Reads a libvirt domain XML (FILE, or standard input) and prints it with the virtio RDMA device\n"
@@ -30,7 +30,8 @@ int usage() {
                "  --migration-port  where a destination vrdmad listens for the device state (all addresses)\n"
                "  --poll-us         vrdmad's latency mode: it polls for N microseconds after the last work instead of\n"
                "                    sleeping on the guest's kicks (a core's worth of CPU while traffic flows; 1..1000000)\n"
-               "  --notices         on a NIC: the guest's IPv4 address; vrdmad tells the backends of its QPs' peers\n"
+               "  --notices         on a NIC: the guest's RDMA address (IPv4 or IPv6; ADDR,ADDR for both); vrdmad tells\n"
+               "                    the backends of its QPs' peers\n"
                "                    where each QP went when the guest moves, and takes their notices there\n"
                "Then: virt-xml-validate FILE domain && virsh create FILE\n");
   return 2;

@@ -16,6 +16,25 @@
 namespace vrdma::integration {
 namespace {
 
+// vrdmad --notices: the guest's RDMA addresses, IPv4 or global IPv6, comma-separated.
+bool notice_addresses_ok(const std::string& list) {
+  std::size_t at = 0;
+  for (;;) {
+    const auto comma = list.find(',', at);
+    const auto one = list.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+    in_addr v4{};
+    in6_addr v6{};
+    const bool ok = ::inet_pton(AF_INET, one.c_str(), &v4) == 1 ||
+                    (::inet_pton(AF_INET6, one.c_str(), &v6) == 1 && !IN6_IS_ADDR_LINKLOCAL(&v6) &&
+                     !IN6_IS_ADDR_LOOPBACK(&v6) && !IN6_IS_ADDR_MULTICAST(&v6) && !IN6_IS_ADDR_UNSPECIFIED(&v6));
+    if (!ok) return false;
+    if (comma == std::string::npos) return true;
+    at = comma + 1;
+  }
+}
+const char* kNoticesHint = "the guest's RDMA address, IPv4 or global IPv6 (a comma-separated list for both), e.g. "
+                           "10.0.0.5 or 10.0.0.5,fd00::5";
+
 struct DocFree {
   void operator()(xmlDoc* d) const noexcept { xmlFreeDoc(d); }
 };
@@ -206,10 +225,9 @@ Result<DomainInfo> parse_domain(const std::string& xml) {
     m.poll_us = static_cast<unsigned>(*v);
   }
   if (const auto p = attr(e, "notices"); !p.empty()) {
-    in_addr a{};
-    if (::inet_pton(AF_INET, p.c_str(), &a) != 1)
+    if (!notice_addresses_ok(p))
       return make_error(Errc::invalid_argument, "the vrdma:device element of domain " + info.name + " has notices \"" + p +
-                                                    "\"; it must be the guest's IPv4 address, e.g. 10.0.0.5");
+                                                    "\"; it must be " + kNoticesHint);
     m.notices = p;
   }
   if (!m.incoming.empty() && m.incoming != "guest") {
@@ -278,9 +296,8 @@ Result<std::string> attach_device(const std::string& xml, const AttachOptions& o
   if (m.vf && !is_vf_engine(m.engine))
     return make_error(Errc::invalid_argument, "VF pool options need the engine verbs:vf (the hook then takes a VF for the "
                                               "backend), not " + m.engine);
-  if (in_addr a{}; !m.notices.empty() && ::inet_pton(AF_INET, m.notices.c_str(), &a) != 1)
-    return make_error(Errc::invalid_argument,
-                      "--notices " + m.notices + " is not an IPv4 address (the guest's RDMA address, e.g. 10.0.0.5)");
+  if (!m.notices.empty() && !notice_addresses_ok(m.notices))
+    return make_error(Errc::invalid_argument, "--notices " + m.notices + " is not " + kNoticesHint);
   auto doc = read(xml, true);
   if (!doc) return std::move(doc).error();
   xmlNode* root = xmlDocGetRootElement(doc->get());

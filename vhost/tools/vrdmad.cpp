@@ -1,7 +1,7 @@
 // vrdmad: the virtio RDMA device backend, one process per guest device.
 //
 //   vrdmad --socket PATH --engine soft:<ip>|verbs:<ibdev> [--control PATH] [--mac MAC]
-//          [--incoming tcp:IP:PORT] [--announce IFNAME] [--notices IP] [limits...]
+//          [--incoming tcp:IP:PORT] [--announce IFNAME] [--notices IP[,IP]] [limits...]
 //
 // Serves vhost-user on PATH (to QEMU, or to a libpvverbs process acting as the frontend) and,
 // with --control, a JSON control socket: each connection sends one request line and gets one
@@ -10,8 +10,8 @@
 //   {"cmd":"migrate","to":"tcp:IP:PORT"}         start a live migration to a destination vrdmad
 //       [,"prestate":false]                      (without building the objects there ahead)
 //   {"cmd":"cancel"}                             give up an armed migration
-// --incoming makes this vrdmad a migration destination (docs/migration.md). --notices IP takes
-// part in peer notices on a NIC (vhost/peer_notice.hpp). SIGTERM/SIGINT end it.
+// --incoming makes this vrdmad a migration destination (docs/migration.md). --notices IP[,IP]
+// takes part in peer notices on a NIC (vhost/peer_notice.hpp). SIGTERM/SIGINT end it.
 // --supervise keeps a small parent that starts the backend again when it dies of anything but
 // SIGTERM/SIGINT (docs/migration.md "A backend that dies").
 #include <sys/epoll.h>
@@ -250,7 +250,8 @@ int main(int argc, char** argv) {
   std::string notices_ip;
   app.add_option("--notices", notices_ip,
                  "on a NIC, tell the vrdma backends of the guest's QPs' peers where a QP went when the guest moves, and "
-                 "take their notices: listen for them on this IPv4 address (the guest's RDMA address on this host)");
+                 "take their notices: listen for them on this address (the guest's RDMA address on this host, IPv4 or "
+                 "IPv6; a comma-separated list for a guest with both)");
   app.add_option("--notice-port", opts.notice_port, "TCP port of the peer notices")->capture_default_str();
   app.add_option("--notice-hold-ms", opts.hold_timeout_ms,
                  "how long a QP paused for a moving peer waits to be re-pointed before its sends go on")
@@ -332,36 +333,56 @@ int main(int argc, char** argv) {
   // there. On one host the source and the destination of a move share the guest's address, and
   // the port goes with the guest; across hosts each takes its own.
   UniqueFd notice_timer;
-  bool notice_busy_said = false;
-  std::uint32_t notice_ip = 0;
-  if (!notices_ip.empty() && ::inet_pton(AF_INET, notices_ip.c_str(), &notice_ip) != 1) {
-    log::error("vrdmad: --notices {} is not an IPv4 address (the guest's RDMA address)", notices_ip);
-    return 2;
+  struct NoticeListener {
+    vhost::notice::Address addr;
+    std::unique_ptr<vhost::notice::Server> server;
+    bool busy_said = false;
+  };
+  std::vector<NoticeListener> notice_listeners;
+  for (std::size_t at = 0; !notices_ip.empty() && at != std::string::npos;) {
+    const auto comma = notices_ip.find(',', at);
+    const auto text = notices_ip.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+    at = comma == std::string::npos ? comma : comma + 1;
+    auto a = vhost::notice::parse_address(text);
+    if (!a || !vhost::notice::notice_address(*a)) {
+      log::error("vrdmad: --notices: {} is not an IPv4 or global IPv6 address (the guest's RDMA address on this host)",
+                 text);
+      return 2;
+    }
+    notice_listeners.push_back({*a, std::make_unique<vhost::notice::Server>(
+                                        *loop, [&dev](const vhost::notice::Message& m, const vhost::notice::Address& from) {
+                                          return dev.peer_notice(m, from);
+                                        })});
   }
-  vhost::notice::Server notice_server(*loop, [&](const vhost::notice::Message& m, std::uint32_t from) {
-    return dev.peer_notice(m, from);
-  });
+  auto notices_listening = [&] {
+    bool all = !notice_listeners.empty();
+    for (const auto& l : notice_listeners) all = all && l.server->listening();
+    return all;
+  };
   auto follow_guest = [&]() -> Status {
     using migration::Phase;
     const auto phase = mig.status().phase;
     const bool here = phase == Phase::idle || phase == Phase::running || phase == Phase::failed ||
                       phase == Phase::armed || phase == Phase::state_sent;
-    if (!here && notice_server.listening()) {
-      notice_server.close();
-      log::info("vrdmad: the guest left; this vrdmad takes no more peer notices on {}:{}", notices_ip, opts.notice_port);
-    } else if (here && !notice_server.listening()) {
-      auto l = notice_server.listen(notice_ip, opts.notice_port);
-      if (!l) return std::move(l).error();
-      if (!*l) {
-        if (!notice_busy_said)
-          log::warn("vrdmad: another process takes peer notices on {}:{} (another backend of this guest on this host?): "
-                    "this vrdmad takes them once that one lets go",
-                    notices_ip, opts.notice_port);
-        notice_busy_said = true;
-        return {};
+    for (auto& l : notice_listeners) {
+      const auto where = vhost::notice::to_string(l.addr);
+      if (!here && l.server->listening()) {
+        l.server->close();
+        log::info("vrdmad: the guest left; this vrdmad takes no more peer notices on {} port {}", where, opts.notice_port);
+      } else if (here && !l.server->listening()) {
+        auto ok = l.server->listen(l.addr, opts.notice_port);
+        if (!ok) return std::move(ok).error();
+        if (!*ok) {
+          if (!l.busy_said)
+            log::warn("vrdmad: another process takes peer notices on {} port {} (another backend of this guest on this "
+                      "host?): this vrdmad takes them once that one lets go",
+                      where, opts.notice_port);
+          l.busy_said = true;
+          continue;
+        }
+        l.busy_said = false;
+        log::info("vrdmad: taking peer notices on {} port {}", where, opts.notice_port);
       }
-      notice_busy_said = false;
-      log::info("vrdmad: taking peer notices on {}:{}", notices_ip, opts.notice_port);
     }
     return {};
   };
@@ -407,7 +428,12 @@ int main(int argc, char** argv) {
         reply = {{"error", "the request is not a JSON object with a \"cmd\" string; send {\"cmd\":\"status\"}"}};
       } else if (req["cmd"] == "status" || req["cmd"] == "stats") {
         reply = stats_json(dev, mig, **srv, engine_name);
-        if (!notices_ip.empty()) reply["notices"]["listening"] = notice_server.listening();
+        if (!notices_ip.empty()) {
+          reply["notices"]["listening"] = notices_listening();
+          auto& where = reply["notices"]["addresses"] = nlohmann::json::array();
+          for (const auto& nl : notice_listeners)
+            where.push_back({{"address", vhost::notice::to_string(nl.addr)}, {"listening", nl.server->listening()}});
+        }
       } else if (req["cmd"] == "migrate") {
         if (!req.contains("to") || !req["to"].is_string()) {
           reply = {{"error", "migrate needs \"to\": the destination vrdmad's tcp:IP:PORT (its --incoming)"}};

@@ -42,6 +42,7 @@
 using namespace vrdma;
 using namespace vrdma::nicdrv;
 using namespace std::chrono_literals;
+namespace nt = vrdma::vhost::notice;
 
 namespace {
 
@@ -252,15 +253,14 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// The GID index of `ip` (an IPv4 address) on `dev`, or 0 and a test error.
+// The RoCE v2 GID index of `ip` (IPv4 or IPv6) on `dev`, or 0 and a test error.
 std::uint8_t gid_index_of(Device& dev, const std::string& ip) {
-  in_addr a{};
-  BOOST_REQUIRE_MESSAGE(::inet_pton(AF_INET, ip.c_str(), &a) == 1, ip << " is not an IPv4 address");
-  const auto want = Gid::from_ipv4(a.s_addr);
+  const auto a = nt::parse_address(ip);
+  BOOST_REQUIRE_MESSAGE(a.has_value(), ip << " is not an IPv4 or IPv6 address");
   auto t = dev.gid_table();
   VRDMA_REQUIRE_OK(t);
   for (const auto& e : *t)
-    if (e.gid == want) return static_cast<std::uint8_t>(e.index);
+    if (e.gid.raw == *a && e.type == GidType::roce_v2) return static_cast<std::uint8_t>(e.index);
   BOOST_ERROR("the device has no GID for " << ip);
   return 0;
 }
@@ -274,11 +274,14 @@ struct CrossPair {
   std::unique_ptr<CqSplit> cq_m, cq_p;
   std::unique_ptr<OneWay> mp, pm;
 
-  CrossPair(std::shared_ptr<Device> mover, std::shared_ptr<Device> peer, const std::string& peer_ip)
+  // `mover_ip`: the mover's GID by address (empty: options()' index, the guest's IPv4 address).
+  CrossPair(std::shared_ptr<Device> mover, std::shared_ptr<Device> peer, const std::string& peer_ip,
+            const std::string& mover_ip = "")
       : mdev(std::move(mover)), pdev(std::move(peer)) {
     auto om = options();
     auto op = options();
     op.gid_index = gid_index_of(*pdev, peer_ip);
+    if (!mover_ip.empty()) om.gid_index = gid_index_of(*mdev, mover_ip);
     auto em = test::make_endpoint(mdev, om);
     auto ep = test::make_endpoint(pdev, op);
     VRDMA_REQUIRE_OK(em);
@@ -520,7 +523,6 @@ BOOST_AUTO_TEST_CASE(notices_out_of_order_are_refused_and_a_pause_ends_by_releas
     BOOST_TEST_MESSAGE("SKIP: VRDMA_NIC_NOTICE_PEER2 / VRDMA_NIC_PEER2_IP / VRDMA_NIC_PEER / VRDMA_NIC_NOTICE_HOLD_MS not set");
     return;
   }
-  namespace nt = vrdma::vhost::notice;
   auto odev = open_device(other_name);
   VRDMA_REQUIRE_OK(odev);
   CrossPair x(*odev, open_pv(peer_sock), peer_ip);
@@ -529,15 +531,15 @@ BOOST_AUTO_TEST_CASE(notices_out_of_order_are_refused_and_a_pause_ends_by_releas
   OneWay& po = *x.pm;  // the peer guest's sends
   OneWay& op_ = *x.mp;
   CqSplit& cq_p = *x.cq_p;
-  const std::uint32_t pip = ip_be(peer_ip), oip = eo->gid.ipv4();
+  const auto pip = nt::ipv4_address(ip_be(peer_ip)), oip = nt::ipv4_address(eo->gid.ipv4());
   const auto before = test::control_request(ctl_of(peer_sock), {{"cmd", "status"}})["notices"];
-  auto ask = [&](const nt::Message& m, std::uint32_t from) {
+  auto ask = [&](const nt::Message& m, const nt::Address& from) {
     auto a = nt::exchange(from, pip, nt::kDefaultPort, m, 10s);
     VRDMA_REQUIRE_OK(a);
     BOOST_TEST_MESSAGE(nt::to_string(m.kind) << " -> " << nt::to_string(a->kind) << " " << a->reason);
     return *a;
   };
-  auto refused_with = [&](const nt::Message& m, std::uint32_t from, const std::string& words) {
+  auto refused_with = [&](const nt::Message& m, const nt::Address& from, const std::string& words) {
     const auto a = ask(m, from);
     BOOST_TEST((a.kind == nt::Kind::refused), nt::to_string(m.kind) << " was answered " << nt::to_string(a.kind));
     BOOST_TEST(a.reason.find(words) != std::string::npos, "'" << a.reason << "' does not say '" << words << "'");
@@ -553,7 +555,7 @@ BOOST_AUTO_TEST_CASE(notices_out_of_order_are_refused_and_a_pause_ends_by_releas
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_port = htons(nt::kDefaultPort);
-    a.sin_addr.s_addr = pip;
+    a.sin_addr.s_addr = ip_be(peer_ip);
     BOOST_REQUIRE(::connect(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
     const char junk[] = "GET / HTTP/1.0\r\n\r\n";
     BOOST_REQUIRE(::send(fd.get(), junk, sizeof junk - 1, MSG_NOSIGNAL) > 0);
@@ -609,6 +611,58 @@ BOOST_AUTO_TEST_CASE(notices_out_of_order_are_refused_and_a_pause_ends_by_releas
   BOOST_TEST(after.value("refused", 0) - before.value("refused", 0) == 5, after.dump());
   BOOST_TEST(after.value("qps_paused", 0) - before.value("qps_paused", 0) == 2, after.dump());
   BOOST_TEST(after.value("qps_repointed", 0) == before.value("qps_repointed", 0), after.dump());
+}
+
+// Notices over IPv6: the two guests' QPs use GIDs of global IPv6 addresses (VRDMA_NIC_V6_IP for
+// the moving guest, VRDMA_NIC_V6_PEER_IP for the peer, both on eth0), and their backends take
+// notices there (vrdmad --notices fd92::2): the pause and the re-point travel over IPv6. The
+// moving guest's device moves twice (VRDMA_NIC_V6_MOVE) with checked WRITE+SEND both ways in
+// flight; every work request once, QPNs as given, the backends' counters.
+BOOST_AUTO_TEST_CASE(a_vrdma_peer_on_an_ipv6_gid_is_told_where_the_qp_went) {
+  const auto socks = env_list("VRDMA_NIC_V6_MOVE", 3);
+  const char* peer_sock = std::getenv("VRDMA_NIC_V6_PEER");
+  const char* mover_ip = std::getenv("VRDMA_NIC_V6_IP");
+  const char* peer_ip = std::getenv("VRDMA_NIC_V6_PEER_IP");
+  if (socks.empty() || peer_sock == nullptr || mover_ip == nullptr || peer_ip == nullptr) {
+    BOOST_TEST_MESSAGE("SKIP: VRDMA_NIC_V6_MOVE / VRDMA_NIC_V6_PEER / VRDMA_NIC_V6_IP / VRDMA_NIC_V6_PEER_IP not set");
+    return;
+  }
+  CrossPair x(open_pv(socks[0]), open_pv(peer_sock), peer_ip, mover_ip);
+  BOOST_TEST(!nt::is_ipv4(x.m.gid.raw));
+  BOOST_TEST(nt::to_string(x.p.gid.raw) == peer_ip);
+  const auto mover_qpn = x.m.qp->qp_num(), peer_qpn = x.p.qp->qp_num();
+  const auto listening = test::control_request(ctl_of(peer_sock), {{"cmd", "status"}})["notices"];
+  BOOST_TEST(listening.value("listening", false), listening.dump());
+  BOOST_TEST(listening["addresses"].dump().find(peer_ip) != std::string::npos, listening.dump());
+  constexpr std::uint64_t kRounds = 16;
+  std::size_t moves = 0;
+  for (std::uint64_t r = 0; r < kRounds; ++r) {
+    x.post(r);
+    if (r == 5 || r == 10) {
+      const auto t0 = std::chrono::steady_clock::now();
+      VRDMA_REQUIRE_OK(pv::migrate(*x.mdev, socks[1 + moves], 20s, pv::StateVia::guest_memory));
+      ++moves;
+      BOOST_TEST_MESSAGE("moved to " << socks[moves] << " with a peer on IPv6 in " << ms_since(t0) << " ms");
+      const auto src = test::control_request(ctl_of(socks[moves - 1]), {{"cmd", "status"}});
+      const auto dst = test::control_request(ctl_of(socks[moves]), {{"cmd", "status"}});
+      const auto peer = test::control_request(ctl_of(peer_sock), {{"cmd", "status"}});
+      BOOST_TEST(src["notices"].value("peers_paused", 0) == 1, src.dump());
+      BOOST_TEST(dst["notices"].value("peers_repointed", 0) == 1, dst.dump());
+      BOOST_TEST(peer["notices"].value("qps_paused", 0) == static_cast<int>(moves), peer.dump());
+      BOOST_TEST(peer["notices"].value("qps_repointed", 0) == static_cast<int>(moves), peer.dump());
+      BOOST_TEST(peer["notices"].value("refused", 0) == 0, peer.dump());
+    }
+    x.finish(r);
+  }
+  BOOST_TEST(moves == 2u);
+  x.mp->check_all(kRounds);
+  x.pm->check_all(kRounds);
+  auto qm = x.m.qp->query();
+  auto qp = x.p.qp->query();
+  VRDMA_REQUIRE_OK(qm);
+  VRDMA_REQUIRE_OK(qp);
+  BOOST_TEST(qm->dest_qp_num == peer_qpn);
+  BOOST_TEST(qp->dest_qp_num == mover_qpn);
 }
 
 // A peer outside the guest (a QP straight on the NIC, as a plain host's or an rxe peer's) keeps

@@ -193,16 +193,22 @@ BOOST_AUTO_TEST_CASE(poll_us_is_read_checked_and_written_back) {
   BOOST_TEST(parse_domain(*x)->device->poll_us == 150u);
 }
 
-// notices: the guest's IPv4 address for peer notices on a NIC (vrdmad --notices).
+// notices: the guest's addresses for peer notices on a NIC (vrdmad --notices): IPv4, global
+// IPv6, or both.
 BOOST_AUTO_TEST_CASE(notices_is_read_checked_and_written_back) {
   BOOST_TEST(parse_domain(domain(kFull))->device->notices.empty());
   auto d = parse_domain(domain("socket='/s' engine='verbs:mlx5_0' notices='10.0.0.5'"));
   BOOST_REQUIRE(d.ok());
   BOOST_TEST(d->device->notices == "10.0.0.5");
-  for (const char* bad : {"10.0.0", "10.0.0.256", "host", "fe80::1", " 10.0.0.5"}) {
+  for (const char* good : {"fd00::5", "10.0.0.5,fd00::5", "2001:db8::7"}) {
+    auto g = parse_domain(domain(std::string("socket='/s' engine='verbs:mlx5_0' notices='") + good + "'"));
+    BOOST_REQUIRE_MESSAGE(g.ok(), "notices '" << good << "': " << (g.ok() ? std::string() : g.error().message));
+    BOOST_TEST(g->device->notices == good);
+  }
+  for (const char* bad : {"10.0.0", "10.0.0.256", "host", "fe80::1", " 10.0.0.5", "10.0.0.5,", ",10.0.0.5", "::1", "ff02::1"}) {
     auto b = parse_domain(domain(std::string("socket='/s' engine='verbs:mlx5_0' notices='") + bad + "'"));
     BOOST_REQUIRE_MESSAGE(!b.ok(), "notices '" << bad << "' was taken");
-    BOOST_TEST(b.error().message.find("IPv4") != std::string::npos, b.error().message);
+    BOOST_TEST(b.error().message.find("IPv4 or global IPv6") != std::string::npos, b.error().message);
   }
   AttachOptions o;
   o.device.socket = "/run/vrdma/g1.sock";

@@ -46,6 +46,7 @@ std::uint32_t be32_at(const std::vector<std::uint8_t>& b, std::size_t off) {
 }
 
 std::uint32_t loopback() { return htonl(INADDR_LOOPBACK); }
+Address lo() { return ipv4_address(loopback()); }
 
 // A listening socket on 127.0.0.1 at a port of the kernel's choosing.
 UniqueFd listener(std::uint16_t& port, int backlog = 4) {
@@ -168,7 +169,7 @@ BOOST_AUTO_TEST_CASE(an_exchange_over_tcp_carries_the_request_and_the_answer) {
     a.token = m->token;
     (void)write_message(c.get(), a, 2000ms);
   });
-  auto ans = exchange(loopback(), loopback(), port, sample(), 3000ms);
+  auto ans = exchange(lo(), lo(), port, sample(), 3000ms);
   server.join();
   BOOST_REQUIRE_MESSAGE(ans.ok(), (ans.ok() ? std::string() : ans.error().message));
   BOOST_TEST((seen == sample()));
@@ -183,13 +184,13 @@ BOOST_AUTO_TEST_CASE(no_backend_there_or_one_that_never_answers_is_an_error_in_t
   {
     auto gone = listener(port);  // closed again: nobody listens on that port
   }
-  auto r = exchange(0, loopback(), port, sample(), 1000ms);
+  auto r = exchange(Address{}, lo(), port, sample(), 1000ms);
   BOOST_REQUIRE(!r.ok());
   BOOST_TEST(r.error().message.find("127.0.0.1:" + std::to_string(port)) != std::string::npos, r.error().message);
   // Accepted (by the kernel's backlog) but never answered: the bound holds.
   auto silent = listener(port);
   const auto t0 = std::chrono::steady_clock::now();
-  r = exchange(0, loopback(), port, sample(), 300ms);
+  r = exchange(Address{}, lo(), port, sample(), 300ms);
   const auto took = std::chrono::steady_clock::now() - t0;
   BOOST_REQUIRE(!r.ok());
   BOOST_TEST(r.error().is(Errc::timeout), r.error().message);
@@ -202,8 +203,8 @@ BOOST_AUTO_TEST_CASE(no_backend_there_or_one_that_never_answers_is_an_error_in_t
 BOOST_AUTO_TEST_CASE(the_server_answers_without_blocking_on_a_silent_connection) {
   auto loop = vrdma::vhost::EventLoop::create();
   BOOST_REQUIRE(loop.ok());
-  std::uint32_t seen_from = 0;
-  Server srv(*loop, [&](const Message& m, std::uint32_t from) {
+  Address seen_from{};
+  Server srv(*loop, [&](const Message& m, const Address& from) {
     seen_from = from;
     Message a;
     a.kind = Kind::repointed;
@@ -214,12 +215,12 @@ BOOST_AUTO_TEST_CASE(the_server_answers_without_blocking_on_a_silent_connection)
   {
     auto probe = listener(port);  // a free port: taken and given back
   }
-  auto l = srv.listen(loopback(), port);
+  auto l = srv.listen(lo(), port);
   BOOST_REQUIRE(l.ok());
   BOOST_TEST(*l);
   BOOST_TEST(srv.listening());
-  Server other(*loop, [](const Message&, std::uint32_t) { return Message{}; });
-  auto busy = other.listen(loopback(), port);
+  Server other(*loop, [](const Message&, const Address&) { return Message{}; });
+  auto busy = other.listen(lo(), port);
   BOOST_REQUIRE(busy.ok());
   BOOST_TEST(!*busy, "a second listener on a taken port");
   std::thread t([&] { (void)loop->run(); });
@@ -234,7 +235,7 @@ BOOST_AUTO_TEST_CASE(the_server_answers_without_blocking_on_a_silent_connection)
   };
   auto silent = connect_raw();
   const auto t0 = std::chrono::steady_clock::now();
-  auto ans = exchange(loopback(), loopback(), port, sample(), 2000ms);
+  auto ans = exchange(lo(), lo(), port, sample(), 2000ms);
   const auto took = std::chrono::steady_clock::now() - t0;
   BOOST_REQUIRE_MESSAGE(ans.ok(), (ans.ok() ? std::string() : ans.error().message));
   BOOST_TEST((ans->kind == Kind::repointed));
@@ -256,7 +257,7 @@ BOOST_AUTO_TEST_CASE(the_server_answers_without_blocking_on_a_silent_connection)
   BOOST_TEST((std::chrono::steady_clock::now() - t0 < 4500ms));
   loop->stop();
   t.join();
-  BOOST_TEST(seen_from == loopback());
+  BOOST_TEST((seen_from == lo()));
   BOOST_TEST(srv.malformed() == 2u);  // the junk and the silent one
   srv.close();
   BOOST_TEST(!srv.listening());
@@ -280,10 +281,71 @@ BOOST_AUTO_TEST_CASE(a_dropped_connection_attempt_costs_only_the_connect_bound) 
   }
   std::this_thread::sleep_for(100ms);
   const auto t0 = std::chrono::steady_clock::now();
-  auto r = exchange(0, loopback(), port, sample(), 10000ms, 200ms);
+  auto r = exchange(Address{}, lo(), port, sample(), 10000ms, 200ms);
   const auto took = std::chrono::steady_clock::now() - t0;
   BOOST_REQUIRE(!r.ok());
   BOOST_TEST_MESSAGE(r.error().message);
   BOOST_TEST(r.error().is(Errc::timeout), r.error().message);
   BOOST_TEST((took < 5000ms), "the dropped connection attempt took the whole exchange's bound");
+}
+
+// Addresses as GIDs hold them: IPv4 as ::ffff:a.b.c.d, IPv6 as it is; notices go only to
+// addresses a socket can reach without naming an interface.
+BOOST_AUTO_TEST_CASE(addresses_are_ipv4_or_global_ipv6) {
+  const auto v4 = parse_address("10.0.0.5");
+  BOOST_REQUIRE(v4.has_value());
+  BOOST_TEST(is_ipv4(*v4));
+  BOOST_TEST(to_string(*v4) == "10.0.0.5");
+  BOOST_TEST((*v4 == ipv4_address(htonl(0x0a000005))));
+  const auto v6 = parse_address("fd92::2");
+  BOOST_REQUIRE(v6.has_value());
+  BOOST_TEST(!is_ipv4(*v6));
+  BOOST_TEST(to_string(*v6) == "fd92::2");
+  BOOST_TEST(notice_address(*v4).has_value());
+  BOOST_TEST(notice_address(*v6).has_value());
+  for (const char* no : {"fe80::1", "::1", "::", "ff02::1", "0.0.0.0"})
+    BOOST_TEST(!notice_address(*parse_address(no)).has_value(), no << " takes notices");
+  for (const char* junk : {"", "10.0.0", "fd92::2::1", "host.example", "10.0.0.5,10.0.0.6"})
+    BOOST_TEST(!parse_address(junk).has_value(), "'" << junk << "' parsed");
+  // An IPv4 source cannot reach an IPv6 backend: said, nothing sent.
+  auto r = exchange(*v4, *v6, 4792, sample(), 500ms);
+  BOOST_REQUIRE(!r.ok());
+  BOOST_TEST(r.error().message.find("IPv4") != std::string::npos, r.error().message);
+}
+
+// The same exchange and server over IPv6 (the loopback ::1 stands in for a guest's global
+// address): the server sees the sender's IPv6 address.
+BOOST_AUTO_TEST_CASE(notices_travel_over_ipv6_too) {
+  auto loop = vrdma::vhost::EventLoop::create();
+  BOOST_REQUIRE(loop.ok());
+  Address seen_from{};
+  Server srv(*loop, [&](const Message& m, const Address& from) {
+    seen_from = from;
+    Message a;
+    a.kind = Kind::paused;
+    a.peer_qpn = m.peer_qpn;
+    a.token = 7;
+    return a;
+  });
+  const auto v6lo = *parse_address("::1");
+  std::uint16_t port = 0;
+  {
+    auto probe = listener(port);  // a port free on 127.0.0.1; most likely on ::1 too
+  }
+  auto l = srv.listen(v6lo, port);
+  BOOST_REQUIRE_MESSAGE(l.ok(), (l.ok() ? std::string() : l.error().message));
+  BOOST_REQUIRE(*l);
+  std::thread t([&] { (void)loop->run(); });
+  auto ans = exchange(v6lo, v6lo, port, sample(), 2000ms);
+  loop->stop();
+  t.join();
+  BOOST_REQUIRE_MESSAGE(ans.ok(), (ans.ok() ? std::string() : ans.error().message));
+  BOOST_TEST((ans->kind == Kind::paused));
+  BOOST_TEST(ans->token == 7u);
+  BOOST_TEST((seen_from == v6lo), to_string(seen_from));
+  // Nobody on the IPv6 port now: the error names the address as [addr]:port.
+  srv.close();
+  auto gone = exchange(Address{}, v6lo, port, sample(), 500ms);
+  BOOST_REQUIRE(!gone.ok());
+  BOOST_TEST(gone.error().message.find("[::1]:" + std::to_string(port)) != std::string::npos, gone.error().message);
 }

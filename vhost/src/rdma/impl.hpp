@@ -253,7 +253,7 @@ struct RdmaDevice::Impl {
   // QPs at a stop, release them if the stop is abandoned, re-point them once a QP exists again.
   struct PausedPeer {
     std::uint32_t handle = 0;
-    std::uint32_t from_ip = 0, to_ip = 0;  // network byte order
+    notice::Address from{}, to{};
     std::uint32_t peer_qpn = 0, mover_qpn = 0;
     std::array<std::uint8_t, 16> mover_gid{};
     std::uint64_t token = 0;
@@ -262,10 +262,10 @@ struct RdmaDevice::Impl {
   void release_peers(const std::vector<PausedPeer>& peers);
   std::optional<std::uint32_t> repoint_peer(std::uint32_t handle, const QpObj& qp, const rebuild::Record& r);
   // As the peer: answer another backend's notice.
-  notice::Message answer_notice(const notice::Message& m, std::uint32_t from_ip);
+  notice::Message answer_notice(const notice::Message& m, const notice::Address& from);
   // `attr`: the QP's attributes as the notice came.
   notice::Message pause_for_peer(std::uint32_t handle, QpObj& qp, const nicdrv::QpAttr& attr, const notice::Message& m,
-                                 std::uint32_t from_ip);
+                                 const notice::Address& from);
   notice::Message repoint_for_peer(std::uint32_t handle, QpObj& qp, const nicdrv::QpAttr& attr, const notice::Message& m);
   // Holds the QP's send ring and drains its NIC (RTS -> SQD); the reason when it cannot.
   std::optional<std::string> hold_and_drain(std::uint32_t handle, QpObj& qp);

@@ -24,7 +24,7 @@ using Clock = std::chrono::steady_clock;
 
 struct Conn {
   UniqueFd fd;
-  std::uint32_t from = 0;
+  Address from{};
   std::vector<std::uint8_t> buf;
   std::size_t need = kHeaderLen;  // bytes of the whole message once its header is in
   Clock::time_point deadline;
@@ -53,7 +53,7 @@ struct Server::Impl {
   }
   void refuse(Conn& c, const std::string& why) {
     if (++malformed <= 100 || malformed % 1000 == 0)
-      log::warn("vrdmad: a peer notice from {} is refused: {}", ipv4_string(c.from), why);
+      log::warn("vrdmad: a peer notice from {} is refused: {}", to_string(c.from), why);
     Message ans;
     ans.kind = Kind::refused;
     ans.reason = why;
@@ -91,19 +91,20 @@ struct Server::Impl {
     drop(fd);
   }
   void accept_one() {
-    sockaddr_in from{};
+    sockaddr_storage from{};
     socklen_t len = sizeof from;
     UniqueFd c(::accept4(listener.get(), reinterpret_cast<sockaddr*>(&from), &len, SOCK_CLOEXEC | SOCK_NONBLOCK));
-    if (!c || from.sin_family != AF_INET) return;
+    const auto addr = c ? from_sockaddr(from) : std::nullopt;
+    if (!addr) return;
     if (conns.size() >= kMaxConnections) {
       log::warn("vrdmad: {} peer notice connections are open already; one from {} is closed", conns.size(),
-                ipv4_string(from.sin_addr.s_addr));
+                to_string(*addr));
       return;
     }
     const int fd = c.get();
     Conn conn;
     conn.fd = std::move(c);
-    conn.from = from.sin_addr.s_addr;
+    conn.from = *addr;
     conn.deadline = Clock::now() + read_timeout;
     conns.emplace(fd, std::move(conn));
     if (auto s = loop.add(fd, EPOLLIN, [this, fd](std::uint32_t) { readable(fd); }); !s.ok()) {
@@ -121,7 +122,7 @@ struct Server::Impl {
     for (int fd : late) {
       if (++malformed <= 100 || malformed % 1000 == 0)
         log::warn("vrdmad: a peer notice connection from {} sent no whole message within {} ms; closed",
-                  ipv4_string(conns[fd].from), read_timeout.count());
+                  to_string(conns[fd].from), read_timeout.count());
       drop(fd);
     }
     arm_timer();
@@ -167,19 +168,21 @@ Server::~Server() {
   if (impl_->timer) impl_->loop.remove(impl_->timer.get());
 }
 
-Result<bool> Server::listen(std::uint32_t ip, std::uint16_t port) {
+Result<bool> Server::listen(const Address& ip, std::uint16_t port) {
   if (impl_->listener) return true;
-  const auto where = fmt::format("{}:{}", ipv4_string(ip), port);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  a.sin_addr.s_addr = ip;
-  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  const bool v6 = !is_ipv4(ip);
+  const auto where = v6 ? fmt::format("[{}]:{}", to_string(ip), port) : fmt::format("{}:{}", to_string(ip), port);
+  sockaddr_storage a{};
+  const auto alen = to_sockaddr(ip, port, a);
+  UniqueFd fd(::socket(v6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!fd) return errno_error(errno, "creating the peer notice socket");
   int one = 1;
   ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  // Before the guest's address arrives on this host (a destination starts early); the IPv4 option
+  // covers IPv6 sockets too.
   ::setsockopt(fd.get(), IPPROTO_IP, IP_FREEBIND, &one, sizeof one);
-  if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0) {
+  if (v6) ::setsockopt(fd.get(), IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+  if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&a), alen) != 0) {
     if (errno == EADDRINUSE) return false;
     return errno_error(errno, "binding the peer notice listener to " + where);
   }

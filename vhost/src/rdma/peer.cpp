@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include <random>
+#include <set>
 #include <thread>
 
 #include <fmt/format.h>
@@ -60,22 +61,15 @@ bool drained(nicdrv::QueuePair& q, std::chrono::milliseconds timeout) {
   }
 }
 
-// The IPv4 address (network byte order) of a RoCE v2 GID of one (::ffff:a.b.c.d).
-std::optional<std::uint32_t> ipv4_of(const std::array<std::uint8_t, 16>& raw) {
-  const nicdrv::Gid g{raw};
-  if (!g.is_ipv4_mapped()) return std::nullopt;
-  return g.ipv4();
-}
-
 std::string gid_ip(const std::array<std::uint8_t, 16>& gid) {
-  auto ip = ipv4_of(gid);
-  return ip ? notice::ipv4_string(*ip) : "a GID without an IPv4 address";
+  auto a = notice::notice_address(gid);
+  return a ? notice::to_string(*a) : fmt::format("GID {} (no address notices can reach)", nicdrv::Gid{gid}.str());
 }
 
 }  // namespace
 
-notice::Message RdmaDevice::peer_notice(const notice::Message& m, std::uint32_t from_ip) {
-  return impl_->answer_notice(m, from_ip);
+notice::Message RdmaDevice::peer_notice(const notice::Message& m, const notice::Address& from) {
+  return impl_->answer_notice(m, from);
 }
 
 // ---- the mover ------------------------------------------------------------------------------------
@@ -84,15 +78,15 @@ std::vector<RdmaDevice::Impl::PausedPeer> RdmaDevice::Impl::pause_peers(
     const std::unordered_map<std::uint32_t, nicdrv::QpAttr>& attrs) {
   std::vector<PausedPeer> out;
   if (!opts.notices) return out;
-  std::unordered_set<std::uint32_t> silent;  // addresses where no backend answered
+  std::set<notice::Address> silent;  // addresses where no backend answered
   for (auto& [h, qp] : qps) {
     const auto& b = attrs.at(h);
     if (qp.type != nicdrv::QpType::rc || qp.local_peer || b.qp_state != QpState::rts) continue;
-    auto to = ipv4_of(b.ah_attr.dgid.raw);
+    auto to = notice::notice_address(b.ah_attr.dgid.raw);
     auto sg = engine->query_gid(b.ah_attr.sgid_index, b.port_num == 0 ? 1 : b.port_num);
     if (!to || !sg.ok() || silent.count(*to) != 0) continue;
-    auto from = ipv4_of(sg->gid.raw);
-    if (!from) continue;
+    auto from = notice::notice_address(sg->gid.raw);
+    if (!from || notice::is_ipv4(*from) != notice::is_ipv4(*to)) continue;
     notice::Message m;
     m.kind = Kind::pause;
     m.peer_qpn = b.dest_qp_num;
@@ -103,13 +97,13 @@ std::vector<RdmaDevice::Impl::PausedPeer> RdmaDevice::Impl::pause_peers(
                                 kNoticeConnectTimeout);
     if (!ans) {
       silent.insert(*to);
-      log::info("virtio-rdma: QP {}: no vrdma backend at {}:{} paused its peer ({}); a peer there sees its retries run "
-                "out after the move",
-                h, notice::ipv4_string(*to), opts.notice_port, ans.error().message);
+      log::info("virtio-rdma: QP {}: no vrdma backend at {} port {} paused its peer ({}); a peer there sees its retries "
+                "run out after the move",
+                h, notice::to_string(*to), opts.notice_port, ans.error().message);
       continue;
     }
     if (ans->kind != Kind::paused || ans->token == 0) {
-      log::warn("virtio-rdma: QP {}: the backend at {} did not pause its peer QPN {:#x}: {}", h, notice::ipv4_string(*to),
+      log::warn("virtio-rdma: QP {}: the backend at {} did not pause its peer QPN {:#x}: {}", h, notice::to_string(*to),
                 m.peer_qpn,
                 ans->kind == Kind::refused  ? ans->reason
                 : ans->kind == Kind::paused ? std::string("it answered PAUSED without a token")
@@ -118,8 +112,8 @@ std::vector<RdmaDevice::Impl::PausedPeer> RdmaDevice::Impl::pause_peers(
     }
     PausedPeer p;
     p.handle = h;
-    p.from_ip = *from;
-    p.to_ip = *to;
+    p.from = *from;
+    p.to = *to;
     p.peer_qpn = m.peer_qpn;
     p.mover_qpn = m.mover_qpn;
     p.mover_gid = m.mover_gid;
@@ -127,7 +121,7 @@ std::vector<RdmaDevice::Impl::PausedPeer> RdmaDevice::Impl::pause_peers(
     out.push_back(p);
     ++st.peers_paused;
     log::info("virtio-rdma: QP {}: the backend at {} paused its peer QPN {:#x} (its send PSN {:#x}) in {:.1f} ms", h,
-              notice::ipv4_string(*to), m.peer_qpn, ans->sq_psn,
+              notice::to_string(*to), m.peer_qpn, ans->sq_psn,
               std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
   }
   return out;
@@ -141,11 +135,11 @@ void RdmaDevice::Impl::release_peers(const std::vector<PausedPeer>& peers) {
     m.mover_qpn = p.mover_qpn;
     m.mover_gid = p.mover_gid;
     m.token = p.token;
-    auto ans = notice::exchange(p.from_ip, p.to_ip, opts.notice_port, m, std::chrono::milliseconds(1000), kNoticeConnectTimeout);
+    auto ans = notice::exchange(p.from, p.to, opts.notice_port, m, std::chrono::milliseconds(1000), kNoticeConnectTimeout);
     if (!ans || ans->kind != Kind::released)
       log::warn("virtio-rdma: QP {}: the backend at {} did not let its peer QPN {:#x} go after the abandoned stop ({}); "
                 "it does so by itself after its hold time",
-                p.handle, notice::ipv4_string(p.to_ip), p.peer_qpn,
+                p.handle, notice::to_string(p.to), p.peer_qpn,
                 !ans ? ans.error().message : ans->kind == Kind::refused ? ans->reason : notice::to_string(ans->kind));
   }
 }
@@ -160,21 +154,21 @@ std::optional<std::uint32_t> RdmaDevice::Impl::repoint_peer(std::uint32_t handle
   m.sq_psn = r.sq_psn;
   m.rq_psn = r.rq_psn;
   m.rkeys.assign(rkey_to_engine.begin(), rkey_to_engine.end());
-  const auto from = ipv4_of(r.sgid).value_or(0);
+  const auto from = notice::notice_address(r.sgid).value_or(notice::Address{});
   const auto t0 = Clock::now();
-  auto ans = notice::exchange(from, r.notice_ip, r.notice_port, m, std::chrono::milliseconds(opts.drain_timeout_ms + 500),
+  auto ans = notice::exchange(from, r.notice_addr, r.notice_port, m, std::chrono::milliseconds(opts.drain_timeout_ms + 500),
                               kNoticeConnectTimeout);
   if (!ans || ans->kind != Kind::repointed) {
     log::warn("virtio-rdma: QP {}: the backend at {} did not re-point its peer QPN {:#x} to the new QPN {:#x} ({}); that "
               "peer sees its retries run out",
-              handle, notice::ipv4_string(r.notice_ip), m.peer_qpn, m.mover_qpn,
+              handle, notice::to_string(r.notice_addr), m.peer_qpn, m.mover_qpn,
               !ans ? ans.error().message : ans->kind == Kind::refused ? ans->reason : notice::to_string(ans->kind));
     return std::nullopt;
   }
   ++st.peers_repointed;
   log::info("virtio-rdma: QP {} (QPN {:#x}, now {:#x}): the backend at {} re-connected its peer QPN {:#x}{} ({} rkeys "
             "translated there) in {:.1f} ms",
-            handle, qp.guest_qpn, m.mover_qpn, notice::ipv4_string(r.notice_ip), m.peer_qpn,
+            handle, qp.guest_qpn, m.mover_qpn, notice::to_string(r.notice_addr), m.peer_qpn,
             ans->peer_qpn == m.peer_qpn ? std::string() : fmt::format(", now {:#x}", ans->peer_qpn), m.rkeys.size(),
             std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
   return ans->peer_qpn;
@@ -182,11 +176,11 @@ std::optional<std::uint32_t> RdmaDevice::Impl::repoint_peer(std::uint32_t handle
 
 // ---- the peer -------------------------------------------------------------------------------------
 
-notice::Message RdmaDevice::Impl::answer_notice(const notice::Message& m, std::uint32_t from_ip) {
+notice::Message RdmaDevice::Impl::answer_notice(const notice::Message& m, const notice::Address& from) {
   auto refuse = [&](const std::string& why) {
     ++st.notices_refused;
     log::warn("virtio-rdma: a {} notice from {} for QPN {:#x} refused: {}", notice::to_string(m.kind),
-              notice::ipv4_string(from_ip), m.peer_qpn, why);
+              notice::to_string(from), m.peer_qpn, why);
     notice::Message r;
     r.kind = Kind::refused;
     r.peer_qpn = m.peer_qpn;
@@ -208,20 +202,19 @@ notice::Message RdmaDevice::Impl::answer_notice(const notice::Message& m, std::u
   if (!b) return refuse(fmt::format("QP {}: {}", h, b.error().message));
   notice::Message ans;
   if (m.kind == Kind::pause) {
-    ans = pause_for_peer(h, qp, *b, m, from_ip);
+    ans = pause_for_peer(h, qp, *b, m, from);
   } else {
     if (qp.peer_token == 0 || m.token != qp.peer_token)
       return refuse(fmt::format("QP {}: the token is not the one its pause gave", h));
-    const auto mover_ip = ipv4_of(m.mover_gid);
-    if (!mover_ip || *mover_ip != from_ip)
+    if (notice::notice_address(m.mover_gid) != from)
       return refuse(fmt::format("QP {}: a {} comes from the moved QP's own address ({}), not {}", h,
-                                notice::to_string(m.kind), gid_ip(m.mover_gid), notice::ipv4_string(from_ip)));
+                                notice::to_string(m.kind), gid_ip(m.mover_gid), notice::to_string(from)));
     if (m.kind == Kind::repoint) {
       ans = repoint_for_peer(h, qp, *b, m);
     } else {
       if (held_for_peer.count(h) == 0) return refuse(fmt::format("QP {} is not paused", h));
       if (auto s = resume_after_hold(h, qp); !s.ok()) return refuse(s.error().message);
-      log::info("virtio-rdma: QP {}: its peer at {} abandoned its move; its sends go on", h, notice::ipv4_string(from_ip));
+      log::info("virtio-rdma: QP {}: its peer at {} abandoned its move; its sends go on", h, notice::to_string(from));
       ans.kind = Kind::released;
       ans.peer_qpn = m.peer_qpn;
       ans.token = m.token;
@@ -233,7 +226,7 @@ notice::Message RdmaDevice::Impl::answer_notice(const notice::Message& m, std::u
 }
 
 notice::Message RdmaDevice::Impl::pause_for_peer(std::uint32_t h, QpObj& qp, const nicdrv::QpAttr& attr,
-                                                 const notice::Message& m, std::uint32_t from_ip) {
+                                                 const notice::Message& m, const notice::Address& from) {
   notice::Message no;
   no.kind = Kind::refused;
   if (held_for_peer.count(h) != 0) {
@@ -249,9 +242,9 @@ notice::Message RdmaDevice::Impl::pause_for_peer(std::uint32_t h, QpObj& qp, con
                             attr.ah_attr.dgid.str(), m.mover_qpn, nicdrv::Gid{m.mover_gid}.str());
     return no;
   }
-  if (ipv4_of(m.mover_gid) != from_ip) {
+  if (notice::notice_address(m.mover_gid) != from) {
     no.reason = fmt::format("QP {}: a pause comes from the address its peer has ({}), not {}", h, gid_ip(m.mover_gid),
-                            notice::ipv4_string(from_ip));
+                            notice::to_string(from));
     return no;
   }
   if (auto why = hold_and_drain(h, qp)) {
@@ -269,7 +262,7 @@ notice::Message RdmaDevice::Impl::pause_for_peer(std::uint32_t h, QpObj& qp, con
   ++st.qps_paused;
   log::info("virtio-rdma: QP {} (QPN {:#x}) paused for its peer QPN {:#x} at {}, which is moving: send ring held, "
             "sends drained (send PSN {:#x}, expected {:#x})",
-            h, qp.guest_qpn, m.mover_qpn, notice::ipv4_string(from_ip), after->sq_psn & 0xffffff, after->rq_psn & 0xffffff);
+            h, qp.guest_qpn, m.mover_qpn, notice::to_string(from), after->sq_psn & 0xffffff, after->rq_psn & 0xffffff);
   notice::Message ans;
   ans.kind = Kind::paused;
   ans.peer_qpn = m.peer_qpn;

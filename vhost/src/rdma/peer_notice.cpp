@@ -162,11 +162,81 @@ Result<Message> decode(std::span<const std::uint8_t> bytes) {
   return m;
 }
 
-std::string ipv4_string(std::uint32_t ip_be) {
-  char s[INET_ADDRSTRLEN] = {};
-  in_addr a{ip_be};
-  ::inet_ntop(AF_INET, &a, s, sizeof s);
+Address ipv4_address(std::uint32_t ip_be) {
+  Address a{};
+  a[10] = a[11] = 0xff;
+  std::memcpy(a.data() + 12, &ip_be, 4);
+  return a;
+}
+
+bool is_ipv4(const Address& a) {
+  static constexpr std::array<std::uint8_t, 12> kPrefix{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  return std::memcmp(a.data(), kPrefix.data(), kPrefix.size()) == 0;
+}
+
+bool is_none(const Address& a) { return a == Address{}; }
+
+std::optional<Address> notice_address(const std::array<std::uint8_t, 16>& gid) {
+  if (is_ipv4(gid)) {
+    std::uint32_t v = 0;
+    std::memcpy(&v, gid.data() + 12, 4);
+    if (v == 0) return std::nullopt;
+    return gid;
+  }
+  in6_addr a{};
+  std::memcpy(&a, gid.data(), 16);
+  if (IN6_IS_ADDR_UNSPECIFIED(&a) || IN6_IS_ADDR_LOOPBACK(&a) || IN6_IS_ADDR_LINKLOCAL(&a) || IN6_IS_ADDR_MULTICAST(&a) ||
+      IN6_IS_ADDR_V4COMPAT(&a))
+    return std::nullopt;
+  return gid;
+}
+
+std::optional<Address> parse_address(const std::string& text) {
+  in_addr v4{};
+  if (::inet_pton(AF_INET, text.c_str(), &v4) == 1) return ipv4_address(v4.s_addr);
+  in6_addr v6{};
+  if (::inet_pton(AF_INET6, text.c_str(), &v6) != 1) return std::nullopt;
+  Address a{};
+  std::memcpy(a.data(), &v6, 16);
+  return a;
+}
+
+std::string to_string(const Address& a) {
+  char s[INET6_ADDRSTRLEN] = {};
+  if (is_ipv4(a)) {
+    in_addr v4{};
+    std::memcpy(&v4, a.data() + 12, 4);
+    ::inet_ntop(AF_INET, &v4, s, sizeof s);
+  } else {
+    in6_addr v6{};
+    std::memcpy(&v6, a.data(), 16);
+    ::inet_ntop(AF_INET6, &v6, s, sizeof s);
+  }
   return s;
+}
+
+unsigned to_sockaddr(const Address& a, std::uint16_t port, sockaddr_storage& out) {
+  out = {};
+  if (is_ipv4(a)) {
+    auto* s = reinterpret_cast<sockaddr_in*>(&out);
+    s->sin_family = AF_INET;
+    s->sin_port = htons(port);
+    std::memcpy(&s->sin_addr, a.data() + 12, 4);
+    return sizeof(sockaddr_in);
+  }
+  auto* s = reinterpret_cast<sockaddr_in6*>(&out);
+  s->sin6_family = AF_INET6;
+  s->sin6_port = htons(port);
+  std::memcpy(&s->sin6_addr, a.data(), 16);
+  return sizeof(sockaddr_in6);
+}
+
+std::optional<Address> from_sockaddr(const sockaddr_storage& s) {
+  if (s.ss_family == AF_INET) return ipv4_address(reinterpret_cast<const sockaddr_in&>(s).sin_addr.s_addr);
+  if (s.ss_family != AF_INET6) return std::nullopt;
+  Address a{};
+  std::memcpy(a.data(), &reinterpret_cast<const sockaddr_in6&>(s).sin6_addr, 16);
+  return a;
 }
 
 Result<Message> read_message(int fd, std::chrono::milliseconds timeout) {
@@ -196,28 +266,29 @@ Status write_message(int fd, const Message& m, std::chrono::milliseconds timeout
   return {};
 }
 
-Result<Message> exchange(std::uint32_t from_ip_be, std::uint32_t to_ip_be, std::uint16_t port, const Message& m,
+Result<Message> exchange(const Address& from, const Address& to, std::uint16_t port, const Message& m,
                          std::chrono::milliseconds timeout, std::chrono::milliseconds connect_timeout) {
   const auto deadline = Clock::now() + timeout;
   const auto connect_deadline = Clock::now() + std::min(timeout, connect_timeout);
-  const auto where = fmt::format("the vrdma backend at {}:{}", ipv4_string(to_ip_be), port);
-  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  const bool v6 = !is_ipv4(to);
+  const auto where = v6 ? fmt::format("the vrdma backend at [{}]:{}", to_string(to), port)
+                        : fmt::format("the vrdma backend at {}:{}", to_string(to), port);
+  if (!is_none(from) && is_ipv4(from) != !v6)
+    return make_error(Errc::invalid_argument, fmt::format("peer notice: {} cannot reach {} (one is IPv4, the other IPv6)",
+                                                          to_string(from), to_string(to)));
+  UniqueFd fd(::socket(v6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!fd) return errno_error(errno, "peer notice: socket");
   int one = 1;
   ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  if (from_ip_be != 0) {
-    sockaddr_in src{};
-    src.sin_family = AF_INET;
-    src.sin_addr.s_addr = from_ip_be;
-    if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&src), sizeof src) != 0)
+  sockaddr_storage sa{};
+  if (!is_none(from)) {
+    const auto src_len = to_sockaddr(from, 0, sa);
+    if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&sa), src_len) != 0)
       return errno_error(errno, fmt::format("peer notice: sending from {} (the guest's address; is it on this host?)",
-                                            ipv4_string(from_ip_be)));
+                                            to_string(from)));
   }
-  sockaddr_in dst{};
-  dst.sin_family = AF_INET;
-  dst.sin_port = htons(port);
-  dst.sin_addr.s_addr = to_ip_be;
-  if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&dst), sizeof dst) != 0) {
+  const auto dst_len = to_sockaddr(to, port, sa);
+  if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&sa), dst_len) != 0) {
     if (errno != EINPROGRESS) return errno_error(errno, "peer notice: connecting to " + where);
     if (auto s = wait_fd(fd.get(), POLLOUT, connect_deadline, ("connecting to " + where).c_str()); !s.ok())
       return std::move(s).error();

@@ -28,7 +28,8 @@ namespace vrdma::vhost {
 namespace rebuild {
 namespace {
 constexpr std::uint32_t kRebuildMagic = 0x42525256;  // "VRRB"
-constexpr std::uint8_t kRebuildVersion = 2;  // 1: without the notice fields
+// 1: without the notice fields; 2: the notice address an IPv4 u32; 3: 16 bytes (IPv6 too).
+constexpr std::uint8_t kRebuildVersion = 3;
 constexpr std::uint32_t kMaxRemoteRkeys = 65536;
 }  // namespace
 
@@ -52,7 +53,7 @@ std::vector<std::uint8_t> encode(const Record& r) {
   w.put(r.flow_label);
   w.put(r.recv_outstanding);
   w.put(r.notice_token);
-  w.put(r.notice_ip);
+  w.put(r.notice_addr);
   w.put(r.notice_port);
   w.put(r.guest_dest_qpn);
   w.put(static_cast<std::uint32_t>(r.remote_rkeys.size()));
@@ -81,8 +82,15 @@ Result<Record> decode(std::span<const std::uint8_t> b) {
   ok = ok && rd.get(r.flow_label) && rd.get(r.recv_outstanding);
   if (version >= 2) {
     std::uint32_t nkeys = 0;
-    ok = ok && rd.get(r.notice_token) && rd.get(r.notice_ip) && rd.get(r.notice_port) && rd.get(r.guest_dest_qpn) &&
-         rd.get(nkeys);
+    ok = ok && rd.get(r.notice_token);
+    if (version == 2) {
+      std::uint32_t ip = 0;
+      ok = ok && rd.get(ip);
+      if (ip != 0) r.notice_addr = notice::ipv4_address(ip);
+    } else {
+      ok = ok && rd.get(r.notice_addr);
+    }
+    ok = ok && rd.get(r.notice_port) && rd.get(r.guest_dest_qpn) && rd.get(nkeys);
     if (ok && nkeys > kMaxRemoteRkeys) return bad(fmt::format("{} remote rkeys (at most {})", nkeys, kMaxRemoteRkeys));
     for (std::uint32_t i = 0; ok && i < nkeys; ++i) {
       std::pair<std::uint32_t, std::uint32_t> k;
@@ -99,7 +107,8 @@ Result<Record> decode(std::span<const std::uint8_t> b) {
   if (r.path_mtu < 1 || r.path_mtu > 5) return bad(fmt::format("path MTU code {}", r.path_mtu));
   if ((r.rq_psn | r.sq_psn | r.dest_qp_num) >> 24 != 0 || (r.access & ~0xfu) != 0 || r.port == 0 || r.timeout > 31 ||
       r.retry_cnt > 7 || r.rnr_retry > 7 || r.min_rnr_timer > 31 || r.local_peer > 1 || r.flow_label >> 20 != 0 ||
-      r.guest_dest_qpn >> 24 != 0 || (r.notice_token != 0 && (r.notice_ip == 0 || r.notice_port == 0)))
+      r.guest_dest_qpn >> 24 != 0 ||
+      (r.notice_token != 0 && (!notice::notice_address(r.notice_addr) || r.notice_port == 0)))
     return bad("a PSN, QPN, access, port, timer, retry or notice value out of range");
   return r;
 }
@@ -284,7 +293,7 @@ Status RdmaDevice::Impl::stop_for_rebuild() {
     for (const auto& p : peers)
       if (p.handle == h) {
         r.notice_token = p.token;
-        r.notice_ip = p.to_ip;
+        r.notice_addr = p.to;
         r.notice_port = opts.notice_port;
       }
     stopped_for_rebuild[h] = encode(r);

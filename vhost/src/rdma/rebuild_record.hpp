@@ -31,7 +31,7 @@ struct Record {
   // exists again; token 0: none. guest_dest_qpn: the peer's QPN as the guest knows it (a
   // re-pointed peer has another on the wire); 0: the wire's.
   std::uint64_t notice_token = 0;
-  std::uint32_t notice_ip = 0;  // network byte order
+  std::array<std::uint8_t, 16> notice_addr{};  // as a GID holds it (version 2: IPv4 only)
   std::uint16_t notice_port = 0;
   std::uint32_t guest_dest_qpn = 0;
   // As the peer of a guest that moved onto a NIC: its rkeys as that guest knows them -> the

@@ -69,7 +69,7 @@ struct DeviceMeta {
   std::string announce;        // vrdmad --announce (optional)
   std::string incoming;        // vrdmad --incoming on a destination: tcp:IP:PORT, or "guest" (the default)
   unsigned poll_us = 0;        // vrdmad --poll-us (0: vrdmad sleeps on the guest's kicks)
-  std::string notices;         // vrdmad --notices: the guest's IPv4 address for peer notices on a NIC
+  std::string notices;         // vrdmad --notices: the guest's addresses (IPv4/IPv6, comma-separated) for peer notices on a NIC
   std::string disk;            // vhost-user-blk --disk (required for vhost-user-blk)
   std::optional<VfRequest> vf; // set exactly when engine is verbs:vf
 };

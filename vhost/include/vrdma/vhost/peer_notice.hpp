@@ -6,8 +6,8 @@
 // after a failed move) the mover *re-points* the peer with the token, its new QPN and its new
 // memory keys, and the peer re-creates its QP toward it. An abandoned stop *releases* the pause.
 //
-// TCP, one request and one answer per connection, to the peer QP's IPv4 address (its GID) at
-// port 4792 unless configured otherwise; the answer to anything refused says why. Every field is
+// TCP, one request and one answer per connection, to the peer QP's address (its GID: IPv4 for
+// ::ffff:a.b.c.d, else a global IPv6 address) at port 4792 unless configured otherwise; the answer to anything refused says why. Every field is
 // in network byte order:
 //   "VRPN" (u32), version 1 (u8), kind (u8), body length (u32), then the body:
 //   peer_qpn u32, mover_qpn u32, mover_gid [16], token u64, sq_psn u32, rq_psn u32,
@@ -21,12 +21,15 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "vrdma/common/result.hpp"
+
+struct sockaddr_storage;
 
 namespace vrdma::vhost::notice {
 
@@ -64,19 +67,33 @@ Result<std::uint32_t> body_length(std::span<const std::uint8_t> header);
 // A whole message (header and body).
 Result<Message> decode(std::span<const std::uint8_t> bytes);
 
-std::string ipv4_string(std::uint32_t ip_be);
+// Where notices go and come from: an address as a RoCE v2 GID holds it, 16 bytes, an IPv4
+// address as ::ffff:a.b.c.d. All zeros: none (any, as a source).
+using Address = std::array<std::uint8_t, 16>;
+[[nodiscard]] Address ipv4_address(std::uint32_t ip_be);
+[[nodiscard]] bool is_ipv4(const Address& a);
+[[nodiscard]] bool is_none(const Address& a);
+// A GID that can carry notices: IPv4, or an IPv6 address that is not link-local (a socket to one
+// would need its interface), multicast, loopback or unspecified.
+[[nodiscard]] std::optional<Address> notice_address(const std::array<std::uint8_t, 16>& gid);
+// "10.0.0.5" or "fd00::5" (inet_pton); nullopt for anything else.
+[[nodiscard]] std::optional<Address> parse_address(const std::string& text);
+[[nodiscard]] std::string to_string(const Address& a);
+// For the sockets: `a`:`port` as a sockaddr_in or sockaddr_in6 (its length returned), and back.
+unsigned to_sockaddr(const Address& a, std::uint16_t port, ::sockaddr_storage& out);
+std::optional<Address> from_sockaddr(const ::sockaddr_storage& s);
 
 // One message from a connected socket, within `timeout`.
 Result<Message> read_message(int fd, std::chrono::milliseconds timeout);
 Status write_message(int fd, const Message& m, std::chrono::milliseconds timeout);
-// A client's exchange: connects from `from_ip` (0: any) to `to_ip`:`port` within
-// `connect_timeout` (a host that drops the connection attempt costs no more), sends `m` and reads
-// the answer, all within `timeout`.
-Result<Message> exchange(std::uint32_t from_ip_be, std::uint32_t to_ip_be, std::uint16_t port, const Message& m,
+// A client's exchange: connects from `from` (none: any) to `to`:`port` (both IPv4 or both
+// IPv6) within `connect_timeout` (a host that drops the connection attempt costs no more), sends
+// `m` and reads the answer, all within `timeout`.
+Result<Message> exchange(const Address& from, const Address& to, std::uint16_t port, const Message& m,
                          std::chrono::milliseconds timeout, std::chrono::milliseconds connect_timeout);
-inline Result<Message> exchange(std::uint32_t from_ip_be, std::uint32_t to_ip_be, std::uint16_t port, const Message& m,
+inline Result<Message> exchange(const Address& from, const Address& to, std::uint16_t port, const Message& m,
                                 std::chrono::milliseconds timeout) {
-  return exchange(from_ip_be, to_ip_be, port, m, timeout, timeout);
+  return exchange(from, to, port, m, timeout, timeout);
 }
 
 }  // namespace vrdma::vhost::notice
@@ -94,7 +111,7 @@ namespace vrdma::vhost::notice {
 // reason. The answering itself runs on the loop (a pause drains a QP: up to the drain bound).
 class Server {
  public:
-  using Handler = std::function<Message(const Message& m, std::uint32_t from_ip)>;
+  using Handler = std::function<Message(const Message& m, const Address& from)>;
   static constexpr std::size_t kMaxConnections = 16;
 
   Server(EventLoop& loop, Handler handler, std::chrono::milliseconds read_timeout = std::chrono::milliseconds(1000));
@@ -102,9 +119,9 @@ class Server {
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
 
-  // Listens on ip:port (network byte order address; IP_FREEBIND). false: another socket holds
-  // the port (nothing changed); an error for anything else.
-  Result<bool> listen(std::uint32_t ip, std::uint16_t port);
+  // Listens on ip:port (IPv4 or IPv6; IP_FREEBIND). false: another socket holds the port
+  // (nothing changed); an error for anything else.
+  Result<bool> listen(const Address& ip, std::uint16_t port);
   // Stops listening and drops the connections still reading.
   void close();
   [[nodiscard]] bool listening() const;

@@ -149,9 +149,9 @@ class RdmaDevice final : public Device {
   // The end of a polling stretch: those CQs armed again, so that their events wake the loop.
   void poll_idle();
 
-  // A notice from another backend, received at `from_ip` (network byte order; the listener is
-  // vrdmad's): the answer to send back (REFUSED with a sentence for anything not in order).
-  notice::Message peer_notice(const notice::Message& m, std::uint32_t from_ip);
+  // A notice from another backend, sent from `from` (the listener is vrdmad's): the answer to
+  // send back (REFUSED with a sentence for anything not in order).
+  notice::Message peer_notice(const notice::Message& m, const notice::Address& from);
 
   [[nodiscard]] RdmaDeviceStats stats() const;
   [[nodiscard]] const nicdrv::Device& engine() const;
