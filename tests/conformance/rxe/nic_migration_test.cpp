@@ -305,6 +305,36 @@ struct CrossPair {
     mp->finish(r);
     pm->finish(r);
   }
+  // Moves the moving guest's device from backend `from` to `to` (this round's work in flight) and
+  // checks the counters: the source paused the peer once, the destination re-pointed it once,
+  // and the peer's backend `peer_sock` has now been paused and re-pointed `peer_count` times,
+  // refusing nothing.
+  void move(const std::string& from, const std::string& to, const std::string& peer_sock, int peer_count,
+            const char* what) {
+    const auto t0 = std::chrono::steady_clock::now();
+    VRDMA_REQUIRE_OK(pv::migrate(*mdev, to, 20s, pv::StateVia::guest_memory));
+    BOOST_TEST_MESSAGE("moved to " << to << what << " in " << ms_since(t0) << " ms");
+    const auto src = test::control_request(ctl_of(from), {{"cmd", "status"}});
+    const auto dst = test::control_request(ctl_of(to), {{"cmd", "status"}});
+    const auto peer = test::control_request(ctl_of(peer_sock), {{"cmd", "status"}});
+    BOOST_TEST(src["notices"].value("peers_paused", 0) == 1, src.dump());
+    BOOST_TEST(dst["notices"].value("peers_repointed", 0) == 1, dst.dump());
+    BOOST_TEST(peer["notices"].value("qps_paused", 0) == peer_count, peer.dump());
+    BOOST_TEST(peer["notices"].value("qps_repointed", 0) == peer_count, peer.dump());
+    BOOST_TEST(peer["notices"].value("refused", 0) == 0, peer.dump());
+  }
+  // Every work request completed once both ways, and each guest still sees the other's QPN as it
+  // was given (`mover_qpn`, `peer_qpn`), while the wire may have new ones.
+  void check_all(std::uint64_t rounds, std::uint32_t mover_qpn, std::uint32_t peer_qpn) {
+    mp->check_all(rounds);
+    pm->check_all(rounds);
+    auto qm = m.qp->query();
+    auto qp = p.qp->query();
+    VRDMA_REQUIRE_OK(qm);
+    VRDMA_REQUIRE_OK(qp);
+    BOOST_TEST(qm->dest_qp_num == peer_qpn);
+    BOOST_TEST(qp->dest_qp_num == mover_qpn);
+  }
 };
 
 std::uint32_t ip_be(const std::string& ip) {
@@ -481,31 +511,13 @@ BOOST_AUTO_TEST_CASE(a_vrdma_peer_is_told_where_the_qp_went_and_carries_on) {
       BOOST_TEST(mover["notices"].value("qps_repointed", 0) == 1, mover.dump());
     }
     if (r == 6 || r == 12) {  // with this round's work in flight both ways
-      const auto t0 = std::chrono::steady_clock::now();
-      VRDMA_REQUIRE_OK(pv::migrate(*x.mdev, socks[1 + moves], 20s, pv::StateVia::guest_memory));
       ++moves;
-      BOOST_TEST_MESSAGE("moved to " << socks[moves] << " in " << ms_since(t0) << " ms");
-      const auto src = test::control_request(ctl_of(socks[moves - 1]), {{"cmd", "status"}});
-      const auto dst = test::control_request(ctl_of(socks[moves]), {{"cmd", "status"}});
-      const auto peer = test::control_request(ctl_of(peer_sock), {{"cmd", "status"}});
-      BOOST_TEST(src["notices"].value("peers_paused", 0) == 1, src.dump());
-      BOOST_TEST(dst["notices"].value("peers_repointed", 0) == 1, dst.dump());
-      BOOST_TEST(peer["notices"].value("qps_paused", 0) == static_cast<int>(moves), peer.dump());
-      BOOST_TEST(peer["notices"].value("qps_repointed", 0) == static_cast<int>(moves), peer.dump());
-      BOOST_TEST(peer["notices"].value("refused", 0) == 0, peer.dump());
+      x.move(socks[moves - 1], socks[moves], peer_sock, static_cast<int>(moves), "");
     }
     x.finish(r);
   }
   BOOST_TEST(moves == 2u);
-  x.mp->check_all(kRounds);
-  x.pm->check_all(kRounds);
-  // Each guest still sees the other's QPN as it was given, while the wire has new ones.
-  auto qm = x.m.qp->query();
-  auto qp = x.p.qp->query();
-  VRDMA_REQUIRE_OK(qm);
-  VRDMA_REQUIRE_OK(qp);
-  BOOST_TEST(qm->dest_qp_num == peer_qpn);
-  BOOST_TEST(qp->dest_qp_num == mover_qpn);
+  x.check_all(kRounds, mover_qpn, peer_qpn);
 }
 
 // Notices not in order are refused with a sentence and change nothing: bytes that are no
@@ -638,31 +650,14 @@ BOOST_AUTO_TEST_CASE(a_vrdma_peer_on_an_ipv6_gid_is_told_where_the_qp_went) {
   std::size_t moves = 0;
   for (std::uint64_t r = 0; r < kRounds; ++r) {
     x.post(r);
-    if (r == 5 || r == 10) {
-      const auto t0 = std::chrono::steady_clock::now();
-      VRDMA_REQUIRE_OK(pv::migrate(*x.mdev, socks[1 + moves], 20s, pv::StateVia::guest_memory));
+    if (r == 5 || r == 10) {  // with this round's work in flight both ways
       ++moves;
-      BOOST_TEST_MESSAGE("moved to " << socks[moves] << " with a peer on IPv6 in " << ms_since(t0) << " ms");
-      const auto src = test::control_request(ctl_of(socks[moves - 1]), {{"cmd", "status"}});
-      const auto dst = test::control_request(ctl_of(socks[moves]), {{"cmd", "status"}});
-      const auto peer = test::control_request(ctl_of(peer_sock), {{"cmd", "status"}});
-      BOOST_TEST(src["notices"].value("peers_paused", 0) == 1, src.dump());
-      BOOST_TEST(dst["notices"].value("peers_repointed", 0) == 1, dst.dump());
-      BOOST_TEST(peer["notices"].value("qps_paused", 0) == static_cast<int>(moves), peer.dump());
-      BOOST_TEST(peer["notices"].value("qps_repointed", 0) == static_cast<int>(moves), peer.dump());
-      BOOST_TEST(peer["notices"].value("refused", 0) == 0, peer.dump());
+      x.move(socks[moves - 1], socks[moves], peer_sock, static_cast<int>(moves), " with a peer on IPv6");
     }
     x.finish(r);
   }
   BOOST_TEST(moves == 2u);
-  x.mp->check_all(kRounds);
-  x.pm->check_all(kRounds);
-  auto qm = x.m.qp->query();
-  auto qp = x.p.qp->query();
-  VRDMA_REQUIRE_OK(qm);
-  VRDMA_REQUIRE_OK(qp);
-  BOOST_TEST(qm->dest_qp_num == peer_qpn);
-  BOOST_TEST(qp->dest_qp_num == mover_qpn);
+  x.check_all(kRounds, mover_qpn, peer_qpn);
 }
 
 // A peer outside the guest (a QP straight on the NIC, as a plain host's or an rxe peer's) keeps
