@@ -331,7 +331,7 @@ Status RdmaDevice::Impl::load_state(std::span<const std::uint8_t> blob) {
       std::uint32_t h = 0, rq_done = 0, dest = 0, keys = 0;
       if (!r.get(h) || !r.get(rq_done) || !r.get(dest) || !r.get(keys)) return fail(bad("truncated QP extras"));
       auto it = qps.find(h);
-      if (it == qps.end() || !seen.insert(h).second || dest >> 24 != 0 || keys > lim.max_mr)
+      if (it == qps.end() || !seen.insert(h).second || dest >> 24 != 0 || keys > notice::kMaxRkeys)
         return fail(bad(fmt::format("QP extras of QP {}", h)));
       auto& qp = it->second;
       // Receives still posted to the engine: at most what the guest posted and the device took.
