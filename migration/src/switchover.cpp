@@ -107,9 +107,10 @@ struct MigratingDevice::Impl {
     const Hello me = identity();
     if (st.phase != Phase::incoming && st.phase != Phase::holding)
       return fmt::format("this vrdmad is not waiting for a guest (it is {})", to_string(st.phase));
-    if (h.state_version != me.state_version)
-      return fmt::format("the source sends device state version {}, this vrdmad reads version {}: run the same vrdma "
-                         "release on both hosts", h.state_version, me.state_version);
+    if (!vhost::RdmaDevice::state_version_readable(h.state_version))
+      return fmt::format("the source sends device state version {}, this vrdmad reads versions {} to {}: run a vrdma "
+                         "release on the destination at least as new as the source's",
+                         h.state_version, vhost::RdmaDevice::kOldestStateVersion, me.state_version);
     if (h.engine != me.engine)
       return fmt::format("the guest uses a {} engine, this vrdmad a {} engine", h.engine, me.engine);
     if (h.gid != me.gid)

@@ -426,6 +426,55 @@ BOOST_AUTO_TEST_CASE(a_bad_object_layout_builds_nothing_and_the_destination_carr
   g.here = std::move(dstp);
 }
 
+// A source one release older (it sends device state version kOldestStateVersion) is taken: a
+// destination reads every version from that one to its own (hosts are upgraded one at a time);
+// a source newer than the destination is refused with the reason, and nothing changes there.
+BOOST_AUTO_TEST_CASE(a_source_of_an_older_state_version_is_taken_and_a_newer_one_refused) {
+  BOOST_REQUIRE_MESSAGE(can_make_netns(), "needs root for network namespaces");
+  Fabric net;
+  BOOST_REQUIRE_MESSAGE(net.ok, "cannot build the namespaces and the bridge (nftables?)");
+  Guest g(net);
+  Vrdmad dst(g.dir, "versions", net.b, std::string("soft:") + kGuestIp, incoming_args("tcp:10.67.0.2:7861", "gB"));
+  // The first frame the destination answers a HELLO of `version` with: its type and text.
+  auto answer = [&](std::uint32_t version) {
+    std::pair<int, std::string> out{-1, ""};
+    BOOST_REQUIRE(run_in_netns(net.a, [&] {
+      const int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_port = htons(7861);
+      ::inet_pton(AF_INET, "10.67.0.2", &a.sin_addr);
+      if (s < 0 || ::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return;
+      migration::Hello h;
+      h.gid = std::string("::ffff:") + kGuestIp;
+      h.mac = kGuestMac;
+      h.engine = "soft";
+      h.state_version = version;
+      h.source = "a test source of another release";
+      const auto f = migration::encode(migration::FrameType::hello, migration::encode_hello(h));
+      (void)::send(s, f.data(), f.size(), MSG_NOSIGNAL);
+      migration::FrameReader r;
+      for (int i = 0; i < 50 && out.first < 0; ++i) {
+        pollfd p{s, POLLIN, 0};
+        if (::poll(&p, 1, 100) <= 0) continue;
+        std::uint8_t buf[4096];
+        const ssize_t n = ::recv(s, buf, sizeof buf, 0);
+        if (n <= 0) break;
+        r.feed(std::span(buf, static_cast<std::size_t>(n)));
+        if (auto fr = r.next(); fr && fr->has_value()) out = {static_cast<int>((*fr)->type), (*fr)->text()};
+      }
+      ::close(s);
+    }));
+    return out;
+  };
+  const auto newer = answer(vhost::RdmaDevice::kStateVersion + 1);
+  BOOST_TEST(newer.first == static_cast<int>(migration::FrameType::refuse), "answer " << newer.first << ": " << newer.second);
+  BOOST_TEST(newer.second.find("version") != std::string::npos, newer.second);
+  const auto older = answer(vhost::RdmaDevice::kOldestStateVersion);
+  BOOST_TEST(older.first == static_cast<int>(migration::FrameType::hello_ok), "answer " << older.first << ": " << older.second);
+  BOOST_TEST(vhost::RdmaDevice::kOldestStateVersion < vhost::RdmaDevice::kStateVersion);
+}
+
 BOOST_AUTO_TEST_CASE(failed_migrations_leave_the_guest_running_at_the_source) {
   BOOST_REQUIRE_MESSAGE(can_make_netns(), "needs root for network namespaces");
   Fabric net;
