@@ -110,10 +110,15 @@ Result<UniqueFd> listen_unix(const std::string& path) {
   sockaddr_un a{};
   a.sun_family = AF_UNIX;
   if (path.size() >= sizeof a.sun_path) return make_error(Errc::invalid_argument, "control socket path too long: " + path);
-  std::memcpy(a.sun_path, path.c_str(), path.size() + 1);
-  ::unlink(path.c_str());
-  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return errno_error(errno, "binding " + path);
-  if (::listen(fd.get(), 8) != 0) return errno_error(errno, "listening on " + path);
+  // Bound under a temporary name and renamed once listening: whoever sees `path` can connect
+  // (a client that connected between bind and listen was refused).
+  const std::string tmp = path + ".new";
+  if (tmp.size() >= sizeof a.sun_path) return make_error(Errc::invalid_argument, "control socket path too long: " + path);
+  std::memcpy(a.sun_path, tmp.c_str(), tmp.size() + 1);
+  ::unlink(tmp.c_str());
+  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return errno_error(errno, "binding " + tmp);
+  if (::listen(fd.get(), 8) != 0) return errno_error(errno, "listening on " + tmp);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return errno_error(errno, "renaming " + tmp + " to " + path);
   return fd;
 }
 
