@@ -335,6 +335,49 @@ BOOST_AUTO_TEST_CASE(objects_made_or_destroyed_after_the_layout_went_are_handled
   g.here = std::move(dstp);  // the guest's endpoints are destroyed where the device now runs
 }
 
+namespace {
+
+// From inside the source's namespace, a hand-made source: connects to the destination at
+// 10.67.0.2:`port` and says HELLO with the guest's identity and device state `version`; -1 when
+// it cannot connect.
+int hello_to(std::uint16_t port, std::uint32_t version, const char* source) {
+  const int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  ::inet_pton(AF_INET, "10.67.0.2", &a.sin_addr);
+  if (s < 0 || ::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    if (s >= 0) ::close(s);
+    return -1;
+  }
+  migration::Hello h;
+  h.gid = std::string("::ffff:") + kGuestIp;
+  h.mac = kGuestMac;
+  h.engine = "soft";
+  h.state_version = version;
+  h.source = source;
+  const auto f = migration::encode(migration::FrameType::hello, migration::encode_hello(h));
+  (void)::send(s, f.data(), f.size(), MSG_NOSIGNAL);
+  return s;
+}
+
+// The first frame the destination sends on `s`, within 5 s.
+std::optional<migration::Frame> first_frame(int s) {
+  migration::FrameReader r;
+  for (int i = 0; i < 50; ++i) {
+    pollfd p{s, POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    std::uint8_t buf[4096];
+    const ssize_t n = ::recv(s, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    r.feed(std::span(buf, static_cast<std::size_t>(n)));
+    if (auto f = r.next(); f && f->has_value()) return std::move(**f);
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 // A source that sends a broken or oversized object layout (PRESTATE) after HELLO_OK: the
 // destination says so in its log, builds nothing and keeps waiting; a real migration to it then
 // works, with the objects built ahead from the good layout.
@@ -347,32 +390,11 @@ BOOST_AUTO_TEST_CASE(a_bad_object_layout_builds_nothing_and_the_destination_carr
                                        incoming_args("tcp:10.67.0.2:7851", "gB"));
   bool said_ok = false;
   BOOST_REQUIRE(run_in_netns(net.a, [&] {
-    const int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(7851);
-    ::inet_pton(AF_INET, "10.67.0.2", &a.sin_addr);
-    if (s < 0 || ::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return;
-    migration::Hello h;
-    h.gid = std::string("::ffff:") + kGuestIp;
-    h.mac = kGuestMac;
-    h.engine = "soft";
-    h.state_version = vhost::RdmaDevice::kStateVersion;
-    h.source = "a hostile test source";
+    const int s = hello_to(7851, vhost::RdmaDevice::kStateVersion, "a hostile test source");
+    if (s < 0) return;
     auto put = [&](const std::vector<std::uint8_t>& f) { (void)::send(s, f.data(), f.size(), MSG_NOSIGNAL); };
-    put(migration::encode(migration::FrameType::hello, migration::encode_hello(h)));
-    migration::FrameReader r;
-    for (int i = 0; i < 50 && !said_ok; ++i) {
-      pollfd p{s, POLLIN, 0};
-      if (::poll(&p, 1, 100) <= 0) continue;
-      std::uint8_t buf[4096];
-      const ssize_t n = ::recv(s, buf, sizeof buf, 0);
-      if (n <= 0) break;
-      r.feed(std::span(buf, static_cast<std::size_t>(n)));
-      auto f = r.next();
-      said_ok = f && f->has_value() && (*f)->type == migration::FrameType::hello_ok &&
-                (*f)->text().find("\"prestate\":true") != std::string::npos;
-    }
+    const auto f = first_frame(s);
+    said_ok = f && f->type == migration::FrameType::hello_ok && f->text().find("\"prestate\":true") != std::string::npos;
     // Garbage, then a layout whose QP names a PD and CQs it does not have, then one asking
     // for more PDs than the destination's limit.
     const std::vector<std::uint8_t> junk{1, 2, 3, 4, 5, 6, 7};
@@ -439,30 +461,9 @@ BOOST_AUTO_TEST_CASE(a_source_of_an_older_state_version_is_taken_and_a_newer_one
   auto answer = [&](std::uint32_t version) {
     std::pair<int, std::string> out{-1, ""};
     BOOST_REQUIRE(run_in_netns(net.a, [&] {
-      const int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      sockaddr_in a{};
-      a.sin_family = AF_INET;
-      a.sin_port = htons(7861);
-      ::inet_pton(AF_INET, "10.67.0.2", &a.sin_addr);
-      if (s < 0 || ::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return;
-      migration::Hello h;
-      h.gid = std::string("::ffff:") + kGuestIp;
-      h.mac = kGuestMac;
-      h.engine = "soft";
-      h.state_version = version;
-      h.source = "a test source of another release";
-      const auto f = migration::encode(migration::FrameType::hello, migration::encode_hello(h));
-      (void)::send(s, f.data(), f.size(), MSG_NOSIGNAL);
-      migration::FrameReader r;
-      for (int i = 0; i < 50 && out.first < 0; ++i) {
-        pollfd p{s, POLLIN, 0};
-        if (::poll(&p, 1, 100) <= 0) continue;
-        std::uint8_t buf[4096];
-        const ssize_t n = ::recv(s, buf, sizeof buf, 0);
-        if (n <= 0) break;
-        r.feed(std::span(buf, static_cast<std::size_t>(n)));
-        if (auto fr = r.next(); fr && fr->has_value()) out = {static_cast<int>((*fr)->type), (*fr)->text()};
-      }
+      const int s = hello_to(7861, version, "a test source of another release");
+      if (s < 0) return;
+      if (const auto f = first_frame(s)) out = {static_cast<int>(f->type), f->text()};
       ::close(s);
     }));
     return out;
