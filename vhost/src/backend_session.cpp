@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "vrdma/common/log.hpp"
+#include "vrdma/vhost/write_journal.hpp"
 
 namespace vrdma::vhost {
 
@@ -97,8 +98,10 @@ BackendSession::Reply BackendSession::set_features(Message& m) {
     if (v.ring != nullptr && (f.has(VirtioFeature::ring_packed) != acked_.has(VirtioFeature::ring_packed)))
       return make_error(Errc::bad_state, "SET_FEATURES changes the ring layout while a ring is running");
   }
-  if (f.has(VirtioFeature::log_all) != acked_.has(VirtioFeature::log_all))
+  if (f.has(VirtioFeature::log_all) != acked_.has(VirtioFeature::log_all)) {
     log::info("vhost-user: dirty logging {}", f.has(VirtioFeature::log_all) ? "on" : "off");
+    journal::event(f.has(VirtioFeature::log_all) ? journal::Event::logging_on : journal::Event::logging_off);
+  }
   if (f != acked_) log::info("vhost-user: features acked {:#x} (packed {}, event idx {}, indirect {}, log all {})",
                              f.raw(), f.has(VirtioFeature::ring_packed), f.has(VirtioFeature::ring_event_idx),
                              f.has(VirtioFeature::ring_indirect_desc), f.has(VirtioFeature::log_all));
@@ -158,8 +161,15 @@ BackendSession::Reply BackendSession::set_mem_table(Message& m) {
   if (!table) return prefixed("SET_MEM_TABLE: ", table.error());
   mem_ = std::move(*table);  // whole-table swap; running rings see it at their next access
   dev_.memory_changed();
+  journal_mem_table();
   log::info("vhost-user: guest memory table now has {} regions", mem_->regions().size());
   return std::optional<Message>{};
+}
+
+void BackendSession::journal_mem_table() const {
+  if (!journal::enabled()) return;
+  journal::event(journal::Event::mem_table, static_cast<std::uint32_t>(mem_->regions().size()));
+  for (const auto& r : mem_->regions()) journal::event(journal::Event::mem_region, 0, r->gpa(), r->size(), r->fd_offset());
 }
 
 BackendSession::Reply BackendSession::get_max_mem_slots(Message& m) { return std::optional(u64_reply(m, kMaxMemSlots)); }
@@ -172,6 +182,7 @@ BackendSession::Reply BackendSession::add_mem_reg(Message& m) {
   if (!table) return prefixed("ADD_MEM_REG: ", table.error());
   mem_ = std::move(*table);
   dev_.memory_changed();
+  journal_mem_table();
   return std::optional<Message>{};
 }
 
@@ -180,6 +191,7 @@ BackendSession::Reply BackendSession::rem_mem_reg(Message& m) {
   if (!table) return prefixed("REM_MEM_REG: ", table.error());
   mem_ = std::move(*table);
   dev_.memory_changed();
+  journal_mem_table();
   return std::optional<Message>{};
 }
 
@@ -189,6 +201,7 @@ BackendSession::Reply BackendSession::set_log_base(Message& m) {
   if (!l) return prefixed("SET_LOG_BASE: ", l.error());
   log_ = std::move(*l);
   dev_.memory_changed();
+  journal::event(journal::Event::log_base, 0, 0, a.mmap_size);
   log::info("vhost-user: dirty log of {} bytes covers {} MiB of guest memory", a.mmap_size, a.mmap_size * 8 * 4 / 1024);
   return std::optional(u64_reply(m, 0));
 }

@@ -61,6 +61,7 @@ class BackendSession final : public DeviceHost {
   Reply add_mem_reg(Message& m);
   Reply rem_mem_reg(Message& m);
   Reply set_log_base(Message& m);
+  void journal_mem_table() const;  // the new table in the write journal (when one is kept)
   // backend_vring.cpp: rings
   Reply set_vring_num(Message& m);
   Reply set_vring_addr(Message& m);

@@ -6,6 +6,7 @@
 
 #include "backend_session.hpp"
 #include "vrdma/common/log.hpp"
+#include "vrdma/vhost/write_journal.hpp"
 
 namespace vrdma::vhost {
 
@@ -168,6 +169,12 @@ void BackendSession::try_start(std::uint16_t i) {
   }
   log::debug("vring {} started: size {} {} base {:#x}{}", i, s.size, s.packed ? "packed" : "split", v.base,
              ring_indices(v));
+  if (journal::enabled()) {
+    journal::ring_started(i);
+    journal::object(journal::Object::vring, i, s.desc, desc_area_size(s), 0);
+    journal::object(journal::Object::vring, i, s.driver, driver_area_size(s), 1);
+    journal::object(journal::Object::vring, i, s.device, device_area_size(s), 2);
+  }
   process(i);  // buffers may already be waiting (reconnect, migration)
 }
 
@@ -177,6 +184,7 @@ void BackendSession::stop(std::uint16_t i) {
   if (v.kick) loop_.remove(v.kick.get());
   dev_.queue_stopped(i);
   v.base = v.ring->base();
+  journal::ring_stopped(i);
   log::debug("vring {} stopped at base {:#x}{}", i, v.base, ring_indices(v));
   v.ring.reset();
   v.kick.reset();

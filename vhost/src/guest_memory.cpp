@@ -1,5 +1,7 @@
 #include "vrdma/vhost/guest_memory.hpp"
 
+#include "vrdma/vhost/write_journal.hpp"
+
 #include <fmt/format.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -164,19 +166,20 @@ Result<std::shared_ptr<DirtyLog>> DirtyLog::map(UniqueFd fd, std::uint64_t size,
   return l;
 }
 
-void DirtyLog::mark(std::uint64_t gpa, std::uint64_t len) noexcept {
-  if (len == 0) return;
+bool DirtyLog::mark(std::uint64_t gpa, std::uint64_t len) noexcept {
+  if (len == 0) return true;
   const std::uint64_t first = gpa / kPageSize;
   const std::uint64_t last = (len - 1 > UINT64_MAX - gpa) ? UINT64_MAX / kPageSize : (gpa + len - 1) / kPageSize;
   for (std::uint64_t page = first; page <= last; ++page) {
     const std::uint64_t byte = page / 8;
     if (byte >= size_) {
       overflow_.fetch_add(last - page + 1, std::memory_order_relaxed);
-      return;
+      return false;
     }
     std::atomic_ref<std::uint8_t>(bits_[byte]).fetch_or(static_cast<std::uint8_t>(1u << (page % 8)),
                                                         std::memory_order_relaxed);
   }
+  return true;
 }
 
 namespace {
@@ -213,7 +216,8 @@ Status GuestView::write(std::uint64_t gpa, const void* src, std::uint64_t len) c
   const auto* in = static_cast<const std::uint8_t*>(src);
   VRDMA_TRY(for_each_piece(*mem_, gpa, len,
                            [&](std::uint8_t* p, std::uint64_t off, std::uint64_t n) { std::memcpy(p, in + off, n); }));
-  if (log_ != nullptr) log_->mark(gpa, len);
+  const bool logged = log_ != nullptr && log_->mark(gpa, len);
+  journal::write(gpa, len, journal::Source::backend, log_ != nullptr, logged);
   return {};
 }
 
@@ -229,7 +233,8 @@ Status GuestView::store_u16_release(std::uint64_t gpa, std::uint16_t v) const {
   auto p = mem_->range(gpa, 2);
   if (!p) return std::move(p).error();
   std::atomic_ref<std::uint16_t>(*reinterpret_cast<std::uint16_t*>(*p)).store(v, std::memory_order_release);
-  if (log_ != nullptr) log_->mark(gpa, 2);
+  const bool logged = log_ != nullptr && log_->mark(gpa, 2);
+  journal::write(gpa, 2, journal::Source::backend, log_ != nullptr, logged);
   return {};
 }
 

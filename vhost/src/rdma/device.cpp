@@ -12,6 +12,7 @@
 #include "impl.hpp"
 #include "virtio_rdma_conv.hpp"
 #include "vrdma/common/log.hpp"
+#include "vrdma/vhost/write_journal.hpp"
 
 namespace vrdma::vhost {
 
@@ -180,6 +181,32 @@ void RdmaDevice::Impl::pause() {
     log::warn("virtio-rdma: the engine could not quiesce: {}", s.error().message);
   paused = true;
   mark_dma_writable();
+  journal_objects();
+}
+
+// Where the device's objects lie in guest memory, for the write journal's readers: a page of
+// a migrated guest that differs from its source is told apart by what it holds.
+void RdmaDevice::Impl::journal_objects() const {
+  if (!journal::enabled()) return;
+  using journal::Object;
+  for (const auto& [h, cq] : cqs)
+    journal::object(Object::cq_ring, h, cq.ring_gpa, vd::kCqeOffset + std::uint64_t{cq.depth} * sizeof(vd::Cqe));
+  for (const auto& [h, qp] : qps) {
+    journal::object(Object::send_ring, h, qp.sq.gpa, std::uint64_t{qp.sq.depth} * qp.sq.stride);
+    if (qp.srq == vd::kNoHandle) journal::object(Object::recv_ring, h, qp.rq.gpa, std::uint64_t{qp.rq.depth} * qp.rq.stride);
+    journal::object(Object::qp_status, h, qp.status_gpa, sizeof(vd::QpStatus));
+  }
+  for (const auto& [h, srq] : srqs) {
+    journal::object(Object::srq_ring, h, srq.ring.gpa, std::uint64_t{srq.ring.depth} * srq.ring.stride);
+    journal::object(Object::qp_status, h, srq.status_gpa, sizeof(vd::QpStatus));
+  }
+  for (const auto& [h, mr] : mrs) {
+    const std::uint64_t psize = std::uint64_t{1} << mr.page_shift;
+    for (auto p : mr.observer->pages()) journal::object(Object::mr_page, h, p, psize);
+  }
+  if (state_area)
+    for (const auto& b : state_area->bufs)
+      if (b.writable) journal::object(Object::state_area, 0, b.gpa, b.len);
 }
 
 // A NIC writes received SENDs, RDMA WRITEs, READ responses and atomic results into guest memory

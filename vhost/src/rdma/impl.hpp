@@ -331,6 +331,7 @@ struct RdmaDevice::Impl {
   // message was solicited; a solicited-only arm then wakes for every receive completion.
   bool engine_reports_solicited = true;
   void mark_dma_writable();
+  void journal_objects() const;
   EventLoop& loop;
   RdmaDeviceOptions opts;
   DeviceHost* host = nullptr;

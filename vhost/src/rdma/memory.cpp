@@ -8,12 +8,13 @@
 
 #include "impl.hpp"
 #include "vrdma/common/log.hpp"
+#include "vrdma/vhost/write_journal.hpp"
 
 namespace vrdma::vhost {
 
 void MrObserver::on_write(std::uint64_t addr, std::uint64_t len) noexcept {
   auto log = log_->log.load(std::memory_order_acquire);
-  if (!log || len == 0) return;
+  if ((!log && !journal::enabled()) || len == 0) return;
   const auto base = reinterpret_cast<std::uint64_t>(base_);
   if (addr < base) return;
   std::uint64_t off = off0_ + (addr - base);  // offset from the start of pages_[0]
@@ -23,7 +24,8 @@ void MrObserver::on_write(std::uint64_t addr, std::uint64_t len) noexcept {
     if (page >= pages_.size()) return;
     const std::uint64_t in = off & (psize - 1);
     const std::uint64_t n = std::min(len, psize - in);
-    log->mark(pages_[page] + in, n);
+    const bool logged = log && log->mark(pages_[page] + in, n);
+    journal::write(pages_[page] + in, n, journal::Source::engine, log != nullptr, logged);
     off += n;
     len -= n;
   }

@@ -86,8 +86,9 @@ class DirtyLog {
   static Result<std::shared_ptr<DirtyLog>> map(UniqueFd fd, std::uint64_t size, std::uint64_t offset);
 
   // Marks every page of [gpa, gpa+len). Atomic per byte (the frontend reads and clears the
-  // bitmap concurrently). Pages beyond the bitmap are counted in overflow(), never written.
-  void mark(std::uint64_t gpa, std::uint64_t len) noexcept;
+  // bitmap concurrently). Pages beyond the bitmap are counted in overflow(), never written;
+  // false when there were any.
+  bool mark(std::uint64_t gpa, std::uint64_t len) noexcept;
   [[nodiscard]] std::uint64_t size() const { return size_; }
   [[nodiscard]] std::uint64_t overflow() const { return overflow_.load(std::memory_order_relaxed); }
 
