@@ -39,6 +39,24 @@ if [ -n "$STREAM" ]; then
   poweroff -f
 fi
 
+# vrdma.blkload=MIB: a checked disk loop on /dev/vda (QEMU's own virtio-blk: the migration
+# memory study's guest without vrdma, memcheck_study.sh): each round writes MIB MiB of fresh
+# random data, drops the page cache, reads it back and compares checksums, printing
+# "VRDMA-BLK iter <n> ok" (or BAD) until the VM is stopped.
+BLK=$(arg vrdma.blkload)
+if [ -n "$BLK" ]; then
+  i=0
+  while :; do
+    i=$((i + 1))
+    dd if=/dev/urandom of=/tmp/blk bs=1M count="$BLK" 2>/dev/null
+    want=$(md5sum < /tmp/blk)
+    dd if=/tmp/blk of=/dev/vda bs=1M conv=fsync 2>/dev/null
+    echo 3 > /proc/sys/vm/drop_caches
+    got=$(dd if=/dev/vda bs=1M count="$BLK" 2>/dev/null | md5sum)
+    if [ "$want" = "$got" ]; then echo "VRDMA-BLK iter $i ok"; else echo "VRDMA-BLK iter $i BAD"; fi
+  done
+fi
+
 CASES=$(arg vrdma.cases)
 if [ -n "$CASES" ]; then
   PEER=$(arg vrdma.peer); PORT=$(arg vrdma.port); PORT=${PORT:-18600}

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# One run of the migration memory study (memcheck_study.sh): a guest boots on host A and QEMU's
+# own migrate moves it A -> B -> A -> ... MOVES times; after each move both QEMUs are paused and
+# their RAM compared page by page (vrdma-memcmp, each differing page told apart as vrdmad's or
+# QEMU's by vrdmad's write journal), then the guest must go on making checked progress.
+#   memcheck_run.sh VRDMA_PERF VRDMAD PVVERBS_BIND VRDMA_STREAM VRDMA_MEMCMP
+# Environment: QEMU, DEVICE (vrdma | virtio-blk), BANDWIDTH (vm_lib.sh); MOVES (default 10);
+# MEMCHECK_LOG (required): one JSON line per move, and one for a guest that died or stalled.
+# Exits 0 when every move was made, 4 when the guest died or stalled after a move (recorded),
+# 77 without root, QEMU or the guest. KEEP_WORK=1 keeps the logs.
+set -euo pipefail
+PERF=$(readlink -f "$1"); VRDMAD=$(readlink -f "$2"); BIND=$(readlink -f "$3"); STREAM=$(readlink -f "$4")
+MEMCMP=$(readlink -f "$5")
+HERE=$(cd "$(dirname "$0")" && pwd)
+skip() { echo "SKIP: $*"; exit 77; }
+[ "$(id -u)" -eq 0 ] && ip netns list >/dev/null 2>&1 || skip "needs root to create network namespaces"
+[ -n "${MEMCHECK_LOG:-}" ] || { echo "memcheck_run.sh: set MEMCHECK_LOG" >&2; exit 2; }
+rc=0; out=$("$HERE/make_guest.sh" "$PERF" "$BIND" "$STREAM" 2>&1) || rc=$?
+if [ $rc -eq 3 ]; then skip "guest unavailable: $out"; elif [ $rc -ne 0 ]; then echo "$out"; exit 1; fi
+KERNEL=$(echo "$out" | sed -n 's/.*KERNEL=\([^ ]*\).*/\1/p')
+INITRD=$(echo "$out" | sed -n 's/.*INITRD=\([^ ]*\).*/\1/p')
+
+MOVES=${MOVES:-10}
+MSGS=100000000
+MEMCHECK=record
+if [ "${DEVICE:-vrdma}" = vrdma ]; then GUEST_ARGS="vrdma.stream=$MSGS"; STEP=300; else GUEST_ARGS="vrdma.blkload=8"; STEP=2; fi
+. "$HERE/vm_lib.sh"
+vm_fabric
+
+gave_up() {  # gave_up MOVE WHY: the guest did not go on after move MOVE
+  local console
+  console=$(tr -d '\r' < "$work/serial-$2.log" | grep -E -m3 "Kernel panic|BUG:|Oops|general protection|stack guard|corruption|\"error\"" |
+            tr '"\\' "''" | tr '\n' ' ' || true)
+  printf '{"qemu":"%s","device":"%s","bandwidth":%s,"after_move":%s,"guest_failed":"%s","console":"%s"}\n' \
+    "$("$QEMU" --version | head -1 | sed 's/.*version \([0-9.]*\).*/\1/')" "$DEVICE" "$BANDWIDTH" "$1" "$3" "$console" \
+    >> "$MEMCHECK_LOG"
+  echo "the guest did not go on after move $1 ($3)"
+  for f in "$work"/serial-"$2".log "$work"/vrdmad-"$2".log; do [ -f "$f" ] && { echo "--- $f"; tail -20 "$f"; }; done
+  exit 4
+}
+
+[ "$DEVICE" != vrdma ] || { ip netns exec $P timeout 1500 "$STREAM" -d soft:$PEER -n "$MSGS" --limit 1400 >"$work/peer.log" 2>&1 & pids+=($!); }
+vrdmad A h0
+qemu A h0
+wait_progress "$STEP" 240 || gave_up 0 h0 "no progress after boot"
+for ((m = 1; m <= MOVES; m++)); do
+  if ((m % 2)); then from=A to=B ip=$MB; else from=B to=A ip=$MA; fi
+  migrate "$from" "h$((m - 1))" "$to" "h$m" "$ip"
+  p=$(progress)
+  wait_progress $((p + STEP)) 120 || gave_up "$m" "h$m" "no progress within 120 s (at $(progress))"
+done
+echo "memcheck run: $MOVES moves made"

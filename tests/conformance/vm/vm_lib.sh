@@ -1,0 +1,235 @@
+# Sourced by the QEMU-driven VM migration rigs (vm_migrate_test.sh, memcheck_study.sh): the
+# fabric of namespaces, a backend and a QEMU on a host, the monitor, and a move with the guest
+# memory check (docs/migration.md "Guest memory after a move").
+#
+# Namespaces: a switch (bridge), hosts A and B (the guest's RDMA address on an interface with
+# the guest's MAC, silent on the host the guest is not on; a bridge for the guest's virtio-net
+# tap; a management link A-B for QEMU's migration stream), and the peer.
+#
+# The caller sets: KERNEL, INITRD, VRDMAD, MEMCMP, and optionally
+#   QEMU         the QEMU binary (default qemu-system-x86_64; debian13.sh qemu gives QEMU 10)
+#   DEVICE       vrdma (vhost-user-blk-pci carrier on a vrdmad) or virtio-blk (QEMU's own
+#                virtio-blk on a shared disk file: no vhost-user, no vrdma process)
+#   BANDWIDTH    the memory copy's limit in MiB/s, 0 for none (default 32, QEMU 7.2's own default)
+#   GUEST_ARGS   extra kernel command line words for the guest (its workload)
+#   MEMCHECK     fail (default: a page that differs fails the move) or record (count and go on)
+#   MEMCHECK_LOG a file that gets one JSON line per move (configuration, timings, the comparison)
+# and calls vm_fabric once. Then vrdmad/qemu/migrate as below; cleanup runs at exit.
+SW=vmsw$$ A=vma$$ B=vmb$$ P=vmp$$
+GIP=10.78.0.12 GMAC=52:54:00:78:00:0c   # the guest's RDMA identity (vrdmad's engine)
+GUEST=10.78.0.2 NICMAC=52:54:00:78:00:02 PEER=10.78.0.3
+MA=10.79.0.1 MB=10.79.0.2
+QEMU=${QEMU:-qemu-system-x86_64}
+DEVICE=${DEVICE:-vrdma}
+BANDWIDTH=${BANDWIDTH:-32}
+MEMCHECK=${MEMCHECK:-fail}
+work=$(mktemp -d)
+pids=()
+declare -A QEMU_PID VRDMAD_PID
+# Every backend records its writes into guest memory (vrdma/vhost/write_journal.hpp).
+export VRDMA_WRITE_JOURNAL="$work/journal-%p.bin"
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for ns in $A $B $P $SW; do
+    ip netns pids "$ns" 2>/dev/null | xargs -r kill 2>/dev/null || true
+  done
+  sleep 0.3
+  for ns in $A $B $P $SW; do ip netns del "$ns" 2>/dev/null || true; done
+  if [ -n "${KEEP_WORK:-}" ]; then echo "work dir kept: $work"; else rm -rf "$work"; fi
+}
+trap cleanup EXIT
+failed=0
+fail() { echo "FAIL: $*"; failed=$((failed + 1)); }
+die() {
+  echo "FAIL: $*"
+  for f in "$work"/*.log; do echo "--- $f"; tail -15 "$f"; done
+  exit 1
+}
+
+vm_fabric() {
+  local ns h
+  for ns in $SW $A $B $P; do
+    ip netns add "$ns"
+    ip -n "$ns" link set lo up
+    ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1
+  done
+  ip -n $SW link add br0 type bridge
+  ip -n $SW link set br0 up
+  leg() {  # leg NS IFNAME: a veth from NS to the switch
+    ip -n "$1" link add "$2" type veth peer name "s$2" netns $SW
+    ip -n $SW link set "s$2" master br0 up
+  }
+  for h in A B; do
+    ns=${!h}
+    leg "$ns" "g$h"      # the guest's RDMA address (same MAC and address on both hosts)
+    ip -n "$ns" link set "g$h" address $GMAC
+    ip -n "$ns" addr add $GIP/24 dev "g$h"
+    ip -n "$ns" link set "g$h" up
+    leg "$ns" "u$h"      # the uplink of the bridge carrying the guest's virtio-net
+    ip -n "$ns" link add hbr type bridge
+    ip -n "$ns" link set "u$h" master hbr up
+    ip -n "$ns" tuntap add tap0 mode tap
+    ip -n "$ns" link set tap0 master hbr up
+    ip -n "$ns" link set hbr up
+  done
+  ip -n $B link set gB arp off   # host B stays silent for the guest until the guest runs there
+  # A host answers ARP for the guest's address only on the guest's interface (not on the bridge
+  # carrying the guest's virtio-net: Linux would answer there for any local address, arp_ignore=0).
+  for ns in $A $B; do ip netns exec "$ns" sysctl -qw net.ipv4.conf.all.arp_ignore=1; done
+  leg $P gP
+  ip -n $P addr add $PEER/24 dev gP
+  ip -n $P link set gP up
+  ip -n $A link add mA type veth peer name mB netns $B
+  ip -n $A addr add $MA/24 dev mA && ip -n $A link set mA up
+  ip -n $B addr add $MB/24 dev mB && ip -n $B link set mB up
+  # A lossy fabric: the switch drops 1% of RoCE packets, both ways, all the time.
+  ip netns exec $SW nft add table bridge loss
+  ip netns exec $SW nft add chain bridge loss lossy '{ type filter hook forward priority 0; }'
+  ip netns exec $SW nft add rule bridge loss lossy udp dport 4791 numgen random mod 100 '<' 1 counter drop
+  # QEMU's own virtio-blk: one disk file both hosts see (shared storage).
+  [ "$DEVICE" = vrdma ] || truncate -s 64M "$work/disk.img"
+}
+
+vrdmad() {  # vrdmad HOST NAME [ARGS...]: starts a vrdmad in HOST's namespace for the guest
+  local h=$1 name=$2; shift 2
+  [ "$DEVICE" = vrdma ] || return 0
+  local ns=${!h}
+  ip netns exec "$ns" "$VRDMAD" --socket "$work/$name.sock" --control "$work/$name.ctl" --engine soft:$GIP \
+    --mac $GMAC --announce "g$h" "$@" >"$work/vrdmad-$name.log" 2>&1 &
+  pids+=($!)
+  VRDMAD_PID[$name]=$!
+  for _ in $(seq 100); do [ -S "$work/$name.sock" ] && return 0; sleep 0.05; done
+  die "vrdmad $name did not start"
+}
+
+qemu() {  # qemu HOST NAME [ARGS...]: the guest's VMM on HOST, with the device on vrdmad NAME
+  local h=$1 name=$2; shift 2
+  local dev=(-chardev socket,id=vr,path="$work/$name.sock" -device vhost-user-blk-pci,chardev=vr,num-queues=4,queue-size=256)
+  [ "$DEVICE" = vrdma ] || dev=(-drive file="$work/disk.img",if=none,id=d0,format=raw,cache=none -device virtio-blk-pci,drive=d0)
+  ip netns exec "${!h}" "$QEMU" -accel tcg -cpu max,la57=off -m 512M -smp 1 -display none -no-reboot \
+    -object memory-backend-memfd,id=mem,size=512M,share=on -numa node,memdev=mem \
+    -kernel "$KERNEL" -initrd "$INITRD" \
+    -append "console=ttyS0 loglevel=5 panic=-1 no_timer_check vrdma.ip=$GUEST vrdma.peer=$PEER ${GUEST_ARGS:-}" \
+    -chardev file,id=con,path="$work/serial-$name.log" -serial chardev:con "${dev[@]}" \
+    -netdev tap,id=n0,ifname=tap0,script=no,downscript=no -device virtio-net-pci,netdev=n0,mac=$NICMAC \
+    -monitor unix:"$work/mon-$name.sock",server=on,wait=off "$@" >"$work/qemu-$name.log" 2>&1 &
+  pids+=($!)
+  QEMU_PID[$name]=$!
+  for _ in $(seq 100); do [ -S "$work/mon-$name.sock" ] && return 0; sleep 0.05; done
+  die "QEMU $name did not start"
+}
+
+hmp() {  # hmp NAME COMMAND: one human-monitor command, its output
+  timeout 20 python3 - "$work/mon-$1.sock" "$2" <<'PY'
+import socket, sys, time
+s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); s.settimeout(10)
+buf = b""
+while b"(qemu)" not in buf: buf += s.recv(4096)
+s.sendall(sys.argv[2].encode() + b"\n")
+buf = b""
+while buf.count(b"(qemu)") < 1: buf += s.recv(65536)
+print(buf.decode(errors="replace").replace("\r", "").split("\n", 1)[-1].rsplit("(qemu)", 1)[0])
+PY
+}
+
+ctl() {  # ctl NAME: vrdmad's status
+  timeout 5 python3 -c 'import socket,sys
+s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); s.sendall(b"{\"cmd\":\"status\"}\n")
+print(s.makefile().readline().strip())' "$work/$1.ctl" 2>/dev/null || true
+}
+
+# The guest's progress: vrdma-stream's messages, or the disk loop's rounds.
+progress() {
+  cat "$work"/serial-*.log 2>/dev/null | tr -d '\r' |
+    sed -n 's/^VRDMA-STREAM progress \([0-9]*\)/\1/p; s/^VRDMA-BLK iter \([0-9]*\) ok/\1/p' | sort -n | tail -1
+}
+wait_progress() {  # wait_progress N SECONDS
+  for _ in $(seq $(($2 * 10))); do
+    [ "$(progress || echo 0)" -ge "$1" ] 2>/dev/null && return 0
+    grep -q "VRDMA-GUEST-DONE" "$work"/serial-*.log 2>/dev/null && return 1
+    sleep 0.1
+  done
+  return 1
+}
+# A guest kernel that died prints this on its console.
+crashed() { grep -l -E "Kernel panic|BUG:|Oops|general protection|stack guard page|list_del corruption" \
+  "$work"/serial-*.log 2>/dev/null | xargs -r -n1 basename | tr '\n' ' '; }
+
+MOVE_RESULT=""  # the last move's comparison, as a JSON object
+migrate() {  # migrate FROM_HOST FROM_NAME TO_HOST TO_NAME TO_IP
+  local fh=$1 fn=$2 th=$3 tn=$4 tip=$5 port=$((4440 + RANDOM % 50))
+  vrdmad "$th" "$tn" --incoming guest
+  # -S: the destination stays paused once the memory is in, so that both sides can be compared.
+  qemu "$th" "$tn" -S -incoming tcp:$tip:$port
+  sleep 0.5
+  local before t0 t1 st
+  before=$(progress)
+  local limit=$((BANDWIDTH * 1048576))
+  [ "$BANDWIDTH" -ne 0 ] || limit=1099511627776
+  hmp "$fn" "migrate_set_parameter max-bandwidth $limit" >/dev/null
+  t0=$(date +%s%N)
+  hmp "$fn" "migrate -d tcp:$tip:$port" >/dev/null
+  st=""
+  for _ in $(seq 1200); do
+    st=$(hmp "$fn" "info migrate" | sed -n 's/^Migration status: //p')
+    case "$st" in completed|failed|cancelled) break ;; esac
+    sleep 0.1
+  done
+  t1=$(date +%s%N)
+  [ "$st" = completed ] || die "QEMU's migration $fn -> $tn ended '$st'"
+  local info downtime total vs
+  info=$(hmp "$fn" "info migrate")
+  downtime=$(echo "$info" | sed -n 's/^downtime: \([0-9]*\) ms/\1/p')
+  total=$(echo "$info" | sed -n 's/^total time: \([0-9]*\) ms/\1/p')
+  # The source has sent everything; the destination may still be taking the last of it.
+  for _ in $(seq 300); do
+    vs=$(hmp "$tn" "info status" | tr -d '\r' | sed -n 's/^VM status: //p')
+    [ "$vs" = paused ] && break
+    sleep 0.1
+  done
+  [ "$vs" = paused ] || die "the destination QEMU $tn is '$vs', not paused with the memory in, 30 s after the source completed"
+  memcheck "$fn" "$tn" "$before" "$(( (t1 - t0) / 1000000 ))" "${downtime:-0}"
+  hmp "$tn" "cont" >/dev/null
+  # The source VMM quits after the switchover (libvirt does the same): its vrdmad lets go.
+  hmp "$fn" "quit" >/dev/null 2>&1 || true
+  echo "migrate $fn -> $tn: QEMU total ${total:-?} ms, downtime ${downtime:-?} ms ($(( (t1 - t0) / 1000000 )) ms wall); at progress $before"
+  [ "$DEVICE" = vrdma ] || return 0
+  local src dst
+  for _ in $(seq 150); do
+    src=$(ctl "$fn")
+    echo "$src" | grep -q '"phase":"migrated"' && break
+    sleep 0.1
+  done
+  dst=$(ctl "$tn")
+  echo "$src" | grep -q '"phase":"migrated"' || fail "the source vrdmad $fn did not let go: $src"
+  echo "$src" | grep -q '"qp":0' || fail "the source vrdmad $fn still holds QPs: $src"
+  grep -q "written into guest memory" "$work/vrdmad-$fn.log" ||
+    fail "the source vrdmad $fn did not write the device state into guest memory"
+  for _ in $(seq 50); do echo "$dst" | grep -q '"phase":"running"' && break; sleep 0.1; dst=$(ctl "$tn"); done
+  echo "$dst" | grep -q '"phase":"running"' || fail "the destination vrdmad $tn does not run the guest: $dst"
+  echo "$dst" | grep -q '"qp":1' || fail "the destination vrdmad $tn does not hold the guest's QP: $dst"
+  grep -o "loaded the device state ([0-9]* bytes) from guest memory in [0-9.]* ms" "$work/vrdmad-$tn.log" | sed 's/^/  /' || true
+}
+
+# memcheck FROM TO PROGRESS WALL_MS DOWNTIME_MS: both QEMUs paused; the destination's RAM against
+# the source's, the source vrdmad's journal telling whose each differing page is.
+memcheck() {
+  local fn=$1 tn=$2 journals=() rc=0 out
+  [ -n "${VRDMAD_PID[$fn]:-}" ] && [ -f "$work/journal-${VRDMAD_PID[$fn]}.bin" ] &&
+    journals=(--journal "$work/journal-${VRDMAD_PID[$fn]}.bin")
+  "$MEMCMP" "pid:${QEMU_PID[$fn]}" "pid:${QEMU_PID[$tn]}" "${journals[@]}" --report "$work/memcmp.json" \
+    >"$work/memcmp.txt" 2>&1 || rc=$?
+  sed "s/^/  $fn -> $tn: /" "$work/memcmp.txt"
+  [ $rc -le 1 ] || die "the memory comparison of $fn -> $tn could not run (status $rc)"
+  out=$(cat "$work/memcmp.json")
+  MOVE_RESULT=$out
+  if [ -n "${MEMCHECK_LOG:-}" ]; then
+    printf '{"qemu":"%s","device":"%s","bandwidth":%s,"move":"%s->%s","progress":%s,"wall_ms":%s,"downtime_ms":%s,"memcmp":%s}\n' \
+      "$("$QEMU" --version | head -1 | sed 's/.*version \([0-9.]*\).*/\1/')" "$DEVICE" "$BANDWIDTH" "$fn" "$tn" \
+      "${3:-0}" "$4" "$5" "$out" >> "$MEMCHECK_LOG"
+  fi
+  if [ $rc -ne 0 ] && [ "$MEMCHECK" = fail ]; then
+    fail "after the move $fn -> $tn the destination's guest memory differs from the source's (above)"
+  fi
+  return 0
+}
