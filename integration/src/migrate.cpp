@@ -161,14 +161,16 @@ void on_job_completed(virConnectPtr, virDomainPtr, virTypedParameterPtr params, 
 int usage() {
   std::fprintf(stderr,
                "usage: vrdmactl migrate DOMAIN DEST_URI [--connect SRC_URI] [--migrateuri URI] [--timeout S] "
-               "[--parallel N] [--bandwidth MIB]\n"
+               "[--parallel N] [--bandwidth MIB] [--suspend]\n"
                "  DEST_URI      the destination libvirtd as the source libvirtd reaches it (qemu+tcp://host/system)\n"
                "  --connect     the source libvirtd (default $LIBVIRT_DEFAULT_URI or qemu:///system)\n"
                "  --migrateuri  QEMU's migration stream: tcp://host[:port] or rdma://host:port (default: tcp)\n"
                "  --timeout     abort the migration after S seconds (default 300)\n"
                "  --parallel    N parallel (multifd) TCP connections (default 2; 1: one stream)\n"
                "  --bandwidth   at most MIB MiB/s for the memory copy (default: no limit; docs/integration.md says\n"
-               "                why a limit helps TCG guests under QEMU 7.2)\n");
+               "                why a limit helps TCG guests under QEMU 7.2)\n"
+               "  --suspend     leave the domain paused on the destination (virsh resume DOMAIN runs it), as\n"
+               "                virsh migrate --suspend does\n");
   return 2;
 }
 
@@ -285,6 +287,7 @@ int migrate_cli(const std::vector<std::string>& args) {
   std::vector<std::string> pos;
   std::string connect, migrate_uri;
   long timeout_s = 300, parallel = -1, bandwidth = 0;
+  bool suspend = false;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const auto& a = args[i];
     auto value = [&](std::string& out) {
@@ -304,6 +307,8 @@ int migrate_cli(const std::vector<std::string>& args) {
       if (!value(v) || (parallel = std::strtol(v.c_str(), nullptr, 10)) <= 0) return usage();
     } else if (a == "--bandwidth") {
       if (!value(v) || (bandwidth = std::strtol(v.c_str(), nullptr, 10)) <= 0) return usage();
+    } else if (a == "--suspend") {
+      suspend = true;
     } else if (!a.empty() && a[0] == '-') {
       std::fprintf(stderr, "vrdmactl migrate: unknown option %s\n", a.c_str());
       return usage();
@@ -413,6 +418,7 @@ int migrate_cli(const std::vector<std::string>& args) {
     virTypedParamsAddString(&params, &nparams, &maxparams, VIR_MIGRATE_PARAM_URI, choice.migrate_uri.c_str());
   unsigned flags = VIR_MIGRATE_LIVE | VIR_MIGRATE_PEER2PEER;
   if (choice.rdma) flags |= VIR_MIGRATE_RDMA_PIN_ALL;
+  if (suspend) flags |= VIR_MIGRATE_PAUSED;
   if (bandwidth > 0)
     virTypedParamsAddULLong(&params, &nparams, &maxparams, VIR_MIGRATE_PARAM_BANDWIDTH,
                             static_cast<unsigned long long>(bandwidth));
@@ -486,14 +492,16 @@ int migrate_cli(const std::vector<std::string>& args) {
     return 1;
   }
   std::lock_guard lk(ev.mu);
+  const char* now = suspend ? "is now paused on" : "now runs on";
   if (ev.completed) {
-    std::printf("Domain %s now runs on %s: the migration took %llu ms with %llu ms of downtime, "
+    std::printf("Domain %s %s %s: the migration took %llu ms with %llu ms of downtime, "
                 "%llu memory passes, %s transferred.\n",
-                name.c_str(), dest.c_str(), ev.elapsed_ms, ev.downtime_ms, ev.iterations, mib(ev.processed).c_str());
+                name.c_str(), now, dest.c_str(), ev.elapsed_ms, ev.downtime_ms, ev.iterations, mib(ev.processed).c_str());
   } else {
-    std::printf("Domain %s now runs on %s: the migration took %.0f ms (libvirt reported no job figures).\n",
-                name.c_str(), dest.c_str(), wall * 1000);
+    std::printf("Domain %s %s %s: the migration took %.0f ms (libvirt reported no job figures).\n",
+                name.c_str(), now, dest.c_str(), wall * 1000);
   }
+  if (suspend) std::printf("It runs once resumed there: virsh -c %s resume %s\n", dest.c_str(), name.c_str());
   return 0;
 }
 

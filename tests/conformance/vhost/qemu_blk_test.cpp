@@ -2,7 +2,8 @@
 // whose virtio_blk driver writes and reads back checksummed data through our backend, on
 // four queues, with split and packed rings, with and without event idx and indirect
 // descriptors; and a live migration between two QEMUs (each with its own backend) while the
-// guest verifies every byte it reads.
+// guest verifies every byte it reads, and its RAM on the destination is compared with the
+// source's (the source backend's write journal says whose each differing page would be).
 #define BOOST_TEST_MODULE vhost_qemu_blk_conformance
 #include <boost/test/unit_test.hpp>
 #include <fcntl.h>
@@ -16,6 +17,7 @@
 #include <regex>
 #include <thread>
 
+#include "memcmp.hpp"
 #include "process.hpp"
 #include "qmp.hpp"
 
@@ -23,7 +25,14 @@ using namespace vrdma::test;
 
 namespace {
 
-const char* kQemu = "/usr/bin/qemu-system-x86_64";
+// VRDMA_QEMU names another QEMU (e.g. QEMU 10 from tests/conformance/debian13.sh).
+const std::string& qemu_binary() {
+  static const std::string q = [] {
+    const char* e = std::getenv("VRDMA_QEMU");
+    return std::string(e != nullptr && *e != '\0' ? e : "/usr/bin/qemu-system-x86_64");
+  }();
+  return q;
+}
 
 struct Guest {
   std::string kernel, initrd, skip;
@@ -32,7 +41,7 @@ struct Guest {
 const Guest& guest() {
   static Guest g = [] {
     Guest r;
-    if (::access(kQemu, X_OK) != 0) {
+    if (::access(qemu_binary().c_str(), X_OK) != 0) {
       r.skip = "qemu-system-x86_64 is not installed (apt-get install qemu-system-x86)";
       return r;
     }
@@ -68,32 +77,38 @@ struct Vm {
   std::unique_ptr<Child> backend, qemu;
 
   std::string disk_path;
-  Vm(const TempDir& dir, const std::string& n, const std::string& disk, std::vector<std::string> extra = {})
-      : name(n), disk_path(disk) {
-    sock = dir.file(n + "-blk.sock");
-    qmp = dir.file(n + "-qmp.sock");
-    serial = dir.file(n + "-serial.log");
-    backend_log = dir.file(n + "-backend.log");
-    qemu_log = dir.file(n + "-qemu.log");
+  std::string dir;
+  Vm(const TempDir& d, const std::string& n, const std::string& disk, std::vector<std::string> extra = {})
+      : name(n), disk_path(disk), dir(d.path()) {
+    sock = d.file(n + "-blk.sock");
+    qmp = d.file(n + "-qmp.sock");
+    serial = d.file(n + "-serial.log");
+    backend_log = d.file(n + "-backend.log");
+    qemu_log = d.file(n + "-qemu.log");
     start_backend(extra);
   }
   void start_backend(std::vector<std::string> extra = {}) {
     // Every vhost-user message in the backend's log: when a guest hangs, it shows how far the
     // frontend got (the backend inherits this).
     ::setenv("VRDMA_LOG", "debug", 1);
+    // Every write into guest memory in a journal (vrdma/vhost/write_journal.hpp), for the
+    // memory comparison after a migration.
+    ::setenv("VRDMA_WRITE_JOURNAL", (dir + "/journal-%p.bin").c_str(), 1);
     ::unlink(sock.c_str());
     std::vector<std::string> argv{VHOST_BLK_BACKEND, "--socket", sock, "--disk", disk_path, "--size-mib", "64", "--queues", "4"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     backend = std::make_unique<Child>(argv, backend_log);
     BOOST_REQUIRE(wait_for_path(sock, 5000));
   }
+  // `paused`: -S, the guest does not run until `cont` (a migration destination: its memory can
+  // be compared with the source's first).
   void boot(const std::string& dev_props, const std::string& append, const std::string& incoming = "",
-            const std::string& chardev_opts = "") {
+            const std::string& chardev_opts = "", bool paused = false) {
     // loglevel=5 and softlockup_panic=1: a guest kernel stuck in a loop prints its stack and
     // stops (panic=-1 with -no-reboot ends QEMU) rather than running into the test's timeout.
     // la57=off: QEMU 7.2 TCG loses guest state when migrating a guest with 5-level paging
     // (measured: its own virtio-blk shows the same corruption; with la57=off it migrates cleanly).
-    std::vector<std::string> a{kQemu, "-accel", "tcg", "-cpu", "max,la57=off", "-smp", "4", "-m", "1G",
+    std::vector<std::string> a{qemu_binary(), "-accel", "tcg", "-cpu", "max,la57=off", "-smp", "4", "-m", "1G",
                                "-object", "memory-backend-memfd,id=mem,size=1G,share=on", "-numa", "node,memdev=mem",
                                "-chardev", "socket,id=c0,path=" + sock + chardev_opts,
                                "-device", "vhost-user-blk-pci,chardev=c0,num-queues=4" + dev_props,
@@ -105,6 +120,7 @@ struct Vm {
       a.push_back("-incoming");
       a.push_back(incoming);
     }
+    if (paused) a.push_back("-S");
     qemu = std::make_unique<Child>(a, qemu_log);
   }
   // Waits for the guest to power off; false on timeout (then QEMU is killed).
@@ -141,6 +157,20 @@ void check_backend(const std::string& log, bool packed, bool event_idx) {
   for (int q = 1; q <= 4; ++q) BOOST_TEST(std::stoul(m[q]) > 0u, "queue " << q - 1 << " carried no requests");
   const std::string f = std::string("packed ") + (packed ? "true" : "false") + ", event idx " + (event_idx ? "true" : "false");
   BOOST_TEST(log.find(f) != std::string::npos, "expected features '" << f << "' in\n" << log);
+}
+
+// After a migration, both QEMUs paused: the destination's guest RAM against the source's; a page
+// that differs fails, said with what it held and whether the source backend wrote it.
+void check_memory(const Vm& src, const Vm& dst) {
+  auto sram = vrdma::test::memcmp::ram_of_pid(src.qemu->pid());
+  auto dram = vrdma::test::memcmp::ram_of_pid(dst.qemu->pid());
+  BOOST_REQUIRE_MESSAGE(sram.ok(), (sram.ok() ? std::string() : sram.error().message));
+  BOOST_REQUIRE_MESSAGE(dram.ok(), (dram.ok() ? std::string() : dram.error().message));
+  const std::string journal = src.dir + "/journal-" + std::to_string(src.backend->pid()) + ".bin";
+  auto rep = vrdma::test::memcmp::compare(*sram, *dram, {journal});
+  BOOST_REQUIRE_MESSAGE(rep.ok(), (rep.ok() ? std::string() : rep.error().message));
+  BOOST_TEST_MESSAGE("memory after the move: " << rep->text());
+  BOOST_TEST(rep->differing == 0u, rep->text());
 }
 
 void run_io(const std::string& props, bool packed, bool event_idx) {
@@ -185,7 +215,7 @@ BOOST_AUTO_TEST_CASE(live_migration_during_checksummed_io) {
   Vm src(dir, "src", disk), dst(dir, "dst", disk);
   const std::string mig = "unix:" + dir.file("mig.sock");
   src.boot("", "vrdma.mode=migrate");
-  dst.boot("", "vrdma.mode=migrate", mig);
+  dst.boot("", "vrdma.mode=migrate", mig, "", true);  // paused once the memory is in
   // Wait until the guest is in its I/O loop.
   if (!wait_for(src.serial, "iter 2 ok", 180000)) src.dump();
   BOOST_REQUIRE(wait_for(src.serial, "iter 2 ok", 1000));
@@ -205,6 +235,19 @@ BOOST_AUTO_TEST_CASE(live_migration_during_checksummed_io) {
     dst.dump();
   }
   BOOST_REQUIRE(status.find("\"completed\"") != std::string::npos);
+  // Both paused: the destination's RAM must be the source's, page for page.
+  Qmp dq;
+  BOOST_REQUIRE(dq.connect(dst.qmp));
+  std::string dstatus;
+  for (int i = 0; i < 300; ++i) {
+    dstatus = dq.command(R"({"execute":"query-status"})");
+    if (dstatus.find("\"paused\"") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  BOOST_REQUIRE_MESSAGE(dstatus.find("\"paused\"") != std::string::npos,
+                        "the destination never held the whole memory, paused: " << dstatus);
+  check_memory(src, dst);
+  BOOST_REQUIRE(dq.command(R"({"execute":"cont"})").find("return") != std::string::npos);
   // The guest now runs on the destination: let it do a few more verified iterations there.
   const std::string before = read_file(src.serial);
   const auto last = before.rfind("iter ");

@@ -162,37 +162,32 @@ migrate() {  # migrate FROM_HOST FROM_NAME TO_HOST TO_NAME TO_IP
   # -S: the destination stays paused once the memory is in, so that both sides can be compared.
   qemu "$th" "$tn" -S -incoming tcp:$tip:$port
   sleep 0.5
-  local before t0 t1 st
+  local before limit=$((BANDWIDTH * 1048576)) journals=() mv rc=0
   before=$(progress)
-  local limit=$((BANDWIDTH * 1048576))
   [ "$BANDWIDTH" -ne 0 ] || limit=1099511627776
-  hmp "$fn" "migrate_set_parameter max-bandwidth $limit" >/dev/null
-  t0=$(date +%s%N)
-  hmp "$fn" "migrate -d tcp:$tip:$port" >/dev/null
-  st=""
-  for _ in $(seq 1200); do
-    st=$(hmp "$fn" "info migrate" | sed -n 's/^Migration status: //p')
-    case "$st" in completed|failed|cancelled) break ;; esac
-    sleep 0.1
-  done
-  t1=$(date +%s%N)
-  [ "$st" = completed ] || die "QEMU's migration $fn -> $tn ended '$st'"
-  local info downtime total vs
-  info=$(hmp "$fn" "info migrate")
-  downtime=$(echo "$info" | sed -n 's/^downtime: \([0-9]*\) ms/\1/p')
-  total=$(echo "$info" | sed -n 's/^total time: \([0-9]*\) ms/\1/p')
-  # The source has sent everything; the destination may still be taking the last of it.
-  for _ in $(seq 300); do
-    vs=$(hmp "$tn" "info status" | tr -d '\r' | sed -n 's/^VM status: //p')
-    [ "$vs" = paused ] && break
-    sleep 0.1
-  done
-  [ "$vs" = paused ] || die "the destination QEMU $tn is '$vs', not paused with the memory in, 30 s after the source completed"
-  memcheck "$fn" "$tn" "$before" "$(( (t1 - t0) / 1000000 ))" "${downtime:-0}"
-  hmp "$tn" "cont" >/dev/null
+  # The source vrdmad's journal tells whose a differing page is.
+  [ -n "${VRDMAD_PID[$fn]:-}" ] && [ -f "$work/journal-${VRDMAD_PID[$fn]}.bin" ] &&
+    journals=(--journal "$work/journal-${VRDMAD_PID[$fn]}.bin")
+  rm -f "$work/memcmp.json"
+  mv=$(python3 "$HERE/hmp_move.py" "$work/mon-$fn.sock" "$work/mon-$tn.sock" "tcp:$tip:$port" "$limit" -- \
+       "$MEMCMP" "pid:${QEMU_PID[$fn]}" "pid:${QEMU_PID[$tn]}" "${journals[@]}" --report "$work/memcmp.json" \
+       2>"$work/memcmp.txt") || rc=$?
+  sed "s/^/  $fn -> $tn: /" "$work/memcmp.txt"
+  [ $rc -eq 0 ] || die "QEMU's migration $fn -> $tn did not complete: $mv"
+  local check
+  check=$(echo "$mv" | python3 -c 'import json,sys; print(json.load(sys.stdin)["check_status"])')
+  [ "$check" -le 1 ] && [ -s "$work/memcmp.json" ] || die "the memory comparison of $fn -> $tn could not run (status $check)"
+  MOVE_RESULT=$(cat "$work/memcmp.json")
+  if [ -n "${MEMCHECK_LOG:-}" ]; then
+    printf '{"qemu":"%s","device":"%s","bandwidth":%s,"move":"%s->%s","progress":%s,"move_figures":%s,"memcmp":%s}\n' \
+      "$("$QEMU" --version | head -1 | sed 's/.*version \([0-9.]*\).*/\1/')" "$DEVICE" "$BANDWIDTH" "$fn" "$tn" \
+      "${before:-0}" "$mv" "$MOVE_RESULT" >> "$MEMCHECK_LOG"
+  fi
+  [ "$check" -eq 0 ] || [ "$MEMCHECK" != fail ] ||
+    fail "after the move $fn -> $tn the destination's guest memory differs from the source's (above)"
   # The source VMM quits after the switchover (libvirt does the same): its vrdmad lets go.
   hmp "$fn" "quit" >/dev/null 2>&1 || true
-  echo "migrate $fn -> $tn: QEMU total ${total:-?} ms, downtime ${downtime:-?} ms ($(( (t1 - t0) / 1000000 )) ms wall); at progress $before"
+  echo "migrate $fn -> $tn at progress $before: $mv"
   [ "$DEVICE" = vrdma ] || return 0
   local src dst
   for _ in $(seq 150); do
@@ -209,27 +204,4 @@ migrate() {  # migrate FROM_HOST FROM_NAME TO_HOST TO_NAME TO_IP
   echo "$dst" | grep -q '"phase":"running"' || fail "the destination vrdmad $tn does not run the guest: $dst"
   echo "$dst" | grep -q '"qp":1' || fail "the destination vrdmad $tn does not hold the guest's QP: $dst"
   grep -o "loaded the device state ([0-9]* bytes) from guest memory in [0-9.]* ms" "$work/vrdmad-$tn.log" | sed 's/^/  /' || true
-}
-
-# memcheck FROM TO PROGRESS WALL_MS DOWNTIME_MS: both QEMUs paused; the destination's RAM against
-# the source's, the source vrdmad's journal telling whose each differing page is.
-memcheck() {
-  local fn=$1 tn=$2 journals=() rc=0 out
-  [ -n "${VRDMAD_PID[$fn]:-}" ] && [ -f "$work/journal-${VRDMAD_PID[$fn]}.bin" ] &&
-    journals=(--journal "$work/journal-${VRDMAD_PID[$fn]}.bin")
-  "$MEMCMP" "pid:${QEMU_PID[$fn]}" "pid:${QEMU_PID[$tn]}" "${journals[@]}" --report "$work/memcmp.json" \
-    >"$work/memcmp.txt" 2>&1 || rc=$?
-  sed "s/^/  $fn -> $tn: /" "$work/memcmp.txt"
-  [ $rc -le 1 ] || die "the memory comparison of $fn -> $tn could not run (status $rc)"
-  out=$(cat "$work/memcmp.json")
-  MOVE_RESULT=$out
-  if [ -n "${MEMCHECK_LOG:-}" ]; then
-    printf '{"qemu":"%s","device":"%s","bandwidth":%s,"move":"%s->%s","progress":%s,"wall_ms":%s,"downtime_ms":%s,"memcmp":%s}\n' \
-      "$("$QEMU" --version | head -1 | sed 's/.*version \([0-9.]*\).*/\1/')" "$DEVICE" "$BANDWIDTH" "$fn" "$tn" \
-      "${3:-0}" "$4" "$5" "$out" >> "$MEMCHECK_LOG"
-  fi
-  if [ $rc -ne 0 ] && [ "$MEMCHECK" = fail ]; then
-    fail "after the move $fn -> $tn the destination's guest memory differs from the source's (above)"
-  fi
-  return 0
 }

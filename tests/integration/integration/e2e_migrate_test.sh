@@ -7,12 +7,14 @@
 #                      device, so the pre-flight falls back to TCP, multifd, and must say why)
 # After each move the domain runs on the other host only; at the end the host writes the stop
 # marker and the guest must report RESULT OK (every read-back matched). Downtimes are printed.
-# Usage: e2e_migrate_test.sh VRDMACTL VHOST_BLK_BACKEND
+# Each move leaves the domain paused on the destination (--suspend) until its guest RAM has been
+# compared with the source's (memcheck_lib.sh); a page that differs fails the test.
+# Usage: e2e_migrate_test.sh VRDMACTL VHOST_BLK_BACKEND VRDMA_MEMCMP
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 SRC=$(cd "$HERE/../../.." && pwd)
-[ "$#" = 2 ] || { echo "usage: $0 VRDMACTL VHOST_BLK_BACKEND" >&2; exit 2; }
-export VRDMACTL=$1 BLK=$2
+[ "$#" = 3 ] || { echo "usage: $0 VRDMACTL VHOST_BLK_BACKEND VRDMA_MEMCMP" >&2; exit 2; }
+export VRDMACTL=$1 BLK=$2 MEMCMP=$(readlink -f "$3") HERE
 skip() { echo "e2e_migrate: SKIP: $*" >&2; exit 77; }
 [ "$(id -u)" -eq 0 ] || skip "needs root"
 for t in libvirtd virsh qemu-system-x86_64; do
@@ -26,13 +28,14 @@ cleanup() { rm -rf "$W"; }
 trap cleanup EXIT
 cat > "$W/hook" <<H
 #!/bin/sh
-VRDMA_BLK_BACKEND=$BLK VRDMA_HOOK_LOG=$W/hook.log exec $VRDMACTL hook qemu "\$@"
+VRDMA_WRITE_JOURNAL=$W/journal-%p.bin VRDMA_BLK_BACKEND=$BLK VRDMA_HOOK_LOG=$W/hook.log exec $VRDMACTL hook qemu "\$@"
 H
 chmod 755 "$W/hook"
 export LV_HOOK=$W/hook KERNEL INITRD
 
 inner() {
   set -u
+  . "$HERE/memcheck_lib.sh"
   fail() {
     echo "FAIL: $*" >&2
     echo "--- hook log"; cat "$W/hook.log" 2>/dev/null
@@ -90,8 +93,11 @@ X
   # --bandwidth 32 (QEMU's own default; libvirt's is unlimited): without a limit QEMU 7.2 loses
   # guest memory in about 1 of 15-25 migrations of a TCG guest, even with its own virtio-blk and
   # no vrdma code at all (docs/integration.md "QEMU 7.2 TCG and unlimited bandwidth").
-  $A migrate --live --p2p --bandwidth 32 lv9g1 "$LV_B_TCP" --migrateuri "tcp://$LV_B_IP" || fail "virsh migrate a -> b failed"
+  mem_hold "$LV_A_DIR" lv9g1 "$W/g1.sock.pid" || fail "cannot hold the source's guest memory"
+  $A migrate --live --p2p --suspend --bandwidth 32 lv9g1 "$LV_B_TCP" --migrateuri "tcp://$LV_B_IP" || fail "virsh migrate a -> b failed"
   t1=$(date +%s%N)
+  [ "$($B domstate lv9g1 2>/dev/null)" = paused ] || fail "the guest is not paused on host b after virsh migrate --suspend"
+  mem_check "$LV_B_DIR" lv9g1 "a -> b" || fail "after virsh migrate a -> b the guest memory on b differs from a's (above)"
   [ "$($B domstate lv9g1 2>/dev/null)" = running ] || fail "the guest does not run on host b after virsh migrate"
   [ -z "$($A list --name)" ] || fail "the guest still shows on host a after virsh migrate"
   grep -q "lv9-b lv9g1 migrate begin: started vhost-user-blk on $W/lv9g1.lv9-b.sock" "$W/hook.log" ||
@@ -107,8 +113,9 @@ X
   iters=$(grep -c "VRDMA-GUEST: iter .* ok" "$W/console.log")
 
   # 2. b -> a, vrdmactl migrate (rdma:// requested, falls back to TCP with the reasons).
+  mem_hold "$LV_B_DIR" lv9g1 "$W/lv9g1.lv9-b.sock.pid" || fail "cannot hold the source's guest memory"
   out=$("$VRDMACTL" migrate lv9g1 "$LV_A_TCP" --connect "$LV_B_URI" --migrateuri "rdma://$LV_A_IP:49338" --timeout 120 \
-    --bandwidth 32 2>&1)
+    --bandwidth 32 --suspend 2>&1)
   rc=$?
   echo "$out" | sed 's/^/  vrdmactl: /'
   [ $rc = 0 ] || fail "vrdmactl migrate b -> a failed (status $rc)"
@@ -120,8 +127,10 @@ X
   echo "$out" | grep -q "The memory copy is limited to 32 MiB/s." || fail "vrdmactl did not say it limits the bandwidth"
   echo "$out" | grep -q "2 parallel TCP connections (multifd)" || fail "vrdmactl did not send the memory multifd"
   echo "$out" | grep -q "Falling back to TCP (tcp://$LV_A_IP:49338)" || fail "vrdmactl did not fall back to TCP"
-  echo "$out" | grep -qE "Domain lv9g1 now runs on .* with [0-9]+ ms of downtime" ||
+  echo "$out" | grep -qE "Domain lv9g1 is now paused on .* with [0-9]+ ms of downtime" ||
     fail "vrdmactl did not print the JOB_COMPLETED figures"
+  [ "$($A domstate lv9g1 2>/dev/null)" = paused ] || fail "the guest is not paused on host a after vrdmactl migrate --suspend"
+  mem_check "$LV_A_DIR" lv9g1 "b -> a" || fail "after vrdmactl migrate b -> a the guest memory on a differs from b's (above)"
   echo "$out" | grep -qE "remaining|Memory copy pass" || fail "vrdmactl printed no progress"
   [ "$($A domstate lv9g1 2>/dev/null)" = running ] || fail "the guest does not run on host a after vrdmactl migrate"
   [ -z "$($B list --name)" ] || fail "the guest still shows on host b after vrdmactl migrate"

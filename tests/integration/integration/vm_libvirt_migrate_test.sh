@@ -10,12 +10,15 @@
 # between two real libvirt instances (two_hosts.sh). The destination's hook starts vrdmad with
 # --incoming guest; nobody tells the source anything: the device state travels in the guest's
 # memory. At the end both sides must have every message once, in order, with the right bytes.
-# Usage: vm_libvirt_migrate_test.sh VRDMACTL VRDMAD VRDMA_PERF PVVERBS_BIND VRDMA_STREAM
+# Every move leaves the domain paused on the destination (--suspend) until its guest RAM has been
+# compared with the source's (memcheck_lib.sh); a page that differs fails the test.
+# Usage: vm_libvirt_migrate_test.sh VRDMACTL VRDMAD VRDMA_PERF PVVERBS_BIND VRDMA_STREAM VRDMA_MEMCMP
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 SRC=$(cd "$HERE/../../.." && pwd)
-[ "$#" = 5 ] || { echo "usage: $0 VRDMACTL VRDMAD VRDMA_PERF PVVERBS_BIND VRDMA_STREAM" >&2; exit 2; }
+[ "$#" = 6 ] || { echo "usage: $0 VRDMACTL VRDMAD VRDMA_PERF PVVERBS_BIND VRDMA_STREAM VRDMA_MEMCMP" >&2; exit 2; }
 export VRDMACTL=$(readlink -f "$1") VRDMAD=$(readlink -f "$2") PERF=$(readlink -f "$3") BIND=$(readlink -f "$4") STREAM=$(readlink -f "$5")
+export MEMCMP=$(readlink -f "$6") HERE
 skip() { echo "vm_libvirt_migrate: SKIP: $*" >&2; exit 77; }
 [ "$(id -u)" -eq 0 ] || skip "needs root"
 for t in libvirtd virsh qemu-system-x86_64 nft; do
@@ -37,7 +40,7 @@ cleanup() {
 trap cleanup EXIT
 cat > "$W/hook" <<H
 #!/bin/sh
-VRDMA_VRDMAD=$VRDMAD VRDMA_HOOK_LOG=$W/hook.log exec $VRDMACTL hook qemu "\$@"
+VRDMA_WRITE_JOURNAL=$W/journal-%p.bin VRDMA_VRDMAD=$VRDMAD VRDMA_HOOK_LOG=$W/hook.log exec $VRDMACTL hook qemu "\$@"
 H
 chmod 755 "$W/hook"
 . "$HERE/vm_domain.sh"
@@ -46,6 +49,7 @@ export LV_HOOK=$W/hook LV_PREFIX=lv6 LV_NET=10.98.6
 
 inner() {
   set -u
+  . "$HERE/memcheck_lib.sh"
   GIP=10.88.6.12 GMAC=52:54:00:88:06:0c GUEST=10.88.6.2 NICMAC=52:54:00:88:06:02 PEER=10.88.6.3
   MSGS=${VM_MIGRATE_MESSAGES:-100000}
   fail() {
@@ -107,8 +111,11 @@ inner() {
   p0=$(progress); t0=$(date +%s%N)
   # --bandwidth 32: QEMU 7.2 loses TCG guest memory now and then without a limit
   # (docs/integration.md "QEMU 7.2 TCG and unlimited bandwidth").
-  $A migrate --live --p2p --bandwidth 32 lv6g1 "$LV_B_TCP" --migrateuri "tcp://$LV_B_IP" || fail "virsh migrate a -> b failed"
+  mem_hold "$LV_A_DIR" lv6g1 "$W/g6.sock.pid" || fail "cannot hold the source's guest memory"
+  $A migrate --live --p2p --suspend --bandwidth 32 lv6g1 "$LV_B_TCP" --migrateuri "tcp://$LV_B_IP" || fail "virsh migrate a -> b failed"
   t1=$(date +%s%N)
+  [ "$($B domstate lv6g1 2>/dev/null)" = paused ] || fail "the guest is not paused on host b after virsh migrate --suspend"
+  mem_check "$LV_B_DIR" lv6g1 "a -> b" || fail "after virsh migrate a -> b the guest memory on b differs from a's (above)"
   [ "$($B domstate lv6g1 2>/dev/null)" = running ] || fail "the guest does not run on host b after virsh migrate"
   dt=$($B domjobinfo --completed lv6g1 2>/dev/null | awk '/^Total downtime:/ {print $3}')
   echo "virsh migrate a -> b: $(( (t1 - t0) / 1000000 )) ms wall, downtime ${dt:-?} ms, stream at $p0 messages"
@@ -121,11 +128,15 @@ inner() {
 
   # 2. b -> a, vrdmactl migrate (progress and figures).
   p1=$(progress)
+  mem_hold "$LV_B_DIR" lv6g1 "$W/lv6g1.lv6-b.sock.pid" || fail "cannot hold the source's guest memory"
   out=$("$VRDMACTL" migrate lv6g1 "$LV_A_TCP" --connect "$LV_B_URI" --migrateuri "tcp://$LV_A_IP" --timeout 240 \
-    --bandwidth 32 2>&1)
+    --bandwidth 32 --suspend 2>&1)
   rc=$?
   echo "$out" | sed 's/^/  vrdmactl: /' | tail -4
   [ $rc = 0 ] || fail "vrdmactl migrate b -> a failed (status $rc)"
+  echo "$out" | grep -q "is now paused on" || fail "vrdmactl migrate --suspend did not say the domain is paused"
+  [ "$($A domstate lv6g1 2>/dev/null)" = paused ] || fail "the guest is not paused on host a after vrdmactl migrate --suspend"
+  mem_check "$LV_A_DIR" lv6g1 "b -> a" || fail "after vrdmactl migrate b -> a the guest memory on a differs from b's (above)"
   [ "$($A domstate lv6g1 2>/dev/null)" = running ] || fail "the guest does not run on host a after vrdmactl migrate"
   echo "stream at $p1 messages when it left host b"
   wait_progress $((p1 + 1500)) 240 || fail "the stream made no progress back on host a (at $(progress))"
@@ -134,7 +145,8 @@ inner() {
   # under its own supervisor (--supervise); the one serving is the supervisor's child.
   p2=$(progress)
   stops=$(grep -c "written into guest memory" "$W/lv6g1.lv6-a.sock.log")
-  ( $A migrate --live --p2p --bandwidth 32 lv6g1 "$LV_B_TCP" --migrateuri "tcp://$LV_B_IP" > "$W/m3.out" 2>&1
+  mem_hold "$LV_A_DIR" lv6g1 "$W/lv6g1.lv6-a.sock.pid" || fail "cannot hold the source's guest memory"
+  ( $A migrate --live --p2p --suspend --bandwidth 32 lv6g1 "$LV_B_TCP" --migrateuri "tcp://$LV_B_IP" > "$W/m3.out" 2>&1
     echo "rc=$?" >> "$W/m3.out" ) &
   mpid=$!
   sup= worker=
@@ -152,6 +164,8 @@ inner() {
   echo "killed vrdmad $worker on host b during the memory copy (its supervisor is $sup)"
   wait $mpid
   grep -q "rc=0" "$W/m3.out" || fail "virsh migrate a -> b with the backend killed failed: $(cat "$W/m3.out")"
+  mem_check "$LV_B_DIR" lv6g1 "a -> b (backend killed)" ||
+    fail "after virsh migrate a -> b with b's backend killed the guest memory on b differs from a's (above)"
   [ "$($B domstate lv6g1 2>/dev/null)" = running ] || fail "the guest does not run on host b after the second move"
   grep -q "the backend $worker was killed by signal 9 (SIGKILL); starting it again" "$W/lv6g1.lv6-b.sock.log" ||
     fail "the supervisor on host b did not start vrdmad again"
