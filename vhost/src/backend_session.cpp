@@ -125,6 +125,7 @@ BackendSession::Reply BackendSession::set_owner(Message&) { return std::optional
 
 BackendSession::Reply BackendSession::reset_owner(Message&) {
   stop_all();
+  reset_pending_ = false;
   for (auto& v : vrings_) v = Vring{};
   acked_ = {};
   status_ = 0;

@@ -85,6 +85,7 @@ class BackendSession final : public DeviceHost {
   [[nodiscard]] GuestView view() const;
   [[nodiscard]] bool protocol_negotiated() const { return acked_.has(VirtioFeature::protocol_features); }
   void try_start(std::uint16_t i);
+  void settle_reset();
   void stop(std::uint16_t i);
   void stop_all();
   void process(std::uint16_t i);
@@ -105,6 +106,10 @@ class BackendSession final : public DeviceHost {
   std::optional<InflightArea> inflight_;
   std::vector<Vring> vrings_;
   std::uint8_t status_ = 0;
+  // SET_STATUS 0 came: the device is reset when ring 0 starts again anywhere but where it
+  // stopped (stop_base0_), kept when it carries on from there (backend_state.cpp set_status).
+  bool reset_pending_ = false;
+  std::uint32_t stop_base0_ = 0;
   // Device-state transfer (SET_DEVICE_STATE_FD / CHECK_DEVICE_STATE).
   UniqueFd state_fd_;
   std::uint32_t state_dir_ = 0;

@@ -67,8 +67,15 @@ BackendSession::Reply BackendSession::set_status(Message& m) {
   if (s > 0xff) return make_error(Errc::invalid_argument, fmt::format("SET_STATUS {:#x} exceeds 8 bits", s));
   status_ = static_cast<std::uint8_t>(s);
   if (s == 0) {
+    // QEMU (7.2 onwards, with PROTOCOL_F_STATUS) sends 0 both when the guest's driver resets the
+    // device and whenever it stops the device for a VM stop (`stop`, a migration's switchover),
+    // after which the VM may run on here (`cont`, a failed or abandoned migration). The rings
+    // stop now; whether the device's objects go too is decided when ring 0 starts again: at the
+    // base it stopped at, the same driver carries on; anywhere else (0: a driver that started
+    // over), the device is reset then (try_start).
     stop_all();
-    dev_.reset();
+    reset_pending_ = true;
+    stop_base0_ = vrings_.empty() ? 0 : vrings_[0].base;
   }
   return std::optional<Message>{};
 }

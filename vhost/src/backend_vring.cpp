@@ -123,9 +123,29 @@ BackendSession::Reply BackendSession::set_vring_enable(Message& m) {
   return std::optional<Message>{};
 }
 
+// After SET_STATUS 0 (set_status), ring 0's new base says whether the driver carries on: a fresh
+// driver starts every ring at 0 (split) or at index 0 with both wrap counters set (packed). A
+// ring that stopped exactly there is taken as a new driver too (its objects go): for a split
+// ring only after 65,536 requests, for a packed one when its index came back to 0.
+void BackendSession::settle_reset() {
+  reset_pending_ = false;
+  const bool packed = acked_.has(VirtioFeature::ring_packed);
+  const std::uint32_t fresh = packed ? 0x80008000u : 0u;
+  const std::uint32_t base = vrings_[0].base;
+  if (base == stop_base0_ && base != fresh && (!packed || base != 0x8000u)) {
+    log::info("vhost-user: the rings start again where they stopped (ring 0 at {:#x}) after SET_STATUS 0: the VM runs "
+              "on after a stop, and the device keeps its state", base);
+    return;
+  }
+  log::info("vhost-user: the driver starts over after SET_STATUS 0 (ring 0 at {:#x}, stopped at {:#x}): the device is "
+            "reset", base, stop_base0_);
+  dev_.reset();
+}
+
 void BackendSession::try_start(std::uint16_t i) {
   Vring& v = vrings_[i];
   if (v.ring || !v.kick || !v.addr_set || v.num == 0) return;
+  if (reset_pending_ && i == 0) settle_reset();
   RingSetup s;
   s.size = v.num;
   s.packed = acked_.has(VirtioFeature::ring_packed);
