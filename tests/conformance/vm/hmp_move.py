@@ -6,9 +6,15 @@ for ~4 s before they give up):
 sets the source's max-bandwidth, starts `migrate -d URI`, polls the source every 20 ms until the
 migration ends, waits for the destination (started with -S) to hold the whole memory, paused,
 runs CHECK_COMMAND (the memory comparison; its output goes to stderr), then `cont`s the
-destination whatever the check said. Prints one JSON object: status, QEMU's own figures, the
-check's exit status, and where the pause went (ms). Exits 0 when the migration completed and the
-destination runs, 1 otherwise."""
+destination when the check passed (exit 0). When it did not:
+  --cont-anyway            the destination runs all the same (a study of what follows);
+  --abandon-if-vmm REPORT  when the comparison's JSON report says no differing page is the
+                           backend's and the backend wrote nothing after the stop (QEMU lost
+                           them), the destination quits and the source runs on at once, so
+                           that the move can be made again; otherwise both stay paused.
+Prints one JSON object: status, QEMU's own figures, the check's exit status, whether the
+destination runs or the move was abandoned, and where the pause went (ms). Exits 0 when the
+migration completed (and the check ran), 1 otherwise."""
 import json
 import socket
 import subprocess
@@ -47,11 +53,18 @@ def field(text, name):
 
 
 def main():
-    if len(sys.argv) < 6 or sys.argv[5] != "--":
+    args = sys.argv[1:]
+    anyway = bool(args) and args[0] == "--cont-anyway"
+    if anyway:
+        args = args[1:]
+    abandon_report = None
+    if len(args) > 1 and args[0] == "--abandon-if-vmm":
+        abandon_report, args = args[1], args[2:]
+    if len(args) < 5 or args[4] != "--":
         print(__doc__, file=sys.stderr)
         return 2
-    src, dst = Hmp(sys.argv[1]), Hmp(sys.argv[2])
-    uri, limit, check = sys.argv[3], sys.argv[4], sys.argv[6:]
+    src, dst = Hmp(args[0]), Hmp(args[1])
+    uri, limit, check = args[2], args[3], args[5:]
     out = {}
     src.cmd("migrate_set_parameter max-bandwidth " + limit)
     t0 = time.monotonic()
@@ -87,8 +100,19 @@ def main():
     out["check_status"] = subprocess.run(check, stdout=sys.stderr).returncode
     t_checked = time.monotonic()
     out["check_ms"] = round((t_checked - t_paused) * 1000)
-    dst.cmd("cont")
-    out["cont_ms"] = round((time.monotonic() - t_checked) * 1000)
+    out["running"] = out["check_status"] == 0 or anyway
+    out["abandoned"] = False
+    if out["running"]:
+        dst.cmd("cont")
+        out["cont_ms"] = round((time.monotonic() - t_checked) * 1000)
+    elif out["check_status"] == 1 and abandon_report:
+        with open(abandon_report) as f:
+            rep = json.load(f)
+        if rep["backend_pages"] == 0 and rep["journal_after_stop"] == 0:
+            dst.s.sendall(b"quit\n")
+            src.cmd("cont")
+            out["abandoned"] = True
+            out["cont_ms"] = round((time.monotonic() - t_checked) * 1000)
     print(json.dumps(out))
     return 0
 

@@ -27,13 +27,18 @@ if [ "${DEVICE:-vrdma}" = vrdma ]; then GUEST_ARGS="vrdma.stream=$MSGS"; STEP=30
 . "$HERE/vm_lib.sh"
 vm_fabric
 
-gave_up() {  # gave_up MOVE WHY: the guest did not go on after move MOVE
-  local console
+gave_up() {  # gave_up MOVE NAME WHY: the guest did not go on after move MOVE (its QEMU is NAME)
+  local console alive=no vs rip c0 c1
   console=$(tr -d '\r' < "$work/serial-$2.log" | grep -E -m3 "Kernel panic|BUG:|Oops|general protection|stack guard|corruption|\"error\"" |
             tr '"\\' "''" | tr '\n' ' ' || true)
-  printf '{"qemu":"%s","device":"%s","bandwidth":%s,"after_move":%s,"guest_failed":"%s","console":"%s"}\n' \
+  # Is the guest alive (its virtio-net answers), running, and its device still moving work?
+  ip netns exec $P ping -c 2 -W 1 $GUEST >/dev/null 2>&1 && alive=yes
+  vs=$(hmp "$2" "info status" 2>/dev/null | tr -d '\r' | sed -n 's/^VM status: //p')
+  rip=$(hmp "$2" "info registers" 2>/dev/null | tr -d '\r' | sed -n 's/.*\(RIP=[0-9a-f]*\).*/\1/p' | head -1)
+  c0=$(ctl "$2" | sed -n 's/.*"cqes":\([0-9]*\).*/\1/p'); sleep 2; c1=$(ctl "$2" | sed -n 's/.*"cqes":\([0-9]*\).*/\1/p')
+  printf '{"qemu":"%s","device":"%s","bandwidth":%s,"after_move":%s,"guest_failed":"%s","console":"%s","pings":"%s","vm":"%s","rip":"%s","cqes":"%s -> %s in 2 s"}\n' \
     "$("$QEMU" --version | head -1 | sed 's/.*version \([0-9.]*\).*/\1/')" "$DEVICE" "$BANDWIDTH" "$1" "$3" "$console" \
-    >> "$MEMCHECK_LOG"
+    "$alive" "$vs" "$rip" "$c0" "$c1" >> "$MEMCHECK_LOG"
   echo "the guest did not go on after move $1 ($3)"
   for f in "$work"/serial-"$2".log "$work"/vrdmad-"$2".log; do [ -f "$f" ] && { echo "--- $f"; tail -20 "$f"; }; done
   exit 4

@@ -12,7 +12,10 @@
 #                virtio-blk on a shared disk file: no vhost-user, no vrdma process)
 #   BANDWIDTH    the memory copy's limit in MiB/s, 0 for none (default 32, QEMU 7.2's own default)
 #   GUEST_ARGS   extra kernel command line words for the guest (its workload)
-#   MEMCHECK     fail (default: a page that differs fails the move) or record (count and go on)
+#   MEMCHECK     fail (default: a page that differs fails the move; when none of them is vrdmad's
+#                and vrdmad wrote nothing after the stop, QEMU lost them: the move is abandoned,
+#                the source resumes and the move is made again, at most MOVE_TRIES (3) times in
+#                all) or record (count, run the destination anyway and go on)
 #   MEMCHECK_LOG a file that gets one JSON line per move (configuration, timings, the comparison)
 # and calls vm_fabric once. Then vrdmad/qemu/migrate as below; cleanup runs at exit.
 SW=vmsw$$ A=vma$$ B=vmb$$ P=vmp$$
@@ -88,6 +91,11 @@ vm_fabric() {
   ip netns exec $SW nft add rule bridge loss lossy udp dport 4791 numgen random mod 100 '<' 1 counter drop
   # QEMU's own virtio-blk: one disk file both hosts see (shared storage).
   [ "$DEVICE" = vrdma ] || truncate -s 64M "$work/disk.img"
+  # VM_CAPTURE=1: the switch's traffic (RoCE headers, ARP) in $work/switch.pcap, for a post mortem.
+  if [ -n "${VM_CAPTURE:-}" ]; then
+    ip netns exec $SW dumpcap -q -i br0 -s 128 -w "$work/switch.pcap" -f "udp port 4791 or arp" >/dev/null 2>&1 &
+    pids+=($!)
+  fi
 }
 
 vrdmad() {  # vrdmad HOST NAME [ARGS...]: starts a vrdmad in HOST's namespace for the guest
@@ -102,11 +110,16 @@ vrdmad() {  # vrdmad HOST NAME [ARGS...]: starts a vrdmad in HOST's namespace fo
   die "vrdmad $name did not start"
 }
 
+# maxcpus=2 with one vCPU: QEMU's TCG drops a guest's memory barriers when the machine can
+# have only one vCPU (they order nothing between vCPUs), but the backend shares the guest's
+# rings: a driver's "publish the index, fence, read the device's event index" then loses a
+# kick now and then, and the queue stalls for good (seen under load: docs/migration.md "Guest
+# memory after a move"). With maxcpus=2 TCG keeps the barriers, as KVM always does.
 qemu() {  # qemu HOST NAME [ARGS...]: the guest's VMM on HOST, with the device on vrdmad NAME
   local h=$1 name=$2; shift 2
   local dev=(-chardev socket,id=vr,path="$work/$name.sock" -device vhost-user-blk-pci,chardev=vr,num-queues=4,queue-size=256)
   [ "$DEVICE" = vrdma ] || dev=(-drive file="$work/disk.img",if=none,id=d0,format=raw,cache=none -device virtio-blk-pci,drive=d0)
-  ip netns exec "${!h}" "$QEMU" -accel tcg -cpu max,la57=off -m 512M -smp 1 -display none -no-reboot \
+  ip netns exec "${!h}" "$QEMU" -accel tcg -cpu max,la57=off -m 512M -smp 1,maxcpus=2 -display none -no-reboot \
     -object memory-backend-memfd,id=mem,size=512M,share=on -numa node,memdev=mem \
     -kernel "$KERNEL" -initrd "$INITRD" \
     -append "console=ttyS0 loglevel=5 panic=-1 no_timer_check vrdma.ip=$GUEST vrdma.peer=$PEER ${GUEST_ARGS:-}" \
@@ -127,7 +140,10 @@ buf = b""
 while b"(qemu)" not in buf: buf += s.recv(4096)
 s.sendall(sys.argv[2].encode() + b"\n")
 buf = b""
-while buf.count(b"(qemu)") < 1: buf += s.recv(65536)
+while buf.count(b"(qemu)") < 1:
+    chunk = s.recv(65536)
+    if not chunk: break  # QEMU closed the monitor (quit)
+    buf += chunk
 print(buf.decode(errors="replace").replace("\r", "").split("\n", 1)[-1].rsplit("(qemu)", 1)[0])
 PY
 }
@@ -155,27 +171,36 @@ wait_progress() {  # wait_progress N SECONDS
 crashed() { grep -l -E "Kernel panic|BUG:|Oops|general protection|stack guard page|list_del corruption" \
   "$work"/serial-*.log 2>/dev/null | xargs -r -n1 basename | tr '\n' ' '; }
 
-MOVE_RESULT=""  # the last move's comparison, as a JSON object
-migrate() {  # migrate FROM_HOST FROM_NAME TO_HOST TO_NAME TO_IP
-  local fh=$1 fn=$2 th=$3 tn=$4 tip=$5 port=$((4440 + RANDOM % 50))
+# move_once FROM_NAME TO_HOST TO_NAME TO_IP: one move with the memory check (hmp_move.py); sets
+# before, mv, check and MOVE_RESULT, and logs to MEMCHECK_LOG.
+move_once() {
+  local fn=$1 th=$2 tn=$3 tip=$4 port=$((4440 + RANDOM % 50)) limit=$((BANDWIDTH * 1048576)) journals=() anyway=() rc=0
   vrdmad "$th" "$tn" --incoming guest
   # -S: the destination stays paused once the memory is in, so that both sides can be compared.
   qemu "$th" "$tn" -S -incoming tcp:$tip:$port
   sleep 0.5
-  local before limit=$((BANDWIDTH * 1048576)) journals=() mv rc=0
   before=$(progress)
   [ "$BANDWIDTH" -ne 0 ] || limit=1099511627776
+  if [ "$MEMCHECK" = fail ]; then anyway=(--abandon-if-vmm "$work/memcmp.json"); else anyway=(--cont-anyway); fi
   # The source vrdmad's journal tells whose a differing page is.
   [ -n "${VRDMAD_PID[$fn]:-}" ] && [ -f "$work/journal-${VRDMAD_PID[$fn]}.bin" ] &&
     journals=(--journal "$work/journal-${VRDMAD_PID[$fn]}.bin")
   rm -f "$work/memcmp.json"
-  mv=$(python3 "$HERE/hmp_move.py" "$work/mon-$fn.sock" "$work/mon-$tn.sock" "tcp:$tip:$port" "$limit" -- \
-       "$MEMCMP" "pid:${QEMU_PID[$fn]}" "pid:${QEMU_PID[$tn]}" "${journals[@]}" --report "$work/memcmp.json" \
-       2>"$work/memcmp.txt") || rc=$?
+  local check_cmd=("$MEMCMP" "pid:${QEMU_PID[$fn]}" "pid:${QEMU_PID[$tn]}" "${journals[@]}" --report "$work/memcmp.json")
+  injected=0
+  if [ -n "${VM_MEMCHECK_LOSE_ONCE:-}" ]; then
+    # Rehearses the retry: the first destination "loses" 8 bytes of a page at 255 MiB, as QEMU
+    # 7.2 sometimes does, after the memory came in and before the comparison.
+    VM_MEMCHECK_LOSE_ONCE= injected=1
+    check_cmd=(bash -c 'f=$(ls -l /proc/$1/fd | sed -n "s/.* \([0-9]*\) -> \/memfd:memory-backend-memfd.*/\1/p");
+      printf LOSTPAGE | dd of=/proc/$1/fd/$f bs=1 seek=$((255 << 20)) conv=notrunc status=none; shift; exec "$@"' \
+      _ "${QEMU_PID[$tn]}" "${check_cmd[@]}")
+  fi
+  mv=$(python3 "$HERE/hmp_move.py" "${anyway[@]}" "$work/mon-$fn.sock" "$work/mon-$tn.sock" "tcp:$tip:$port" "$limit" -- \
+       "${check_cmd[@]}" 2>"$work/memcmp.txt") || rc=$?
   sed "s/^/  $fn -> $tn: /" "$work/memcmp.txt"
   [ $rc -eq 0 ] || die "QEMU's migration $fn -> $tn did not complete: $mv"
-  local check
-  check=$(echo "$mv" | python3 -c 'import json,sys; print(json.load(sys.stdin)["check_status"])')
+  check=$(json_field "$mv" check_status)
   [ "$check" -le 1 ] && [ -s "$work/memcmp.json" ] || die "the memory comparison of $fn -> $tn could not run (status $check)"
   MOVE_RESULT=$(cat "$work/memcmp.json")
   if [ -n "${MEMCHECK_LOG:-}" ]; then
@@ -183,8 +208,40 @@ migrate() {  # migrate FROM_HOST FROM_NAME TO_HOST TO_NAME TO_IP
       "$("$QEMU" --version | head -1 | sed 's/.*version \([0-9.]*\).*/\1/')" "$DEVICE" "$BANDWIDTH" "$fn" "$tn" \
       "${before:-0}" "$mv" "$MOVE_RESULT" >> "$MEMCHECK_LOG"
   fi
-  [ "$check" -eq 0 ] || [ "$MEMCHECK" != fail ] ||
-    fail "after the move $fn -> $tn the destination's guest memory differs from the source's (above)"
+}
+
+MOVE_RESULT=""  # the last move's comparison, as a JSON object
+MOVED_TO=""     # the name the guest runs under after the last move (a retried move adds -rN)
+QEMU_LOST=0     # moves made again because QEMU lost pages
+LOST_ON_PURPOSE=0  # moves made again after VM_MEMCHECK_LOSE_ONCE
+json_field() { python3 -c 'import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$1" "$2"; }
+migrate() {  # migrate FROM_HOST FROM_NAME TO_HOST TO_NAME TO_IP
+  local fh=$1 fn=$2 th=$3 tn=$4 tip=$5 try name before check mv rc injected
+  for ((try = 1; ; try++)); do
+    name=$tn; [ $try -eq 1 ] || name=$tn-r$((try - 1))
+    move_once "$fn" "$th" "$name" "$tip"
+    [ "$check" -ne 0 ] || break
+    if [ "$MEMCHECK" != fail ]; then break; fi
+    # hmp_move.py already let the source run on when QEMU alone lost the pages.
+    if [ "$(json_field "$mv" abandoned)" != True ] || [ "$try" -ge "${MOVE_TRIES:-3}" ]; then
+      die "after the move $fn -> $name the destination's guest memory differs from the source's (above)"
+    fi
+    if [ "$injected" -eq 1 ]; then
+      LOST_ON_PURPOSE=$((LOST_ON_PURPOSE + 1))
+      echo "The destination's memory was changed on purpose (VM_MEMCHECK_LOSE_ONCE): the destination was dropped, the guest runs on at the source, and the move is made again"
+    else
+      QEMU_LOST=$((QEMU_LOST + 1))
+      echo "QEMU lost $(json_field "$MOVE_RESULT" differing) pages of guest memory in the move $fn -> $name, none of them written by vrdmad: the destination was dropped, the guest runs on at the source, and the move is made again"
+    fi
+    [ -z "${VRDMAD_PID[$name]:-}" ] || kill "${VRDMAD_PID[$name]}" 2>/dev/null || true
+    # The next destination needs the host's tap: the dropped QEMU must be gone first.
+    for _ in $(seq 100); do kill -0 "${QEMU_PID[$name]}" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "${QEMU_PID[$name]}" 2>/dev/null || true
+    before=$(progress)
+    wait_progress $((before + 200)) 120 || die "the guest made no progress at the source $fn after the abandoned move"
+  done
+  MOVED_TO=$name
+  tn=$name
   # The source VMM quits after the switchover (libvirt does the same): its vrdmad lets go.
   hmp "$fn" "quit" >/dev/null 2>&1 || true
   echo "migrate $fn -> $tn at progress $before: $mv"

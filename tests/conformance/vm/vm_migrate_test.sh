@@ -11,7 +11,11 @@
 #
 # After each move, with both QEMUs paused, the destination's guest RAM is compared with the
 # source's page by page (vrdma-memcmp); a page that differs fails the test and is reported with
-# what it held and whether vrdmad wrote it (its write journal).
+# what it held and whether vrdmad wrote it (its write journal), unless none is vrdmad's: then
+# QEMU lost it, the destination is dropped, the guest runs on at the source and the move is made
+# again (at most 3 times; docs/migration.md "Guest memory after a move"). The first move is
+# abandoned that way on purpose, and before it the VM is stopped and continued: both times the
+# source's device must carry on with every object it had.
 #   vm_migrate_test.sh VRDMA_PERF VRDMAD PVVERBS_BIND VRDMA_STREAM VRDMA_MEMCMP
 # Exits 77 (skip) without root, QEMU or the guest kernel. KEEP_WORK=1 keeps the logs.
 set -euo pipefail
@@ -41,16 +45,31 @@ vrdmad A a1
 qemu A a1
 wait_progress 1000 240 || die "the guest's stream did not reach 1000 messages"
 echo "guest streaming ($(progress) messages after $(( $(date +%s) - T0 )) s)"
+# A VM stop and cont (QEMU tells the backend SET_STATUS 0 at the stop): the device keeps its
+# objects and the stream carries on.
+hmp a1 stop >/dev/null
+sleep 1
+hmp a1 cont >/dev/null
+p0=$(progress)
+wait_progress $((p0 + 500)) 120 || die "the stream made no progress after a VM stop and cont (at $(progress))"
+grep -q "the VM runs on after a stop, and the device keeps its state" "$work/vrdmad-a1.log" ||
+  fail "vrdmad a1 did not keep the device across the VM's stop and cont"
+# The first move is abandoned on purpose once the memory is in (a page of the destination's RAM
+# is changed before the comparison, as QEMU 7.2 sometimes loses one): the guest must run on at
+# the source, its device intact, and the move is made again.
+VM_MEMCHECK_LOSE_ONCE=1
 migrate A a1 B b1 $MB
+[ "$LOST_ON_PURPOSE" -eq 1 ] || fail "the first move was not abandoned and made again"
 p1=$(progress)
 wait_progress $((p1 + 1500)) 240 || die "the stream made no progress on host B (at $(progress))"
-migrate B b1 A a2 $MA
+migrate B "$MOVED_TO" A a2 $MA
 p2=$(progress)
 wait_progress $((p2 + 1500)) 240 || die "the stream made no progress back on host A (at $(progress))"
 
 # ---- the end: both sides checked every message ----
-for _ in $(seq 3000); do grep -q "VRDMA-GUEST-DONE" "$work"/serial-a2.log 2>/dev/null && break; sleep 0.1; done
-guest_result=$(tr -d '\r' < "$work/serial-a2.log" | grep "^VRDMA-STREAM {" | tail -1 || true)
+last=$MOVED_TO
+for _ in $(seq 3000); do grep -q "VRDMA-GUEST-DONE" "$work/serial-$last.log" 2>/dev/null && break; sleep 0.1; done
+guest_result=$(tr -d '\r' < "$work/serial-$last.log" | grep "^VRDMA-STREAM {" | tail -1 || true)
 wait $peer_pid || true
 peer_result=$(tail -1 "$work/peer.log")
 echo "guest: ${guest_result#VRDMA-STREAM }"
@@ -59,7 +78,7 @@ echo "$guest_result" | grep -q '"ok":true' || fail "the guest's stream failed"
 echo "$peer_result" | grep -q '"ok":true' || fail "the peer's stream failed"
 echo "$peer_result" | grep -q "\"received\":$MSGS" || fail "the peer did not receive every message"
 dropped=$(ip netns exec $SW nft list chain bridge loss lossy | sed -n 's/.*counter packets \([0-9]*\).*/\1/p')
-echo "the switch dropped ${dropped:-?} RoCE packets; whole test $(( $(date +%s) - T0 )) s"
+echo "the switch dropped ${dropped:-?} RoCE packets; whole test $(( $(date +%s) - T0 )) s; moves made again because QEMU lost guest memory: $QEMU_LOST"
 [ "${dropped:-0}" -gt 0 ] || fail "the switch dropped no packets (is the loss rule in place?)"
 [ -z "$(crashed)" ] || fail "a guest kernel crashed (console: $(crashed))"
 [ $failed -eq 0 ] || { for f in "$work"/vrdmad-*.log; do echo "--- $f"; tail -8 "$f"; done; exit 1; }

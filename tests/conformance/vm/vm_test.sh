@@ -57,7 +57,7 @@ for _ in $(seq 100); do [ -S "$work/vrdma.sock" ] && break; sleep 0.05; done
 mkfifo "$work/con.in" "$work/con.out"
 cat "$work/con.out" > "$work/serial.log" &
 cat_pid=$!
-ip netns exec "$NS" qemu-system-x86_64 -accel tcg -cpu max -m 1G -smp 1 -display none -monitor none -no-reboot \
+ip netns exec "$NS" qemu-system-x86_64 -accel tcg -cpu max -m 1G -smp 1,maxcpus=2 -display none -monitor none -no-reboot \
   -object memory-backend-memfd,id=mem,size=1G,share=on -numa node,memdev=mem \
   -kernel "$KERNEL" -initrd "$INITRD" -append "console=ttyS0 quiet panic=-1" \
   -chardev pipe,id=con,path="$work/con" -serial chardev:con \

@@ -59,7 +59,7 @@ inner() {
 <domain type='qemu'>
   <name>lv9g1</name>
   <memory unit='MiB'>256</memory>
-  <vcpu>1</vcpu>
+  <vcpu current='1'>2</vcpu>
   <metadata>
     <vrdma:device xmlns:vrdma='https://vrdma.dev/xmlns/1' backend='vhost-user-blk' socket='$W/g1.sock' disk='$W/disk.img'/>
   </metadata>

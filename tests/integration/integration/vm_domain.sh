@@ -6,7 +6,7 @@ vm_domain_xml() {
 <domain type='qemu'>
   <name>$1</name>
   <memory unit='MiB'>$2</memory>
-  <vcpu>1</vcpu>
+  <vcpu current='1'>2</vcpu>
   <os><type arch='x86_64' machine='pc'>hvm</type><kernel>$KERNEL</kernel><initrd>$INITRD</initrd>
     <cmdline>console=ttyS0 quiet panic=-1 no_timer_check $3</cmdline></os>
   <cpu mode='maximum' migratable='on'><feature policy='disable' name='la57'/></cpu>
