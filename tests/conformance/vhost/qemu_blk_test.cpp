@@ -135,6 +135,20 @@ struct Vm {
   }
 };
 
+// Waits until `file` has `more` lines beyond `lines`; false on timeout.
+bool wait_for_lines(const std::string& file, std::ptrdiff_t lines, std::ptrdiff_t more, int ms) {
+  for (int i = 0; i < ms / 100; ++i) {
+    const std::string now = read_file(file);
+    if (std::count(now.begin(), now.end(), '\n') >= lines + more) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return false;
+}
+std::ptrdiff_t lines_of(const std::string& file) {
+  const std::string s = read_file(file);
+  return std::count(s.begin(), s.end(), '\n');
+}
+
 bool wait_for(const std::string& file, const std::string& what, int ms) {
   for (int i = 0; i < ms / 100; ++i) {
     if (read_file(file).find(what) != std::string::npos) return true;
@@ -269,15 +283,8 @@ BOOST_AUTO_TEST_CASE(live_migration_during_checksummed_io) {
     (void)dq.command(R"({"execute":"quit"})");
     dst->wait_exit(20000);
     BOOST_REQUIRE(q.command(R"({"execute":"cont"})").find("return") != std::string::npos);
-    const std::string so_far = read_file(src.serial);
-    const auto iters = std::count(so_far.begin(), so_far.end(), '\n');
-    bool again = false;
-    for (int i = 0; i < 600 && !again; ++i) {
-      const std::string now = read_file(src.serial);
-      again = std::count(now.begin(), now.end(), '\n') >= iters + 2;
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    BOOST_REQUIRE_MESSAGE(again, "the guest made no progress at the source after the abandoned move");
+    BOOST_REQUIRE_MESSAGE(wait_for_lines(src.serial, lines_of(src.serial), 2, 60000),
+                          "the guest made no progress at the source after the abandoned move");
   }
   BOOST_TEST_MESSAGE("moves made again because QEMU lost guest memory: " << lost);
   // The guest now runs on the destination: let it do a few more verified iterations there.
@@ -314,12 +321,7 @@ BOOST_AUTO_TEST_CASE(qemu_reconnects_to_a_restarted_backend_and_resumes_the_ring
   vm.start_backend();  // same socket and disk; QEMU reconnects within a second
   const auto iters_before = std::count(before.begin(), before.end(), '\n');
   // The guest must keep making verified progress through the new backend.
-  bool progressed = false;
-  for (int i = 0; i < 1200 && !progressed; ++i) {
-    const std::string now = read_file(vm.serial);
-    progressed = std::count(now.begin(), now.end(), '\n') >= iters_before + 3;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  const bool progressed = wait_for_lines(vm.serial, iters_before, 3, 120000);
   if (!progressed) vm.dump();
   BOOST_REQUIRE(progressed);
   write_stop_marker(vm.disk_path);

@@ -6,7 +6,7 @@
 # the guest's MAC, silent on the host the guest is not on; a bridge for the guest's virtio-net
 # tap; a management link A-B for QEMU's migration stream), and the peer.
 #
-# The caller sets: KERNEL, INITRD, VRDMAD, MEMCMP, and optionally
+# The caller sets HERE (this folder), calls vm_rig "$@" (below), and sets optionally
 #   QEMU         the QEMU binary (default qemu-system-x86_64; debian13.sh qemu gives QEMU 10)
 #   DEVICE       vrdma (vhost-user-blk-pci carrier on a vrdmad) or virtio-blk (QEMU's own
 #                virtio-blk on a shared disk file: no vhost-user, no vrdma process)
@@ -18,6 +18,23 @@
 #                all) or record (count, run the destination anyway and go on)
 #   MEMCHECK_LOG a file that gets one JSON line per move (configuration, timings, the comparison)
 # and calls vm_fabric once. Then vrdmad/qemu/migrate as below; cleanup runs at exit.
+# vm_rig ARGS: the rigs' common arguments (VRDMA_PERF VRDMAD PVVERBS_BIND VRDMA_STREAM
+# VRDMA_MEMCMP), root and tools checked (exit 77 with the reason), the guest built: sets PERF,
+# VRDMAD, BIND, STREAM, MEMCMP, KERNEL and INITRD.
+vm_rig() {
+  local out rc=0
+  PERF=$(readlink -f "$1"); VRDMAD=$(readlink -f "$2"); BIND=$(readlink -f "$3"); STREAM=$(readlink -f "$4")
+  MEMCMP=$(readlink -f "$5")
+  [ "$(id -u)" -eq 0 ] && ip netns list >/dev/null 2>&1 || skip "needs root to create network namespaces"
+  command -v "$QEMU" >/dev/null || skip "$QEMU is not installed (apt-get install qemu-system-x86)"
+  command -v nft >/dev/null || skip "nft is not installed (apt-get install nftables)"
+  out=$("$HERE/make_guest.sh" "$PERF" "$BIND" "$STREAM" 2>&1) || rc=$?
+  if [ $rc -eq 3 ]; then skip "guest unavailable: $out"; elif [ $rc -ne 0 ]; then echo "$out"; exit 1; fi
+  KERNEL=$(echo "$out" | sed -n 's/.*KERNEL=\([^ ]*\).*/\1/p')
+  INITRD=$(echo "$out" | sed -n 's/.*INITRD=\([^ ]*\).*/\1/p')
+}
+skip() { echo "SKIP: $*"; exit 77; }
+
 SW=vmsw$$ A=vma$$ B=vmb$$ P=vmp$$
 GIP=10.78.0.12 GMAC=52:54:00:78:00:0c   # the guest's RDMA identity (vrdmad's engine)
 GUEST=10.78.0.2 NICMAC=52:54:00:78:00:02 PEER=10.78.0.3

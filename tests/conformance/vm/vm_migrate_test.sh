@@ -19,21 +19,11 @@
 #   vm_migrate_test.sh VRDMA_PERF VRDMAD PVVERBS_BIND VRDMA_STREAM VRDMA_MEMCMP
 # Exits 77 (skip) without root, QEMU or the guest kernel. KEEP_WORK=1 keeps the logs.
 set -euo pipefail
-PERF=$(readlink -f "$1"); VRDMAD=$(readlink -f "$2"); BIND=$(readlink -f "$3"); STREAM=$(readlink -f "$4")
-MEMCMP=$(readlink -f "$5")
 HERE=$(cd "$(dirname "$0")" && pwd)
-skip() { echo "SKIP: $*"; exit 77; }
-[ "$(id -u)" -eq 0 ] && ip netns list >/dev/null 2>&1 || skip "needs root to create network namespaces"
-command -v qemu-system-x86_64 >/dev/null || skip "qemu-system-x86_64 is not installed (apt-get install qemu-system-x86)"
-command -v nft >/dev/null || skip "nft is not installed (apt-get install nftables)"
-rc=0; out=$("$HERE/make_guest.sh" "$PERF" "$BIND" "$STREAM" 2>&1) || rc=$?
-if [ $rc -eq 3 ]; then skip "guest unavailable: $out"; elif [ $rc -ne 0 ]; then echo "$out"; exit 1; fi
-KERNEL=$(echo "$out" | sed -n 's/.*KERNEL=\([^ ]*\).*/\1/p')
-INITRD=$(echo "$out" | sed -n 's/.*INITRD=\([^ ]*\).*/\1/p')
-
 MSGS=${VM_MIGRATE_MESSAGES:-150000}
 GUEST_ARGS="vrdma.stream=$MSGS"
 . "$HERE/vm_lib.sh"
+vm_rig "$@"
 vm_fabric
 
 # ---- run ----
