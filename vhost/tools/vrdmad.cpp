@@ -302,7 +302,11 @@ int main(int argc, char** argv) {
   }
   opts.notices = !notices_ip.empty();
   vhost::RdmaDevice dev(*engine, *loop, opts);
-  migration::MigrationOptions mopts{engine_name, mac, announce, sock};
+  migration::MigrationOptions mopts;
+  mopts.engine_name = engine_name;
+  mopts.mac = mac;
+  mopts.announce_if = announce;
+  mopts.self = sock;
   mopts.restarted = restarted;
   if (!migration_engine.empty()) {
     auto me = nicdrv::open_device(migration_engine);

@@ -414,7 +414,7 @@ BOOST_AUTO_TEST_CASE(parse_rejects_datagrams_that_are_not_whole_words) {
   // Headers are whole words and payload + pad must be too (9.2), so every valid datagram is.
   for (std::size_t extra = 1; extra < 4; ++extra) {
     auto p = pkt;
-    p.resize(p.size() + extra);
+    p.insert(p.end(), extra, std::uint8_t{0});  // not resize(): GCC 12 -O3 -Wstringop-overflow false positive
     BOOST_TEST_CONTEXT("extra " << extra) {
       BOOST_TEST(w::parse(p, ctx(), false, out) == ParseError::bad_pad);
     }
