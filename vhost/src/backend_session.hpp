@@ -44,6 +44,7 @@ class BackendSession final : public DeviceHost {
     std::unique_ptr<Ring> ring;  // non-null while started
     RingSetup setup{};           // where the started ring lives
     bool reported_broken = false;
+    bool call_full_said = false, err_full_said = false;  // logged that the eventfd refused a write
   };
   // "avail idx A used idx U" as the guest's memory holds them now (split rings), for logs.
   [[nodiscard]] std::string ring_indices(const Vring& v) const;
@@ -88,6 +89,8 @@ class BackendSession final : public DeviceHost {
   void stop_all();
   void process(std::uint16_t i);
   void notify(std::uint16_t i);
+  // Signals the call or err eventfd of vring i, never blocking (a full one drops the signal).
+  void raise_eventfd(const UniqueFd& fd, std::uint16_t i, bool err);
   void on_state_fd(std::uint32_t events);
   static Message u64_reply(const Message& req, std::uint64_t v);
 

@@ -2,6 +2,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/epoll.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -85,6 +86,12 @@ BackendSession::Reply BackendSession::set_device_state_fd(Message& m) {
   state_off_ = 0;
   state_buf_.clear();
   state_ok_ = false;
+  // A pipe (vhost-user.rst) or a socket: what polls, never a file that is always "ready".
+  struct stat st{};
+  if (::fstat(state_fd_.get(), &st) != 0 || !(S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode))) {
+    state_fd_.reset();
+    return make_error(Errc::invalid_argument, "SET_DEVICE_STATE_FD fd is not a pipe or a socket; refused");
+  }
   const int fl = ::fcntl(state_fd_.get(), F_GETFL);
   if (fl < 0 || ::fcntl(state_fd_.get(), F_SETFL, fl | O_NONBLOCK) != 0) {
     state_fd_.reset();
@@ -110,18 +117,23 @@ void BackendSession::on_state_fd(std::uint32_t /*events*/) {
     loop_.remove(state_fd_.get());
     state_fd_.reset();
   };
+  // At most 16 reads or writes of up to 64 KiB per wake-up: a frontend that keeps the pipe
+  // ready waits its turn behind the loop's other fds.
+  constexpr int kPerWake = 16;
   if (state_dir_ == 0) {
-    while (state_off_ < state_buf_.size()) {
+    for (int n = 0; n < kPerWake && state_off_ < state_buf_.size(); ++n) {
       const ssize_t w = ::write(state_fd_.get(), state_buf_.data() + state_off_, state_buf_.size() - state_off_);
       if (w < 0 && errno == EAGAIN) return;
       if (w <= 0) return finish(false, "the frontend closed the state pipe early");
       state_off_ += static_cast<std::size_t>(w);
     }
+    if (state_off_ < state_buf_.size()) return;  // more at the next wake-up
     return finish(true, "");
   }
   constexpr std::size_t kMaxState = 64u << 20;
   std::uint8_t buf[65536];
-  for (;;) {
+  for (int n = 0;; ++n) {
+    if (n == kPerWake) return;  // more at the next wake-up
     const ssize_t r = ::read(state_fd_.get(), buf, sizeof buf);
     if (r < 0 && errno == EAGAIN) return;  // more later (EOF ends the transfer)
     if (r < 0) return finish(false, "reading the state pipe failed");

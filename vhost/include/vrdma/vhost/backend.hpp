@@ -41,6 +41,7 @@ struct BackendStats {
   std::uint64_t messages = 0;
   std::uint64_t rejected = 0;  // messages refused with an error
   std::uint64_t kicks = 0;
+  std::uint64_t calls_dropped = 0;  // call/err signals an eventfd at its maximum refused
 };
 
 class BackendServer {
