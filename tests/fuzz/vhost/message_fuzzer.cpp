@@ -49,7 +49,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) return 0;
   UniqueFd front(sv[0]);
   BackendOptions opts;
-  opts.recv_timeout_ms = 1;
+  opts.message_deadline_ms = 1;
   auto server = BackendServer::adopt(UniqueFd(sv[1]), *w.dev, *w.loop, opts);
   if (!server) return 0;
   Channel chan(std::move(front));

@@ -43,6 +43,14 @@ BOOST_AUTO_TEST_CASE(call_and_err_fds_that_would_block_a_write_never_block_the_l
   against_a_victim("full call/err fds", [](const Vrdmad& v) { full_call_and_err(v, 2000ms); });
 }
 
+BOOST_AUTO_TEST_CASE(a_frontend_that_reads_no_replies_is_disconnected_once_its_backlog_is_full) {
+  against_a_victim("unread replies", [](const Vrdmad& v) { unread_replies(v, 4000ms); });
+}
+
+BOOST_AUTO_TEST_CASE(a_frontend_dripping_a_message_is_disconnected_two_seconds_after_its_first_byte) {
+  against_a_victim("drip", [](const Vrdmad& v) { drip(v, 4000ms); });
+}
+
 // Issue 22 hole 6 shows only where clang's UBSan runs (the clang build of scripts/test.sh runs
 // this test too): the event loop's first events, a session, a guest.
 BOOST_AUTO_TEST_CASE(the_event_loop_raises_no_sanitizer_report) {

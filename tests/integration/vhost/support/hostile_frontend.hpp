@@ -478,6 +478,58 @@ inline void full_call_and_err(const Vrdmad& v, std::chrono::milliseconds hold) {
   }
 }
 
+// 3. Replies never read: GET_FEATURES sent again and again, nothing read, for `hold` or until
+//    vrdmad hangs up. It must hang up, with its sentence, once its reply backlog is full.
+inline void unread_replies(const Vrdmad& v, std::chrono::milliseconds hold) {
+  UniqueFd s = raw_connect(v.sock);
+  vh::Header h{static_cast<std::uint32_t>(vh::Request::get_features), 1, 0};
+  const auto t0 = Clock::now();
+  long sent = 0;
+  bool hung_up = false;
+  while (Clock::now() - t0 < hold) {
+    const ssize_t r = ::send(s.get(), &h, sizeof h, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (r == sizeof h) {
+      ++sent;
+      continue;
+    }
+    if (r < 0 && (errno == EPIPE || errno == ECONNRESET)) {
+      hung_up = true;
+      break;
+    }
+    std::this_thread::sleep_for(5ms);  // our send buffer is full: vrdmad is not reading (old) or is busy
+  }
+  BOOST_TEST_MESSAGE("unread replies: " << sent << " GET_FEATURES sent, vrdmad " << (hung_up ? "hung up" : "did not hang up"));
+  BOOST_CHECK_MESSAGE(hung_up, "vrdmad kept a frontend that reads none of its replies (" << sent << " requests)");
+  BOOST_CHECK(logged(v, "the frontend does not read its replies"));
+}
+
+// 4. Drip: a message one byte every `gap`; vrdmad hangs up 2 s after its first byte.
+inline void drip(const Vrdmad& v, std::chrono::milliseconds hold, std::chrono::milliseconds gap = 300ms) {
+  UniqueFd s = raw_connect(v.sock);
+  vh::Message m = vh::make_request(vh::Request::set_features);
+  m.set(std::uint64_t{1} << 32);
+  std::uint8_t bytes[sizeof(vh::Header) + 8];
+  std::memcpy(bytes, &m.hdr, sizeof(vh::Header));
+  std::memcpy(bytes + sizeof(vh::Header), m.payload.data(), 8);
+  const auto t0 = Clock::now();
+  long hung_up_ms = -1;
+  for (std::size_t i = 0; Clock::now() - t0 < hold; ++i) {
+    if (i < sizeof bytes && ::send(s.get(), bytes + i, 1, MSG_NOSIGNAL) != 1) {
+      hung_up_ms = ms_since(t0);
+      break;
+    }
+    if (closed_by_peer(s.get(), static_cast<int>(gap.count()))) {
+      hung_up_ms = ms_since(t0);
+      break;
+    }
+  }
+  BOOST_TEST_MESSAGE("drip: vrdmad hung up after " << hung_up_ms << " ms");
+  BOOST_CHECK_MESSAGE(hung_up_ms >= 1900 && hung_up_ms <= 3000,
+                      "a frontend dripping one byte every " << gap.count() << " ms was hung up on after " << hung_up_ms
+                                                            << " ms (want 2 s after its first byte)");
+  BOOST_CHECK(logged(v, "a message must arrive whole within 2000 ms of its first byte"));
+}
+
 // 6. Sanitizer reports (clang's UBSan saw a misaligned reference in the event loop on its first
 //    event): none in the victim's log.
 inline void no_sanitizer_reports(const Vrdmad& v) {
