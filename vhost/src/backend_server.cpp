@@ -25,6 +25,7 @@ BackendServer::BackendServer(Device& dev, EventLoop& loop, BackendOptions opts)
 BackendServer::~BackendServer() {
   if (conn_) loop_.remove(conn_->fd());
   if (deadline_) loop_.remove(deadline_.get());
+  if (faults_) loop_.remove(faults_->fd());
   session_.reset();
   if (listener_) loop_.remove(listener_.get());
 }
@@ -69,10 +70,16 @@ Status BackendServer::start_session(UniqueFd conn) {
     deadline_ = UniqueFd(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
     if (!deadline_) return errno_error(errno, "timerfd for the vhost-user message deadline");
   }
+  if (!faults_) {
+    auto f = FaultSink::create();
+    if (!f) return std::move(f).error();
+    faults_ = std::move(*f);
+    VRDMA_TRY(loop_.add(faults_->fd(), EPOLLIN, [this](std::uint32_t) { on_guest_fault(); }));
+  }
   conn_ = std::make_unique<BackendConn>(std::move(*c));
   want_out_ = false;
   armed_ns_ = -1;
-  session_ = std::make_unique<BackendSession>(dev_, loop_, opts_, stats_);
+  session_ = std::make_unique<BackendSession>(dev_, loop_, opts_, stats_, faults_);
   ++stats_.connections;
   auto st = loop_.add(conn_->fd(), EPOLLIN, [this](std::uint32_t ev) { on_io(ev); });
   if (st.ok() && !loop_.watching(deadline_.get()))
@@ -141,6 +148,21 @@ void BackendServer::on_deadline() {
       "it sent {} of a message's {} bytes in {} ms; a message must arrive whole within {} ms of its first byte",
       conn_->message_bytes_read(), expected == 0 ? std::string("12 or more") : std::to_string(expected),
       std::chrono::duration_cast<std::chrono::milliseconds>(took).count(), opts_.message_deadline_ms));
+}
+
+void BackendServer::on_guest_fault() {
+  const auto f = faults_->take();
+  if (f.faults == 0) return;
+  stats_.guest_faults += f.faults;
+  const auto what = f.what != nullptr ? f.what : "guest memory";
+  if (!session_) {
+    log::error("vhost-user: {} at host address {:#x} went away after its frontend left ({} SIGBUS absorbed)", what,
+               f.addr, f.faults);
+    return;
+  }
+  drop_session(fmt::format("{} at host address {:#x} went away under the backend (SIGBUS, {} absorbed): its file was "
+                           "shrunk after it was mapped, or could not supply the page; this frontend's device fails",
+                           what, f.addr, f.faults));
 }
 
 bool BackendServer::send(Message m) {

@@ -14,7 +14,9 @@ namespace vrdma::vhost {
 
 class BackendSession final : public DeviceHost {
  public:
-  BackendSession(Device& dev, EventLoop& loop, const BackendOptions& opts, BackendStats& stats);
+  // `faults`: where SIGBUS in this frontend's mappings is reported (the server watches it).
+  BackendSession(Device& dev, EventLoop& loop, const BackendOptions& opts, BackendStats& stats,
+                 std::shared_ptr<FaultSink> faults);
   ~BackendSession() override;
   // DeviceHost
   [[nodiscard]] GuestView memory() const override { return view(); }
@@ -62,6 +64,7 @@ class BackendSession final : public DeviceHost {
   Reply add_mem_reg(Message& m);
   Reply rem_mem_reg(Message& m);
   Reply set_log_base(Message& m);
+  void say_if_unsealed(const MappedRegion& r);
   // backend_vring.cpp: rings
   Reply set_vring_num(Message& m);
   Reply set_vring_addr(Message& m);
@@ -98,6 +101,7 @@ class BackendSession final : public DeviceHost {
   EventLoop& loop_;
   BackendOptions opts_;
   BackendStats& stats_;
+  std::shared_ptr<FaultSink> faults_;
   DeviceInfo info_;
   VirtioFeatures offered_, acked_;
   ProtocolFeatures poffered_, packed_;

@@ -57,7 +57,7 @@ BackendSession::Reply BackendSession::get_inflight_fd(Message& m) {
 BackendSession::Reply BackendSession::set_inflight_fd(Message& m) {
   for (const auto& v : vrings_)
     if (v.ring) return make_error(Errc::bad_state, "SET_INFLIGHT_FD while a ring is running");
-  auto area = InflightArea::attach(m.take_fd(0), m.get<InflightInfo>());
+  auto area = InflightArea::attach(m.take_fd(0), m.get<InflightInfo>(), faults_);
   if (!area) return prefixed("SET_INFLIGHT_FD: ", area.error());
   inflight_ = std::move(*area);
   return std::optional<Message>{};

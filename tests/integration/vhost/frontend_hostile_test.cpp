@@ -51,6 +51,10 @@ BOOST_AUTO_TEST_CASE(a_frontend_dripping_a_message_is_disconnected_two_seconds_a
   against_a_victim("drip", [](const Vrdmad& v) { drip(v, 4000ms); });
 }
 
+BOOST_AUTO_TEST_CASE(guest_memory_shrunk_under_vrdmad_fails_only_that_frontends_device) {
+  against_a_victim("shrunk guest memory", [](const Vrdmad& v) { shrunk_memory(v, 1000ms); });
+}
+
 // Issue 22 hole 6 shows only where clang's UBSan runs (the clang build of scripts/test.sh runs
 // this test too): the event loop's first events, a session, a guest.
 BOOST_AUTO_TEST_CASE(the_event_loop_raises_no_sanitizer_report) {

@@ -274,15 +274,17 @@ inline vh::Message with_fd(vh::Request r, std::uint64_t value, int fd) {
   return m;
 }
 
-// Our frontend with REPLY_ACK (so a refused message is an error here), guest RAM, and the
-// device's control queue (0), which it can start with fds of its choosing.
+// Our frontend with REPLY_ACK (so a refused message is an error here), guest RAM with the
+// sealing asked for, and the device's control queue (0), which it can start with fds of its
+// choosing.
 class Frontend {
  public:
-  explicit Frontend(const std::string& sock, bool log_all = false) {
+  explicit Frontend(const std::string& sock, vh::GuestRam::Sealing sealing = vh::GuestRam::Sealing::sealed,
+                    bool log_all = false) {
     auto fe = vh::Frontend::connect(sock, 5000);
     BOOST_REQUIRE_MESSAGE(fe.ok(), (fe.ok() ? std::string() : fe.error().message));
     fe_ = std::make_unique<vh::Frontend>(std::move(*fe));
-    auto ram = vh::GuestRam::create({{0, 640u << 10, 0}, {1u << 20, 16u << 20, 1u << 20}});
+    auto ram = vh::GuestRam::create({{0, 640u << 10, 0}, {1u << 20, 16u << 20, 1u << 20}}, sealing);
     BOOST_REQUIRE(ram.ok());
     ram_ = std::make_unique<vh::GuestRam>(std::move(*ram));
     vh::VirtioFeatures want{vh::VirtioFeature::version_1, vh::VirtioFeature::protocol_features};
@@ -528,6 +530,41 @@ inline void drip(const Vrdmad& v, std::chrono::milliseconds hold, std::chrono::m
                       "a frontend dripping one byte every " << gap.count() << " ms was hung up on after " << hung_up_ms
                                                             << " ms (want 2 s after its first byte)");
   BOOST_CHECK(logged(v, "a message must arrive whole within 2000 ms of its first byte"));
+}
+
+// 5. Guest memory shrunk under vrdmad. A memfd that allows sealing is sealed by vrdmad (the
+//    shrink fails); one that cannot be sealed is shrunk, and vrdmad takes the SIGBUS of its next
+//    access to it, fails that frontend's device and goes on. Variant: the dirty log shrunk.
+inline void shrunk_memory(const Vrdmad& v, std::chrono::milliseconds hold) {
+  {
+    Frontend f(v.sock, vh::GuestRam::Sealing::allowed);
+    const int seals = ::fcntl(f.ram().fd(), F_GET_SEALS);
+    BOOST_CHECK_MESSAGE(seals >= 0 && (seals & F_SEAL_SHRINK) != 0, "vrdmad did not seal a sealable guest memfd");
+    BOOST_CHECK_MESSAGE(::ftruncate(f.ram().fd(), 4096) != 0, "a sealed guest memfd could be shrunk");
+  }
+  {
+    Frontend f(v.sock, vh::GuestRam::Sealing::none);
+    BOOST_REQUIRE(f.start().ok());
+    f.post_command();  // everything this process writes to its RAM, before the shrink
+    BOOST_REQUIRE(::ftruncate(f.ram().fd(), 0) == 0);
+    f.kick();  // vrdmad reads the ring: SIGBUS
+    BOOST_CHECK(logged(v, "guest memory at host address"));
+    BOOST_CHECK(logged(v, "went away under the backend (SIGBUS"));
+    std::this_thread::sleep_for(hold / 2);
+  }  // this process must not touch the shrunk RAM: its mapping would SIGBUS here too
+  {
+    Frontend f(v.sock, vh::GuestRam::Sealing::sealed, true);
+    UniqueFd log(::memfd_create("hostile-dirty-log", MFD_CLOEXEC));
+    BOOST_REQUIRE(::ftruncate(log.get(), 65536) == 0);
+    VRDMA_REQUIRE_OK(f.fe().set_log_base(log.get(), 65536));
+    BOOST_REQUIRE(f.start().ok());
+    BOOST_REQUIRE(::ftruncate(log.get(), 0) == 0);
+    f.post_command();
+    f.kick();  // vrdmad writes the used ring and marks the log: SIGBUS
+    BOOST_CHECK(logged(v, "the dirty log at host address"));
+    std::this_thread::sleep_for(hold / 2);
+  }
+  BOOST_TEST_MESSAGE("shrunk memory, the victim said:\n" << log_lines(v, "SIGBUS"));
 }
 
 // 6. Sanitizer reports (clang's UBSan saw a misaligned reference in the event loop on its first

@@ -28,6 +28,7 @@
 #include "vrdma/vhost/channel.hpp"
 #include "vrdma/vhost/device.hpp"
 #include "vrdma/vhost/event_loop.hpp"
+#include "vrdma/vhost/guest_fault.hpp"
 
 namespace vrdma::vhost {
 
@@ -59,6 +60,7 @@ struct BackendStats {
   std::uint64_t dropped_slow = 0;       // frontends disconnected for a message not whole in time
   std::uint64_t dropped_backlog = 0;    // frontends disconnected for not reading their replies
   std::uint64_t calls_dropped = 0;      // call/err signals an eventfd at its maximum refused
+  std::uint64_t guest_faults = 0;       // SIGBUS absorbed in guest mappings (each failed a frontend's device)
 };
 
 class BackendServer {
@@ -82,6 +84,7 @@ class BackendServer {
   Status start_session(UniqueFd conn);
   void on_io(std::uint32_t events);
   void on_deadline();
+  void on_guest_fault();
   // One whole message: validate, dispatch, reply. False when the session was dropped.
   bool handle(Message& m);
   bool send(Message m);
@@ -96,6 +99,7 @@ class BackendServer {
   bool want_out_ = false;    // EPOLLOUT is being watched on the connection
   UniqueFd deadline_;        // timerfd: the message being read must be whole by then
   std::int64_t armed_ns_ = -1;  // the message start the timer is armed for
+  std::shared_ptr<FaultSink> faults_;  // SIGBUS absorbed in this server's guest mappings
   std::unique_ptr<BackendSession> session_;
   BackendStats stats_;
 };
