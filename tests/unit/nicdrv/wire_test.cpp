@@ -492,3 +492,16 @@ BOOST_AUTO_TEST_CASE(run_segment_size_cuts_only_what_one_packet_cannot_hold) {
   bad[0] = 0x1f;  // reserved RC opcode
   BOOST_TEST(w::run_segment_size(bad, 256) == 0u);
 }
+
+// IBA 10.9.3 P_Key matching, as Linux rxe's pkey_match: same partition (low 15 bits, not 0) and
+// at least one full member (bit 15).
+BOOST_AUTO_TEST_CASE(pkey_matching_follows_the_membership_rule) {
+  BOOST_TEST(w::pkey_match(0xffff, 0xffff));
+  BOOST_TEST(w::pkey_match(0x7fff, 0xffff));   // limited packet, full port
+  BOOST_TEST(w::pkey_match(0xffff, 0x7fff));   // full packet, limited port
+  BOOST_TEST(!w::pkey_match(0x7fff, 0x7fff));  // two limited members
+  BOOST_TEST(!w::pkey_match(0x8001, 0xffff));  // another partition
+  BOOST_TEST(w::pkey_match(0x8001, 0x0001));
+  BOOST_TEST(!w::pkey_match(0x8000, 0x8000));  // partition 0 is invalid
+  BOOST_TEST(!w::pkey_match(0x0000, 0xffff));
+}
