@@ -55,6 +55,11 @@ BOOST_AUTO_TEST_CASE(guest_memory_shrunk_under_vrdmad_fails_only_that_frontends_
   against_a_victim("shrunk guest memory", [](const Vrdmad& v) { shrunk_memory(v, 1000ms); });
 }
 
+// Not a frontend, but a peer of the same loop: clients of the control socket that say nothing.
+BOOST_AUTO_TEST_CASE(control_clients_that_say_nothing_never_hold_the_loop) {
+  against_a_victim("silent control clients", [](const Vrdmad& v) { silent_control_clients(v, 1500ms); });
+}
+
 // Issue 22 hole 6 shows only where clang's UBSan runs (the clang build of scripts/test.sh runs
 // this test too): the event loop's first events, a session, a guest.
 BOOST_AUTO_TEST_CASE(the_event_loop_raises_no_sanitizer_report) {

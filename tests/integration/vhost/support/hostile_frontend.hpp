@@ -638,6 +638,26 @@ inline void shrunk_memory(const Vrdmad& v, std::chrono::milliseconds hold) {
   BOOST_TEST_MESSAGE("shrunk memory, the victim said:\n" << log_lines(v, "SIGBUS"));
 }
 
+// The control socket is a peer too: 20 clients that connect and send nothing, and one that
+//     sends half a line, for `hold`. They are closed 1 s after they came (the 17th on closes the
+//     oldest at once); answers to everyone else are not held up.
+inline void silent_control_clients(const Vrdmad& v, std::chrono::milliseconds hold) {
+  std::vector<UniqueFd> silent;
+  for (int i = 0; i < 21; ++i) {
+    UniqueFd s(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::strncpy(a.sun_path, v.ctl.c_str(), sizeof a.sun_path - 1);
+    BOOST_REQUIRE(::connect(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    if (i == 20) (void)!::send(s.get(), "{\"cmd\":\"sta", 11, MSG_NOSIGNAL);
+    silent.push_back(std::move(s));
+  }
+  std::this_thread::sleep_for(hold);
+  int closed = 0;
+  for (auto& s : silent) closed += closed_by_peer(s.get(), 0) ? 1 : 0;
+  BOOST_CHECK_MESSAGE(closed == 21, closed << " of 21 silent control clients were closed after " << hold.count() << " ms");
+}
+
 // 6. Sanitizer reports (clang's UBSan saw a misaligned reference in the event loop on its first
 //    event): none in the victim's log.
 inline void no_sanitizer_reports(const Vrdmad& v) {
