@@ -1,6 +1,7 @@
 // Backend server: accepts a frontend, reads and validates messages, dispatches, replies.
 #include <fmt/format.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/timerfd.h>
 #include <unistd.h>
@@ -26,6 +27,7 @@ BackendServer::~BackendServer() {
   if (conn_) loop_.remove(conn_->fd());
   if (deadline_) loop_.remove(deadline_.get());
   if (faults_) loop_.remove(faults_->fd());
+  if (failed_) loop_.remove(failed_.get());
   session_.reset();
   if (listener_) loop_.remove(listener_.get());
 }
@@ -76,10 +78,20 @@ Status BackendServer::start_session(UniqueFd conn) {
     faults_ = std::move(*f);
     VRDMA_TRY(loop_.add(faults_->fd(), EPOLLIN, [this](std::uint32_t) { on_guest_fault(); }));
   }
+  if (!failed_) {
+    failed_ = UniqueFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+    if (!failed_) return errno_error(errno, "eventfd for session failures");
+    VRDMA_TRY(loop_.add(failed_.get(), EPOLLIN, [this](std::uint32_t) { on_failure(); }));
+  }
+  failure_.clear();
   conn_ = std::make_unique<BackendConn>(std::move(*c));
   want_out_ = false;
   armed_ns_ = -1;
-  session_ = std::make_unique<BackendSession>(dev_, loop_, opts_, stats_, faults_);
+  session_ = std::make_unique<BackendSession>(dev_, loop_, opts_, stats_, faults_, [this](std::string why) {
+    if (failure_.empty()) failure_ = std::move(why);
+    const std::uint64_t one = 1;
+    [[maybe_unused]] auto w = ::write(failed_.get(), &one, sizeof one);
+  });
   ++stats_.connections;
   auto st = loop_.add(conn_->fd(), EPOLLIN, [this](std::uint32_t ev) { on_io(ev); });
   if (st.ok() && !loop_.watching(deadline_.get()))
@@ -163,6 +175,12 @@ void BackendServer::on_guest_fault() {
   drop_session(fmt::format("{} at host address {:#x} went away under the backend (SIGBUS, {} absorbed): its file was "
                            "shrunk after it was mapped, or could not supply the page; this frontend's device fails",
                            what, f.addr, f.faults));
+}
+
+void BackendServer::on_failure() {
+  std::uint64_t n;
+  [[maybe_unused]] auto r = ::read(failed_.get(), &n, sizeof n);
+  if (session_ && !failure_.empty()) drop_session(std::exchange(failure_, std::string()));
 }
 
 bool BackendServer::send(Message m) {

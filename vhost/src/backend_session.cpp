@@ -46,8 +46,14 @@ const std::array<BackendSession::Handler, static_cast<std::size_t>(Request::coun
 }();
 
 BackendSession::BackendSession(Device& dev, EventLoop& loop, const BackendOptions& opts, BackendStats& stats,
-                               std::shared_ptr<FaultSink> faults)
-    : dev_(dev), loop_(loop), opts_(opts), stats_(stats), faults_(std::move(faults)), info_(dev.info()) {
+                               std::shared_ptr<FaultSink> faults, std::function<void(std::string)> fail)
+    : dev_(dev),
+      loop_(loop),
+      opts_(opts),
+      stats_(stats),
+      faults_(std::move(faults)),
+      fail_(std::move(fail)),
+      info_(dev.info()) {
   offered_ = info_.features;
   offered_.set(VirtioFeature::version_1).set(VirtioFeature::protocol_features).set(VirtioFeature::log_all);
   if (opts.packed) offered_.set(VirtioFeature::ring_packed);

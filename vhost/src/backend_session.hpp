@@ -2,6 +2,7 @@
 #pragma once
 
 #include <array>
+#include <functional>
 #include <string>
 #include <memory>
 #include <optional>
@@ -15,8 +16,10 @@ namespace vrdma::vhost {
 class BackendSession final : public DeviceHost {
  public:
   // `faults`: where SIGBUS in this frontend's mappings is reported (the server watches it).
+  // `fail`: asks the server to drop this frontend with a sentence, later, from the loop (never
+  // while this session's code runs).
   BackendSession(Device& dev, EventLoop& loop, const BackendOptions& opts, BackendStats& stats,
-                 std::shared_ptr<FaultSink> faults);
+                 std::shared_ptr<FaultSink> faults, std::function<void(std::string)> fail);
   ~BackendSession() override;
   // DeviceHost
   [[nodiscard]] GuestView memory() const override { return view(); }
@@ -102,6 +105,7 @@ class BackendSession final : public DeviceHost {
   BackendOptions opts_;
   BackendStats& stats_;
   std::shared_ptr<FaultSink> faults_;
+  std::function<void(std::string)> fail_;
   DeviceInfo info_;
   VirtioFeatures offered_, acked_;
   ProtocolFeatures poffered_, packed_;

@@ -9,6 +9,7 @@
 
 #include "backend_session.hpp"
 #include "vrdma/common/log.hpp"
+#include "vrdma/vhost/peer_fd.hpp"
 
 namespace vrdma::vhost {
 
@@ -122,8 +123,12 @@ void BackendSession::on_state_fd(std::uint32_t /*events*/) {
   constexpr int kPerWake = 16;
   if (state_dir_ == 0) {
     for (int n = 0; n < kPerWake && state_off_ < state_buf_.size(); ++n) {
-      const ssize_t w = ::write(state_fd_.get(), state_buf_.data() + state_off_, state_buf_.size() - state_off_);
+      const ssize_t w = peer_write(state_fd_.get(), state_buf_.data() + state_off_, state_buf_.size() - state_off_);
       if (w < 0 && errno == EAGAIN) return;
+      if (w < 0 && errno == ETIMEDOUT) {
+        finish(false, "writing the state pipe blocked (the frontend cleared its O_NONBLOCK)");
+        return fail_("writing the device state pipe blocked for 50 ms (the frontend cleared its O_NONBLOCK)");
+      }
       if (w <= 0) return finish(false, "the frontend closed the state pipe early");
       state_off_ += static_cast<std::size_t>(w);
     }
@@ -134,8 +139,12 @@ void BackendSession::on_state_fd(std::uint32_t /*events*/) {
   std::uint8_t buf[65536];
   for (int n = 0;; ++n) {
     if (n == kPerWake) return;  // more at the next wake-up
-    const ssize_t r = ::read(state_fd_.get(), buf, sizeof buf);
+    const ssize_t r = peer_read(state_fd_.get(), buf, sizeof buf);
     if (r < 0 && errno == EAGAIN) return;  // more later (EOF ends the transfer)
+    if (r < 0 && errno == ETIMEDOUT) {
+      finish(false, "reading the state pipe blocked (the frontend cleared its O_NONBLOCK)");
+      return fail_("reading the device state pipe blocked for 50 ms (the frontend cleared its O_NONBLOCK)");
+    }
     if (r < 0) return finish(false, "reading the state pipe failed");
     if (r == 0) break;
     if (state_buf_.size() + static_cast<std::size_t>(r) > kMaxState) return finish(false, "device state exceeds 64 MiB");

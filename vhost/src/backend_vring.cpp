@@ -168,7 +168,12 @@ void BackendSession::try_start(std::uint16_t i) {
     // One read per wake-up: it empties a (non-semaphore, checked at SET_VRING_KICK) eventfd
     // whatever its count, and a loop here is what a frontend could make spin.
     std::uint64_t n;
-    [[maybe_unused]] auto r = ::read(vrings_[i].kick.get(), &n, sizeof n);
+    if (peer_read(vrings_[i].kick.get(), &n, sizeof n) < 0 && errno == ETIMEDOUT) {
+      loop_.remove(vrings_[i].kick.get());  // no second chance before the server drops the frontend
+      return fail_(fmt::format("reading the kick eventfd of vring {} blocked for {} ms (the frontend cleared its "
+                               "O_NONBLOCK and emptied it under us)",
+                               i, kPeerIoLimit.count()));
+    }
     ++stats_.kicks;
     process(i);
   });
@@ -252,8 +257,14 @@ void BackendSession::raise_eventfd(const UniqueFd& fd, std::uint16_t i, bool err
   // Non-blocking (check_eventfd): an eventfd refuses a write only when its count would pass its
   // maximum, which takes a frontend that never reads it and wrote it full itself.
   const std::uint64_t one = 1;
-  if (::write(fd.get(), &one, sizeof one) == static_cast<ssize_t>(sizeof one)) return;
+  if (peer_write(fd.get(), &one, sizeof one) == static_cast<ssize_t>(sizeof one)) return;
   ++stats_.calls_dropped;
+  if (errno == ETIMEDOUT) {
+    (err ? vrings_[i].err : vrings_[i].call).reset();  // not again before the server drops the frontend
+    return fail_(fmt::format("writing the {} eventfd of vring {} blocked for {} ms (the frontend cleared its "
+                             "O_NONBLOCK and filled it)",
+                             err ? "error" : "call", i, kPeerIoLimit.count()));
+  }
   bool& said = err ? vrings_[i].err_full_said : vrings_[i].call_full_said;
   if (!said) {
     said = true;

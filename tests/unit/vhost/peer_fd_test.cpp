@@ -8,6 +8,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
+
 #include "vrdma/common/fd.hpp"
 #include "vrdma/vhost/peer_fd.hpp"
 
@@ -70,4 +72,32 @@ BOOST_AUTO_TEST_CASE(what_is_not_an_eventfd_is_refused_with_what_it_is) {
   UniqueFd a(sv[0]), b(sv[1]);
   BOOST_TEST(!check_eventfd(a.get(), "SET_VRING_ERR", EventfdUse::write).ok());
   BOOST_TEST(!check_eventfd(-1, "SET_VRING_KICK", EventfdUse::read).ok());
+}
+
+// A frontend can clear O_NONBLOCK again on the description it shares: reads and writes of its
+// fds still never hold the backend for longer than kPeerIoLimit.
+BOOST_AUTO_TEST_CASE(peer_io_on_a_blocking_fd_is_cut_off) {
+  auto empty = efd(0, 0);  // blocking
+  std::uint64_t v = 0;
+  auto t0 = std::chrono::steady_clock::now();
+  BOOST_TEST(peer_read(empty.get(), &v, sizeof v) == -1);
+  BOOST_TEST((errno == EAGAIN || errno == ETIMEDOUT));  // RWF_NOWAIT: at once; else the watchdog
+  auto full = efd(0xfffffffffffffffeULL, 0);
+  const std::uint64_t one = 1;
+  t0 = std::chrono::steady_clock::now();
+  BOOST_TEST(peer_write(full.get(), &one, sizeof one) == -1);
+  BOOST_TEST(errno == ETIMEDOUT);
+  const auto took = std::chrono::steady_clock::now() - t0;
+  BOOST_TEST(took >= kPeerIoLimit);
+  BOOST_TEST(took < kPeerIoLimit * 4);
+  // And as usual otherwise.
+  auto ok = efd(0, 0);
+  BOOST_TEST(peer_write(ok.get(), &one, sizeof one) == static_cast<ssize_t>(sizeof one));
+  BOOST_TEST(peer_read(ok.get(), &v, sizeof v) == static_cast<ssize_t>(sizeof v));
+  BOOST_TEST(v == 1u);
+  int p[2];
+  BOOST_REQUIRE(::pipe2(p, O_CLOEXEC) == 0);
+  UniqueFd r(p[0]), w(p[1]);
+  BOOST_TEST(peer_read(r.get(), &v, sizeof v) == -1);  // an empty blocking pipe
+  BOOST_TEST((errno == EAGAIN || errno == ETIMEDOUT));
 }

@@ -509,9 +509,11 @@ inline void semaphore_kick(const Vrdmad& v, std::chrono::milliseconds hold) {
   BOOST_CHECK(logged(v, "not an eventfd; refused"));
 }
 
-// 2. Call and err fds that would block a write: full pipes (refused: not eventfds), and
-//    blocking eventfds at their maximum count (taken; the write is non-blocking and the signal
-//    dropped). Each in a session of its own; the pipes' read ends stay open and unread to the end.
+// 2. Call and err fds that would block a write: full pipes (refused: not eventfds), blocking
+//    eventfds at their maximum count (taken; the write is non-blocking and the signal dropped),
+//    and a call eventfd whose O_NONBLOCK the frontend clears again after the hand-over (the write
+//    is cut off after 50 ms and the frontend dropped). Each in a session of its own; the pipes'
+//    read ends stay open and unread to the end.
 inline void full_call_and_err(const Vrdmad& v, std::chrono::milliseconds hold) {
   auto [call_r, call_w] = full_pipe();
   auto [err_r, err_w] = full_pipe();
@@ -547,7 +549,21 @@ inline void full_call_and_err(const Vrdmad& v, std::chrono::milliseconds hold) {
     BOOST_CHECK(logged(v, "its call eventfd refuses a write"));
     break_ring(f);
     BOOST_CHECK(logged(v, "its error eventfd refuses a write"));
-    std::this_thread::sleep_for(hold / 3);
+    std::this_thread::sleep_for(hold / 4);
+  }
+  {
+    // O_NONBLOCK belongs to the file description this process shares with vrdmad: cleared again
+    // after the hand-over, on a full call eventfd. vrdmad's write is cut off and it hangs up.
+    Frontend f(v.sock);
+    UniqueFd call(::eventfd(0, EFD_CLOEXEC));
+    BOOST_REQUIRE(f.start(-1, call.get()).ok());
+    BOOST_REQUIRE(::fcntl(call.get(), F_SETFL, ::fcntl(call.get(), F_GETFL) & ~O_NONBLOCK) == 0);
+    const std::uint64_t most = 0xfffffffffffffffeULL;
+    BOOST_REQUIRE(::write(call.get(), &most, sizeof most) == sizeof most);
+    f.post_command();
+    f.kick();
+    BOOST_CHECK(logged(v, "writing the call eventfd of vring 0 blocked for 50 ms (the frontend cleared its O_NONBLOCK"));
+    std::this_thread::sleep_for(hold / 4);
   }
 }
 

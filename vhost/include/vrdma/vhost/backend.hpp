@@ -85,6 +85,7 @@ class BackendServer {
   void on_io(std::uint32_t events);
   void on_deadline();
   void on_guest_fault();
+  void on_failure();
   // One whole message: validate, dispatch, reply. False when the session was dropped.
   bool handle(Message& m);
   bool send(Message m);
@@ -100,6 +101,8 @@ class BackendServer {
   UniqueFd deadline_;        // timerfd: the message being read must be whole by then
   std::int64_t armed_ns_ = -1;  // the message start the timer is armed for
   std::shared_ptr<FaultSink> faults_;  // SIGBUS absorbed in this server's guest mappings
+  UniqueFd failed_;          // eventfd: the session asked to be dropped (failure_ says why)
+  std::string failure_;
   std::unique_ptr<BackendSession> session_;
   BackendStats stats_;
 };

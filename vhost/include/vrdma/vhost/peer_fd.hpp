@@ -4,6 +4,10 @@
 // cannot do to the event loop" has the rule for each fd.
 #pragma once
 
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstddef>
 #include <string_view>
 
 #include "vrdma/common/result.hpp"
@@ -27,5 +31,16 @@ Status check_eventfd(int fd, std::string_view what, EventfdUse use);
 // semaphore gives 1, a plain eventfd everything). The probe consumes pending kicks; the caller
 // processes the ring afterwards anyway.
 Result<bool> is_semaphore_eventfd(int fd, bool force_probe = false);
+
+// One read or write on a frontend's fd that cannot hold the calling thread for long. The fd
+// was made non-blocking, but O_NONBLOCK is a flag of the description the frontend shares, and
+// it can clear it again (and then fill the eventfd, or drain it under us). So: a read is tried
+// with RWF_NOWAIT first (never blocks, whatever the flag, where the file supports it: eventfds
+// and pipes on Linux 5.12 on); otherwise the call runs under a watchdog thread that interrupts
+// it after kPeerIoLimit. The result is read()/write()'s; an interrupted call returns -1 with
+// errno ETIMEDOUT (the frontend is hostile: its fd blocked us although we made it non-blocking).
+inline constexpr std::chrono::milliseconds kPeerIoLimit{50};
+ssize_t peer_read(int fd, void* buf, std::size_t len);
+ssize_t peer_write(int fd, const void* buf, std::size_t len);
 
 }  // namespace vrdma::vhost
