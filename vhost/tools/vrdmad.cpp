@@ -127,8 +127,8 @@ Result<UniqueFd> listen_unix(const std::string& path) {
 // The control socket's connections, served on the event loop without ever blocking it (the
 // rule of docs/vhost.md "What a frontend cannot do to the event loop", for whoever can reach this
 // socket): each is non-blocking, its request line read as bytes arrive and answered once whole (a
-// newline, the client's shutdown, or 4 KiB); at most 16 at once (a 17th closes the oldest); one
-// whose line is not whole 1 s after it connected is closed.
+// newline, the client's shutdown, a whole JSON value, or 4 KiB); at most 64 at once (a 65th
+// closes the oldest); one whose line is not whole 1 s after it connected is closed.
 class ControlConnections {
  public:
   using Handler = std::function<std::string(const std::string& line)>;
@@ -150,7 +150,7 @@ class ControlConnections {
   }
 
  private:
-  static constexpr std::size_t kMaxConns = 16, kMaxLine = 4096;
+  static constexpr std::size_t kMaxConns = 64, kMaxLine = 4096;
   static constexpr auto kDeadline = std::chrono::seconds(1);
   struct Conn {
     UniqueFd fd;

@@ -1,7 +1,7 @@
 // A hostile vhost-user frontend against vrdmad's event loop (issue 22): one test per way a
 // frontend could stop the loop for good or for minutes. In each, while the attack runs, the
 // victim's control socket, another vrdmad's and that vrdmad's guest (moving checked data) keep
-// answering within 100 ms (300 ms under the sanitizers); afterwards the victim serves a guest
+// answering within 100 ms (500 ms under the sanitizers); afterwards the victim serves a guest
 // of its own, and its log holds no sanitizer report. The attacks themselves are in
 // support/hostile_frontend.hpp (the soak test runs them all in a loop).
 #define BOOST_TEST_MODULE vrdmad_frontend_hostile

@@ -71,7 +71,10 @@ BOOST_AUTO_TEST_CASE(every_attack_in_a_loop_beside_a_guest_moving_checked_data) 
                               << ", RSS " << before.rss_kib << " -> " << after.rss_kib << " KiB");
   BOOST_CHECK(v->child->alive());
   BOOST_CHECK_EQUAL(after.fds, before.fds);
-  BOOST_CHECK_LE(after.rss_kib, before.rss_kib + 4096);
+  if (kSanitized)  // ASan keeps freed memory in quarantine (up to 256 MiB): RSS says nothing there
+    BOOST_TEST_MESSAGE("RSS not compared: a sanitizer build");
+  else
+    BOOST_CHECK_LE(after.rss_kib, before.rss_kib + 4096);
   watch.check("soak");
   no_sanitizer_reports(*v);
 }
