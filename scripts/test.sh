@@ -31,8 +31,9 @@ stage=$(date +%s)
 CC=clang CXX=clang++ ./scripts/build.sh build-fuzz -DVRDMA_FUZZ=ON
 ctest --test-dir build-fuzz --output-on-failure -j 1 -L fuzz
 # clang's UBSan sees what GCC's does not (a reference bound to a packed epoll_event member): the
-# event loop's unit test runs under it too.
+# event loop's tests and the hostile-frontend test (vrdmad under it) run under it too.
 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
-  ctest --test-dir build-fuzz --output-on-failure -j 1 --timeout 300 -R '^vhost_event_loop_test$'
+  ctest --test-dir build-fuzz --output-on-failure -j 1 --timeout 300 \
+  -R '^(vhost_event_loop_test|vhost_peer_fd_test|vhost_guest_fault_test|vrdmad_frontend_hostile_test)$'
 echo "== clang build and fuzzers took $(( $(date +%s) - stage )) s"
 echo "== whole suite done in $(( $(date +%s) - start )) s"
