@@ -46,8 +46,15 @@ const std::array<BackendSession::Handler, static_cast<std::size_t>(Request::coun
   return h;
 }();
 
-BackendSession::BackendSession(Device& dev, EventLoop& loop, const BackendOptions& opts, BackendStats& stats)
-    : dev_(dev), loop_(loop), opts_(opts), stats_(stats), info_(dev.info()) {
+BackendSession::BackendSession(Device& dev, EventLoop& loop, const BackendOptions& opts, BackendStats& stats,
+                               std::shared_ptr<FaultSink> faults, std::function<void(std::string)> fail)
+    : dev_(dev),
+      loop_(loop),
+      opts_(opts),
+      stats_(stats),
+      faults_(std::move(faults)),
+      fail_(std::move(fail)),
+      info_(dev.info()) {
   offered_ = info_.features;
   offered_.set(VirtioFeature::version_1).set(VirtioFeature::protocol_features).set(VirtioFeature::log_all);
   if (opts.packed) offered_.set(VirtioFeature::ring_packed);
@@ -154,8 +161,9 @@ BackendSession::Reply BackendSession::set_mem_table(Message& m) {
   std::vector<GuestMemory::RegionPtr> regions;
   for (std::uint32_t i = 0; i < h.nregions; ++i) {
     const auto r = m.get<MemRegion>(sizeof(MemTableHeader) + i * sizeof(MemRegion));
-    auto mapped = MappedRegion::map(r, m.take_fd(i));
+    auto mapped = MappedRegion::map(r, m.take_fd(i), faults_);
     if (!mapped) return prefixed(fmt::format("SET_MEM_TABLE region {}: ", i), mapped.error());
+    say_if_unsealed(**mapped);
     regions.push_back(std::move(*mapped));
   }
   auto table = GuestMemory::build(std::move(regions));
@@ -173,12 +181,21 @@ void BackendSession::journal_mem_table() const {
   for (const auto& r : mem_->regions()) journal::event(journal::Event::mem_region, 0, r->gpa(), r->size(), r->fd_offset());
 }
 
+void BackendSession::say_if_unsealed(const MappedRegion& r) {
+  if (r.sealed()) return;
+  log::info("vhost-user: guest memory at gpa {:#x} ({:#x} bytes) is in a file that cannot be sealed against "
+            "shrinking (not a sealable memfd: QEMU's memory-backend-file, or a memfd made without sealing); if the "
+            "frontend shrinks it, only this frontend's device fails",
+            r.gpa(), r.size());
+}
+
 BackendSession::Reply BackendSession::get_max_mem_slots(Message& m) { return std::optional(u64_reply(m, kMaxMemSlots)); }
 
 BackendSession::Reply BackendSession::add_mem_reg(Message& m) {
   const auto r = m.get<SingleMemRegion>().region;
-  auto mapped = MappedRegion::map(r, m.take_fd(0));
+  auto mapped = MappedRegion::map(r, m.take_fd(0), faults_);
   if (!mapped) return prefixed("ADD_MEM_REG: ", mapped.error());
+  say_if_unsealed(**mapped);
   auto table = mem_->with(std::move(*mapped));
   if (!table) return prefixed("ADD_MEM_REG: ", table.error());
   mem_ = std::move(*table);
@@ -198,7 +215,7 @@ BackendSession::Reply BackendSession::rem_mem_reg(Message& m) {
 
 BackendSession::Reply BackendSession::set_log_base(Message& m) {
   const auto a = m.get<LogArea>();
-  auto l = DirtyLog::map(m.take_fd(0), a.mmap_size, a.mmap_offset);
+  auto l = DirtyLog::map(m.take_fd(0), a.mmap_size, a.mmap_offset, faults_);
   if (!l) return prefixed("SET_LOG_BASE: ", l.error());
   log_ = std::move(*l);
   dev_.memory_changed();

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <array>
+#include <functional>
 #include <string>
 #include <memory>
 #include <optional>
@@ -14,7 +15,11 @@ namespace vrdma::vhost {
 
 class BackendSession final : public DeviceHost {
  public:
-  BackendSession(Device& dev, EventLoop& loop, const BackendOptions& opts, BackendStats& stats);
+  // `faults`: where SIGBUS in this frontend's mappings is reported (the server watches it).
+  // `fail`: asks the server to drop this frontend with a sentence, later, from the loop (never
+  // while this session's code runs).
+  BackendSession(Device& dev, EventLoop& loop, const BackendOptions& opts, BackendStats& stats,
+                 std::shared_ptr<FaultSink> faults, std::function<void(std::string)> fail);
   ~BackendSession() override;
   // DeviceHost
   [[nodiscard]] GuestView memory() const override { return view(); }
@@ -44,6 +49,7 @@ class BackendSession final : public DeviceHost {
     std::unique_ptr<Ring> ring;  // non-null while started
     RingSetup setup{};           // where the started ring lives
     bool reported_broken = false;
+    bool call_full_said = false, err_full_said = false;  // logged that the eventfd refused a write
   };
   // "avail idx A used idx U" as the guest's memory holds them now (split rings), for logs.
   [[nodiscard]] std::string ring_indices(const Vring& v) const;
@@ -62,6 +68,7 @@ class BackendSession final : public DeviceHost {
   Reply rem_mem_reg(Message& m);
   Reply set_log_base(Message& m);
   void journal_mem_table() const;  // the new table in the write journal (when one is kept)
+  void say_if_unsealed(const MappedRegion& r);
   // backend_vring.cpp: rings
   Reply set_vring_num(Message& m);
   Reply set_vring_addr(Message& m);
@@ -90,6 +97,8 @@ class BackendSession final : public DeviceHost {
   void stop_all();
   void process(std::uint16_t i);
   void notify(std::uint16_t i);
+  // Signals the call or err eventfd of vring i, never blocking (a full one drops the signal).
+  void raise_eventfd(const UniqueFd& fd, std::uint16_t i, bool err);
   void on_state_fd(std::uint32_t events);
   static Message u64_reply(const Message& req, std::uint64_t v);
 
@@ -97,6 +106,8 @@ class BackendSession final : public DeviceHost {
   EventLoop& loop_;
   BackendOptions opts_;
   BackendStats& stats_;
+  std::shared_ptr<FaultSink> faults_;
+  std::function<void(std::string)> fail_;
   DeviceInfo info_;
   VirtioFeatures offered_, acked_;
   ProtocolFeatures poffered_, packed_;

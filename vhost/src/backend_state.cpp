@@ -2,12 +2,14 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/epoll.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 
 #include "backend_session.hpp"
 #include "vrdma/common/log.hpp"
+#include "vrdma/vhost/peer_fd.hpp"
 
 namespace vrdma::vhost {
 
@@ -56,7 +58,7 @@ BackendSession::Reply BackendSession::get_inflight_fd(Message& m) {
 BackendSession::Reply BackendSession::set_inflight_fd(Message& m) {
   for (const auto& v : vrings_)
     if (v.ring) return make_error(Errc::bad_state, "SET_INFLIGHT_FD while a ring is running");
-  auto area = InflightArea::attach(m.take_fd(0), m.get<InflightInfo>());
+  auto area = InflightArea::attach(m.take_fd(0), m.get<InflightInfo>(), faults_);
   if (!area) return prefixed("SET_INFLIGHT_FD: ", area.error());
   inflight_ = std::move(*area);
   return std::optional<Message>{};
@@ -92,6 +94,12 @@ BackendSession::Reply BackendSession::set_device_state_fd(Message& m) {
   state_off_ = 0;
   state_buf_.clear();
   state_ok_ = false;
+  // A pipe (vhost-user.rst) or a socket: what polls, never a file that is always "ready".
+  struct stat st{};
+  if (::fstat(state_fd_.get(), &st) != 0 || !(S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode))) {
+    state_fd_.reset();
+    return make_error(Errc::invalid_argument, "SET_DEVICE_STATE_FD fd is not a pipe or a socket; refused");
+  }
   const int fl = ::fcntl(state_fd_.get(), F_GETFL);
   if (fl < 0 || ::fcntl(state_fd_.get(), F_SETFL, fl | O_NONBLOCK) != 0) {
     state_fd_.reset();
@@ -117,20 +125,33 @@ void BackendSession::on_state_fd(std::uint32_t /*events*/) {
     loop_.remove(state_fd_.get());
     state_fd_.reset();
   };
+  // At most 16 reads or writes of up to 64 KiB per wake-up: a frontend that keeps the pipe
+  // ready waits its turn behind the loop's other fds.
+  constexpr int kPerWake = 16;
   if (state_dir_ == 0) {
-    while (state_off_ < state_buf_.size()) {
-      const ssize_t w = ::write(state_fd_.get(), state_buf_.data() + state_off_, state_buf_.size() - state_off_);
+    for (int n = 0; n < kPerWake && state_off_ < state_buf_.size(); ++n) {
+      const ssize_t w = peer_write(state_fd_.get(), state_buf_.data() + state_off_, state_buf_.size() - state_off_);
       if (w < 0 && errno == EAGAIN) return;
+      if (w < 0 && errno == ETIMEDOUT) {
+        finish(false, "writing the state pipe blocked (the frontend cleared its O_NONBLOCK)");
+        return fail_("writing the device state pipe blocked for 50 ms (the frontend cleared its O_NONBLOCK)");
+      }
       if (w <= 0) return finish(false, "the frontend closed the state pipe early");
       state_off_ += static_cast<std::size_t>(w);
     }
+    if (state_off_ < state_buf_.size()) return;  // more at the next wake-up
     return finish(true, "");
   }
   constexpr std::size_t kMaxState = 64u << 20;
   std::uint8_t buf[65536];
-  for (;;) {
-    const ssize_t r = ::read(state_fd_.get(), buf, sizeof buf);
+  for (int n = 0;; ++n) {
+    if (n == kPerWake) return;  // more at the next wake-up
+    const ssize_t r = peer_read(state_fd_.get(), buf, sizeof buf);
     if (r < 0 && errno == EAGAIN) return;  // more later (EOF ends the transfer)
+    if (r < 0 && errno == ETIMEDOUT) {
+      finish(false, "reading the state pipe blocked (the frontend cleared its O_NONBLOCK)");
+      return fail_("reading the device state pipe blocked for 50 ms (the frontend cleared its O_NONBLOCK)");
+    }
     if (r < 0) return finish(false, "reading the state pipe failed");
     if (r == 0) break;
     if (state_buf_.size() + static_cast<std::size_t>(r) > kMaxState) return finish(false, "device state exceeds 64 MiB");

@@ -4,8 +4,12 @@
 #include <sys/epoll.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
+
 #include "backend_session.hpp"
 #include "vrdma/common/log.hpp"
+#include "vrdma/vhost/peer_fd.hpp"
 #include "vrdma/vhost/write_journal.hpp"
 
 namespace vrdma::vhost {
@@ -88,9 +92,7 @@ BackendSession::Reply BackendSession::set_vring_kick(Message& m) {
   if ((u & kVringNoFd) != 0)
     return make_error(Errc::not_supported, "SET_VRING_KICK without an fd asks for polling, which this backend lacks");
   UniqueFd fd = m.take_fd(0);
-  const int fl = ::fcntl(fd.get(), F_GETFL);
-  if (fl < 0 || ::fcntl(fd.get(), F_SETFL, fl | O_NONBLOCK) != 0)
-    return make_error(Errc::invalid_argument, "SET_VRING_KICK fd cannot be made non-blocking");
+  VRDMA_TRY(check_eventfd(fd.get(), fmt::format("SET_VRING_KICK for vring {}", index), EventfdUse::read));
   if ((*v)->ring) stop(static_cast<std::uint16_t>(index));  // a new kick fd restarts the ring at its base
   (*v)->kick = std::move(fd);
   try_start(static_cast<std::uint16_t>(index));
@@ -99,17 +101,25 @@ BackendSession::Reply BackendSession::set_vring_kick(Message& m) {
 
 BackendSession::Reply BackendSession::set_vring_call(Message& m) {
   const auto u = m.get<std::uint64_t>();
-  auto v = vring(static_cast<std::uint32_t>(u & kVringIndexMask), "SET_VRING_CALL");
+  const auto index = static_cast<std::uint32_t>(u & kVringIndexMask);
+  auto v = vring(index, "SET_VRING_CALL");
   if (!v) return std::move(v).error();
-  (*v)->call = (u & kVringNoFd) != 0 ? UniqueFd{} : m.take_fd(0);
+  UniqueFd fd = (u & kVringNoFd) != 0 ? UniqueFd{} : m.take_fd(0);
+  if (fd) VRDMA_TRY(check_eventfd(fd.get(), fmt::format("SET_VRING_CALL for vring {}", index), EventfdUse::write));
+  (*v)->call = std::move(fd);
+  (*v)->call_full_said = false;
   return std::optional<Message>{};
 }
 
 BackendSession::Reply BackendSession::set_vring_err(Message& m) {
   const auto u = m.get<std::uint64_t>();
-  auto v = vring(static_cast<std::uint32_t>(u & kVringIndexMask), "SET_VRING_ERR");
+  const auto index = static_cast<std::uint32_t>(u & kVringIndexMask);
+  auto v = vring(index, "SET_VRING_ERR");
   if (!v) return std::move(v).error();
-  (*v)->err = (u & kVringNoFd) != 0 ? UniqueFd{} : m.take_fd(0);
+  UniqueFd fd = (u & kVringNoFd) != 0 ? UniqueFd{} : m.take_fd(0);
+  if (fd) VRDMA_TRY(check_eventfd(fd.get(), fmt::format("SET_VRING_ERR for vring {}", index), EventfdUse::write));
+  (*v)->err = std::move(fd);
+  (*v)->err_full_said = false;
   return std::optional<Message>{};
 }
 
@@ -176,8 +186,14 @@ void BackendSession::try_start(std::uint16_t i) {
   v.reported_broken = false;
   if (!protocol_negotiated()) v.enabled = true;
   auto st = loop_.add(v.kick.get(), EPOLLIN, [this, i](std::uint32_t) {
+    // One read per wake-up: it empties a (non-semaphore, checked at SET_VRING_KICK) eventfd
+    // whatever its count, and a loop here is what a frontend could make spin.
     std::uint64_t n;
-    while (::read(vrings_[i].kick.get(), &n, sizeof n) > 0) {
+    if (peer_read(vrings_[i].kick.get(), &n, sizeof n) < 0 && errno == ETIMEDOUT) {
+      loop_.remove(vrings_[i].kick.get());  // no second chance before the server drops the frontend
+      return fail_(fmt::format("reading the kick eventfd of vring {} blocked for {} ms (the frontend cleared its "
+                               "O_NONBLOCK and emptied it under us)",
+                               i, kPeerIoLimit.count()));
     }
     ++stats_.kicks;
     process(i);
@@ -232,10 +248,7 @@ void BackendSession::process(std::uint16_t i) {
   if (v.ring->broken() && !v.reported_broken) {
     v.reported_broken = true;
     status_ |= 0x40;  // VIRTIO_CONFIG_S_NEEDS_RESET
-    if (v.err) {
-      const std::uint64_t one = 1;
-      [[maybe_unused]] auto w = ::write(v.err.get(), &one, sizeof one);
-    }
+    if (v.err) raise_eventfd(v.err, i, true);
   }
 }
 
@@ -265,9 +278,26 @@ void BackendSession::notify(std::uint16_t i) {
     log::error("vring {}: cannot read the driver's notification state: {}", i, want.error().message);
     return;
   }
-  if (*want && v.call) {
-    const std::uint64_t one = 1;
-    [[maybe_unused]] auto w = ::write(v.call.get(), &one, sizeof one);
+  if (*want && v.call) raise_eventfd(v.call, i, false);
+}
+
+void BackendSession::raise_eventfd(const UniqueFd& fd, std::uint16_t i, bool err) {
+  // Non-blocking (check_eventfd): an eventfd refuses a write only when its count would pass its
+  // maximum, which takes a frontend that never reads it and wrote it full itself.
+  const std::uint64_t one = 1;
+  if (peer_write(fd.get(), &one, sizeof one) == static_cast<ssize_t>(sizeof one)) return;
+  ++stats_.calls_dropped;
+  if (errno == ETIMEDOUT) {
+    (err ? vrings_[i].err : vrings_[i].call).reset();  // not again before the server drops the frontend
+    return fail_(fmt::format("writing the {} eventfd of vring {} blocked for {} ms (the frontend cleared its "
+                             "O_NONBLOCK and filled it)",
+                             err ? "error" : "call", i, kPeerIoLimit.count()));
+  }
+  bool& said = err ? vrings_[i].err_full_said : vrings_[i].call_full_said;
+  if (!said) {
+    said = true;
+    log::warn("vring {}: its {} eventfd refuses a write ({}): the frontend never reads it; the signal is dropped", i,
+              err ? "error" : "call", std::strerror(errno));
   }
 }
 

@@ -64,16 +64,21 @@ Result<int> EventLoop::run_once(int timeout_ms) {
   }
   int ran = 0;
   for (int i = 0; i < n; ++i) {
-    if (evs[i].data.u64 == kWakeToken) {
+    // Copies, never references: epoll_event is packed on x86-64 (its u64 sits at offset 4), so a
+    // reference to evs[i].data.u64 (what unordered_map::find(const key&) would bind) is
+    // misaligned, undefined behaviour that UBSan reports on the first event.
+    const std::uint64_t token = evs[i].data.u64;
+    const std::uint32_t events = evs[i].events;
+    if (token == kWakeToken) {
       std::uint64_t v;
       while (::read(wake_.get(), &v, sizeof v) > 0) {
       }
       continue;
     }
-    auto it = by_token_.find(evs[i].data.u64);
+    auto it = by_token_.find(token);
     if (it == by_token_.end()) continue;  // removed by an earlier callback in this batch
     Callback cb = it->second.cb;          // the callback may remove itself
-    cb(evs[i].events);
+    cb(events);
     ++ran;
   }
   return ran;

@@ -2,6 +2,7 @@
 
 #include "vrdma/vhost/write_journal.hpp"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -31,11 +32,23 @@ Status check_region(const MemRegion& r) {
   return {};
 }
 
+// Seals `fd` against shrinking when it can be sealed and is not yet (QEMU's memory-backend-memfd
+// comes sealed already: seal=on, its default). True when the file can no longer shrink.
+bool seal_against_shrinking(int fd) {
+  int seals = ::fcntl(fd, F_GET_SEALS);
+  if (seals < 0) return false;  // not a memfd (a file on tmpfs or hugetlbfs): cannot be sealed
+  if ((seals & (F_SEAL_SHRINK | F_SEAL_SEAL)) == 0 && ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) == 0)
+    seals |= F_SEAL_SHRINK;
+  return (seals & F_SEAL_SHRINK) != 0;
+}
+
 }  // namespace
 
-Result<std::shared_ptr<const MappedRegion>> MappedRegion::map(const MemRegion& r, UniqueFd fd) {
+Result<std::shared_ptr<const MappedRegion>> MappedRegion::map(const MemRegion& r, UniqueFd fd,
+                                                              std::shared_ptr<FaultSink> sink) {
   VRDMA_TRY(check_region(r));
   if (!fd) return make_error(Errc::invalid_argument, "guest memory region came without a file descriptor");
+  const bool sealed = seal_against_shrinking(fd.get());  // before the size check, which it makes final
   if (r.mmap_offset % kPage != 0)
     return make_error(Errc::invalid_argument,
                       fmt::format("guest memory region mmap_offset {:#x} is not page-aligned", r.mmap_offset));
@@ -57,6 +70,8 @@ Result<std::shared_ptr<const MappedRegion>> MappedRegion::map(const MemRegion& r
   m->map_ = MmapArea(p, r.memory_size);
   m->host_ = static_cast<std::uint8_t*>(p);
   m->fd_ = std::move(fd);
+  m->sealed_ = sealed;
+  m->guard_ = GuardedMapping(p, r.memory_size, "guest memory", std::move(sink));
   return std::shared_ptr<const MappedRegion>(std::move(m));
 }
 
@@ -146,11 +161,13 @@ Result<std::uint64_t> GuestMemory::uaddr_to_gpa(std::uint64_t uaddr, std::uint64
                     fmt::format("frontend address {:#x}+{:#x} is not inside one guest memory region", uaddr, len));
 }
 
-Result<std::shared_ptr<DirtyLog>> DirtyLog::map(UniqueFd fd, std::uint64_t size, std::uint64_t offset) {
+Result<std::shared_ptr<DirtyLog>> DirtyLog::map(UniqueFd fd, std::uint64_t size, std::uint64_t offset,
+                                                std::shared_ptr<FaultSink> sink) {
   if (size == 0 || size > (std::uint64_t{1} << 40))
     return make_error(Errc::invalid_argument, fmt::format("dirty log size {:#x} is out of range", size));
   if (offset % kPage != 0)
     return make_error(Errc::invalid_argument, fmt::format("dirty log offset {:#x} is not page-aligned", offset));
+  (void)seal_against_shrinking(fd.get());
   struct stat st{};
   if (::fstat(fd.get(), &st) != 0) return errno_error(errno, "fstat of the dirty log fd");
   std::uint64_t end = 0;
@@ -161,6 +178,7 @@ Result<std::shared_ptr<DirtyLog>> DirtyLog::map(UniqueFd fd, std::uint64_t size,
   if (p == MAP_FAILED) return errno_error(errno, "mmap of the dirty log");
   auto l = std::make_shared<DirtyLog>();
   l->map_ = MmapArea(p, size);
+  l->guard_ = GuardedMapping(p, size, "the dirty log", std::move(sink));
   l->bits_ = static_cast<std::uint8_t*>(p);
   l->size_ = size;
   return l;

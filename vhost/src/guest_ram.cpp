@@ -1,5 +1,6 @@
 #include "vrdma/vhost/guest_ram.hpp"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -18,7 +19,7 @@ std::vector<RamRegion> GuestRam::vm_layout(std::uint64_t mib) {
   return {{0, low, 0}, {1 * M, mid, 2 * M}, {std::uint64_t{4} << 30, high, 3 * M + mid}};
 }
 
-Result<GuestRam> GuestRam::create(const std::vector<RamRegion>& layout) {
+Result<GuestRam> GuestRam::create(const std::vector<RamRegion>& layout, Sealing sealing) {
   GuestRam g;
   g.layout_ = layout;
   for (const auto& r : layout) {
@@ -26,9 +27,11 @@ Result<GuestRam> GuestRam::create(const std::vector<RamRegion>& layout) {
       return make_error(Errc::invalid_argument, "guest RAM regions must be non-empty and page-aligned");
     g.fd_size_ = std::max(g.fd_size_, r.fd_offset + r.size);
   }
-  g.fd_ = UniqueFd(::memfd_create("vrdma-guest-ram", MFD_CLOEXEC));
+  g.fd_ = UniqueFd(::memfd_create("vrdma-guest-ram", MFD_CLOEXEC | (sealing == Sealing::none ? 0u : MFD_ALLOW_SEALING)));
   if (!g.fd_) return errno_error(errno, "memfd_create for guest RAM");
   if (::ftruncate(g.fd_.get(), static_cast<off_t>(g.fd_size_)) != 0) return errno_error(errno, "ftruncate guest RAM");
+  if (sealing == Sealing::sealed && ::fcntl(g.fd_.get(), F_ADD_SEALS, F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL) != 0)
+    return errno_error(errno, "sealing guest RAM");
   for (const auto& r : layout) {
     void* p = ::mmap(nullptr, r.size, PROT_READ | PROT_WRITE, MAP_SHARED, g.fd_.get(), static_cast<off_t>(r.fd_offset));
     if (p == MAP_FAILED) return errno_error(errno, "mmap guest RAM region");

@@ -1,5 +1,6 @@
 #include "vrdma/vhost/inflight.hpp"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -308,6 +309,9 @@ Result<InflightArea> InflightArea::create(std::uint16_t num_queues, std::uint16_
   UniqueFd fd(::memfd_create("vrdma-inflight", MFD_CLOEXEC | MFD_ALLOW_SEALING));
   if (!fd) return errno_error(errno, "memfd_create for the inflight area");
   if (::ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0) return errno_error(errno, "ftruncate inflight area");
+  // The frontend holds this fd too: sealed, it cannot shrink the area under our mapping.
+  if (::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
+    return errno_error(errno, "sealing the inflight area");
   void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
   if (p == MAP_FAILED) return errno_error(errno, "mmap inflight area");
   InflightArea a;
@@ -320,7 +324,7 @@ Result<InflightArea> InflightArea::create(std::uint16_t num_queues, std::uint16_
   return a;
 }
 
-Result<InflightArea> InflightArea::attach(UniqueFd fd, const InflightInfo& info) {
+Result<InflightArea> InflightArea::attach(UniqueFd fd, const InflightInfo& info, std::shared_ptr<FaultSink> sink) {
   if (info.num_queues == 0 || info.queue_size == 0 || info.queue_size > 32768)
     return make_error(Errc::invalid_argument, "SET_INFLIGHT_FD describes zero queues or a bad queue size");
   const std::uint64_t need = InflightRegion::queue_bytes(info.queue_size) * info.num_queues;
@@ -328,6 +332,9 @@ Result<InflightArea> InflightArea::attach(UniqueFd fd, const InflightInfo& info)
     return make_error(Errc::invalid_argument,
                       fmt::format("SET_INFLIGHT_FD area of {:#x} bytes at {:#x} does not fit {} queues of {}",
                                   info.mmap_size, info.mmap_offset, info.num_queues, info.queue_size));
+  // Sealed against shrinking when it can be (then the size check below is final); guarded anyway.
+  if (const int seals = ::fcntl(fd.get(), F_GET_SEALS); seals >= 0 && (seals & (F_SEAL_SHRINK | F_SEAL_SEAL)) == 0)
+    (void)::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK);
   struct stat st{};
   if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode) ||
       static_cast<std::uint64_t>(st.st_size) < info.mmap_offset + info.mmap_size)
@@ -338,6 +345,7 @@ Result<InflightArea> InflightArea::attach(UniqueFd fd, const InflightInfo& info)
   InflightArea a;
   a.fd_ = std::move(fd);
   a.map_ = MmapArea(p, info.mmap_size);
+  a.guard_ = GuardedMapping(p, info.mmap_size, "the inflight area", std::move(sink));
   a.offset_ = info.mmap_offset;
   a.nq_ = info.num_queues;
   a.qsize_ = info.queue_size;

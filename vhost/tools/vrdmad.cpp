@@ -30,6 +30,8 @@
 #include <chrono>
 #include <csignal>
 #include <deque>
+#include <functional>
+#include <map>
 #include <thread>
 #include <vector>
 #include <cstdio>
@@ -121,6 +123,105 @@ Result<UniqueFd> listen_unix(const std::string& path) {
   if (::rename(tmp.c_str(), path.c_str()) != 0) return errno_error(errno, "renaming " + tmp + " to " + path);
   return fd;
 }
+
+// The control socket's connections, served on the event loop without ever blocking it (the
+// rule of docs/vhost.md "What a frontend cannot do to the event loop", for whoever can reach this
+// socket): each is non-blocking, its request line read as bytes arrive and answered once whole (a
+// newline, the client's shutdown, a whole JSON value, or 4 KiB); at most 64 at once (a 65th
+// closes the oldest); one whose line is not whole 1 s after it connected is closed.
+class ControlConnections {
+ public:
+  using Handler = std::function<std::string(const std::string& line)>;
+  ControlConnections(vhost::EventLoop& loop, int listener, Handler handler)
+      : loop_(loop), listener_(listener), handler_(std::move(handler)) {}
+  ~ControlConnections() {
+    for (auto& [fd, c] : conns_) loop_.remove(fd);
+    if (timer_) loop_.remove(timer_.get());
+    loop_.remove(listener_);
+  }
+  ControlConnections(const ControlConnections&) = delete;
+  ControlConnections& operator=(const ControlConnections&) = delete;
+
+  Status start() {
+    timer_ = UniqueFd(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
+    if (!timer_) return errno_error(errno, "timerfd for the control socket");
+    VRDMA_TRY(loop_.add(timer_.get(), EPOLLIN, [this](std::uint32_t) { on_timer(); }));
+    return loop_.add(listener_, EPOLLIN, [this](std::uint32_t) { on_accept(); });
+  }
+
+ private:
+  static constexpr std::size_t kMaxConns = 64, kMaxLine = 4096;
+  static constexpr auto kDeadline = std::chrono::seconds(1);
+  struct Conn {
+    UniqueFd fd;
+    std::string in;
+    std::chrono::steady_clock::time_point since;
+    std::uint64_t order;
+  };
+
+  void on_accept() {
+    for (int i = 0; i < 16; ++i) {  // a few per wake-up; the rest wake us again
+      UniqueFd c(::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+      if (!c) return;
+      if (conns_.size() >= kMaxConns) {
+        auto oldest = std::min_element(conns_.begin(), conns_.end(),
+                                       [](const auto& a, const auto& b) { return a.second.order < b.second.order; });
+        close(oldest->first);
+      }
+      const int fd = c.get();
+      if (!loop_.add(fd, EPOLLIN, [this, fd](std::uint32_t) { on_read(fd); }).ok()) continue;
+      conns_[fd] = Conn{std::move(c), {}, std::chrono::steady_clock::now(), ++order_};
+      if (conns_.size() == 1) arm(true);
+    }
+  }
+
+  void on_read(int fd) {
+    auto it = conns_.find(fd);
+    if (it == conns_.end()) return;
+    Conn& c = it->second;
+    char buf[1024];
+    const ssize_t n = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+    if (n > 0) c.in.append(buf, static_cast<std::size_t>(n));
+    const auto nl = c.in.find('\n');
+    // More to come, unless what came is a whole JSON value already (a client that sends no newline).
+    if (n > 0 && nl == std::string::npos && c.in.size() < kMaxLine && !nlohmann::json::accept(c.in)) return;
+    if (n < 0 || c.in.empty()) return close(fd);
+    const std::string out = handler_(c.in.substr(0, nl));
+    // The reply (a few KiB) fits the empty socket buffer; a client that cannot take it is gone.
+    [[maybe_unused]] auto w = ::send(fd, out.data(), out.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    close(fd);
+  }
+
+  void on_timer() {
+    std::uint64_t n;
+    [[maybe_unused]] auto r = ::read(timer_.get(), &n, sizeof n);
+    const auto now = std::chrono::steady_clock::now();
+    std::vector<int> late;
+    for (const auto& [fd, c] : conns_)
+      if (now - c.since >= kDeadline) late.push_back(fd);
+    for (int fd : late) close(fd);
+  }
+
+  void close(int fd) {
+    loop_.remove(fd);
+    conns_.erase(fd);
+    if (conns_.empty()) arm(false);
+  }
+
+  void arm(bool on) {
+    const timespec every{0, on ? 250'000'000 : 0};
+    const itimerspec t{every, every};
+    ::timerfd_settime(timer_.get(), 0, &t, nullptr);
+  }
+
+  vhost::EventLoop& loop_;
+  int listener_;
+  Handler handler_;
+  UniqueFd timer_;
+  std::map<int, Conn> conns_;
+  std::uint64_t order_ = 0;
+};
 
 // --supervise: this process only starts the backend (this program without --supervise) and
 // starts it again when it dies of a crash or a kill, at most kMaxRestarts times a minute. A
@@ -302,7 +403,11 @@ int main(int argc, char** argv) {
   }
   opts.notices = !notices_ip.empty();
   vhost::RdmaDevice dev(*engine, *loop, opts);
-  migration::MigrationOptions mopts{engine_name, mac, announce, sock};
+  migration::MigrationOptions mopts;
+  mopts.engine_name = engine_name;
+  mopts.mac = mac;
+  mopts.announce_if = announce;
+  mopts.self = sock;
   mopts.restarted = restarted;
   if (!migration_engine.empty()) {
     auto me = nicdrv::open_device(migration_engine);
@@ -412,6 +517,7 @@ int main(int argc, char** argv) {
   }
 
   UniqueFd ctl;
+  std::unique_ptr<ControlConnections> control_conns;
   if (!control.empty()) {
     auto l = listen_unix(control);
     if (!l) {
@@ -419,16 +525,9 @@ int main(int argc, char** argv) {
       return 1;
     }
     ctl = std::move(*l);
-    (void)loop->add(ctl.get(), EPOLLIN, [&](std::uint32_t) {
-      UniqueFd c(::accept4(ctl.get(), nullptr, nullptr, SOCK_CLOEXEC));
-      if (!c) return;
-      timeval tv{1, 0};
-      ::setsockopt(c.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-      char buf[512];
-      const auto n = ::recv(c.get(), buf, sizeof buf - 1, 0);
+    control_conns = std::make_unique<ControlConnections>(*loop, ctl.get(), [&](const std::string& line) {
       nlohmann::json reply;
-      if (n <= 0) return;
-      auto req = nlohmann::json::parse(std::string(buf, static_cast<std::size_t>(n)), nullptr, false);
+      auto req = nlohmann::json::parse(line, nullptr, false);
       if (req.is_discarded() || !req.is_object() || !req.contains("cmd") || !req["cmd"].is_string()) {
         reply = {{"error", "the request is not a JSON object with a \"cmd\" string; send {\"cmd\":\"status\"}"}};
       } else if (req["cmd"] == "status" || req["cmd"] == "stats") {
@@ -455,9 +554,12 @@ int main(int argc, char** argv) {
         reply = {{"error", "unknown command " + req["cmd"].get<std::string>() +
                                "; commands: status, stats, migrate, cancel"}};
       }
-      const auto out = reply.dump() + "\n";
-      [[maybe_unused]] auto w = ::send(c.get(), out.data(), out.size(), MSG_NOSIGNAL);
+      return reply.dump() + "\n";
     });
+    if (auto st = control_conns->start(); !st.ok()) {
+      log::error("vrdmad: {}", st.error().message);
+      return 1;
+    }
   }
 
   log::info("vrdmad: serving {} on engine {}{}{}", sock, engine_name, control.empty() ? "" : ", control " + control,

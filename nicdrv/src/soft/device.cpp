@@ -449,6 +449,15 @@ void SoftDevice::handle_rx(RxPacket& p) {
     return;
   }
   SoftQp& qp = *it->second;
+  // IBA 9.6.1.1 (C9-43), as Linux rxe's check_keys: a packet of another partition, or between
+  // two limited members of one, is dropped and counted, for every QP type and every packet
+  // (requests, ACKs, responses).
+  if (!wire::pkey_match(pkt.hdr.bth.pkey, pkey_)) {
+    ++st.rx_dropped_pkey;
+    log::debug("soft {}: dropped a packet for QP {:#x} with P_Key {:#06x} (the partition here is {:#06x})", name_,
+               pkt.hdr.bth.dest_qp, pkt.hdr.bth.pkey, pkey_);
+    return;
+  }
   QpState s = qp.state();
   const auto& oi = wire::info(pkt.hdr.bth.opcode);
   if (qp.type() == QpType::ud) {
@@ -577,8 +586,20 @@ Result<std::shared_ptr<Device>> open(std::string_view spec, const DeviceOptions&
   UniqueFd wake(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!wake) return errno_error(errno, "soft: eventfd");
   std::string name = "soft:" + std::string(spec);
+  std::uint16_t pkey = wire::kDefaultPkey;
+  if (auto k = opts.get("pkey"); !k.empty()) {
+    unsigned v = 0;
+    const bool hex = k.size() > 2 && k[0] == '0' && (k[1] == 'x' || k[1] == 'X');
+    auto [ptr, ec] = std::from_chars(k.data() + (hex ? 2 : 0), k.data() + k.size(), v, hex ? 16 : 10);
+    if (ec != std::errc{} || ptr != k.data() + k.size() || v > 0xffff || (v & 0x7fff) == 0)
+      return make_error(Errc::invalid_argument, "soft: pkey=" + std::string(k) +
+                                                    " is not a P_Key (16 bits, partition in the low 15 not 0; bit 15 "
+                                                    "full member), e.g. pkey=0xffff");
+    pkey = static_cast<std::uint16_t>(v);
+  }
   auto dev = std::make_shared<SoftDevice>(name, ifi->name, ifi->ip_be, mac, active, nullptr, std::move(wake),
                                           opts.flag("busy_poll"), opts.get("verify_icrc", "1") != "0", port);
+  dev->set_pkey(pkey);
   // The link needs the device's stats block, so it is made after the device.
   {
     // rx=udp forces the plain socket path (ICRC checked assuming IP ID 0 and DF, as we send).

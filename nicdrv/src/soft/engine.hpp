@@ -375,6 +375,9 @@ class SoftDevice final : public Device {
   void app_waits() noexcept;
   void set_faults(const FaultConfig& cfg);
   EngineStats stats_snapshot() const;
+  // The partition (before start()): `soft:IP?pkey=0x8001`. Default 0xffff, the default full one.
+  void set_pkey(std::uint16_t pkey) { pkey_ = pkey; }
+  [[nodiscard]] std::uint16_t pkey() const { return pkey_; }
 
   // ---- guarded by mu_ ----
   mutable std::mutex mu_;
@@ -471,6 +474,9 @@ class SoftDevice final : public Device {
   bool busy_poll_;
   bool verify_icrc_;
   std::uint16_t port_;
+  // The port's P_Key table has this one entry (index 0): every QP's partition. Sent in every
+  // BTH; a received packet whose P_Key does not match it is dropped (IBA 9.6.1.1).
+  std::uint16_t pkey_ = wire::kDefaultPkey;
   std::thread thread_;
   std::atomic<bool> running_{false};
   std::atomic<bool> sleeping_{false};

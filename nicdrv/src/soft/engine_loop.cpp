@@ -45,6 +45,7 @@ void SoftDevice::tx_commit(std::size_t len) {
 
 std::uint8_t* SoftDevice::pkt_begin(std::uint32_t dst_ip_be, wire::Headers& h, std::size_t payload_len, bool full) {
   std::uint8_t* buf = tx_alloc(dst_ip_be);
+  h.bth.pkey = pkey_;  // every QP's partition: the table's one entry
   pkt_hdr_len_ = wire::encode_headers(h, payload_len, std::span<std::uint8_t>(buf, kPktBuf));
   pkt_payload_len_ = payload_len;
   pkt_full_ = full;

@@ -71,7 +71,7 @@ void GsiAgent::reply_rej(std::uint32_t dst_ip_be, std::uint64_t tid, std::uint32
 void GsiAgent::on_packet(const wire::Packet& pkt, std::uint32_t src_ip_be) {
   ++stats.mads_received;
   // IBA 13.5.1: GSI MADs are UD SEND ONLY with the GSI Q_Key and a full 256-byte MAD.
-  const bool pkey_ok = (pkt.hdr.bth.pkey & 0x7fff) == 0x7fff;
+  const bool pkey_ok = wire::pkey_match(pkt.hdr.bth.pkey, dev_.pkey());
   if (pkt.hdr.bth.opcode != wire::Opcode::ud_send_only || pkt.hdr.deth.qkey != mad::kGsiQkey || !pkey_ok ||
       pkt.payload.size() != mad::kMadLen) {
     ++stats.mads_dropped;

@@ -22,6 +22,15 @@ inline constexpr std::uint16_t kRoceV2Port = 4791;
 inline constexpr std::size_t kBthLen = 12, kDethLen = 8, kRethLen = 16, kAtomicEthLen = 28, kAethLen = 4,
                              kAtomicAckEthLen = 8, kImmLen = 4, kIcrcLen = 4;
 inline constexpr std::uint16_t kDefaultPkey = 0xffff;
+
+// IBA 10.9.3 (and Linux rxe's pkey_match): a packet's P_Key matches a partition key when their
+// low 15 bits (the partition) are equal and not the invalid 0, and at least one of the two is a
+// full member (bit 15): two limited members of a partition may not talk to each other.
+constexpr bool pkey_match(std::uint16_t a, std::uint16_t b) noexcept {
+  return (a & 0x7fff) != 0 && (a & 0x7fff) == (b & 0x7fff) && ((a | b) & 0x8000) != 0;
+}
+static_assert(pkey_match(0xffff, 0xffff) && pkey_match(0x7fff, 0xffff) && pkey_match(0xffff, 0x7fff));
+static_assert(!pkey_match(0x7fff, 0x7fff) && !pkey_match(0x8001, 0xffff) && !pkey_match(0x8000, 0x8000));
 inline constexpr std::uint32_t kPsnMask = 0xffffff;
 inline constexpr std::uint32_t kQpnMask = 0xffffff;
 inline constexpr std::size_t kMaxPayload = 4096;  // largest IBA path MTU (9.6.1.2); parse() rejects more

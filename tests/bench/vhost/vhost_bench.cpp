@@ -27,7 +27,12 @@ namespace {
 // Completes every chain at once: measures descriptor processing, not a device.
 class NullDevice final : public Device {
  public:
-  DeviceInfo info() const override { return {1, 1024, {}}; }
+  DeviceInfo info() const override {
+    DeviceInfo i;
+    i.num_queues = 1;
+    i.max_queue_size = 1024;
+    return i;
+  }
   void queue_ready(Queue& q) override {
     while (auto c = q.pop()) (void)q.push(*c, 0);
   }

@@ -1,8 +1,10 @@
 // Fuzzes the whole receive path of the backend: bytes become a stream of vhost-user messages
 // (with real fds attached) sent over a socketpair to a BackendServer serving the blk fixture;
 // the loop dispatches each. Input format, repeated: [1 byte fd count & flags][12-byte header]
-// [payload of header.size bytes, capped]. Every message is also run through validate_request
+// [payload of header.size bytes, capped] (fd count: the low 3 bits; bit 6: eventfds, else the
+// guest RAM memfd; bit 7: header.size as given). Every message is also run through validate_request
 // directly.
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -47,7 +49,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) return 0;
   UniqueFd front(sv[0]);
   BackendOptions opts;
-  opts.recv_timeout_ms = 1;
+  opts.message_deadline_ms = 1;
   auto server = BackendServer::adopt(UniqueFd(sv[1]), *w.dev, *w.loop, opts);
   if (!server) return 0;
   Channel chan(std::move(front));
@@ -62,7 +64,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     off += len;
     if ((ctl & 0x80) == 0) m.hdr.size = static_cast<std::uint32_t>(len);  // mostly self-consistent frames
     const int nfds = ctl & 0x7;
-    for (int i = 0; i < nfds; ++i) m.fds.emplace_back(::dup(w.ram.get()));
+    // Bit 6: eventfds (what kick/call/err must be), else the guest RAM memfd.
+    for (int i = 0; i < nfds; ++i)
+      m.fds.emplace_back((ctl & 0x40) != 0 ? ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK) : ::dup(w.ram.get()));
     (void)validate_request(m, ProtocolFeatures::from_raw(~std::uint64_t{0}));
     if (!chan.send(m).ok()) break;
     // Dispatch what arrived; drain replies so the socket never fills.

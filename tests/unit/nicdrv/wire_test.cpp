@@ -414,7 +414,7 @@ BOOST_AUTO_TEST_CASE(parse_rejects_datagrams_that_are_not_whole_words) {
   // Headers are whole words and payload + pad must be too (9.2), so every valid datagram is.
   for (std::size_t extra = 1; extra < 4; ++extra) {
     auto p = pkt;
-    p.resize(p.size() + extra);
+    p.insert(p.end(), extra, std::uint8_t{0});  // not resize(): GCC 12 -O3 -Wstringop-overflow false positive
     BOOST_TEST_CONTEXT("extra " << extra) {
       BOOST_TEST(w::parse(p, ctx(), false, out) == ParseError::bad_pad);
     }
@@ -491,4 +491,17 @@ BOOST_AUTO_TEST_CASE(run_segment_size_cuts_only_what_one_packet_cannot_hold) {
   auto bad = dgram(Opcode::rc_write_middle, 9000);
   bad[0] = 0x1f;  // reserved RC opcode
   BOOST_TEST(w::run_segment_size(bad, 256) == 0u);
+}
+
+// IBA 10.9.3 P_Key matching, as Linux rxe's pkey_match: same partition (low 15 bits, not 0) and
+// at least one full member (bit 15).
+BOOST_AUTO_TEST_CASE(pkey_matching_follows_the_membership_rule) {
+  BOOST_TEST(w::pkey_match(0xffff, 0xffff));
+  BOOST_TEST(w::pkey_match(0x7fff, 0xffff));   // limited packet, full port
+  BOOST_TEST(w::pkey_match(0xffff, 0x7fff));   // full packet, limited port
+  BOOST_TEST(!w::pkey_match(0x7fff, 0x7fff));  // two limited members
+  BOOST_TEST(!w::pkey_match(0x8001, 0xffff));  // another partition
+  BOOST_TEST(w::pkey_match(0x8001, 0x0001));
+  BOOST_TEST(!w::pkey_match(0x8000, 0x8000));  // partition 0 is invalid
+  BOOST_TEST(!w::pkey_match(0x0000, 0xffff));
 }

@@ -58,6 +58,7 @@ struct MrObj {
   std::uint64_t iova = 0, length = 0;
   std::uint32_t access = 0;
   MmapArea window;  // the alias mapping when the pages were scattered
+  GuardedMapping window_guard;  // SIGBUS in it reported like one in guest memory (guest_fault.hpp)
   std::vector<std::shared_ptr<const MappedRegion>> regions;  // keeps the mapped pages alive
   std::shared_ptr<MrObserver> observer;
   std::shared_ptr<nicdrv::MemoryRegion> eng;

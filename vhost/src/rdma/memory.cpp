@@ -104,6 +104,9 @@ Result<MrObj> RdmaDevice::Impl::map_mr(const GuestView& g, const vd::RegMrReq& r
                        static_cast<off_t>(fd_off));
       if (p == MAP_FAILED) return errno_error(errno, "mapping guest pages for a memory region");
     }
+    // The engine's thread reads and writes through this alias: a guest file shrunk under it
+    // fails the device like a fault in the guest memory mapping itself.
+    mr.window_guard = GuardedMapping(win, total, "an RDMA memory region's mapping", runs.front().region->fault_sink());
   }
   for (auto& k : keep) mr.regions.push_back(std::move(k));
   const std::uint8_t* base = nullptr;

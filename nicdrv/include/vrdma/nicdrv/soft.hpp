@@ -40,6 +40,7 @@ struct EngineStats {
   // UDP segmentation runs sent (UDP_SEGMENT) and received whole (cut back into packets here).
   std::uint64_t tx_gso_runs = 0, rx_gso_runs = 0;
   std::uint64_t rx_dropped_icrc = 0, rx_dropped_malformed = 0, rx_dropped_no_qp = 0, rx_dropped_qkey = 0;
+  std::uint64_t rx_dropped_pkey = 0;  // BTH P_Key not matching the device's partition (IBA 9.6.1.1)
   std::uint64_t retransmits = 0, timeouts = 0, rnr_naks_sent = 0, rnr_naks_received = 0;
   std::uint64_t seq_naks_sent = 0, seq_naks_received = 0, duplicates_received = 0;
   std::uint64_t acks_sent = 0;

@@ -21,6 +21,7 @@
 
 #include "vrdma/common/fd.hpp"
 #include "vrdma/common/result.hpp"
+#include "vrdma/vhost/guest_fault.hpp"
 #include "vrdma/vhost/message.hpp"
 
 namespace vrdma::vhost {
@@ -29,8 +30,13 @@ namespace vrdma::vhost {
 class MappedRegion {
  public:
   // Maps memory_size bytes of fd from mmap_offset (which must be page-aligned). Checks that
-  // the file really has that many bytes, so a short memfd cannot turn into SIGBUS later.
-  static Result<std::shared_ptr<const MappedRegion>> map(const MemRegion& r, UniqueFd fd);
+  // the file really has that many bytes, so a short memfd cannot turn into SIGBUS later. A
+  // memfd that can be sealed and is not gets F_SEAL_SHRINK first (sealed() says whether the
+  // file can still shrink under the mapping). With a sink, the mapping is guarded: a SIGBUS in
+  // it (a file shrunk after all, or one that cannot supply a page) is absorbed and reported
+  // there (guest_fault.hpp) instead of ending the process.
+  static Result<std::shared_ptr<const MappedRegion>> map(const MemRegion& r, UniqueFd fd,
+                                                         std::shared_ptr<FaultSink> sink = nullptr);
   // A region over memory this process already owns (frontend side, tests). No fd kept.
   static std::shared_ptr<const MappedRegion> wrap(const MemRegion& r, std::uint8_t* host);
 
@@ -42,12 +48,19 @@ class MappedRegion {
   // device map guest pages a second time, e.g. contiguously for an RDMA memory region.
   [[nodiscard]] int fd() const { return fd_.get(); }
   [[nodiscard]] std::uint64_t fd_offset() const { return desc_.mmap_offset; }
+  // The file is sealed against shrinking (F_SEAL_SHRINK).
+  [[nodiscard]] bool sealed() const { return sealed_; }
+  // Where faults in this region are reported (null: unguarded); a second mapping of its pages
+  // (an RDMA memory region's) is guarded with the same sink.
+  [[nodiscard]] const std::shared_ptr<FaultSink>& fault_sink() const { return guard_.sink(); }
 
  private:
   MemRegion desc_{};
   UniqueFd fd_;
   MmapArea map_;
+  GuardedMapping guard_;  // after map_: unregistered before the unmap
   std::uint8_t* host_ = nullptr;
+  bool sealed_ = false;
 };
 
 class GuestMemory {
@@ -83,7 +96,9 @@ class GuestMemory {
 class DirtyLog {
  public:
   static constexpr std::uint64_t kPageSize = 4096;
-  static Result<std::shared_ptr<DirtyLog>> map(UniqueFd fd, std::uint64_t size, std::uint64_t offset);
+  // Like MappedRegion::map: sealed against shrinking where the file allows, guarded with a sink.
+  static Result<std::shared_ptr<DirtyLog>> map(UniqueFd fd, std::uint64_t size, std::uint64_t offset,
+                                               std::shared_ptr<FaultSink> sink = nullptr);
 
   // Marks every page of [gpa, gpa+len). Atomic per byte (the frontend reads and clears the
   // bitmap concurrently). Pages beyond the bitmap are counted in overflow(), never written;
@@ -94,6 +109,7 @@ class DirtyLog {
 
  private:
   MmapArea map_;
+  GuardedMapping guard_;
   std::uint8_t* bits_ = nullptr;
   std::uint64_t size_ = 0;
   std::atomic<std::uint64_t> overflow_{0};

@@ -26,7 +26,11 @@ class GuestRam final : public DriverMemory {
   // A VM-like layout of about `mib` MiB: [0, 640K), [1M, 1M + most of it) at fd offset 2M,
   // and a region above 4 GiB at a further offset, with holes between all three.
   static std::vector<RamRegion> vm_layout(std::uint64_t mib);
-  static Result<GuestRam> create(const std::vector<RamRegion>& layout);
+  // How the memfd is sealed. `sealed` is what QEMU's memory-backend-memfd does by default
+  // (seal=on: F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL), so a backend's mapping can never lose
+  // pages; the others are for tests of backends facing frontends that do not seal.
+  enum class Sealing { sealed, allowed /* MFD_ALLOW_SEALING, no seal yet */, none /* cannot be sealed */ };
+  static Result<GuestRam> create(const std::vector<RamRegion>& layout, Sealing sealing = Sealing::sealed);
   // An empty RAM with `src`'s layout and allocation state: the destination of a live migration
   // (vhost/live_migration.hpp), where what the driver allocated moves with the memory.
   static Result<GuestRam> create_like(const GuestRam& src);

@@ -30,6 +30,7 @@
 
 #include "vrdma/common/fd.hpp"
 #include "vrdma/common/result.hpp"
+#include "vrdma/vhost/guest_fault.hpp"
 #include "vrdma/vhost/message.hpp"
 
 namespace vrdma::vhost {
@@ -123,8 +124,9 @@ class InflightArea {
   // New zeroed area for num_queues queues of queue_size (GET_INFLIGHT_FD). A zeroed slice
   // holds no state: the ring starts at the frontend's base and stamps it.
   static Result<InflightArea> create(std::uint16_t num_queues, std::uint16_t queue_size);
-  // Maps an area handed back by the frontend (SET_INFLIGHT_FD), checking its geometry.
-  static Result<InflightArea> attach(UniqueFd fd, const InflightInfo& info);
+  // Maps an area handed back by the frontend (SET_INFLIGHT_FD), checking its geometry; sealed
+  // against shrinking where the file allows and guarded with `sink` (guest_fault.hpp).
+  static Result<InflightArea> attach(UniqueFd fd, const InflightInfo& info, std::shared_ptr<FaultSink> sink = nullptr);
 
   [[nodiscard]] InflightRegion queue(std::uint16_t q) const;
   [[nodiscard]] std::uint16_t num_queues() const { return nq_; }
@@ -135,6 +137,7 @@ class InflightArea {
  private:
   UniqueFd fd_;
   MmapArea map_;
+  GuardedMapping guard_;  // after map_: unregistered before the unmap
   std::uint64_t offset_ = 0;
   std::uint16_t nq_ = 0, qsize_ = 0;
 };
