@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "passed_fds.hpp"
+
 namespace vrdma::vhost {
 
 Result<BackendConn> BackendConn::adopt(UniqueFd sock, std::size_t max_queued_bytes) {
@@ -49,15 +51,7 @@ Result<std::optional<Message>> BackendConn::read() {
       return errno_error(errno, "vhost-user recvmsg");
     }
     // Fds first: whatever came is owned (and closed on the error paths below).
-    for (cmsghdr* c = CMSG_FIRSTHDR(&mh); c != nullptr; c = CMSG_NXTHDR(&mh, c)) {
-      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-      const std::size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-      for (std::size_t i = 0; i < n; ++i) {
-        int fd;
-        std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
-        msg_.fds.emplace_back(fd);
-      }
-    }
+    take_passed_fds(mh, msg_.fds);
     if (r == 0) {
       return make_error(Errc::connection_lost, have_ == 0 ? "vhost-user peer closed the connection"
                                                           : "vhost-user peer closed the connection mid-message");

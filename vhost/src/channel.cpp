@@ -8,6 +8,8 @@
 
 #include <cerrno>
 
+#include "passed_fds.hpp"
+
 namespace vrdma::vhost {
 namespace {
 
@@ -78,15 +80,7 @@ Result<Message> Channel::recv() {
     return errno_error(errno, "vhost-user recvmsg");
   }
   std::vector<UniqueFd> fds;
-  for (cmsghdr* c = CMSG_FIRSTHDR(&mh); c != nullptr; c = CMSG_NXTHDR(&mh, c)) {
-    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-    const std::size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-    for (std::size_t i = 0; i < n; ++i) {
-      int fd;
-      std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
-      fds.emplace_back(fd);
-    }
-  }
+  take_passed_fds(mh, fds);
   if ((mh.msg_flags & MSG_CTRUNC) != 0)
     return make_error(Errc::protocol_error, "vhost-user message carried more file descriptors than any request may");
   if (fds.size() > kMaxFds)
