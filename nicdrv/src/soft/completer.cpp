@@ -262,6 +262,7 @@ void SoftDevice::completer_packet(SoftQp& qp, const wire::Packet& pkt) {
       const auto len = static_cast<std::uint32_t>(pkt.payload.size());
       bool size_ok = last ? (off + len == w->length && len <= mtu) : (len == mtu && off + len < w->length);
       if (!size_ok || (last != (w->resp_pkts + 1 == w->npkts))) {
+        if (len > mtu) ++st.rx_longer_than_mtu;
         complete_send(qp, *w, WcStatus::bad_resp_err);
         return;
       }

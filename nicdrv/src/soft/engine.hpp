@@ -463,6 +463,7 @@ class SoftDevice final : public Device {
   void run_timers(TimePoint now);
   // One received datagram: a packet, or a segmentation run cut back into packets.
   void handle_datagram(RxPacket& p);
+  [[nodiscard]] bool starts_a_packet_here(const std::uint8_t* d, std::size_t len) const;
   void handle_rx(RxPacket& p);
 
   std::string name_, netdev_;

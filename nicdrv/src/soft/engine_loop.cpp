@@ -107,6 +107,15 @@ void SoftDevice::flush_acks() {
 }
 
 // ---- Packet input -------------------------------------------------------------------------------
+// Whether `d` begins like a packet for one of our QPs: a known opcode, transport version 0, a
+// destination QP that exists. A run's later segments do; a payload does so by chance one time in
+// well over 2^24 (and a peer that forges one only spoils its own packet).
+bool SoftDevice::starts_a_packet_here(const std::uint8_t* d, std::size_t len) const {
+  if (len < wire::kBthLen || !wire::info(static_cast<wire::Opcode>(d[0])).valid || (d[1] & 0x0f) != 0) return false;
+  auto it = qps.find(get24(d + 5));
+  return it != qps.end() && it->second != nullptr;
+}
+
 void SoftDevice::handle_datagram(RxPacket& p) {
   // A segmentation run that nobody cut (veth and loopback carry it whole) is longer than one
   // packet of its first packet's opcode can be on that QP. Its segment size is what UDP_GRO
@@ -119,6 +128,11 @@ void SoftDevice::handle_datagram(RxPacket& p) {
     auto it = qps.find(get24(p.data + 5));
     if (it != qps.end() && it->second != nullptr)
       seg = wire::run_segment_size(std::span<const std::uint8_t>(p.data, p.len), it->second->pmtu());
+    // Unless a packet for a QP here starts where the second one would, this is ONE packet longer
+    // than the QP's path MTU (a peer at a larger path MTU; Linux rxe 6.1 sends such): cut, it
+    // would fail the ICRC piece by piece, unanswered, until the peer's retries ran out. Whole,
+    // the responder refuses it as IBA's length error and counts it (rx_longer_than_mtu).
+    if (seg != 0 && !starts_a_packet_here(p.data + seg, p.len - seg)) seg = 0;
   }
   if (seg == 0) {
     handle_rx(p);

@@ -148,6 +148,12 @@ void SoftDevice::responder_packet(SoftQp& qp, const wire::Packet& pkt, std::uint
   }
   // Segment sizes: every packet but the last carries exactly one path MTU.
   if ((oi.flags & wire::kHasPayload) != 0 && (last ? len > mtu : len != mtu)) {
+    if (len > mtu) {
+      ++st.rx_longer_than_mtu;
+      log::info("soft {}: QP {} got a {}-byte {} packet, longer than its path MTU ({}): its peer uses a larger path "
+                "MTU; refused (NAK Invalid Request)",
+                name(), qp.qp_num(), len, oi.name, mtu);
+    }
     responder_fatal(*this, qp, wire::NakCode::invalid_request, psn);
     return;
   }
@@ -325,6 +331,10 @@ void SoftDevice::responder_ud_packet(SoftQp& qp, const wire::Packet& pkt, std::u
   const auto& h = pkt.hdr;
   if (h.deth.qkey != qp.attr.qkey) {  // 10.2.5: a Q_Key mismatch is dropped silently
     ++st.rx_dropped_qkey;
+    return;
+  }
+  if (pkt.payload.size() > mtu_bytes(active_mtu())) {  // IBA's length error: dropped silently
+    ++st.rx_longer_than_mtu;
     return;
   }
   RecvWqe r;

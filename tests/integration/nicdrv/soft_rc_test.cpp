@@ -78,7 +78,7 @@ std::string stats_line(const Device& d) {
   if (!s) return "?";
   std::ostringstream o;
   o << d.name() << ": tx " << s->tx_packets << " rx " << s->rx_packets << " icrc-drop " << s->rx_dropped_icrc
-    << " malformed " << s->rx_dropped_malformed << " no-qp " << s->rx_dropped_no_qp << " retx " << s->retransmits
+    << " malformed " << s->rx_dropped_malformed << " longer-than-mtu " << s->rx_longer_than_mtu << " no-qp " << s->rx_dropped_no_qp << " retx " << s->retransmits
     << " timeouts " << s->timeouts << " rnr-sent " << s->rnr_naks_sent << " seq-nak-sent " << s->seq_naks_sent
     << " seq-nak-rcvd " << s->seq_naks_received << " dups " << s->duplicates_received << " acks " << s->acks_sent;
   return o.str();
@@ -696,9 +696,66 @@ BOOST_AUTO_TEST_CASE(segmentation_runs_on_every_receive_path) {
   }
 }
 
-// Datagrams that look like runs but are not (garbage after a plausible BTH, truncated
-// segments, sizes up to the UDP maximum) are dropped one segment at a time by the ICRC check;
-// the QP they name goes on working.
+// A peer whose QP uses a larger path MTU than ours (issue 23: rxe at 4096 against our 1024)
+// sends single packets longer than our path MTU. They are not taken for segmentation runs (cut,
+// each piece failed the ICRC and nothing answered until the peer's retries ran out): a SEND or
+// WRITE is refused at once with a NAK (Invalid Request) that fails the peer's request, a READ's
+// oversized response fails our READ (bad response), each counted as rx_longer_than_mtu and never
+// as an ICRC drop. On both receive paths (raw socket, UDP_GRO).
+BOOST_AUTO_TEST_CASE(a_packet_longer_than_the_path_mtu_is_refused_not_taken_for_a_run) {
+  for (const char* rx : {"", "&rx=udp"}) {
+    for (WrOpcode op : {WrOpcode::send, WrOpcode::rdma_write, WrOpcode::rdma_read}) {
+      BOOST_TEST_CONTEXT("rx " << (*rx != 0 ? rx : "raw") << ", " << static_cast<int>(op)) {
+        // A (big) at path MTU 4096, B (small) at 1024; a READ is B's, answered by A at 4096.
+        PairOptions big, small;
+        big.mtu = Mtu::mtu4096;
+        small.mtu = Mtu::mtu1024;
+        auto da = open_device("soft:127.0.0.1" + port_opt() + rx);
+        VRDMA_REQUIRE_OK(da);
+        auto db = open_device("soft:127.0.0.2" + port_opt() + rx);
+        VRDMA_REQUIRE_OK(db);
+        auto ea = test::make_endpoint(*da, big);
+        VRDMA_REQUIRE_OK(ea);
+        auto eb = test::make_endpoint(*db, small);
+        VRDMA_REQUIRE_OK(eb);
+        Endpoint& a = *ea;
+        Endpoint& b = *eb;
+        g_devs = {a.dev, b.dev};
+        VRDMA_REQUIRE_OK(test::connect_to(a, test::PeerInfo{b.qp->qp_num(), b.gid, big.psn_b}, big.psn_a, big));
+        VRDMA_REQUIRE_OK(test::connect_to(b, test::PeerInfo{a.qp->qp_num(), a.gid, big.psn_a}, big.psn_b, small));
+        const std::size_t len = 4000;  // one packet at 4096, four at 1024
+        Endpoint& requester = op == WrOpcode::rdma_read ? b : a;
+        Endpoint& responder = op == WrOpcode::rdma_read ? a : b;
+        test::fill_pattern(responder.buf.data(), len, 31);
+        test::fill_pattern(requester.buf.data(), len, 32);
+        if (op == WrOpcode::send) post_recv(b, 9, Sge{reinterpret_cast<std::uint64_t>(b.buf.data()), 8192, b.mr->lkey()});
+        Sge s{reinterpret_cast<std::uint64_t>(requester.buf.data()), static_cast<std::uint32_t>(len), requester.mr->lkey()};
+        auto w = wr_of(op, 1, &s, 1);
+        w.rdma.remote_addr = responder.mr->addr();
+        w.rdma.rkey = responder.mr->rkey();
+        post_send(requester, w);
+        const auto wc = one(requester);
+        BOOST_TEST(wc.status == (op == WrOpcode::rdma_read ? WcStatus::bad_resp_err : WcStatus::rem_inv_req_err));
+        auto sb = soft::stats(*b.dev);
+        BOOST_REQUIRE(sb.ok());
+        BOOST_TEST(sb->rx_longer_than_mtu == 1u);
+        BOOST_TEST(sb->rx_dropped_icrc == 0u);
+        BOOST_TEST(sb->rx_dropped_malformed == 0u);
+        BOOST_TEST(sb->rx_gso_runs == 0u);
+        // Nothing of the refused message landed.
+        if (op == WrOpcode::rdma_read)
+          BOOST_TEST(test::check_pattern(b.buf.data(), len, 32));
+        else
+          BOOST_TEST(test::check_pattern(b.buf.data(), len, 31));
+      }
+    }
+  }
+}
+
+// Datagrams that look like runs but are not (garbage after a plausible BTH in every segment,
+// truncated segments, sizes up to the UDP maximum) are dropped one segment at a time by the ICRC
+// check; garbage with a plausible first BTH alone is one packet, dropped once; the QP they name
+// goes on working.
 BOOST_AUTO_TEST_CASE(bogus_runs_are_dropped_and_the_qp_goes_on) {
   PairOptions o;
   o.mtu = Mtu::mtu1024;
@@ -722,7 +779,22 @@ BOOST_AUTO_TEST_CASE(bogus_runs_are_dropped_and_the_qp_goes_on) {
   for (std::size_t len : {std::size_t{1045}, std::size_t{1044 * 2 + 1}, std::size_t{1044 * 3 - 5}, std::size_t{40000},
                           std::size_t{65507}}) {
     for (auto& b : d) b = static_cast<std::uint8_t>((x = x * 6364136223846793005ULL + 1) >> 56);
-    d[0] = 0x07;  // RC RDMA WRITE Middle: header 12 bytes, 1024 payload on this QP: runs of 1040
+    // RC RDMA WRITE Middle: header 12 bytes, 1024 payload on this QP: runs of 1040, each segment
+    // starting with a BTH for B's QP (what tells a run from one long packet).
+    for (std::size_t off = 0; off + 8 <= len; off += 1040) {
+      d[off] = 0x07;
+      d[off + 1] = 0x40;
+      d[off + 5] = static_cast<std::uint8_t>(qpn >> 16);
+      d[off + 6] = static_cast<std::uint8_t>(qpn >> 8);
+      d[off + 7] = static_cast<std::uint8_t>(qpn);
+    }
+    if (::sendto(s, d.data(), len, 0, reinterpret_cast<sockaddr*>(&to), sizeof to) == static_cast<ssize_t>(len)) ++sent;
+  }
+  // The same sizes with garbage after the first BTH only: not runs, but single packets longer
+  // than anything valid; each is dropped once.
+  for (std::size_t len : {std::size_t{1044 * 2 + 1}, std::size_t{40000}, std::size_t{65507}}) {
+    for (auto& b : d) b = static_cast<std::uint8_t>((x = x * 6364136223846793005ULL + 1) >> 56);
+    d[0] = 0x07;
     d[1] = 0x40;
     d[5] = static_cast<std::uint8_t>(qpn >> 16);
     d[6] = static_cast<std::uint8_t>(qpn >> 8);
@@ -730,7 +802,7 @@ BOOST_AUTO_TEST_CASE(bogus_runs_are_dropped_and_the_qp_goes_on) {
     if (::sendto(s, d.data(), len, 0, reinterpret_cast<sockaddr*>(&to), sizeof to) == static_cast<ssize_t>(len)) ++sent;
   }
   ::close(s);
-  BOOST_TEST(sent == 5u);
+  BOOST_TEST(sent == 8u);
   // The QP still moves data (and the bogus datagrams have been seen by then).
   const std::size_t len = 300000;
   test::fill_pattern(p.a.buf.data(), len, 5);
@@ -745,12 +817,14 @@ BOOST_AUTO_TEST_CASE(bogus_runs_are_dropped_and_the_qp_goes_on) {
   BOOST_REQUIRE(after.ok());
   // Every bogus packet (one per 1040-byte segment, the short tail included) was dropped: by its
   // ICRC, or earlier as malformed (a random opcode, pad or length).
-  const std::uint64_t segs = 2 + 3 + 4 + (40000 + 1039) / 1040 + (65507 + 1039) / 1040;
+  // (1045 bytes is one packet: its 5-byte tail cannot start a second; the last loop's three, one each.)
+  const std::uint64_t segs = 1 + 3 + 4 + (40000 + 1039) / 1040 + (65507 + 1039) / 1040 + 3;
   auto dropped = [](const soft::EngineStats& t) {
     return t.rx_dropped_icrc + t.rx_dropped_malformed + t.rx_dropped_no_qp + t.rx_dropped_qkey;
   };
   BOOST_TEST(dropped(*after) - dropped(*before) == segs);
   BOOST_TEST(after->rx_gso_runs - before->rx_gso_runs >= 5u);  // and the WRITE's own
+  BOOST_TEST(after->rx_longer_than_mtu == before->rx_longer_than_mtu);  // none reached a QP's length check
   BOOST_TEST(p.b.qp->state() == QpState::rts);
 }
 
