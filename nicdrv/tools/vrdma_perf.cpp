@@ -618,8 +618,29 @@ struct ForeignOutcome {
   bool last_ack_lost = false;  // pingpong: see run_pingpong
 };
 
+// perftest's path MTU record: the ibv_mtu enum as one digit and a NUL (check_mtu, "%d" in a
+// 2-byte exchange).
+bool is_perftest_mtu_record(std::string_view m) { return m.size() == 2 && m[0] >= '1' && m[0] <= '5' && m[1] == '\0'; }
+
+// Both sides of perftest's MTU exchange run the smaller of the two path MTUs (its check_mtu);
+// ours becomes that. Returns our record (our MTU before the exchange), for a server's answer.
+std::string take_smaller_mtu(Ctx& x, std::string_view theirs) {
+  auto ours = mtu_from_bytes(x.c.mtu);
+  if (!ours) die("--mtu must be 256, 512, 1024, 2048 or 4096");
+  std::string mine(2, '\0');
+  mine[0] = static_cast<char>('0' + static_cast<int>(*ours));
+  const auto their = static_cast<Mtu>(theirs[0] - '0');
+  if (static_cast<int>(their) < static_cast<int>(*ours)) {
+    std::cerr << "vrdma-perf: the perftest peer runs path MTU " << mtu_bytes(their) << ", we were given " << x.c.mtu
+              << ": both use " << mtu_bytes(their) << " (as perftest does)\n";
+    x.c.mtu = mtu_bytes(their);
+  }
+  return mine;
+}
+
 // perftest client (ib_write_bw, ib_read_bw, ib_send_bw, ib_send_lat ... <our address>) against
-// us as the server: keys on every 108-byte record, the client's own record back for the rest.
+// us as the server: keys on every 108-byte record, the client's own record back for the rest,
+// our path MTU for its MTU record (the smaller one is taken).
 ForeignOutcome serve_perftest(Ctx& x, int fd) {
   ForeignOutcome r;
   const std::uint32_t psn = initial_psn();
@@ -657,6 +678,10 @@ ForeignOutcome serve_perftest(Ctx& x, int fd) {
     r.records.push_back(m.size());
     if (m == std::string_view("done", 5)) break;
     ForeignDest peer;
+    if (keys == 0 && is_perftest_mtu_record(m)) {  // each side takes the smaller (perftest's check_mtu)
+      write_all(fd, take_smaller_mtu(x, m));
+      continue;
+    }
     if (!parse_perftest_record(m, peer)) {
       write_all(fd, m);
       continue;
@@ -726,10 +751,9 @@ ForeignOutcome client_perftest(Ctx& x, int fd) {
   if (!mtu) die("--mtu must be 256, 512, 1024, 2048 or 4096");
   std::string m = std::to_string(static_cast<int>(*mtu));
   m.push_back('\0');
-  std::string their_mtu = xchg(m);
-  if (std::string(their_mtu.c_str()) != std::string(m.c_str()))
-    die("the perftest server runs path MTU enum " + std::string(their_mtu.c_str()) + ", we were asked for " + m.c_str() +
-        ": give both the same -m/--mtu");
+  const std::string their_mtu = xchg(m);
+  if (!is_perftest_mtu_record(their_mtu)) die("the perftest server's path MTU record is malformed: not perftest 6.06");
+  take_smaller_mtu(x, their_mtu);
   ForeignDest peer;
   if (!parse_perftest_record(xchg(perftest_record(me)), peer)) die("the perftest server's keys are malformed");
   Remote rem;
