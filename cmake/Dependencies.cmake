@@ -13,12 +13,19 @@ pkg_check_modules(LIBNL REQUIRED IMPORTED_TARGET libnl-3.0 libnl-route-3.0)
 
 # Boost.Test test helper: vrdma_add_test(name SOURCES ... LIBS ... [LABELS ...] [TIMEOUT s] [ARGS ...])
 # ARGS go to the test binary (e.g. --run_test=!case to leave a case out).
+# PLAIN_MAIN: the test is its own main (a C program, say), fails by a non-zero exit and gets
+# neither Boost.Test nor its arguments.
 function(vrdma_add_test name)
-  cmake_parse_arguments(T "" "TIMEOUT" "SOURCES;LIBS;LABELS;ARGS" ${ARGN})
+  cmake_parse_arguments(T "PLAIN_MAIN" "TIMEOUT" "SOURCES;LIBS;LABELS;ARGS" ${ARGN})
   add_executable(${name} ${T_SOURCES})
-  target_link_libraries(${name} PRIVATE ${T_LIBS} Boost::unit_test_framework)
-  target_compile_definitions(${name} PRIVATE BOOST_TEST_DYN_LINK)
-  add_test(NAME ${name} COMMAND ${name} --log_level=message --report_level=short ${T_ARGS})
+  if(T_PLAIN_MAIN)
+    target_link_libraries(${name} PRIVATE ${T_LIBS})
+    add_test(NAME ${name} COMMAND ${name} ${T_ARGS})
+  else()
+    target_link_libraries(${name} PRIVATE ${T_LIBS} Boost::unit_test_framework)
+    target_compile_definitions(${name} PRIVATE BOOST_TEST_DYN_LINK)
+    add_test(NAME ${name} COMMAND ${name} --log_level=message --report_level=short ${T_ARGS})
+  endif()
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 300)
   endif()

@@ -1,0 +1,523 @@
+/*
+ * The virtio RDMA device's contract (docs/virtio-rdma.md): config space, control commands and
+ * their payloads, statuses, doorbells, events, the layouts of the work-request and completion
+ * rings in guest memory, and the state area. This header IS the contract: the device (vrdmad,
+ * vhost/src/rdma/), libpvverbs (vhost/src/pv/, through the C++ view
+ * vhost/include/vrdma/vhost/virtio_rdma.hpp), the guest kernel module and the rdma-core provider
+ * all compile against it.
+ *
+ * Plain C11, the style of Linux's include/uapi/linux/virtio_*.h: it builds in userspace (C11 and
+ * C++20; the types come from linux-libc-dev's <linux/types.h>) and in a kernel module (no libc
+ * headers). Every field is little-endian (__le*, convert with le32_to_cpu() and friends in the
+ * kernel); every struct is packed by construction (natural alignment, explicit reserved fields,
+ * sizes checked below), so the layout is the same for every compiler and ABI. No bitfields.
+ * Numeric values that come from libibverbs (opcodes, statuses, access flags, QP states, attribute
+ * masks, MTU codes) are the ibv values.
+ */
+#ifndef VRDMA_VIRTIO_RDMA_H
+#define VRDMA_VIRTIO_RDMA_H
+
+#include <linux/types.h>
+
+/* C11's _Static_assert is C++'s static_assert; both take a message. */
+#ifdef __cplusplus
+#define VIRTIO_RDMA_STATIC_ASSERT(cond, msg) static_assert(cond, msg)
+#else
+#define VIRTIO_RDMA_STATIC_ASSERT(cond, msg) _Static_assert(cond, msg)
+#endif
+
+/* The helpers below are static inline in C, constexpr in C++ (same body, no casts). */
+#ifdef __cplusplus
+#define VIRTIO_RDMA_INLINE constexpr
+#else
+#define VIRTIO_RDMA_INLINE static inline
+#endif
+
+/* ---- Identity and queues (docs/virtio-rdma.md "Identity and queues") ----------------------- */
+#define VIRTIO_RDMA_DEVICE_ID 42u          /* virtio device ID of the native device */
+#define VIRTIO_RDMA_SIGNATURE 0x4d445256u  /* "VRDM" at config offset 0 */
+#define VIRTIO_RDMA_VERSION 1u
+
+#define VIRTIO_RDMA_CONTROL_QUEUE 0u
+#define VIRTIO_RDMA_EVENT_QUEUE 1u
+#define VIRTIO_RDMA_DOORBELL_QUEUE 2u
+/*
+ * Optional: the driver keeps one writable buffer posted here, the state area, into which the
+ * device writes its state when the frontend stops it during a migration ("State in guest
+ * memory"). A driver (or a frontend with num-queues=3) may leave it out.
+ */
+#define VIRTIO_RDMA_STATE_QUEUE 3u
+#define VIRTIO_RDMA_NUM_QUEUES 4u
+#define VIRTIO_RDMA_REQUIRED_QUEUES 3u  /* queues 0..2 must run; the state queue may not */
+
+/* ---- Config space (256 bytes at most; read with GET_CONFIG) --------------------------------- */
+struct virtio_rdma_config {
+	__le32 signature;   /* VIRTIO_RDMA_SIGNATURE */
+	__le16 version;     /* VIRTIO_RDMA_VERSION */
+	__le16 num_queues;  /* VIRTIO_RDMA_NUM_QUEUES */
+	__le64 features;    /* VIRTIO_RDMA_FEATURE_* (device features a carrier may mask travel here) */
+	__le32 max_qp, max_cq, max_mr, max_pd;
+	__le32 max_ah, max_srq, max_qp_wr, max_cqe;
+	__le32 max_sge, max_inline, max_mr_pages, max_qp_rd_atom;
+	__le64 max_registered_bytes;  /* per guest */
+	__u8 mac[6];
+	__u8 port_state;  /* ibv_port_state */
+	__u8 active_mtu;  /* ibv_mtu */
+	__u8 gid[16];     /* GID index 0 (RoCEv2 IPv4-mapped: the guest's own address) */
+	__le32 transport; /* 0 IB, 1 RoCE, 2 iWARP, 3 software RoCEv2 */
+	__le32 reserved[3];
+};
+VIRTIO_RDMA_STATIC_ASSERT(sizeof(struct virtio_rdma_config) == 112, "virtio_rdma_config is 112 bytes");
+
+/* virtio_rdma_config.features: masks (not bit numbers), in the config, not the virtio word. */
+#define VIRTIO_RDMA_FEATURE_UD (1ull << 0)
+#define VIRTIO_RDMA_FEATURE_SRQ (1ull << 1)
+#define VIRTIO_RDMA_FEATURE_ATOMIC (1ull << 2)
+#define VIRTIO_RDMA_FEATURE_MIGRATION (1ull << 3)
+
+/* ---- Carrier window ("Inside a VM: riding vhost-user-blk") ---------------------------------- */
+/*
+ * Stock QEMU has no vhost-user RDMA device, so the device rides vhost-user-blk-pci. That
+ * frontend reads only a blk-sized config (GET_CONFIG of 36..60 bytes at offset 0 in QEMU 7.2),
+ * shows it to the guest as a virtio_blk_config, overwrites bytes 34..35 (blk num_queues) with its
+ * own queue count, and masks the virtio feature word to the blk feature list. A GET_CONFIG at
+ * offset 0 shorter than virtio_rdma_config therefore gets this layout instead: blk capacity 0
+ * (virtio_blk sees an empty disk and does no I/O), our signature at offset 8, and the device
+ * features the carrier masks. The driver reads the whole config with QUERY_CONFIG.
+ */
+struct virtio_rdma_carrier_config {
+	__le64 blk_capacity;  /* 0 */
+	__le32 signature;     /* VIRTIO_RDMA_SIGNATURE */
+	__le16 version;       /* VIRTIO_RDMA_VERSION */
+	__le16 num_queues;    /* VIRTIO_RDMA_NUM_QUEUES */
+	__le64 features;      /* virtio_rdma_config.features */
+	__le32 config_size;   /* sizeof(struct virtio_rdma_config): what QUERY_CONFIG returns */
+	__le32 reserved;
+};
+VIRTIO_RDMA_STATIC_ASSERT(sizeof(struct virtio_rdma_carrier_config) == 32, "virtio_rdma_carrier_config is 32 bytes");
+#define VIRTIO_RDMA_CARRIER_SIGNATURE_OFFSET 8u
+/* Bytes the carrier owns in its window (virtio_blk_config.num_queues): never ours. */
+#define VIRTIO_RDMA_CARRIER_BLK_NUM_QUEUES_OFFSET 34u
+VIRTIO_RDMA_STATIC_ASSERT(sizeof(struct virtio_rdma_carrier_config) <= VIRTIO_RDMA_CARRIER_BLK_NUM_QUEUES_OFFSET,
+			  "the carrier window stays clear of virtio_blk_config.num_queues");
+/* virtio_blk_config's size up to num_queues: the smallest window QEMU's vhost-user-blk reads. */
+#define VIRTIO_RDMA_CARRIER_MIN_WINDOW 36u
+
+/* ---- Control queue: one chain = readable request, writable response ("Control queue (0)") -- */
+#define VIRTIO_RDMA_CMD_QUERY_DEVICE 1u
+#define VIRTIO_RDMA_CMD_QUERY_PORT 2u
+#define VIRTIO_RDMA_CMD_QUERY_GID 3u
+#define VIRTIO_RDMA_CMD_CREATE_PD 4u
+#define VIRTIO_RDMA_CMD_DESTROY_PD 5u
+#define VIRTIO_RDMA_CMD_REG_MR 6u
+#define VIRTIO_RDMA_CMD_DEREG_MR 7u
+#define VIRTIO_RDMA_CMD_CREATE_CQ 8u
+#define VIRTIO_RDMA_CMD_DESTROY_CQ 9u
+#define VIRTIO_RDMA_CMD_CREATE_QP 10u
+#define VIRTIO_RDMA_CMD_MODIFY_QP 11u
+#define VIRTIO_RDMA_CMD_QUERY_QP 12u
+#define VIRTIO_RDMA_CMD_DESTROY_QP 13u
+#define VIRTIO_RDMA_CMD_CREATE_AH 14u
+#define VIRTIO_RDMA_CMD_DESTROY_AH 15u
+#define VIRTIO_RDMA_CMD_CREATE_SRQ 16u
+#define VIRTIO_RDMA_CMD_DESTROY_SRQ 17u
+#define VIRTIO_RDMA_CMD_QUERY_CONFIG 18u  /* response: virtio_rdma_config (for drivers behind a carrier) */
+#define VIRTIO_RDMA_CMD_COUNT 19u         /* one past the highest command */
+
+struct virtio_rdma_cmd_hdr {
+	__le32 cmd;  /* VIRTIO_RDMA_CMD_* */
+	__le32 reserved;
+};
+VIRTIO_RDMA_STATIC_ASSERT(sizeof(struct virtio_rdma_cmd_hdr) == 8, "virtio_rdma_cmd_hdr is 8 bytes");
+
+/* Status values are Linux errno numbers (0 = success), so a guest can hand them to its callers. */
+#define VIRTIO_RDMA_S_OK 0u
+#define VIRTIO_RDMA_S_PERM 1u            /* EPERM: the object belongs to another PD / rights missing */
+#define VIRTIO_RDMA_S_NOT_FOUND 2u       /* ENOENT: no object with that handle */
+#define VIRTIO_RDMA_S_IO 5u              /* EIO: the engine failed */
+#define VIRTIO_RDMA_S_NO_MEMORY 12u      /* ENOMEM */
+#define VIRTIO_RDMA_S_FAULT 14u          /* EFAULT: a guest address is outside guest memory */
+#define VIRTIO_RDMA_S_BUSY 16u           /* EBUSY: still in use */
+#define VIRTIO_RDMA_S_INVALID 22u        /* EINVAL: a malformed field */
+#define VIRTIO_RDMA_S_NO_SPACE 28u       /* ENOSPC: a per-guest limit is reached */
+#define VIRTIO_RDMA_S_NOT_SUPPORTED 95u  /* EOPNOTSUPP */
+
+/*
+ * On success the response body follows; on an error the body is the device's sentence saying
+ * why (msg_len bytes of UTF-8, no terminator, as much as fits the writable buffer).
+ */
+struct virtio_rdma_resp_hdr {
+	__le32 status;  /* VIRTIO_RDMA_S_* */
+	__le32 msg_len;
+};
+VIRTIO_RDMA_STATIC_ASSERT(sizeof(struct virtio_rdma_resp_hdr) == 8, "virtio_rdma_resp_hdr is 8 bytes");
+#define VIRTIO_RDMA_MAX_ERROR_MESSAGE 480u
+
+/* Handles are non-zero; 0 means "none" where a handle is optional. */
+#define VIRTIO_RDMA_NO_HANDLE 0u
+
+/* QUERY_DEVICE response. */
+struct virtio_rdma_device_attr_resp {
+	__le64 node_guid, max_mr_size;
+	__le32 vendor_id, vendor_part_id;
+	__le32 max_qp, max_qp_wr, max_sge, max_cq, max_cqe, max_mr, max_pd, max_ah, max_srq, max_srq_wr;
+	__le32 max_qp_rd_atom, max_qp_init_rd_atom, max_inline_data;
+	__u8 atomic_cap, phys_port_cnt, transport, reserved;
+	char fw_ver[32];
+};
+VIRTIO_RDMA_STATIC_ASSERT(sizeof(struct virtio_rdma_device_attr_resp) == 112, "virtio_rdma_device_attr_resp is 112 bytes");
+
+/* QUERY_PORT response. */
+struct virtio_rdma_port_attr_resp {
+	__u8 state, max_mtu, active_mtu, link_layer;
+	__le32 gid_tbl_len, max_msg_sz, active_speed_mbps;
+};
+VIRTIO_RDMA_STATIC_ASSERT(sizeof(struct virtio_rdma_port_attr_resp) == 16, "virtio_rdma_port_attr_resp is 16 bytes");
+
+struct virtio_rdma_query_gid_req {
+	__le32 index;
+	__le32 reserved;
+};
+VIRTIO_RDMA_STATIC_ASSERT(sizeof(struct virtio_rdma_query_gid_req) == 8, "virtio_rdma_query_gid_req is 8 bytes");
+struct virtio_rdma_gid_resp {
+	__u8 gid[16];
+	__le32 type;  /* 0 IB, 1 RoCEv1, 2 RoCEv2, 3 iWARP */
+	__le32 reserved;
+};
+VIRTIO_RDMA_STATIC_ASSERT(sizeof(struct virtio_rdma_gid_resp) == 24, "virtio_rdma_gid_resp is 24 bytes");
+
+struct virtio_rdma_handle_req {  /* DESTROY_*, QUERY_QP */
+	__le32 handle;
+	__le32 reserved;
+};
+VIRTIO_RDMA_STATIC_ASSERT(sizeof(struct virtio_rdma_handle_req) == 8, "virtio_rdma_handle_req is 8 bytes");
+struct virtio_rdma_handle_resp {  /* CREATE_PD, CREATE_CQ, CREATE_AH */
+	__le32 handle;
+	__le32 reserved;
+};
+VIRTIO_RDMA_STATIC_ASSERT(sizeof(struct virtio_rdma_handle_resp) == 8, "virtio_rdma_handle_resp is 8 bytes");
+
+/*
+ * Memory registration ("Memory registration"): the region's bytes are `length` bytes starting
+ * `iova % page_size` into pages[0] and running through the following pages. pages_gpa points to
+ * npages little-endian u64 guest-physical page addresses, each aligned to 1 << page_shift.
+ */
+struct virtio_rdma_reg_mr_req {
+	__le32 pd;
+	__le32 access;      /* ibv_access_flags */
+	__le64 iova;        /* the address work requests and peers use for the first byte */
+	__le64 length;
+	__le64 pages_gpa;
+	__le32 npages;
+	__le32 page_shift;  /* 12 (4 KiB) .. 30 (1 GiB) */
+};
+VIRTIO_RDMA_STATIC_ASSERT(sizeof(struct virtio_rdma_reg_mr_req) == 40, "virtio_rdma_reg_mr_req is 40 bytes");
+struct virtio_rdma_reg_mr_resp {
+	__le32 mr, lkey, rkey, reserved;
+};
+VIRTIO_RDMA_STATIC_ASSERT(sizeof(struct virtio_rdma_reg_mr_resp) == 16, "virtio_rdma_reg_mr_resp is 16 bytes");
+
+/*
+ * Completion ring ("Rings in guest memory"): a 64-byte control block, then `depth` 32-byte
+ * CQEs, contiguous in guest-physical memory at ring_gpa (4 KiB-aligned). depth is a power of two.
+ */
+struct virtio_rdma_create_cq_req {
+	__le32 depth;
+	__le32 reserved;
+	__le64 ring_gpa;
+};
+VIRTIO_RDMA_STATIC_ASSERT(sizeof(struct virtio_rdma_create_cq_req) == 16, "virtio_rdma_create_cq_req is 16 bytes");
+struct virtio_rdma_cq_control {
+	__le32 consumer;  /* driver writes: CQEs it has consumed (free-running) */
+	__le32 producer;  /* device writes: CQEs it has produced (free-running; informative) */
+	__le32 overruns;  /* device writes: times it found the ring full and waited */
+	__le32 reserved[13];
+};
+VIRTIO_RDMA_STATIC_ASSERT(sizeof(struct virtio_rdma_cq_control) == 64, "virtio_rdma_cq_control is 64 bytes");
+/*
+ * The device writes a CQE's body first and its owner byte last (release); the driver reads the
+ * owner byte (acquire), then the body (IBA 11.4.2.2 for what a completion holds).
+ */
+struct virtio_rdma_cqe {
+	__le64 wr_id;
+	__le32 qp_num;
+	__le32 byte_len;
+	__le32 imm_data;  /* host order of the value the peer sent */
+	__le32 src_qp;
+	__u8 status;      /* ibv_wc_status */
+	__u8 opcode;      /* ibv_wc_opcode */
+	__u8 wc_flags;    /* VIRTIO_RDMA_WC_* */
+	__u8 owner;       /* phase: virtio_rdma_cqe_phase(index, depth) when valid */
+	__le32 vendor_err;
+};
+VIRTIO_RDMA_STATIC_ASSERT(sizeof(struct virtio_rdma_cqe) == 32, "virtio_rdma_cqe is 32 bytes");
+#define VIRTIO_RDMA_WC_WITH_IMM (1u << 0)
+#define VIRTIO_RDMA_WC_GRH (1u << 1)
+#define VIRTIO_RDMA_WC_SOLICITED (1u << 2)  /* the message asked for a solicited event */
+/* The first CQE follows the control block. */
+#define VIRTIO_RDMA_CQE_OFFSET 64u
+#define VIRTIO_RDMA_CQE_SIZE 32u
+VIRTIO_RDMA_STATIC_ASSERT(sizeof(struct virtio_rdma_cq_control) == VIRTIO_RDMA_CQE_OFFSET, "CQEs follow the control block");
+VIRTIO_RDMA_STATIC_ASSERT(sizeof(struct virtio_rdma_cqe) == VIRTIO_RDMA_CQE_SIZE, "VIRTIO_RDMA_CQE_SIZE");
+
+/* The phase (owner byte) a valid CQE at free-running index `index` carries: 1, 0, 1, ... per pass. */
+VIRTIO_RDMA_INLINE __u32 virtio_rdma_cqe_phase(__u32 index, __u32 depth)
+{
+	return ((index / depth) & 1u) ^ 1u;
+}
+
+/*
+ * Queue pair. The send ring holds sq_depth WQEs of sq_stride bytes, the receive ring rq_depth
+ * WQEs of rq_stride bytes (strides from the response); both contiguous in guest-physical memory.
+ * status_gpa: a virtio_rdma_qp_status block the device keeps up to date. No RQ with an SRQ.
+ */
+struct virtio_rdma_create_qp_req {
+	__le32 pd, send_cq, recv_cq, srq;  /* srq may be VIRTIO_RDMA_NO_HANDLE */
+	__u8 qp_type;                      /* ibv_qp_type: 2 RC, 4 UD */
+	__u8 sq_sig_all;
+	__le16 reserved;
+	__le32 sq_depth, rq_depth;         /* powers of two */
+	__le32 max_send_sge, max_recv_sge, max_inline;
+	__le64 sq_gpa, rq_gpa, status_gpa;
+};
+VIRTIO_RDMA_STATIC_ASSERT(sizeof(struct virtio_rdma_create_qp_req) == 64, "virtio_rdma_create_qp_req is 64 bytes");
+struct virtio_rdma_create_qp_resp {
+	__le32 qp, qp_num, sq_stride, rq_stride;
+};
+VIRTIO_RDMA_STATIC_ASSERT(sizeof(struct virtio_rdma_create_qp_resp) == 16, "virtio_rdma_create_qp_resp is 16 bytes");
+struct virtio_rdma_qp_status {
+	__le32 sq_consumed;  /* device writes: send WQEs taken from the ring (free-running) */
+	__le32 rq_consumed;  /* device writes: receive WQEs taken from the ring */
+	__le32 state;        /* device writes: ibv_qp_state as the device last saw it */
+	__le32 reserved[13];
+};
+VIRTIO_RDMA_STATIC_ASSERT(sizeof(struct virtio_rdma_qp_status) == 64, "virtio_rdma_qp_status is 64 bytes");
+
+/* The AH attributes (ibv_ah_attr's RoCE subset). */
+struct virtio_rdma_ah {
+	__u8 dgid[16];
+	__le32 flow_label;
+	__u8 sgid_index, hop_limit, traffic_class, sl;
+	__u8 port_num, reserved[3];
+};
+VIRTIO_RDMA_STATIC_ASSERT(sizeof(struct virtio_rdma_ah) == 28, "virtio_rdma_ah is 28 bytes");
+
+/* ibv_qp_attr on the wire: MODIFY_QP's body, QUERY_QP's response. */
+struct virtio_rdma_qp_attr {
+	__u8 qp_state, cur_qp_state, path_mtu, qp_access_flags_pad;
+	__le32 qp_access_flags;
+	__le32 qkey, rq_psn, sq_psn, dest_qp_num;
+	__le32 max_send_wr, max_recv_wr, max_send_sge, max_recv_sge, max_inline_data;
+	__le16 pkey_index;
+	__u8 sq_draining, max_rd_atomic, max_dest_rd_atomic, min_rnr_timer, port_num, timeout;
+	__u8 retry_cnt, rnr_retry, reserved[2];
+	struct virtio_rdma_ah ah;
+};
+VIRTIO_RDMA_STATIC_ASSERT(sizeof(struct virtio_rdma_qp_attr) == 84, "virtio_rdma_qp_attr is 84 bytes");
+
+struct virtio_rdma_modify_qp_req {
+	__le32 qp;
+	__le32 mask;  /* ibv_qp_attr_mask */
+	struct virtio_rdma_qp_attr attr;
+};
+VIRTIO_RDMA_STATIC_ASSERT(sizeof(struct virtio_rdma_modify_qp_req) == 92, "virtio_rdma_modify_qp_req is 92 bytes");
+
+struct virtio_rdma_create_ah_req {
+	__le32 pd;
+	__le32 reserved;
+	struct virtio_rdma_ah ah;
+	__le32 reserved2;
+};
+VIRTIO_RDMA_STATIC_ASSERT(sizeof(struct virtio_rdma_create_ah_req) == 40, "virtio_rdma_create_ah_req is 40 bytes");
+
+struct virtio_rdma_create_srq_req {
+	__le32 pd, depth, max_sge, reserved;
+	__le64 ring_gpa;    /* ring of depth WQEs (stride from the response) */
+	__le64 status_gpa;  /* virtio_rdma_qp_status */
+};
+VIRTIO_RDMA_STATIC_ASSERT(sizeof(struct virtio_rdma_create_srq_req) == 32, "virtio_rdma_create_srq_req is 32 bytes");
+struct virtio_rdma_create_srq_resp {
+	__le32 srq, stride;
+};
+VIRTIO_RDMA_STATIC_ASSERT(sizeof(struct virtio_rdma_create_srq_resp) == 8, "virtio_rdma_create_srq_resp is 8 bytes");
+
+/* ---- Work-request rings ("Rings in guest memory") ------------------------------------------ */
+/* A send WQE: this header, then num_sge SGEs, or (VIRTIO_RDMA_SEND_INLINE) inline_len bytes. */
+struct virtio_rdma_send_wqe {
+	__le64 wr_id;
+	__u8 opcode;   /* ibv_wr_opcode: 0 WRITE, 1 WRITE_IMM, 2 SEND, 3 SEND_IMM, 4 READ, 5 CAS, 6 FAA */
+	__u8 flags;    /* VIRTIO_RDMA_SEND_* */
+	__u8 num_sge;
+	__u8 reserved;
+	__le32 imm_data;
+	__le64 remote_addr;
+	__le32 rkey;
+	__le32 inline_len;
+	__le64 compare_add;
+	__le64 swap;
+	__le32 ah;           /* UD: AH handle */
+	__le32 remote_qpn;   /* UD */
+	__le32 remote_qkey;  /* UD */
+	__le32 reserved2;
+};
+VIRTIO_RDMA_STATIC_ASSERT(sizeof(struct virtio_rdma_send_wqe) == 64, "virtio_rdma_send_wqe is 64 bytes");
+#define VIRTIO_RDMA_SEND_FENCE (1u << 0)
+#define VIRTIO_RDMA_SEND_SIGNALED (1u << 1)
+#define VIRTIO_RDMA_SEND_SOLICITED (1u << 2)
+#define VIRTIO_RDMA_SEND_INLINE (1u << 3)
+
+struct virtio_rdma_sge {
+	__le64 addr;
+	__le32 length;
+	__le32 lkey;
+};
+VIRTIO_RDMA_STATIC_ASSERT(sizeof(struct virtio_rdma_sge) == 16, "virtio_rdma_sge is 16 bytes");
+
+struct virtio_rdma_recv_wqe {
+	__le64 wr_id;
+	__le32 num_sge;
+	__le32 reserved;
+};
+VIRTIO_RDMA_STATIC_ASSERT(sizeof(struct virtio_rdma_recv_wqe) == 16, "virtio_rdma_recv_wqe is 16 bytes");
+
+#define VIRTIO_RDMA_SEND_WQE_SIZE 64u
+#define VIRTIO_RDMA_RECV_WQE_SIZE 16u
+#define VIRTIO_RDMA_SGE_SIZE 16u
+VIRTIO_RDMA_STATIC_ASSERT(sizeof(struct virtio_rdma_send_wqe) == VIRTIO_RDMA_SEND_WQE_SIZE, "VIRTIO_RDMA_SEND_WQE_SIZE");
+VIRTIO_RDMA_STATIC_ASSERT(sizeof(struct virtio_rdma_recv_wqe) == VIRTIO_RDMA_RECV_WQE_SIZE, "VIRTIO_RDMA_RECV_WQE_SIZE");
+VIRTIO_RDMA_STATIC_ASSERT(sizeof(struct virtio_rdma_sge) == VIRTIO_RDMA_SGE_SIZE, "VIRTIO_RDMA_SGE_SIZE");
+
+/* The smallest power of two >= v (1 for 0 and 1); 0 when that does not fit in 32 bits. */
+VIRTIO_RDMA_INLINE __u32 virtio_rdma_pow2_at_least(__u32 v)
+{
+	if (v <= 1u)
+		return 1u;
+	v -= 1u;
+	v |= v >> 1;
+	v |= v >> 2;
+	v |= v >> 4;
+	v |= v >> 8;
+	v |= v >> 16;
+	return v + 1u;
+}
+
+/*
+ * Strides both sides compute the same way: header + SGEs (or inline bytes), rounded up to a
+ * power of two. The device returns them in CREATE_QP / CREATE_SRQ and the driver checks they
+ * agree. Arguments are within the device's limits (max_sge, max_inline of the config).
+ */
+VIRTIO_RDMA_INLINE __u32 virtio_rdma_send_stride(__u32 max_sge, __u32 max_inline)
+{
+	__u32 sges = max_sge * VIRTIO_RDMA_SGE_SIZE;
+
+	return virtio_rdma_pow2_at_least(VIRTIO_RDMA_SEND_WQE_SIZE + (sges > max_inline ? sges : max_inline));
+}
+
+VIRTIO_RDMA_INLINE __u32 virtio_rdma_recv_stride(__u32 max_sge)
+{
+	return virtio_rdma_pow2_at_least(VIRTIO_RDMA_RECV_WQE_SIZE + max_sge * VIRTIO_RDMA_SGE_SIZE);
+}
+
+/* ---- Doorbell queue: a chain of readable doorbell records ("Doorbell queue (2)") ----------- */
+#define VIRTIO_RDMA_DB_SQ 1u      /* handle = QP, value = send producer index (free-running) */
+#define VIRTIO_RDMA_DB_RQ 2u      /* handle = QP, value = receive producer index */
+#define VIRTIO_RDMA_DB_SRQ 3u     /* handle = SRQ, value = producer index */
+#define VIRTIO_RDMA_DB_CQ_ARM 4u  /* handle = CQ, value = 0 next completion, 1 solicited only */
+struct virtio_rdma_doorbell {
+	__le32 handle;
+	__le16 kind;  /* VIRTIO_RDMA_DB_* */
+	__le16 reserved;
+	__le32 value;
+	__le32 reserved2;
+};
+VIRTIO_RDMA_STATIC_ASSERT(sizeof(struct virtio_rdma_doorbell) == 16, "virtio_rdma_doorbell is 16 bytes");
+
+/* ---- Event queue: the driver posts writable buffers; one event each ("Event queue (1)") ---- */
+#define VIRTIO_RDMA_EV_CQ_COMPLETION 1u  /* handle = CQ (an armed CQ got a completion) */
+#define VIRTIO_RDMA_EV_CQ_ERROR 2u       /* handle = CQ */
+#define VIRTIO_RDMA_EV_QP_FATAL 3u       /* handle = QP (the QP went to the error state) */
+#define VIRTIO_RDMA_EV_PORT_ACTIVE 4u
+#define VIRTIO_RDMA_EV_PORT_ERROR 5u
+#define VIRTIO_RDMA_EV_DEVICE_FATAL 6u   /* info = VIRTIO_RDMA_FATAL_* */
+/*
+ * The device's state may outgrow the posted state area: info = KiB the area must have; the
+ * driver posts a larger area on the state queue (the device then returns the old one).
+ */
+#define VIRTIO_RDMA_EV_STATE_AREA_SMALL 7u
+struct virtio_rdma_event {
+	__le32 type;  /* VIRTIO_RDMA_EV_* */
+	__le32 handle;
+	__le32 info;
+	__le32 reserved;
+};
+VIRTIO_RDMA_STATIC_ASSERT(sizeof(struct virtio_rdma_event) == 16, "virtio_rdma_event is 16 bytes");
+
+/* VIRTIO_RDMA_EV_DEVICE_FATAL info: why the device lost the guest's objects. */
+#define VIRTIO_RDMA_FATAL_OBJECTS_LOST 1u  /* a migration could not bring them (the state did not come) */
+/*
+ * The backend restarted (killed or crashed) with no state to take the guest's objects from: a
+ * driver that had objects has lost them; a driver with none has lost nothing and carries on.
+ */
+#define VIRTIO_RDMA_FATAL_BACKEND_RESTARTED 2u
+
+/* ---- State area (the state queue; "State in guest memory") --------------------------------- */
+/*
+ * The one chain the driver keeps posted on the state queue (writable buffers only, at least
+ * VIRTIO_RDMA_MIN_STATE_AREA bytes). When every ring has stopped while the frontend dirty-logs
+ * (a live migration), the device writes a virtio_rdma_state_area_hdr and its state blob there,
+ * through the dirty log, so the frontend's last memory pass carries it to the destination. A
+ * destination device reads it from the chain the driver made available last on the state queue
+ * (split ring: avail.ring[(base - 1) mod size]), checks it, loads it and zeroes the magic. The
+ * driver zeroes a new area before posting it. The device returns the previous chain (used
+ * length 0) when a newer one arrives.
+ */
+#define VIRTIO_RDMA_STATE_AREA_MAGIC 0x41535256u  /* "VRSA" */
+#define VIRTIO_RDMA_MIN_STATE_AREA (64u << 10)
+#define VIRTIO_RDMA_MAX_STATE_AREA (64u << 20)
+
+#define VIRTIO_RDMA_STATE_AREA_STATE 1u      /* `length` bytes of device state follow the header */
+#define VIRTIO_RDMA_STATE_AREA_TOO_SMALL 2u  /* the state (`need` bytes with the header) did not fit */
+/*
+ * The source could not save the state (a NIC's QPs, SRQs): `length` bytes of reason (UTF-8, at
+ * most VIRTIO_RDMA_MAX_LOST_REASON) follow, no CRC.
+ */
+#define VIRTIO_RDMA_STATE_AREA_NOT_SAVED 3u
+#define VIRTIO_RDMA_MAX_LOST_REASON 1024u
+
+struct virtio_rdma_state_area_hdr {
+	__le32 magic;          /* VIRTIO_RDMA_STATE_AREA_MAGIC */
+	__le32 status;         /* VIRTIO_RDMA_STATE_AREA_* */
+	__le64 length;         /* bytes of state after the header */
+	__le64 need;           /* bytes the area needs (header included) */
+	__le32 crc32;          /* CRC-32 (zlib) of the state bytes */
+	__le32 state_version;  /* the device-state format (vrdmad's RdmaDevice::kStateVersion) */
+	__u8 gid[16];          /* the engine's GID 0 at the source: the guest's RDMA address */
+	__u8 mac[6];           /* the device's MAC */
+	__u8 reserved[26];
+};
+#define VIRTIO_RDMA_STATE_AREA_HDR_SIZE 80u
+VIRTIO_RDMA_STATIC_ASSERT(sizeof(struct virtio_rdma_state_area_hdr) == VIRTIO_RDMA_STATE_AREA_HDR_SIZE,
+			  "virtio_rdma_state_area_hdr is 80 bytes");
+
+/*
+ * The objects a device holds (not a wire struct): the input of virtio_rdma_state_area_bound().
+ * Work requests and inline bytes are summed over QPs (the inline bound is per WR).
+ */
+struct virtio_rdma_state_census {
+	__u64 pds, ahs, srqs, mrs, mr_pages, cqs, cqes, qps;
+	__u64 send_wrs, recv_wrs, inline_bytes;
+	__u64 remote_rkeys;  /* rkey translations kept for peers that moved onto a NIC */
+};
+
+/*
+ * An upper bound of the state's size for a device with these objects: what the device checks the
+ * posted area against, and what a driver may size its area by.
+ */
+VIRTIO_RDMA_INLINE __u64 virtio_rdma_state_area_bound(const struct virtio_rdma_state_census *c)
+{
+	return VIRTIO_RDMA_STATE_AREA_HDR_SIZE + 4096u + 64u * (c->pds + c->ahs + c->srqs) + 128u * c->mrs +
+	       8u * c->mr_pages + 128u * c->cqs + 64u * c->cqes + 2048u * c->qps +
+	       512u * (c->send_wrs + c->recv_wrs) + c->inline_bytes + 8u * c->remote_rkeys;
+}
+
+#endif /* VRDMA_VIRTIO_RDMA_H */
