@@ -775,30 +775,24 @@ BOOST_AUTO_TEST_CASE(bogus_runs_are_dropped_and_the_qp_goes_on) {
   std::vector<std::uint8_t> d(65507);
   std::uint64_t x = 99;
   const std::uint32_t qpn = p.b.qp->qp_num();
+  // A BTH's first 8 bytes: RC RDMA WRITE Middle (header 12 bytes, 1024 payload on this QP: runs
+  // of 1040), the default P_Key, B's QP.
+  const std::array<std::uint8_t, 8> bth{0x07, 0x40, 0xff, 0xff, 0x00, static_cast<std::uint8_t>(qpn >> 16),
+                                        static_cast<std::uint8_t>(qpn >> 8), static_cast<std::uint8_t>(qpn)};
   std::size_t sent = 0;
   for (std::size_t len : {std::size_t{1045}, std::size_t{1044 * 2 + 1}, std::size_t{1044 * 3 - 5}, std::size_t{40000},
                           std::size_t{65507}}) {
     for (auto& b : d) b = static_cast<std::uint8_t>((x = x * 6364136223846793005ULL + 1) >> 56);
-    // RC RDMA WRITE Middle: header 12 bytes, 1024 payload on this QP: runs of 1040, each segment
-    // starting with a BTH for B's QP (what tells a run from one long packet).
-    for (std::size_t off = 0; off + 8 <= len; off += 1040) {
-      d[off] = 0x07;
-      d[off + 1] = 0x40;
-      d[off + 5] = static_cast<std::uint8_t>(qpn >> 16);
-      d[off + 6] = static_cast<std::uint8_t>(qpn >> 8);
-      d[off + 7] = static_cast<std::uint8_t>(qpn);
-    }
+    // Each segment starts with a BTH for B's QP (what tells a run from one long packet).
+    for (std::size_t off = 0; off + bth.size() <= std::min(len, d.size()); off += 1040)
+      std::copy(bth.begin(), bth.end(), d.begin() + static_cast<std::ptrdiff_t>(off));
     if (::sendto(s, d.data(), len, 0, reinterpret_cast<sockaddr*>(&to), sizeof to) == static_cast<ssize_t>(len)) ++sent;
   }
   // The same sizes with garbage after the first BTH only: not runs, but single packets longer
   // than anything valid; each is dropped once.
   for (std::size_t len : {std::size_t{1044 * 2 + 1}, std::size_t{40000}, std::size_t{65507}}) {
     for (auto& b : d) b = static_cast<std::uint8_t>((x = x * 6364136223846793005ULL + 1) >> 56);
-    d[0] = 0x07;
-    d[1] = 0x40;
-    d[5] = static_cast<std::uint8_t>(qpn >> 16);
-    d[6] = static_cast<std::uint8_t>(qpn >> 8);
-    d[7] = static_cast<std::uint8_t>(qpn);
+    std::copy(bth.begin(), bth.end(), d.begin());
     if (::sendto(s, d.data(), len, 0, reinterpret_cast<sockaddr*>(&to), sizeof to) == static_cast<ssize_t>(len)) ++sent;
   }
   ::close(s);
