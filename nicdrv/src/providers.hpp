@@ -1,5 +1,6 @@
-// The providers compiled into libvrdma_nicdrv. Explicit (not self-registering) so that static
-// linking can never drop one.
+// The providers compiled into libvrdma_nicdrv: the engines of the host. Explicit (not
+// self-registering) so that static linking can never drop one. nicdrv links no guest code: the
+// guest's `pv` provider is added by the binaries that link it (vhost/src/pv/provider.cpp).
 #pragma once
 
 #include <array>
@@ -11,8 +12,6 @@ namespace vrdma::nicdrv::detail {
 using ProviderMaker = Provider (*)();
 Provider make_soft_provider();
 Provider make_verbs_provider();
-Provider make_pv_provider();  // vhost/src/pv (libpvverbs)
-inline constexpr std::array<ProviderMaker, 3> kBuiltinProviders{&make_soft_provider, &make_verbs_provider,
-                                                                &make_pv_provider};
+inline constexpr std::array<ProviderMaker, 2> kBuiltinProviders{&make_soft_provider, &make_verbs_provider};
 
 }  // namespace vrdma::nicdrv::detail

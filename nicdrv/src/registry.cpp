@@ -18,13 +18,25 @@ bool DeviceOptions::flag(std::string_view key) const {
   return v == "1" || v == "true" || v == "yes" || v == "on";
 }
 
-const std::vector<Provider>& providers() {
-  static const std::vector<Provider> all = [] {
+namespace {
+std::vector<Provider>& registry() {
+  static std::vector<Provider> all = [] {
     std::vector<Provider> v;
     for (auto* make : detail::kBuiltinProviders) v.push_back(make());
     return v;
   }();
   return all;
+}
+}  // namespace
+
+const std::vector<Provider>& providers() { return registry(); }
+
+bool add_provider(Provider p) {
+  auto& all = registry();
+  for (const auto& q : all)
+    if (q.prefix == p.prefix) return false;
+  all.push_back(std::move(p));
+  return true;
 }
 
 Result<GidEntry> preferred_gid(const Device& dev, std::uint8_t port) {

@@ -1,5 +1,7 @@
 // Provider registry: picks a provider by the device name's prefix at run time.
-// All providers are compiled into libvrdma_nicdrv; none needs loading.
+// soft and verbs are compiled into libvrdma_nicdrv; pv (the guest's driver, libpvverbs) is added
+// by the binaries that link vrdma_pv_provider (docs/architecture.md: nicdrv links no guest code).
+// None needs loading.
 //
 //   soft:<IPv4>[?opt=val&...]     our userspace RoCEv2 engine bound to that address
 //   soft:<ifname>[?...]           ... bound to the interface's first IPv4 address
@@ -39,8 +41,12 @@ struct Provider {
   std::function<std::vector<DeviceInfo>()> list;  // may be empty
 };
 
-// Providers compiled into this binary.
+// Providers in this binary: the built-in ones, then those added.
 const std::vector<Provider>& providers();
+
+// Adds a provider that lives outside nicdrv (at static initialisation, before any other call
+// here). False, and nothing added, if its prefix is taken.
+bool add_provider(Provider p);
 
 // Opens "prefix:spec[?opts]". Options in `opts` override those in the name.
 Result<std::shared_ptr<Device>> open_device(std::string_view name, const DeviceOptions& opts = {});
