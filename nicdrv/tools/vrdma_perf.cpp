@@ -622,20 +622,23 @@ struct ForeignOutcome {
 // 2-byte exchange).
 bool is_perftest_mtu_record(std::string_view m) { return m.size() == 2 && m[0] >= '1' && m[0] <= '5' && m[1] == '\0'; }
 
-// Both sides of perftest's MTU exchange run the smaller of the two path MTUs (its check_mtu);
-// ours becomes that. Returns our record (our MTU before the exchange), for a server's answer.
-std::string take_smaller_mtu(Ctx& x, std::string_view theirs) {
+// Our side of that exchange: --mtu as perftest writes it.
+std::string perftest_mtu_record(const Ctx& x) {
   auto ours = mtu_from_bytes(x.c.mtu);
   if (!ours) die("--mtu must be 256, 512, 1024, 2048 or 4096");
-  std::string mine(2, '\0');
-  mine[0] = static_cast<char>('0' + static_cast<int>(*ours));
-  const auto their = static_cast<Mtu>(theirs[0] - '0');
-  if (static_cast<int>(their) < static_cast<int>(*ours)) {
-    std::cerr << "vrdma-perf: the perftest peer runs path MTU " << mtu_bytes(their) << ", we were given " << x.c.mtu
-              << ": both use " << mtu_bytes(their) << " (as perftest does)\n";
-    x.c.mtu = mtu_bytes(their);
-  }
-  return mine;
+  std::string r(2, '\0');
+  r[0] = static_cast<char>('0' + static_cast<int>(*ours));
+  return r;
+}
+
+// Both sides of perftest's MTU exchange run the smaller of the two path MTUs (its check_mtu);
+// ours becomes that.
+void take_smaller_mtu(Ctx& x, std::string_view theirs) {
+  const std::uint32_t their = mtu_bytes(static_cast<Mtu>(theirs[0] - '0'));
+  if (their >= x.c.mtu) return;
+  std::cerr << "vrdma-perf: the perftest peer runs path MTU " << their << ", we were given " << x.c.mtu << ": both use "
+            << their << " (as perftest does)\n";
+  x.c.mtu = their;
 }
 
 // perftest client (ib_write_bw, ib_read_bw, ib_send_bw, ib_send_lat ... <our address>) against
@@ -679,7 +682,8 @@ ForeignOutcome serve_perftest(Ctx& x, int fd) {
     if (m == std::string_view("done", 5)) break;
     ForeignDest peer;
     if (keys == 0 && is_perftest_mtu_record(m)) {  // each side takes the smaller (perftest's check_mtu)
-      write_all(fd, take_smaller_mtu(x, m));
+      write_all(fd, perftest_mtu_record(x));
+      take_smaller_mtu(x, m);
       continue;
     }
     if (!parse_perftest_record(m, peer)) {
@@ -747,11 +751,7 @@ ForeignOutcome client_perftest(Ctx& x, int fd) {
   xchg(version);
   xchg(be32(4096));
   xchg(be32(64));
-  auto mtu = mtu_from_bytes(x.c.mtu);
-  if (!mtu) die("--mtu must be 256, 512, 1024, 2048 or 4096");
-  std::string m = std::to_string(static_cast<int>(*mtu));
-  m.push_back('\0');
-  const std::string their_mtu = xchg(m);
+  const std::string their_mtu = xchg(perftest_mtu_record(x));
   if (!is_perftest_mtu_record(their_mtu)) die("the perftest server's path MTU record is malformed: not perftest 6.06");
   take_smaller_mtu(x, their_mtu);
   ForeignDest peer;
