@@ -33,20 +33,23 @@ struct Pair {
   Endpoint a, b;
   PairOptions o;
   // `opts_a`/`opts_b`: more device options for each side ("&rx=udp", "&gso=0").
-  explicit Pair(PairOptions opts = {}, const std::string& opts_a = "", const std::string& opts_b = "") : o(opts) {
+  explicit Pair(PairOptions opts = {}, const std::string& opts_a = "", const std::string& opts_b = "")
+      : Pair(opts, opts, opts_a, opts_b) {}
+  // Sides set up apart: B's QP (its path MTU, its queues) from `ob`; the PSNs from `oa`.
+  Pair(PairOptions oa, const PairOptions& ob, const std::string& opts_a, const std::string& opts_b) : o(oa) {
     auto da = open_device("soft:127.0.0.1" + port_opt() + opts_a);
     VRDMA_REQUIRE_OK(da);
     auto db = open_device("soft:127.0.0.2" + port_opt() + opts_b);
     VRDMA_REQUIRE_OK(db);
     auto ea = test::make_endpoint(*da, o);
     VRDMA_REQUIRE_OK(ea);
-    auto eb = test::make_endpoint(*db, o);
+    auto eb = test::make_endpoint(*db, ob);
     VRDMA_REQUIRE_OK(eb);
     a = std::move(*ea);
     b = std::move(*eb);
     g_devs = {a.dev, b.dev};
-    auto c = test::connect(a, b, o);
-    VRDMA_REQUIRE_OK(c);
+    VRDMA_REQUIRE_OK(test::connect_to(a, test::PeerInfo{b.qp->qp_num(), b.gid, o.psn_b}, o.psn_a, o));
+    VRDMA_REQUIRE_OK(test::connect_to(b, test::PeerInfo{a.qp->qp_num(), a.gid, o.psn_a}, o.psn_b, ob));
   }
   Sge sge(Endpoint& e, std::size_t off, std::size_t len) {
     return Sge{reinterpret_cast<std::uint64_t>(e.buf.data() + off), static_cast<std::uint32_t>(len), e.mr->lkey()};
@@ -710,19 +713,9 @@ BOOST_AUTO_TEST_CASE(a_packet_longer_than_the_path_mtu_is_refused_not_taken_for_
         PairOptions big, small;
         big.mtu = Mtu::mtu4096;
         small.mtu = Mtu::mtu1024;
-        auto da = open_device("soft:127.0.0.1" + port_opt() + rx);
-        VRDMA_REQUIRE_OK(da);
-        auto db = open_device("soft:127.0.0.2" + port_opt() + rx);
-        VRDMA_REQUIRE_OK(db);
-        auto ea = test::make_endpoint(*da, big);
-        VRDMA_REQUIRE_OK(ea);
-        auto eb = test::make_endpoint(*db, small);
-        VRDMA_REQUIRE_OK(eb);
-        Endpoint& a = *ea;
-        Endpoint& b = *eb;
-        g_devs = {a.dev, b.dev};
-        VRDMA_REQUIRE_OK(test::connect_to(a, test::PeerInfo{b.qp->qp_num(), b.gid, big.psn_b}, big.psn_a, big));
-        VRDMA_REQUIRE_OK(test::connect_to(b, test::PeerInfo{a.qp->qp_num(), a.gid, big.psn_a}, big.psn_b, small));
+        Pair p(big, small, rx, rx);
+        Endpoint& a = p.a;
+        Endpoint& b = p.b;
         const std::size_t len = 4000;  // one packet at 4096, four at 1024
         Endpoint& requester = op == WrOpcode::rdma_read ? b : a;
         Endpoint& responder = op == WrOpcode::rdma_read ? a : b;
