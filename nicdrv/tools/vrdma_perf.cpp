@@ -943,7 +943,7 @@ int run_foreign(Config& c) {
   }
   auto st = soft::stats(*x.dev);
   if (st) out["engine"] = {{"rx_dropped_icrc", st->rx_dropped_icrc}, {"rx_dropped_malformed", st->rx_dropped_malformed},
-                           {"rx_longer_than_mtu", st->rx_longer_than_mtu}, {"retransmits", st->retransmits}, {"tx_packets", st->tx_packets}, {"rx_packets", st->rx_packets}};
+                           {"rx_longer_than_mtu", st->rx_longer_than_mtu}, {"retransmits", st->retransmits}, {"read_rereads", st->read_rereads}, {"tx_packets", st->tx_packets}, {"rx_packets", st->rx_packets}};
   std::cout << out.dump() << std::endl;
   return r.verified ? 0 : 2;
 }

@@ -89,6 +89,7 @@ void SoftDevice::flush_queues(SoftQp& qp) {
   for (const auto& r : qp.rq) flush_recv(r);
   qp.rq.clear();
   qp.read_jobs.clear();
+  qp.read_replays.clear();
   qp.in_send = qp.in_write = false;
 }
 
@@ -100,11 +101,9 @@ bool SoftDevice::seek(SoftQp& qp, std::uint32_t psn) {
     std::int32_t k = wire::psn_diff(psn, w.first_psn);
     if (k < 0) psn = w.first_psn, k = 0;
     if (static_cast<std::uint32_t>(k) < w.npkts) {
-      if (w.opcode == WrOpcode::rdma_read) {
-        // Data already received in order stays; ask for the rest.
-        psn = wire::psn_add(w.first_psn, std::min<std::uint32_t>(w.resp_pkts, static_cast<std::uint32_t>(k)));
-        w.resp_pkts = static_cast<std::uint32_t>(wire::psn_diff(psn, w.first_psn));
-      }
+      // READ: data already received stays; ask from the first packet missing (never below it:
+      // a responder may refuse a re-read starting below an earlier one).
+      if (w.opcode == WrOpcode::rdma_read) psn = wire::psn_add(w.first_psn, w.resp_pkts);
       qp.sq_next = i;
       qp.send_psn = psn;
       mark_active(qp);
@@ -128,9 +127,29 @@ void SoftDevice::go_back_n(SoftQp& qp, std::uint32_t psn) {
   }
 }
 
+void SoftDevice::window_on_loss(SoftQp& qp, bool timeout) {
+  qp.ssthresh = std::max(qp.cwnd / 2, kMinSendWindowPkts);
+  qp.cwnd = timeout ? kMinSendWindowPkts : qp.ssthresh;
+  qp.cwnd_acked = 0;
+}
+
+// The window grows with what was acknowledged: by that much below ssthresh, by one per window
+// above it, up to kSendWindowPkts.
+static void window_on_ack(SoftQp& qp, std::uint32_t acked) {
+  if (qp.cwnd >= kSendWindowPkts) return;
+  if (qp.cwnd < qp.ssthresh) {
+    qp.cwnd = std::min(qp.cwnd + acked, qp.ssthresh);
+    return;
+  }
+  qp.cwnd_acked += acked;
+  while (qp.cwnd_acked >= qp.cwnd && qp.cwnd < kSendWindowPkts) qp.cwnd_acked -= qp.cwnd++;
+  if (qp.cwnd >= kSendWindowPkts) qp.cwnd_acked = 0;
+}
+
 // Progress: everything before `una` is acknowledged; the retry budget and the timer restart.
 static void advance_una(SoftDevice& d, SoftQp& qp, std::uint32_t una) {
   if (!wire::psn_lt(qp.una_psn, una)) return;
+  window_on_ack(qp, static_cast<std::uint32_t>(wire::psn_diff(una, qp.una_psn)));
   qp.una_psn = una;
   qp.retry_left = qp.attr.retry_cnt;
   qp.retx_pending = false;
@@ -154,7 +173,10 @@ static void ack_to(SoftDevice& d, SoftQp& qp, std::uint32_t psn) {
         // A later PSN is acknowledged but this response is missing: an implied NAK (9.7.5.2.3).
         std::uint32_t missing = wire::psn_add(w.first_psn, w.resp_pkts);
         una = missing;
-        if (!qp.retx_pending) d.go_back_n(qp, missing);
+        if (!qp.retx_pending) {
+          d.window_on_loss(qp, false);
+          d.go_back_n(qp, missing);
+        }
       }
       break;
     }
@@ -189,6 +211,97 @@ static SendWqe* wqe_for_psn(SoftQp& qp, std::uint32_t psn) {
   return nullptr;
 }
 
+// Everything acknowledged up to the first request still missing something: a READ's first missing
+// response packet (responses after a lost one are kept), or the first PSN of any other request.
+static void advance_una_to_first_missing(SoftDevice& d, SoftQp& qp) {
+  std::uint32_t una = qp.una_psn;
+  for (std::uint64_t i = qp.sq_head; i != qp.sq_tail; ++i) {
+    const SendWqe& w = qp.wqe(i);
+    if (!w.started) break;
+    if (w.done) {
+      if (w.npkts > 0) una = wire::psn_add(w.first_psn, w.npkts);
+      continue;
+    }
+    if (w.opcode == WrOpcode::rdma_read) una = wire::psn_add(w.first_psn, w.resp_pkts);
+    break;
+  }
+  advance_una(d, qp, una);
+}
+
+// A READ response (IBA 9.7.5.2). Each packet is placed by its PSN, also after a gap: a lost
+// response costs a re-read of the lost packets only (request_read), asked for one gap at a time,
+// the lowest first (Linux rxe refuses a re-read that starts below an earlier one), not the rest of
+// the message; the same thinking as SACK. What is still missing when the responses stop is asked
+// for again when the retransmission timer fires.
+void SoftDevice::read_response(SoftQp& qp, const wire::Packet& pkt) {
+  const auto& h = pkt.hdr;
+  SendWqe* w = wqe_for_psn(qp, h.bth.psn);
+  if (w == nullptr || w->done || w->opcode != WrOpcode::rdma_read) return;  // stale duplicate
+  const auto i = static_cast<std::uint32_t>(wire::psn_diff(h.bth.psn, w->first_psn));
+  if (w->has(i)) return;  // a duplicate (a re-read crossed a late packet)
+  const std::uint32_t mtu = qp.pmtu();
+  const std::uint64_t off = std::uint64_t{i} * mtu;
+  const auto len = static_cast<std::uint32_t>(pkt.payload.size());
+  const bool final = i + 1 == w->npkts;
+  const bool last = h.bth.opcode == Opcode::rc_read_response_last || h.bth.opcode == Opcode::rc_read_response_only;
+  const bool size_ok = final ? (off + len == w->length && len <= mtu) : len == mtu;
+  // Past the highest packet seen, the stream of the last request goes on: only the READ's last
+  // packet may say "last" (a re-read of a gap ends with a last packet below the highest seen).
+  if (!size_ok || (i >= w->resp_high && last != final)) {
+    if (len > mtu) ++st.rx_longer_than_mtu;
+    complete_send(qp, *w, WcStatus::bad_resp_err);
+    return;
+  }
+  WcStatus s = scatter(*qp.pd, w->sge.data(), w->num_sge, static_cast<std::uint32_t>(off), pkt.payload.data(), len);
+  if (s != WcStatus::success) {
+    complete_send(qp, *w, s);
+    return;
+  }
+  if (i == w->resp_pkts) {
+    ++w->resp_pkts;
+    while (w->resp_pkts < w->resp_high && w->has(w->resp_pkts)) ++w->resp_pkts;
+  } else {
+    if (w->got.empty()) w->got.assign((w->npkts + 63) / 64, 0);
+    w->got[i / 64] |= std::uint64_t{1} << (i % 64);
+  }
+  w->resp_high = std::max(w->resp_high, i + 1);
+  const bool oldest = !earlier_response_missing(qp, *w);
+  if (oldest) {
+    // Responses implicitly acknowledge everything before the READ (9.7.5.2.1); and the responder
+    // is answering: the timer and the retry budget restart.
+    ack_to(*this, qp, wire::psn_add(w->first_psn, wire::kPsnMask));
+    qp.retry_left = qp.attr.retry_cnt;
+    qp.retx_deadline = retx_interval(qp);
+    rearm(qp);
+  }
+  if (w->resp_pkts == w->npkts) {
+    w->done = true;
+    w->status = WcStatus::success;
+    advance_una_to_first_missing(*this, qp);
+    retire_completed(qp);
+    mark_active(qp);  // a READ slot freed: more READs/atomics may start
+    return;
+  }
+  if (oldest) advance_una_to_first_missing(*this, qp);
+  // A gap below the highest packet: ask for it when the last request for this READ is answered
+  // (its end reached) or when that request's own stream skipped the gap (a packet of it was lost).
+  const std::uint32_t gap = w->resp_pkts;
+  if (gap < w->resp_high &&
+      (gap >= w->req_end || (i > gap && i >= w->req_from && i < w->req_end)))
+    request_read(qp, *w, gap);
+  // A responder answers READ requests in the order they came (9.5): a packet of w's last request
+  // means every request sent before it was answered in full; another READ still missing part of
+  // what its own last request asked for, sent before, lost that part (an implied NAK).
+  if (i >= w->req_from && i < w->req_end) {
+    const std::uint64_t seq = w->req_seq;
+    for (std::uint64_t k = qp.sq_head; k != qp.sq_next && k != qp.sq_tail; ++k) {
+      SendWqe& u = qp.wqe(k);
+      if (&u == w || u.done || u.opcode != WrOpcode::rdma_read || u.req_seq == 0 || u.req_seq >= seq) continue;
+      if (u.resp_pkts < u.req_end) request_read(qp, u, u.resp_pkts);
+    }
+  }
+}
+
 void SoftDevice::completer_packet(SoftQp& qp, const wire::Packet& pkt) {
   const auto& h = pkt.hdr;
   const std::uint32_t psn = h.bth.psn;
@@ -220,6 +333,7 @@ void SoftDevice::completer_packet(SoftQp& qp, const wire::Packet& pkt) {
           auto code = static_cast<wire::NakCode>(h.aeth.value());
           if (code == wire::NakCode::psn_seq_error) {
             ++st.seq_naks_received;
+            window_on_loss(qp, false);
             go_back_n(qp, psn);
             return;
           }
@@ -245,42 +359,9 @@ void SoftDevice::completer_packet(SoftQp& qp, const wire::Packet& pkt) {
     case Opcode::rc_read_response_first:
     case Opcode::rc_read_response_middle:
     case Opcode::rc_read_response_last:
-    case Opcode::rc_read_response_only: {
-      SendWqe* w = wqe_for_psn(qp, psn);
-      if (w == nullptr || w->done || w->opcode != WrOpcode::rdma_read) return;  // stale duplicate
-      std::uint32_t expected = wire::psn_add(w->first_psn, w->resp_pkts);
-      if (psn != expected) {
-        if (wire::psn_lt(expected, psn) && !qp.retx_pending) go_back_n(qp, expected);  // a response was lost
-        return;
-      }
-      // Responses implicitly acknowledge everything before the READ (9.7.5.2.1).
-      ack_to(*this, qp, wire::psn_add(w->first_psn, wire::kPsnMask));
-      if (earlier_response_missing(qp, *w)) return;
-      const std::uint32_t mtu = qp.pmtu();
-      const std::uint32_t off = w->resp_pkts * mtu;
-      const bool last = h.bth.opcode == Opcode::rc_read_response_last || h.bth.opcode == Opcode::rc_read_response_only;
-      const auto len = static_cast<std::uint32_t>(pkt.payload.size());
-      bool size_ok = last ? (off + len == w->length && len <= mtu) : (len == mtu && off + len < w->length);
-      if (!size_ok || (last != (w->resp_pkts + 1 == w->npkts))) {
-        if (len > mtu) ++st.rx_longer_than_mtu;
-        complete_send(qp, *w, WcStatus::bad_resp_err);
-        return;
-      }
-      WcStatus s = scatter(*qp.pd, w->sge.data(), w->num_sge, off, pkt.payload.data(), len);
-      if (s != WcStatus::success) {
-        complete_send(qp, *w, s);
-        return;
-      }
-      ++w->resp_pkts;
-      advance_una(*this, qp, wire::psn_add(psn, 1));
-      if (last) {
-        w->done = true;
-        w->status = WcStatus::success;
-        retire_completed(qp);
-        mark_active(qp);  // a READ slot freed: more READs/atomics may start
-      }
+    case Opcode::rc_read_response_only:
+      read_response(qp, pkt);
       return;
-    }
     case Opcode::rc_atomic_acknowledge: {
       SendWqe* w = wqe_for_psn(qp, psn);
       if (w == nullptr || w->done ||
@@ -333,6 +414,7 @@ void SoftDevice::timers_run(SoftQp& qp, TimePoint now) {
     }
     --qp.retry_left;
     qp.retx_pending = false;
+    window_on_loss(qp, true);
     go_back_n(qp, qp.una_psn);
     qp.retx_deadline = retx_interval(qp);
   }

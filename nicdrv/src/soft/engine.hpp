@@ -55,7 +55,14 @@ inline constexpr std::size_t kMaxSge = 16;
 inline constexpr std::size_t kTxSlots = 64;
 inline constexpr std::size_t kRxSlots = 64;
 inline constexpr std::size_t kPktBuf = 4096 + 128;
-inline constexpr std::uint32_t kSendWindowPkts = 512;  // unacknowledged packets in flight per QP
+// Unacknowledged packets in flight per QP: at most kSendWindowPkts, and after a loss a congestion
+// window that halves on every loss (down to kMinSendWindowPkts) and grows back as ACKs come: a lost
+// packet costs a go-back-N of what is in flight behind it, so under loss less is in flight.
+inline constexpr std::uint32_t kSendWindowPkts = 512;
+inline constexpr std::uint32_t kMinSendWindowPkts = 8;
+// Re-read requests a responder queues besides its READs (IBA 9.7.5.1.4 duplicates asking for part
+// of a READ again); more are dropped and the requester's timer asks again.
+inline constexpr std::size_t kMaxReadReplays = 16;
 
 // ---- Link: where packets go. UdpLink is the real socket; FaultLink wraps it for tests. -----------
 // UDP segmentation offload (UDP_SEGMENT, "GSO"): a run of packets to one destination leaves in
@@ -245,7 +252,23 @@ struct SendWqe {
   bool started = false;         // PSNs assigned
   std::uint32_t first_psn = 0;
   std::uint32_t npkts = 0;      // PSNs this request consumes
-  std::uint32_t resp_pkts = 0;  // READ: response packets received in order so far
+  std::uint32_t resp_pkts = 0;  // READ: response packets received in order so far (the first missing one)
+  // READ, under loss: responses after a lost one are kept (got: a bit per packet, allocated on the
+  // first loss), and only the lost packets are read again, one request at a time for the lowest
+  // gap (a responder may refuse a re-read below an earlier one: Linux rxe moves its start up).
+  std::uint32_t resp_high = 0;                 // one past the highest response packet received
+  std::uint32_t req_from = 0, req_end = 0;     // packets the last READ request for it asked for
+  std::uint64_t req_seq = 0;                   // when that request left (SoftQp::read_requests)
+  std::vector<std::uint64_t> got;              // packets received at or after resp_pkts
+  bool has(std::uint32_t i) const {
+    return i < resp_pkts || (i / 64 < got.size() && (got[i / 64] >> (i % 64) & 1u) != 0);
+  }
+  // The first packet at or after `from` received already, or npkts.
+  std::uint32_t next_had(std::uint32_t from) const {
+    for (std::uint32_t i = from; i < resp_high; ++i)
+      if (has(i)) return i;
+    return npkts;
+  }
   bool done = false;            // READ/atomic data arrived (completes when it reaches the head)
   WcStatus status = WcStatus::success;
 };
@@ -260,11 +283,12 @@ struct RdAtomicResource {
   std::uint64_t orig = 0;  // atomic: value returned the first time
 };
 
-// An outgoing READ response being streamed.
+// An outgoing READ response being streamed: packets [next_psn - first_psn, npkts) of the READ
+// whose first response has PSN first_psn (a re-read of part of it ends before the READ's end).
 struct ReadJob {
-  std::uint32_t first_psn = 0;  // PSN of the request
+  std::uint32_t first_psn = 0;  // PSN of the READ request
   std::uint32_t next_psn = 0;   // next response PSN to send
-  std::uint32_t npkts = 0;
+  std::uint32_t npkts = 0;      // the job ends before this packet (the READ's count for a whole one)
   std::uint64_t va = 0;
   std::uint32_t rkey = 0, length = 0;
   std::uint32_t msn = 0;
@@ -310,6 +334,10 @@ class SoftQp final : public QueuePair {
   bool rnr_wait = false;
   std::uint32_t rnr_psn = 0;
   bool retx_pending = false;     // a go-back-N was requested; stops repeated requests per gap
+  std::uint64_t read_requests = 0;           // READ requests sent (their order: SendWqe::req_seq)
+  std::uint32_t cwnd = kSendWindowPkts;      // congestion window (packets); see kSendWindowPkts
+  std::uint32_t ssthresh = kSendWindowPkts;  // below it the window doubles per round trip, above it grows by one
+  std::uint32_t cwnd_acked = 0;              // packets acknowledged towards the next step of one
 
   // Receive queue.
   std::deque<RecvWqe> rq;
@@ -328,6 +356,15 @@ class SoftQp final : public QueuePair {
   std::vector<RdAtomicResource> rd_res;
   std::size_t rd_res_next = 0;
   std::deque<ReadJob> read_jobs;
+  // Re-reads of part of an earlier READ (duplicates), each served when the READs that came before
+  // it are (in arrival order, 9.5: a requester may read that as every earlier request answered);
+  // never exported (after a migration the requester asks again).
+  struct ReadReplay {
+    ReadJob job;
+    std::uint64_t after = 0;  // served once read_jobs_done reaches this
+  };
+  std::deque<ReadReplay> read_replays;
+  std::uint64_t read_jobs_done = 0;  // read_jobs finished (popped) so far
   bool ack_pending = false;
   std::uint32_t ack_psn = 0;
 
@@ -452,6 +489,12 @@ class SoftDevice final : public Device {
   void complete_send(SoftQp& qp, SendWqe& w, WcStatus status);
   void retire_completed(SoftQp& qp);
   void go_back_n(SoftQp& qp, std::uint32_t psn);
+  // A loss was seen (a NAK, an implied NAK, a timeout): the congestion window shrinks.
+  void window_on_loss(SoftQp& qp, bool timeout);
+  // READ request for w's packets from `from` (at least its first missing one) up to the next
+  // one already received.
+  void request_read(SoftQp& qp, SendWqe& w, std::uint32_t from);
+  void read_response(SoftQp& qp, const wire::Packet& pkt);
   // Points the requester at psn (the first unfinished packet at or after it); false if none.
   bool seek(SoftQp& qp, std::uint32_t psn);
   TimePoint retx_interval(const SoftQp& qp) const;

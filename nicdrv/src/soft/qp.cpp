@@ -116,6 +116,7 @@ Status SoftQp::modify(const QpAttr& a, QpAttrMask mask) {
     sq_head = sq_next = sq_tail = 0;
     rq.clear();
     read_jobs.clear();
+    read_replays.clear();
     rd_res.clear();
     in_send = in_write = have_recv = false;
     retx_deadline = rnr_deadline = {};
@@ -136,6 +137,8 @@ Status SoftQp::modify(const QpAttr& a, QpAttrMask mask) {
   }
   if (cur == QpState::rtr && next == QpState::rts) {
     send_psn = una_psn = next_new_psn = attr.sq_psn;
+    cwnd = ssthresh = kSendWindowPkts;
+    cwnd_acked = 0;
     retry_left = attr.retry_cnt;
     rnr_left = attr.rnr_retry;
   }
@@ -216,7 +219,9 @@ Status SoftQp::post_send(std::span<const SendWr> wrs, std::size_t* bad_index) {
       }
     }
     w.started = w.done = false;
-    w.resp_pkts = 0;
+    w.resp_pkts = w.resp_high = w.req_from = w.req_end = 0;
+    w.req_seq = 0;
+    w.got.clear();
     w.status = WcStatus::success;
     ++sq_tail;
   }

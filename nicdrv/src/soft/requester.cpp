@@ -72,6 +72,27 @@ static void send_ud(SoftDevice& d, SoftQp& qp, SendWqe& w) {
   d.complete_send(qp, w, WcStatus::success);
 }
 
+void SoftDevice::request_read(SoftQp& qp, SendWqe& w, std::uint32_t from) {
+  const std::uint32_t mtu = qp.pmtu();
+  from = std::max(from, w.resp_pkts);
+  if (from >= w.npkts) return;  // all of it is here
+  const std::uint32_t to = w.next_had(from);
+  const auto off = static_cast<std::uint32_t>(std::min<std::uint64_t>(std::uint64_t{from} * mtu, w.length));
+  wire::Headers h;
+  h.bth.dest_qp = qp.attr.dest_qp_num;
+  h.bth.psn = wire::psn_add(w.first_psn, from);
+  h.bth.opcode = Opcode::rc_read_request;
+  h.bth.ack_req = false;
+  h.reth.va = w.remote_addr + off;
+  h.reth.rkey = w.rkey;
+  h.reth.dma_len = static_cast<std::uint32_t>(std::min<std::uint64_t>(std::uint64_t{to} * mtu, w.length)) - off;
+  send_packet(qp.dst_ip(), h, {});
+  if (from != 0 || w.req_end != 0) ++st.read_rereads;
+  w.req_from = from;
+  w.req_end = to;
+  w.req_seq = ++qp.read_requests;
+}
+
 bool SoftDevice::requester_run(SoftQp& qp, std::size_t budget) {
   if (qp.type() == QpType::ud) {
     for (; budget > 0 && qp.sq_next != qp.sq_tail && qp.state() == QpState::rts; --budget) {
@@ -112,7 +133,7 @@ bool SoftDevice::requester_run(SoftQp& qp, std::size_t budget) {
       if (is_rd_atomic(w.opcode)) ++qp.rd_atomic_outstanding;
     }
     // Window: bound the unacknowledged packets in flight.
-    if (static_cast<std::uint32_t>(wire::psn_diff(qp.send_psn, qp.una_psn)) >= kSendWindowPkts) break;
+    if (static_cast<std::uint32_t>(wire::psn_diff(qp.send_psn, qp.una_psn)) >= qp.cwnd) break;
     std::uint32_t k = static_cast<std::uint32_t>(wire::psn_diff(qp.send_psn, w.first_psn));
     if (k >= w.npkts) {  // nothing left of this one (already sent in full)
       ++qp.sq_next;
@@ -122,14 +143,9 @@ bool SoftDevice::requester_run(SoftQp& qp, std::size_t budget) {
     h.bth.dest_qp = qp.attr.dest_qp_num;
     h.bth.psn = qp.send_psn;
     if (w.opcode == WrOpcode::rdma_read) {
-      // One request for the rest of the data (a retransmission restarts mid-message, 9.7.5.1.4).
-      std::uint32_t off = k * mtu;
-      h.bth.opcode = Opcode::rc_read_request;
-      h.bth.ack_req = false;
-      h.reth.va = w.remote_addr + off;
-      h.reth.rkey = w.rkey;
-      h.reth.dma_len = w.length - std::min(off, w.length);
-      send_packet(qp.dst_ip(), h, {});
+      // One request for the data from packet k up to the next packet already received (a
+      // retransmission restarts mid-message, 9.7.5.1.4, and asks only for what is missing).
+      request_read(qp, w, k);
       qp.send_psn = wire::psn_add(w.first_psn, w.npkts);
       ++qp.sq_next;
       --budget;
@@ -150,8 +166,10 @@ bool SoftDevice::requester_run(SoftQp& qp, std::size_t budget) {
       const auto& oi = wire::info(h.bth.opcode);
       bool last = (oi.flags & wire::kIsLast) != 0;
       h.bth.solicited = last && w.solicited;
-      // Ask for an ACK at message ends and every 32 packets, so long messages free the window.
-      h.bth.ack_req = last || (k % 32) == 31;
+      // Ask for an ACK at message ends, every 32 packets, and at half and all of a smaller
+      // congestion window, so long messages free the window.
+      const auto in_flight = static_cast<std::uint32_t>(wire::psn_diff(qp.send_psn, qp.una_psn)) + 1;
+      h.bth.ack_req = last || (k % 32) == 31 || in_flight == qp.cwnd || in_flight == qp.cwnd / 2;
       if ((oi.flags & wire::kHasReth) != 0) {
         h.reth.va = w.remote_addr;
         h.reth.rkey = w.rkey;

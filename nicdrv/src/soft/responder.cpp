@@ -67,28 +67,32 @@ static void handle_duplicate(SoftDevice& d, SoftQp& qp, const wire::Packet& pkt)
   const auto& h = pkt.hdr;
   const std::uint32_t psn = h.bth.psn;
   if (h.bth.opcode == Opcode::rc_read_request) {
+    // A READ asked for again from the requested PSN (9.7.5.1.4): the data is read again from
+    // memory. The request may ask for part of the READ only (a requester that kept the responses
+    // after a lost one asks for the lost ones); it must lie inside the READ, or it is dropped.
+    const std::uint32_t mtu = qp.pmtu();
     for (const auto& r : qp.rd_res) {
       if (!r.valid || r.atomic) continue;
-      if (wire::psn_le(r.first_psn, psn) && wire::psn_le(psn, r.last_psn)) {
-        // Replay from the requested PSN: the data is read again from memory (9.7.5.1.4).
-        auto it = std::find_if(qp.read_jobs.begin(), qp.read_jobs.end(),
-                               [&](const ReadJob& j) { return j.first_psn == r.first_psn; });
-        if (it != qp.read_jobs.end()) {
-          it->next_psn = psn;
-        } else {
-          ReadJob j;
-          j.first_psn = r.first_psn;
-          j.next_psn = psn;
-          j.npkts = static_cast<std::uint32_t>(wire::psn_diff(r.last_psn, r.first_psn)) + 1;
-          j.va = r.va;
-          j.rkey = r.rkey;
-          j.length = r.length;
-          j.msn = qp.msn;
-          qp.read_jobs.push_back(j);
-        }
-        d.mark_active(qp);
-        return;
+      if (!wire::psn_le(r.first_psn, psn) || !wire::psn_le(psn, r.last_psn)) continue;
+      const auto k = static_cast<std::uint32_t>(wire::psn_diff(psn, r.first_psn));
+      const std::uint32_t npkts = static_cast<std::uint32_t>(wire::psn_diff(r.last_psn, r.first_psn)) + 1;
+      const std::uint64_t off = std::uint64_t{k} * mtu;
+      if (h.reth.rkey != r.rkey || h.reth.va != r.va + off || off + h.reth.dma_len > r.length) return;
+      const std::uint32_t end =
+          h.reth.dma_len == 0 ? k + 1 : static_cast<std::uint32_t>((off + h.reth.dma_len + mtu - 1) / mtu);
+      auto it = std::find_if(qp.read_jobs.begin(), qp.read_jobs.end(),
+                             [&](const ReadJob& j) { return j.first_psn == r.first_psn; });
+      if (it != qp.read_jobs.end() && end == it->npkts) {
+        // The READ is still streaming and the request runs to its end: start it over from there.
+        it->next_psn = psn;
+      } else if (qp.read_replays.size() < kMaxReadReplays) {
+        qp.read_replays.push_back({ReadJob{r.first_psn, psn, std::min(end, npkts), r.va, r.rkey, r.length, qp.msn},
+                                   qp.read_jobs_done + qp.read_jobs.size()});
+      } else {
+        return;  // more re-reads than we keep: the requester's timer asks again
       }
+      d.mark_active(qp);
+      return;
     }
     return;  // too old to replay: the requester will time out
   }
@@ -289,20 +293,34 @@ void SoftDevice::responder_packet(SoftQp& qp, const wire::Packet& pkt, std::uint
 
 bool SoftDevice::responder_run_reads(SoftQp& qp, std::size_t budget) {
   const std::uint32_t mtu = qp.pmtu();
-  while (budget > 0 && !qp.read_jobs.empty()) {
-    ReadJob& j = qp.read_jobs.front();
+  // In the order the requests came: a re-read once the READs before it are answered.
+  auto pop = [&qp](bool replay) {
+    if (replay) {
+      qp.read_replays.pop_front();
+    } else {
+      qp.read_jobs.pop_front();
+      ++qp.read_jobs_done;
+    }
+  };
+  while (budget > 0) {
+    const bool replay = !qp.read_replays.empty() && qp.read_replays.front().after <= qp.read_jobs_done;
+    if (!replay && qp.read_jobs.empty()) break;
+    ReadJob& j = replay ? qp.read_replays.front().job : qp.read_jobs.front();
     auto k = static_cast<std::uint32_t>(wire::psn_diff(j.next_psn, j.first_psn));
     if (k >= j.npkts) {
-      qp.read_jobs.pop_front();
+      pop(replay);
       continue;
     }
     std::uint32_t off = k * mtu;
     std::uint32_t len = std::min(mtu, j.length - std::min(off, j.length));
     wire::Headers h;
-    h.bth.opcode = j.npkts == 1      ? Opcode::rc_read_response_only
-                   : k == 0          ? Opcode::rc_read_response_first
-                   : k + 1 == j.npkts ? Opcode::rc_read_response_last
-                                     : Opcode::rc_read_response_middle;
+    // A job that starts at the READ's first packet begins with FIRST (ONLY if it is one packet);
+    // one that starts later (a re-read) with MIDDLE; every job ends with LAST.
+    const bool first = k == 0, ends = k + 1 == j.npkts;
+    h.bth.opcode = first && ends ? Opcode::rc_read_response_only
+                   : first       ? Opcode::rc_read_response_first
+                   : ends        ? Opcode::rc_read_response_last
+                                 : Opcode::rc_read_response_middle;
     h.bth.dest_qp = qp.attr.dest_qp_num;
     h.bth.psn = j.next_psn;
     h.aeth = wire::Aeth::make(wire::AckType::ack, wire::kCreditInvalid, j.msn);
@@ -312,6 +330,7 @@ bool SoftDevice::responder_run_reads(SoftQp& qp, std::size_t budget) {
       if (mr == nullptr) {  // deregistered while the response was streaming
         std::uint32_t p = j.next_psn;
         qp.read_jobs.clear();
+        qp.read_replays.clear();
         responder_fatal(*this, qp, wire::NakCode::remote_access_error, p);
         return false;
       }
@@ -322,9 +341,9 @@ bool SoftDevice::responder_run_reads(SoftQp& qp, std::size_t budget) {
     pkt_end();
     j.next_psn = wire::psn_add(j.next_psn, 1);
     --budget;
-    if (k + 1 == j.npkts) qp.read_jobs.pop_front();
+    if (ends) pop(replay);
   }
-  return !qp.read_jobs.empty();
+  return !qp.read_jobs.empty() || !qp.read_replays.empty();
 }
 
 void SoftDevice::responder_ud_packet(SoftQp& qp, const wire::Packet& pkt, std::uint32_t src_ip_be) {

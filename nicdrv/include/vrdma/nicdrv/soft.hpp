@@ -46,6 +46,8 @@ struct EngineStats {
   // fails, an RC READ response fails its READ (bad response), a UD datagram is dropped silently.
   std::uint64_t rx_longer_than_mtu = 0;
   std::uint64_t retransmits = 0, timeouts = 0, rnr_naks_sent = 0, rnr_naks_received = 0;
+  // READ requests sent again for responses that were lost, each for the lost packets only.
+  std::uint64_t read_rereads = 0;
   std::uint64_t seq_naks_sent = 0, seq_naks_received = 0, duplicates_received = 0;
   std::uint64_t acks_sent = 0;
   std::uint64_t faults_dropped = 0, faults_duplicated = 0, faults_reordered = 0, faults_corrupted = 0;
