@@ -78,6 +78,7 @@ struct vrdma_dev {
 	struct notifier_block netdev_nb;
 	struct notifier_block inetaddr_nb;
 	struct work_struct bind_work;
+	bool watching_address;
 	bool registered;
 };
 
@@ -116,7 +117,8 @@ void vrdma_ib_unregister(struct vrdma_dev *dev);
 
 /* vrdma_netdev.c */
 void vrdma_netdev_bind_now(struct vrdma_dev *dev);
-int vrdma_netdev_watch(struct vrdma_dev *dev);
+int vrdma_netdev_watch_unregister(struct vrdma_dev *dev);
+int vrdma_netdev_watch_address(struct vrdma_dev *dev);
 void vrdma_netdev_unwatch(struct vrdma_dev *dev);
 
 #endif /* VRDMA_KMOD_H */

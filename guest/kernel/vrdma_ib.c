@@ -318,18 +318,21 @@ int vrdma_ib_register(struct vrdma_dev *dev)
 	strscpy(ib->node_desc, "vrdma virtio RDMA device", sizeof(ib->node_desc));
 	ib_set_device_ops(ib, &vrdma_ops);
 
+	ret = vrdma_netdev_watch_unregister(dev);
+	if (ret)
+		return ret;
 	/* The netdev with the device's address now, if the guest has it already; later otherwise. */
 	vrdma_netdev_bind_now(dev);
 	ret = ib_register_device(ib, "vrdma%d", dev->vdev->dev.parent);
 	if (ret) {
 		dev_err(&dev->vdev->dev, "ib_register_device failed (%d)\n", ret);
+		vrdma_netdev_unwatch(dev);
 		return ret;
 	}
 	dev->registered = true;
-	ret = vrdma_netdev_watch(dev);
+	ret = vrdma_netdev_watch_address(dev);
 	if (ret) {
-		ib_unregister_device(ib);
-		dev->registered = false;
+		vrdma_ib_unregister(dev);
 		return ret;
 	}
 	dev_info(&dev->vdev->dev, "registered %s (RoCEv2, netdev %s)\n", dev_name(&ib->dev),

@@ -174,13 +174,14 @@ static int vrdma_probe(struct virtio_device *vdev)
 		goto err_reset;
 	}
 	dev_info(&vdev->dev,
-		 "virtio RDMA device%s: version %u, features %#llx, GID 0 %pI6, MAC %pM, port state %u, MTU %u, max_qp %u max_cq %u max_mr %u max_pd %u max_qp_wr %u max_cqe %u max_sge %u, fw \"%s\"\n",
+		 "virtio RDMA device%s: version %u, features %#llx, GID 0 %pI6, MAC %pM, port state %u, MTU %u, max_qp %u max_cq %u max_mr %u max_pd %u max_qp_wr %u max_cqe %u max_sge %u, fw \"%*pE\"\n",
 		 carrier ? " behind the vhost-user-blk carrier" : "", le16_to_cpu(dev->cfg.version),
 		 le64_to_cpu(dev->cfg.features), dev->gid0.gid, dev->cfg.mac,
 		 dev->pattr.state, ib_mtu_enum_to_int(dev->pattr.active_mtu),
 		 le32_to_cpu(dev->dattr.max_qp), le32_to_cpu(dev->dattr.max_cq), le32_to_cpu(dev->dattr.max_mr),
 		 le32_to_cpu(dev->dattr.max_pd), le32_to_cpu(dev->dattr.max_qp_wr), le32_to_cpu(dev->dattr.max_cqe),
-		 le32_to_cpu(dev->dattr.max_sge), dev->dattr.fw_ver);
+		 le32_to_cpu(dev->dattr.max_sge), (int)strnlen(dev->dattr.fw_ver, sizeof(dev->dattr.fw_ver)),
+		 dev->dattr.fw_ver);
 
 	ret = vrdma_ib_register(dev);
 	if (ret)

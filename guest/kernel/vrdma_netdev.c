@@ -122,21 +122,26 @@ static int netdev_event(struct notifier_block *nb, unsigned long event, void *pt
 	return NOTIFY_DONE;
 }
 
-int vrdma_netdev_watch(struct vrdma_dev *dev)
+/*
+ * Before vrdma_netdev_bind_now: from the moment the driver may hold a netdev, it hears that
+ * netdev's NETDEV_UNREGISTER.
+ */
+int vrdma_netdev_watch_unregister(struct vrdma_dev *dev)
 {
-	int ret;
-
 	INIT_WORK(&dev->bind_work, bind_work);
 	dev->netdev_nb.notifier_call = netdev_event;
 	dev->inetaddr_nb.notifier_call = inetaddr_event;
-	ret = register_netdevice_notifier(&dev->netdev_nb);
+	return register_netdevice_notifier(&dev->netdev_nb);
+}
+
+/* After ib_register_device: the address appearing binds the netdev (bind_work rescans GIDs). */
+int vrdma_netdev_watch_address(struct vrdma_dev *dev)
+{
+	int ret = register_inetaddr_notifier(&dev->inetaddr_nb);
+
 	if (ret)
 		return ret;
-	ret = register_inetaddr_notifier(&dev->inetaddr_nb);
-	if (ret) {
-		unregister_netdevice_notifier(&dev->netdev_nb);
-		return ret;
-	}
+	dev->watching_address = true;
 	/* The address may have come between bind_now and the notifier. */
 	schedule_work(&dev->bind_work);
 	return 0;
@@ -144,7 +149,9 @@ int vrdma_netdev_watch(struct vrdma_dev *dev)
 
 void vrdma_netdev_unwatch(struct vrdma_dev *dev)
 {
-	unregister_inetaddr_notifier(&dev->inetaddr_nb);
-	unregister_netdevice_notifier(&dev->netdev_nb);
+	if (dev->watching_address)
+		unregister_inetaddr_notifier(&dev->inetaddr_nb);
+	dev->watching_address = false;
 	cancel_work_sync(&dev->bind_work);
+	unregister_netdevice_notifier(&dev->netdev_nb);
 }
