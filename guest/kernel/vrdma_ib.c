@@ -16,11 +16,17 @@
 
 #include "vrdma.h"
 
+/* A device limit as ib_device_attr's int fields hold it (the device may say anything). */
+static int lim(__le32 v)
+{
+	return (int)min_t(u32, le32_to_cpu(v), INT_MAX);
+}
+
 static int vrdma_query_device(struct ib_device *ib, struct ib_device_attr *attr, struct ib_udata *udata)
 {
 	struct vrdma_dev *dev = to_vdev(ib);
 	struct virtio_rdma_device_attr_resp a;
-	u32 max_sge;
+	int max_sge;
 	int ret;
 
 	if (udata && (udata->inlen || udata->outlen))
@@ -28,7 +34,7 @@ static int vrdma_query_device(struct ib_device *ib, struct ib_device_attr *attr,
 	ret = vrdma_cmd(dev, VIRTIO_RDMA_CMD_QUERY_DEVICE, NULL, 0, &a, sizeof(a));
 	if (ret)
 		return ret;
-	max_sge = le32_to_cpu(a.max_sge);
+	max_sge = lim(a.max_sge);
 	memset(attr, 0, sizeof(*attr));
 	attr->fw_ver = 0;
 	attr->sys_image_guid = cpu_to_be64(le64_to_cpu(a.node_guid));
@@ -36,22 +42,22 @@ static int vrdma_query_device(struct ib_device *ib, struct ib_device_attr *attr,
 	attr->page_size_cap = GENMASK_ULL(30, 12);  /* REG_MR's page_shift 12..30 */
 	attr->vendor_id = le32_to_cpu(a.vendor_id);
 	attr->vendor_part_id = le32_to_cpu(a.vendor_part_id);
-	attr->max_qp = le32_to_cpu(a.max_qp);
-	attr->max_qp_wr = le32_to_cpu(a.max_qp_wr);
+	attr->max_qp = lim(a.max_qp);
+	attr->max_qp_wr = lim(a.max_qp_wr);
 	attr->max_send_sge = max_sge;
 	attr->max_recv_sge = max_sge;
 	attr->max_sge_rd = max_sge;
-	attr->max_cq = le32_to_cpu(a.max_cq);
-	attr->max_cqe = le32_to_cpu(a.max_cqe);
-	attr->max_mr = le32_to_cpu(a.max_mr);
-	attr->max_pd = le32_to_cpu(a.max_pd);
-	attr->max_qp_rd_atom = le32_to_cpu(a.max_qp_rd_atom);
-	attr->max_qp_init_rd_atom = le32_to_cpu(a.max_qp_init_rd_atom);
-	attr->max_res_rd_atom = attr->max_qp_rd_atom * attr->max_qp;
+	attr->max_cq = lim(a.max_cq);
+	attr->max_cqe = lim(a.max_cqe);
+	attr->max_mr = lim(a.max_mr);
+	attr->max_pd = lim(a.max_pd);
+	attr->max_qp_rd_atom = lim(a.max_qp_rd_atom);
+	attr->max_qp_init_rd_atom = lim(a.max_qp_init_rd_atom);
+	attr->max_res_rd_atom = (int)min_t(u64, (u64)attr->max_qp_rd_atom * attr->max_qp, INT_MAX);
 	attr->atomic_cap = a.atomic_cap <= IB_ATOMIC_GLOB ? a.atomic_cap : IB_ATOMIC_NONE;
-	attr->max_ah = le32_to_cpu(a.max_ah);
-	attr->max_srq = le32_to_cpu(a.max_srq);
-	attr->max_srq_wr = le32_to_cpu(a.max_srq_wr);
+	attr->max_ah = lim(a.max_ah);
+	attr->max_srq = lim(a.max_srq);
+	attr->max_srq_wr = lim(a.max_srq_wr);
 	attr->max_srq_sge = max_sge;
 	attr->max_pkeys = 1;
 	attr->local_ca_ack_delay = 15;
