@@ -35,6 +35,8 @@
  * address, its GID 0.
  */
 #define VRDMA_GID_TABLE_LEN 16
+/* Event buffers kept posted on the event queue. */
+#define VRDMA_EVENT_BUFS 64
 #define VRDMA_UVERBS_ABI_VERSION 1
 
 /* Slots of the control command buffer (DMA-able, one command at a time). */
@@ -52,7 +54,7 @@ struct vrdma_dev {
 	bool carrier;  /* found behind vhost-user-blk-pci (VIRTIO_ID_BLOCK) rather than ID 42 */
 
 	struct virtqueue *ctrl_vq;
-	struct virtqueue *event_vq;  /* events are not read yet (a later slice) */
+	struct virtqueue *event_vq;
 	struct virtqueue *db_vq;     /* doorbells come with CQs and QPs */
 
 	/* The control queue: one command in flight, under cmd_lock. */
@@ -65,6 +67,20 @@ struct vrdma_dev {
 	 */
 	bool cmd_dead;
 	u64 cmds_sent, cmds_refused;
+
+	/* The event queue (vrdma_event.c): buffers, read in event_work under event_lock. */
+	struct virtio_rdma_event *events;  /* VRDMA_EVENT_BUFS, DMA-able */
+	struct mutex event_lock;
+	struct work_struct event_work;
+	bool events_stopped;
+	u64 events_seen;
+	atomic_t pds;  /* PDs the device holds for the guest: what a device-fatal event loses */
+	/*
+	 * Bumped by a device-fatal event. The device's handles start over after it lost the
+	 * guest's objects, so a PD from an earlier epoch must never be named again: its handle may
+	 * now be another PD's.
+	 */
+	atomic_t epoch;
 
 	/* What the device said at probe (little-endian as on the wire). */
 	struct virtio_rdma_config cfg;
@@ -89,6 +105,7 @@ struct vrdma_ucontext {
 struct vrdma_pd {
 	struct ib_pd ibpd;
 	u32 handle;  /* the device's, non-zero */
+	int epoch;   /* dev->epoch before CREATE_PD was sent */
 };
 
 /* CQs and QPs are not made yet; ib_core allocates these for its mandatory verbs. */
@@ -110,6 +127,12 @@ int vrdma_cmd_init(struct vrdma_dev *dev);
 void vrdma_cmd_free(struct vrdma_dev *dev);
 void vrdma_ctrl_done(struct virtqueue *vq);
 int vrdma_cmd(struct vrdma_dev *dev, u32 cmd, const void *req, size_t req_len, void *resp, size_t resp_len);
+
+/* vrdma_event.c */
+void vrdma_event_done(struct virtqueue *vq);
+int vrdma_events_start(struct vrdma_dev *dev);
+void vrdma_events_stop(struct vrdma_dev *dev);
+void vrdma_events_free(struct vrdma_dev *dev);
 
 /* vrdma_ib.c */
 int vrdma_ib_register(struct vrdma_dev *dev);

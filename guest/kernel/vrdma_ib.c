@@ -4,7 +4,7 @@
  * whose GID table ib_core fills from the netdev carrying the device's address (vrdma_netdev.c),
  * per-process contexts, and PDs made by the device (CREATE_PD, DESTROY_PD).
  *
- * Not yet: CQs, QPs, MRs, AHs, SRQs, events (later slices). ib_core refuses to register a device
+ * Not yet: CQs, QPs, MRs, AHs, SRQs (later slices). ib_core refuses to register a device
  * without create_qp, create_cq, reg_user_mr and the rest of its mandatory list
  * (drivers/infiniband/core/device.c, ib_device_check_mandatory), so those verbs are present and
  * say "not supported" (-EOPNOTSUPP) instead of being left out; the ones that act on an object
@@ -176,6 +176,12 @@ static int vrdma_alloc_pd(struct ib_pd *ibpd, struct ib_udata *udata)
 	struct virtio_rdma_handle_resp r;
 	int ret;
 
+	/*
+	 * Read before the command: a PD answered around a device-fatal event counts as lost (its
+	 * DESTROY_PD is never sent: at worst the device keeps it until reset), never the reverse
+	 * (a lost PD's handle named after the device started its handles over).
+	 */
+	pd->epoch = atomic_read(&dev->epoch);
 	ret = vrdma_cmd(dev, VIRTIO_RDMA_CMD_CREATE_PD, NULL, 0, &r, sizeof(r));
 	if (ret)
 		return ret;
@@ -184,6 +190,8 @@ static int vrdma_alloc_pd(struct ib_pd *ibpd, struct ib_udata *udata)
 		dev_err_ratelimited(&dev->vdev->dev, "CREATE_PD answered handle 0 (handles are non-zero)\n");
 		return -EPROTO;
 	}
+	if (pd->epoch == atomic_read(&dev->epoch))
+		atomic_inc(&dev->pds);
 	return 0;
 }
 
@@ -194,12 +202,16 @@ static int vrdma_dealloc_pd(struct ib_pd *ibpd, struct ib_udata *udata)
 	struct virtio_rdma_handle_req r = { .handle = cpu_to_le32(pd->handle) };
 	int ret;
 
+	/* Lost in a device-fatal event: the handle is not ours any more. */
+	if (pd->epoch != atomic_read(&dev->epoch))
+		return 0;
 	ret = vrdma_cmd(dev, VIRTIO_RDMA_CMD_DESTROY_PD, &r, sizeof(r), NULL, 0);
 	/*
-	 * The PD is gone from the kernel whatever the device says: ENOENT (the device lost it: a
-	 * backend restart) or a dead device. ib_core tracks users, so EBUSY would be our bug.
+	 * The PD is gone from the kernel whatever the device says (a dead device, or ENOENT from a
+	 * device that broke its word). ib_core tracks users, so EBUSY would be our bug.
 	 */
 	WARN_ON_ONCE(ret == -EBUSY);
+	atomic_dec(&dev->pds);
 	return 0;
 }
 

@@ -5,7 +5,8 @@
  * It binds the native device (virtio ID 42) and the device riding QEMU's vhost-user-blk-pci as a
  * carrier (virtio ID 2, "Inside a VM"): a blk config window with capacity 0 and the "VRDM"
  * signature at offset 8; any other block device is declined. It finds the control, event and
- * doorbell queues (the state queue is optional and not used yet), reads the whole config with
+ * doorbell queues (the state queue is optional and not used yet), keeps event buffers posted
+ * (vrdma_event.c), reads the whole config with
  * QUERY_CONFIG behind a carrier, asks the device's limits, port and GID 0, and registers an
  * ib_device "vrdma%d" (vrdma_ib.c) whose RoCEv2 GIDs follow the guest netdev that carries the
  * device's address (vrdma_netdev.c).
@@ -107,7 +108,7 @@ static int query_device_once(struct vrdma_dev *dev)
 static int vrdma_probe(struct virtio_device *vdev)
 {
 	struct virtio_rdma_carrier_config win;
-	vq_callback_t *callbacks[] = { vrdma_ctrl_done, NULL, NULL };
+	vq_callback_t *callbacks[] = { vrdma_ctrl_done, vrdma_event_done, NULL };
 	static const char *const names[] = { "control", "events", "doorbells" };
 	struct virtqueue *vqs[ARRAY_SIZE(names)];
 	struct vrdma_dev *dev;
@@ -152,6 +153,9 @@ static int vrdma_probe(struct virtio_device *vdev)
 	dev->event_vq = vqs[VIRTIO_RDMA_EVENT_QUEUE];
 	dev->db_vq = vqs[VIRTIO_RDMA_DOORBELL_QUEUE];
 	virtio_device_ready(vdev);
+	ret = vrdma_events_start(dev);
+	if (ret)
+		goto err_reset;
 
 	if (carrier) {
 		ret = vrdma_cmd(dev, VIRTIO_RDMA_CMD_QUERY_CONFIG, NULL, 0, &dev->cfg, sizeof(dev->cfg));
@@ -190,7 +194,9 @@ static int vrdma_probe(struct virtio_device *vdev)
 
 err_reset:
 	virtio_reset_device(vdev);
+	vrdma_events_stop(dev);
 	vdev->config->del_vqs(vdev);
+	vrdma_events_free(dev);
 err_cmd:
 	vrdma_cmd_free(dev);
 err_dev:
@@ -203,12 +209,15 @@ static void vrdma_remove(struct virtio_device *vdev)
 {
 	struct vrdma_dev *dev = vdev->priv;
 
+	vrdma_events_stop(dev);
 	/* ib_core destroys what users still hold (PDs: DESTROY_PD) while the device still runs. */
 	vrdma_ib_unregister(dev);
 	virtio_reset_device(vdev);
+	vrdma_events_stop(dev);
 	vdev->config->del_vqs(vdev);
-	dev_info(&vdev->dev, "unbound: %llu control commands, %llu refused by the device\n", dev->cmds_sent,
-		 dev->cmds_refused);
+	vrdma_events_free(dev);
+	dev_info(&vdev->dev, "unbound: %llu control commands, %llu refused by the device, %llu events\n",
+		 dev->cmds_sent, dev->cmds_refused, dev->events_seen);
 	vrdma_cmd_free(dev);
 	vdev->priv = NULL;
 	ib_dealloc_device(&dev->ib);

@@ -12,7 +12,9 @@
 # process's PDs are freed; virtio_blk then takes the disk and not the carrier; the module is
 # unloaded and loaded with the address missing (the port waits for it, the GID comes when it is
 # added); the carrier moves to virtio_blk and back through sysfs. vrdmad must have seen every
-# command and refused only that PD.
+# command and refused only that PD. Last, the backend (vrdmad --supervise) is SIGKILLed while a
+# process holds 2 PDs: the new backend's DEVICE_FATAL event reaches the driver, which frees the
+# lost PDs without naming their handles at the new backend, and a new process gets a PD there.
 # Every guest command runs under `timeout`.
 #   kmod_test.sh SOURCE_DIR VRDMAD      exits 77 (skip) without root, QEMU, the guest kernel or its headers
 #   KEEP_WORK=1 keeps the logs.
@@ -96,7 +98,7 @@ ip -n "$NS" link set tap0 up
 # Limits no engine has by itself: the guest must show exactly these.
 LIMITS=(--max-qp 1000 --max-cq 2000 --max-mr 3000 --max-pd 5 --max-qp-wr 512)
 ip netns exec "$NS" "$VRDMAD" --socket "$work/vrdma.sock" --engine soft:$DEVIP --mac $GMAC --control "$work/vrdma.ctl" \
-  "${LIMITS[@]}" >"$work/vrdmad.log" 2>&1 &
+  "${LIMITS[@]}" --supervise >"$work/vrdmad.log" 2>&1 &
 vrdmad_pid=$!
 for _ in $(seq 100); do [ -S "$work/vrdma.sock" ] && break; sleep 0.05; done
 [ -S "$work/vrdma.sock" ] || { echo "FAIL: vrdmad did not start"; cat "$work/vrdmad.log"; exit 1; }
@@ -104,6 +106,20 @@ vstatus() {
   timeout 5 python3 -c 'import socket,sys
 s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); s.sendall(b"{\"cmd\":\"status\"}\n")
 print(s.makefile().readline().strip())' "$work/vrdma.ctl" 2>/dev/null || true
+}
+vwait() {  # vwait DOTTED.KEY VALUE SECONDS: polls vrdmad's status until KEY is VALUE; prints the status
+  timeout $(($3 + 5)) python3 -c 'import json,socket,sys,time
+end = time.time() + float(sys.argv[4])
+while True:
+    try:
+        s = socket.socket(socket.AF_UNIX); s.settimeout(2); s.connect(sys.argv[1])
+        s.sendall(b"{\"cmd\":\"status\"}\n"); line = s.makefile().readline().strip(); s.close()
+        v = json.loads(line)
+        for k in sys.argv[2].split("."): v = v[k]
+        if str(v) == sys.argv[3]: print(line); sys.exit(0)
+    except Exception: pass
+    if time.time() > end: sys.exit(1)
+    time.sleep(0.05)' "$work/vrdma.ctl" "$1" "$2" "$3" 2>/dev/null || true
 }
 jfield() {  # jfield JSON DOTTED.KEY
   python3 -c 'import json,sys
@@ -123,7 +139,7 @@ ip netns exec "$NS" qemu-system-x86_64 -accel tcg -cpu max -m 512M -smp 1,maxcpu
   -object memory-backend-memfd,id=mem,size=512M,share=on -numa node,memdev=mem \
   -kernel "$KERNEL" -initrd "$work/initrd.cpio.gz" -append "console=ttyS0 quiet panic=-1 vrdma.ip=$DEVIP" \
   -chardev pipe,id=con,path="$work/con" -serial chardev:con \
-  -chardev socket,id=vr,path="$work/vrdma.sock" -device vhost-user-blk-pci,chardev=vr,num-queues=4,queue-size=256 \
+  -chardev socket,id=vr,path="$work/vrdma.sock",reconnect=1 -device vhost-user-blk-pci,chardev=vr,num-queues=4,queue-size=256 \
   -drive file="$work/disk.img",if=none,id=d0,format=raw -device virtio-blk-pci,drive=d0 \
   -netdev tap,id=n0,ifname=tap0,script=no,downscript=no -device virtio-net-pci,netdev=n0,mac=$GMAC \
   >"$work/qemu.log" 2>&1 &
@@ -199,12 +215,7 @@ check "virtio_blk did not take the carrier (one disk, $CARRIER still virtio_rdma
 # 4. User space through uverbs: attributes and PDs (CREATE_PD/DESTROY_PD on vrdmad).
 before=$(vstatus)
 guest 30 "$work/uv.out" 'modprobe ib_uverbs; cat /sys/class/infiniband_verbs/uverbs0/ibdev; (uverbs_probe /dev/infiniband/uverbs0 3 3 > /tmp/probe.out 2>&1 &); sleep 0.5' || true
-held=""
-for _ in $(seq 60); do
-  s=$(vstatus)
-  [ "$(jfield "$s" objects.pd)" = 3 ] && { held=$s; break; }
-  sleep 0.1
-done
+held=$(vwait objects.pd 3 6)
 guest 30 "$work/probe.out" 'for i in $(seq 100); do grep -q "pds freed\|failed" /tmp/probe.out && break; sleep 0.1; done; cat /tmp/probe.out' || true
 after=$(vstatus)
 sed 's/^/  guest: /' "$work/uv.out" "$work/probe.out" | grep -v "===" | cut -c1-300
@@ -224,7 +235,7 @@ echo "  vrdmad commands: $(jfield "$before" commands) before uverbs_probe, $(jfi
 #     frees them (DESTROY_PD as uverbs cleans the context up).
 guest 30 "$work/limit.out" 'uverbs_probe /dev/infiniband/uverbs0 6 0; dmesg | grep "refused by the device"' || true
 sed 's/^/  guest: /' "$work/limit.out" | grep -v "===" | cut -c1-300
-for _ in $(seq 50); do s=$(vstatus); [ "$(jfield "$s" objects.pd)" = 0 ] && break; sleep 0.1; done
+vwait objects.pd 0 5 >/dev/null; s=$(vstatus)
 check "the 6th PD fails with ENOSPC, the device's sentence in the guest's log" \
   bash -c "grep -q '^alloc_pd 5 failed: No space left on device' '$work/limit.out' &&
     grep -q 'CREATE_PD refused by the device (status 28): CREATE_PD: the guest already has 5 PDs (limit 5)' '$work/limit.out'"
@@ -246,17 +257,44 @@ check "under virtio_blk the carrier is an empty disk and vrdma0 is gone" \
 check "bound to virtio_rdma again: vrdma0 ACTIVE on eth0" \
   bash -c "sed -n '/^BACK/,\$p' '$work/move.out' | grep -q 'link vrdma0/1 state ACTIVE physical_state LINK_UP netdev eth0'"
 
-# 7. No kernel warning in the whole run; vrdmad saw every command and refused none.
+# 7. vrdmad saw every command and refused only that PD (its counters, before the restart below).
+final=$(vstatus)
+echo "vrdmad: $(echo "$final" | cut -c1-400)"
+check "vrdmad has its frontend and counts $(jfield "$final" commands) commands, $(jfield "$final" command_errors) refused (the 6th PD)" \
+  bash -c "[ '$(jfield "$final" connected)' = True ] && [ '$(jfield "$final" command_errors)' = 1 ] && [ '$(jfield "$final" commands)' -ge 20 ]"
+
+# 8. The backend dies (SIGKILL) while a process holds 2 PDs: the supervisor starts another, QEMU
+#    reconnects, the new backend says the guest's objects died (DEVICE_FATAL, backend restarted).
+#    The driver tells ib_core's users (IB_EVENT_DEVICE_FATAL), frees the lost PDs in the kernel
+#    without naming their handles again (the new backend's handles start over), and a new
+#    process gets working PDs from the new backend.
+guest 30 "$work/hold.out" 'modprobe ib_uverbs; (uverbs_probe /dev/infiniband/uverbs0 2 8 > /tmp/fatal.out 2>&1 &); sleep 0.5' || true
+killed=0 restarted=0
+held2=$(vwait objects.pd 2 6)
+backend=$(awk '{print $1}' "/proc/$vrdmad_pid/task/$vrdmad_pid/children" 2>/dev/null || true)
+[ -n "$held2" ] && [ -n "$backend" ] && kill -9 "$backend" && killed=1
+sleep 0.5
+[ -n "$(vwait migration.phase running 15)" ] && restarted=1
+guest 40 "$work/fatal.out" 'for i in $(seq 150); do grep -q "pds freed\|failed" /tmp/fatal.out && break; sleep 0.1; done; cat /tmp/fatal.out; dmesg | grep "event: device fatal"; uverbs_probe /dev/infiniband/uverbs0 1 0; rdma link show' || true
+sed 's/^/  guest: /' "$work/fatal.out" | grep -v "===" | cut -c1-300
+after=$(vstatus)
+check "the backend ($backend) was killed holding 2 PDs, and the supervisor's new one runs the guest" \
+  test "$killed$restarted" = 11
+check "the driver heard the device-fatal event and names the 2 lost PDs" \
+  has "$work/fatal.out" "event: device fatal (backend restarted): the device lost the guest's 2 PDs"
+check "the process's 2 lost PDs were freed (no handle named at the new backend: it refused nothing)" \
+  bash -c "grep -q '^pds freed=2' '$work/fatal.out' && [ '$(jfield "$after" command_errors)' = 0 ]"
+check "a new process gets a PD from the new backend; vrdma0 still ACTIVE; the new backend holds none after" \
+  bash -c "grep -q '^pds freed=1' '$work/fatal.out' && grep -q 'link vrdma0/1 state ACTIVE' '$work/fatal.out' && [ '$(jfield "$after" objects.pd)' = 0 ]"
+echo "  new backend: $(jfield "$after" commands) commands, $(jfield "$after" command_errors) refused, $(jfield "$after" events) events"
+
+# 9. No kernel warning in the whole run, and no refusal but the one asked for.
 guest 30 "$work/dmesg.out" 'dmesg | grep -E "WARNING|BUG|Oops|refused|virtio_rdma.*(unbound|error)"' || true
 sed 's/^/  guest: /' "$work/dmesg.out" | grep -v "===" | cut -c1-300
 check "no kernel WARNING/BUG/Oops and no refusal but the one asked for in the guest's log" \
   bash -c "! grep -qE 'WARNING|BUG|Oops' '$work/dmesg.out' && [ \$(grep -c 'refused by the device (status' '$work/dmesg.out') -eq 1 ]"
-final=$(vstatus)
-echo "vrdmad: $(echo "$final" | cut -c1-400)"
 sent=$(grep -o "unbound: [0-9]* control commands, [0-9]* refused" "$work/dmesg.out" | awk '{s += $2; r += $5} END {print s + 0, r + 0}')
 echo "guest driver: $sent (control commands sent, refused) over the binds that ended"
-check "vrdmad has its frontend and counts $(jfield "$final" commands) commands, $(jfield "$final" command_errors) refused (the 6th PD)" \
-  bash -c "[ '$(jfield "$final" connected)' = True ] && [ '$(jfield "$final" command_errors)' = 1 ] && [ '$(jfield "$final" commands)' -ge 20 ]"
 check "vrdmad's log has that one refusal and no other" bash -c "[ \$(grep -c 'refused' '$work/vrdmad.log') -eq 1 ] && grep -q 'CREATE_PD refused' '$work/vrdmad.log'"
 
 echo QUIT >&3
