@@ -61,7 +61,7 @@ out=$(
     echo "BUILT earlier from the same sources (cache $cached): $(modinfo -F vermagic "$work/kmod/virtio_rdma.ko")" >&2
   else
     t=$(date +%s.%N)
-    make -s -C "$KHDR" M="$work/kmod" modules >"$work/kbuild.log" 2>&1 || { cat "$work/kbuild.log" >&2; exit 1; }
+    make -s -j"$(nproc)" -C "$KHDR" M="$work/kmod" modules >"$work/kbuild.log" 2>&1 || { cat "$work/kbuild.log" >&2; exit 1; }
     echo "BUILT in $(echo "$(date +%s.%N) - $t" | bc | cut -c1-4) s: $(modinfo -F vermagic "$work/kmod/virtio_rdma.ko")" >&2
     rm -f "$CACHE"/virtio_rdma-"$KVER"-*.ko
     cp "$work/kmod/virtio_rdma.ko" "$cached"
@@ -214,9 +214,9 @@ check "virtio_blk did not take the carrier (one disk, $CARRIER still virtio_rdma
 
 # 4. User space through uverbs: attributes and PDs (CREATE_PD/DESTROY_PD on vrdmad).
 before=$(vstatus)
-guest 30 "$work/uv.out" 'modprobe ib_uverbs; cat /sys/class/infiniband_verbs/uverbs0/ibdev; (uverbs_probe /dev/infiniband/uverbs0 3 3 > /tmp/probe.out 2>&1 &); sleep 0.5' || true
+guest 30 "$work/uv.out" 'modprobe ib_uverbs; cat /sys/class/infiniband_verbs/uverbs0/ibdev; (uverbs_probe /dev/infiniband/uverbs0 3 /tmp/go1 > /tmp/probe.out 2>&1 &); sleep 0.5' || true
 held=$(vwait objects.pd 3 6)
-guest 30 "$work/probe.out" 'for i in $(seq 100); do grep -q "pds freed\|failed" /tmp/probe.out && break; sleep 0.1; done; cat /tmp/probe.out' || true
+guest 30 "$work/probe.out" 'touch /tmp/go1; for i in $(seq 100); do grep -q "pds freed\|failed" /tmp/probe.out && break; sleep 0.1; done; cat /tmp/probe.out' || true
 after=$(vstatus)
 sed 's/^/  guest: /' "$work/uv.out" "$work/probe.out" | grep -v "===" | cut -c1-300
 check "uverbs0 is vrdma0's" has "$work/uv.out" "^vrdma0"
@@ -268,14 +268,14 @@ check "vrdmad has its frontend and counts $(jfield "$final" commands) commands, 
 #    The driver tells ib_core's users (IB_EVENT_DEVICE_FATAL), frees the lost PDs in the kernel
 #    without naming their handles again (the new backend's handles start over), and a new
 #    process gets working PDs from the new backend.
-guest 30 "$work/hold.out" 'modprobe ib_uverbs; (uverbs_probe /dev/infiniband/uverbs0 2 8 > /tmp/fatal.out 2>&1 &); sleep 0.5' || true
+guest 30 "$work/hold.out" 'modprobe ib_uverbs; (uverbs_probe /dev/infiniband/uverbs0 2 /tmp/go2 > /tmp/fatal.out 2>&1 &); sleep 0.5' || true
 killed=0 restarted=0
 held2=$(vwait objects.pd 2 6)
 backend=$(awk '{print $1}' "/proc/$vrdmad_pid/task/$vrdmad_pid/children" 2>/dev/null || true)
 [ -n "$held2" ] && [ -n "$backend" ] && kill -9 "$backend" && killed=1
 sleep 0.5
 [ -n "$(vwait migration.phase running 15)" ] && restarted=1
-guest 40 "$work/fatal.out" 'for i in $(seq 150); do grep -q "pds freed\|failed" /tmp/fatal.out && break; sleep 0.1; done; cat /tmp/fatal.out; dmesg | grep "event: device fatal"; uverbs_probe /dev/infiniband/uverbs0 1 0; rdma link show' || true
+guest 40 "$work/fatal.out" 'for i in $(seq 100); do dmesg | grep -q "event: device fatal" && break; sleep 0.1; done; touch /tmp/go2; for i in $(seq 100); do grep -q "pds freed\|failed" /tmp/fatal.out && break; sleep 0.1; done; cat /tmp/fatal.out; dmesg | grep "event: device fatal"; uverbs_probe /dev/infiniband/uverbs0 1 0; rdma link show' || true
 sed 's/^/  guest: /' "$work/fatal.out" | grep -v "===" | cut -c1-300
 after=$(vstatus)
 check "the backend ($backend) was killed holding 2 PDs, and the supervisor's new one runs the guest" \

@@ -1,9 +1,10 @@
 /*
- * uverbs_probe DEV NPDS HOLD_SECONDS: talks to an RDMA device's uverbs file (e.g.
+ * uverbs_probe DEV NPDS HOLD: talks to an RDMA device's uverbs file (e.g.
  * /dev/infiniband/uverbs0) with the kernel's write() commands (<rdma/ib_user_verbs.h>), the way
  * libibverbs does below its provider, so that a driver with no rdma-core provider yet can be
  * checked from user space (kmod_test.sh): GET_CONTEXT, QUERY_DEVICE, QUERY_PORT 1 (and port 2,
- * which must fail), NPDS x ALLOC_PD, a pause of HOLD_SECONDS with the PDs held, DEALLOC_PD each.
+ * which must fail), NPDS x ALLOC_PD, a pause with the PDs held, DEALLOC_PD each. HOLD is a
+ * number of seconds, or a file: the PDs are held until it exists (at most 60 s).
  * Prints one "key=value ..." line per step; exits 1 on the first failure.
  */
 #include <errno.h>
@@ -12,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <rdma/ib_user_verbs.h>
@@ -36,10 +38,11 @@ static int command(int fd, __u32 cmd, void *req, size_t req_len, size_t resp_len
 int main(int argc, char **argv)
 {
 	if (argc != 4) {
-		fprintf(stderr, "usage: uverbs_probe DEV NPDS HOLD_SECONDS\n");
+		fprintf(stderr, "usage: uverbs_probe DEV NPDS SECONDS|FILE\n");
 		return 2;
 	}
-	int npds = atoi(argv[2]), hold = atoi(argv[3]), err;
+	int npds = atoi(argv[2]), err;
+	const char *hold = argv[3];
 	int fd = open(argv[1], O_RDWR | O_CLOEXEC);
 	if (fd < 0 || npds < 0 || npds > 64) {
 		printf("open %s: %s\n", argv[1], strerror(errno));
@@ -93,7 +96,13 @@ int main(int argc, char **argv)
 	}
 	printf("pds allocated=%d\n", npds);
 	fflush(stdout);
-	sleep((unsigned)hold);
+	if (hold[0] >= '0' && hold[0] <= '9') {
+		sleep((unsigned)atoi(hold));
+	} else {
+		struct stat st;
+		for (int i = 0; i < 600 && stat(hold, &st) != 0; i++)
+			usleep(100000);
+	}
 	for (int i = 0; i < npds; i++) {
 		struct ib_uverbs_dealloc_pd dp = { .pd_handle = pds[i] };
 		if ((err = command(fd, IB_USER_VERBS_CMD_DEALLOC_PD, &dp, sizeof(dp), 0))) {
