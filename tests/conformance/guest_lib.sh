@@ -28,6 +28,19 @@ guest_kernel() {
   MODDIR="$KDIR/lib/modules/$KVER"
 }
 
+# The headers of the guest kernel (after guest_kernel), to build modules for it (virtio_rdma.ko,
+# siw): linux-headers-$KVER, installed from the archive when missing (scripts/setup.sh installs
+# linux-headers-amd64, the same version while the archive has not moved on). Sets KHDR.
+guest_headers() {
+  KHDR=/usr/src/linux-headers-$KVER
+  if [ ! -f "$KHDR/Makefile" ]; then
+    DEBIAN_FRONTEND=noninteractive timeout 300 apt-get install -y -qq --no-install-recommends "linux-headers-$KVER" \
+      >/dev/null 2>&1 || skip "cannot install linux-headers-$KVER (no network or apt mirror?)"
+  fi
+  [ -f "$KHDR/Makefile" ] || skip "linux-headers-$KVER has no $KHDR/Makefile"
+  command -v make >/dev/null && command -v cc >/dev/null || skip "make and cc (build-essential) are not installed"
+}
+
 # A static busybox and cpio on the host: sets BUSYBOX.
 guest_tools() {
   BUSYBOX=$(command -v busybox || true)

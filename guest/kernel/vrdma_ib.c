@@ -1,0 +1,368 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The ib_device: queries answered from the device (QUERY_DEVICE, QUERY_PORT), one RoCEv2 port
+ * whose GID table ib_core fills from the netdev carrying the device's address (vrdma_netdev.c),
+ * per-process contexts, and PDs made by the device (CREATE_PD, DESTROY_PD).
+ *
+ * Not yet: CQs, QPs, MRs, AHs, SRQs (later slices). ib_core refuses to register a device
+ * without create_qp, create_cq, reg_user_mr and the rest of its mandatory list
+ * (drivers/infiniband/core/device.c, ib_device_check_mandatory), so those verbs are present and
+ * say "not supported" (-EOPNOTSUPP) instead of being left out; the ones that act on an object
+ * that cannot exist yet warn if they are ever reached.
+ */
+#include <linux/module.h>
+#include <rdma/ib_cache.h>
+#include <rdma/ib_mad.h>
+
+#include "vrdma.h"
+
+/* A device limit as ib_device_attr's int fields hold it (the device may say anything). */
+static int lim(__le32 v)
+{
+	return (int)min_t(u32, le32_to_cpu(v), INT_MAX);
+}
+
+static int vrdma_query_device(struct ib_device *ib, struct ib_device_attr *attr, struct ib_udata *udata)
+{
+	struct vrdma_dev *dev = to_vdev(ib);
+	struct virtio_rdma_device_attr_resp a;
+	int max_sge;
+	int ret;
+
+	if (udata && (udata->inlen || udata->outlen))
+		return -EINVAL;
+	ret = vrdma_cmd(dev, VIRTIO_RDMA_CMD_QUERY_DEVICE, NULL, 0, &a, sizeof(a));
+	if (ret)
+		return ret;
+	max_sge = lim(a.max_sge);
+	memset(attr, 0, sizeof(*attr));
+	attr->fw_ver = 0;
+	attr->sys_image_guid = cpu_to_be64(le64_to_cpu(a.node_guid));
+	attr->max_mr_size = le64_to_cpu(a.max_mr_size);
+	attr->page_size_cap = GENMASK_ULL(30, 12);  /* REG_MR's page_shift 12..30 */
+	attr->vendor_id = le32_to_cpu(a.vendor_id);
+	attr->vendor_part_id = le32_to_cpu(a.vendor_part_id);
+	attr->max_qp = lim(a.max_qp);
+	attr->max_qp_wr = lim(a.max_qp_wr);
+	attr->max_send_sge = max_sge;
+	attr->max_recv_sge = max_sge;
+	attr->max_sge_rd = max_sge;
+	attr->max_cq = lim(a.max_cq);
+	attr->max_cqe = lim(a.max_cqe);
+	attr->max_mr = lim(a.max_mr);
+	attr->max_pd = lim(a.max_pd);
+	attr->max_qp_rd_atom = lim(a.max_qp_rd_atom);
+	attr->max_qp_init_rd_atom = lim(a.max_qp_init_rd_atom);
+	attr->max_res_rd_atom = (int)min_t(u64, (u64)attr->max_qp_rd_atom * attr->max_qp, INT_MAX);
+	attr->atomic_cap = a.atomic_cap <= IB_ATOMIC_GLOB ? a.atomic_cap : IB_ATOMIC_NONE;
+	attr->max_ah = lim(a.max_ah);
+	attr->max_srq = lim(a.max_srq);
+	attr->max_srq_wr = lim(a.max_srq_wr);
+	attr->max_srq_sge = max_sge;
+	attr->max_pkeys = 1;
+	attr->local_ca_ack_delay = 15;
+	return 0;
+}
+
+/* The device's speed in Mbit/s as an IB speed and width (what sysfs "rate" shows). */
+static void speed_of_mbps(u32 mbps, u16 *speed, u8 *width)
+{
+	static const struct { u32 mbps; u16 speed; u8 width; } t[] = {
+		{ 2500, IB_SPEED_SDR, IB_WIDTH_1X },    { 5000, IB_SPEED_DDR, IB_WIDTH_1X },
+		{ 10000, IB_SPEED_QDR, IB_WIDTH_1X },   { 14000, IB_SPEED_FDR, IB_WIDTH_1X },
+		{ 25000, IB_SPEED_EDR, IB_WIDTH_1X },   { 40000, IB_SPEED_QDR, IB_WIDTH_4X },
+		{ 50000, IB_SPEED_HDR, IB_WIDTH_1X },   { 100000, IB_SPEED_EDR, IB_WIDTH_4X },
+		{ 200000, IB_SPEED_HDR, IB_WIDTH_4X },
+	};
+	size_t i;
+
+	for (i = 0; i < ARRAY_SIZE(t); i++) {
+		if (mbps <= t[i].mbps) {
+			*speed = t[i].speed;
+			*width = t[i].width;
+			return;
+		}
+	}
+	*speed = IB_SPEED_NDR;
+	*width = IB_WIDTH_4X;
+}
+
+static int vrdma_query_port(struct ib_device *ib, u32 port, struct ib_port_attr *attr)
+{
+	struct vrdma_dev *dev = to_vdev(ib);
+	struct virtio_rdma_port_attr_resp p;
+	u32 mbps;
+	int ret;
+
+	ret = vrdma_cmd(dev, VIRTIO_RDMA_CMD_QUERY_PORT, NULL, 0, &p, sizeof(p));
+	if (ret)
+		return ret;
+	if (p.state < IB_PORT_DOWN || p.state > IB_PORT_ACTIVE_DEFER || p.active_mtu < IB_MTU_256 ||
+	    p.active_mtu > IB_MTU_4096 || p.max_mtu < p.active_mtu || p.max_mtu > IB_MTU_4096) {
+		dev_err_ratelimited(&dev->vdev->dev, "QUERY_PORT: state %u, MTU %u of %u: out of range\n", p.state,
+				    p.active_mtu, p.max_mtu);
+		return -EPROTO;
+	}
+	/* *attr comes zeroed (ib_query_port). */
+	attr->state = p.state;
+	attr->phys_state = p.state == IB_PORT_ACTIVE ? IB_PORT_PHYS_STATE_LINK_UP : IB_PORT_PHYS_STATE_DISABLED;
+	attr->max_mtu = p.max_mtu;
+	attr->active_mtu = p.active_mtu;
+	attr->gid_tbl_len = VRDMA_GID_TABLE_LEN;
+	attr->pkey_tbl_len = 1;
+	attr->max_msg_sz = le32_to_cpu(p.max_msg_sz);
+	attr->ip_gids = true;
+	mbps = le32_to_cpu(p.active_speed_mbps);
+	if (mbps)
+		speed_of_mbps(mbps, &attr->active_speed, &attr->active_width);
+	else if (ib_get_eth_speed(ib, port, &attr->active_speed, &attr->active_width))
+		speed_of_mbps(2500, &attr->active_speed, &attr->active_width);
+	return 0;
+}
+
+/*
+ * RoCEv2 only. No MAD, CM or SA capability yet: the device has no GSI QP (QP1) in this slice,
+ * so ib_mad, ib_cm and rdma_cm leave the port alone instead of failing on it.
+ */
+static int vrdma_port_immutable(struct ib_device *ib, u32 port, struct ib_port_immutable *im)
+{
+	struct ib_port_attr attr = {};
+	int ret;
+
+	ret = ib_query_port(ib, port, &attr);
+	if (ret)
+		return ret;
+	im->pkey_tbl_len = attr.pkey_tbl_len;
+	im->gid_tbl_len = attr.gid_tbl_len;
+	im->core_cap_flags = RDMA_CORE_CAP_PROT_ROCE_UDP_ENCAP;
+	im->max_mad_size = 0;
+	return 0;
+}
+
+static enum rdma_link_layer vrdma_link_layer(struct ib_device *ib, u32 port)
+{
+	return IB_LINK_LAYER_ETHERNET;
+}
+
+static int vrdma_query_pkey(struct ib_device *ib, u32 port, u16 index, u16 *pkey)
+{
+	if (index != 0)
+		return -EINVAL;
+	*pkey = IB_DEFAULT_PKEY_FULL;
+	return 0;
+}
+
+static void vrdma_fw_str(struct ib_device *ib, char *str)
+{
+	/* fw_ver came terminated and is printed escaped: it is the device's text. */
+	snprintf(str, IB_FW_VERSION_NAME_MAX, "%*pE", (int)strnlen(to_vdev(ib)->dattr.fw_ver, 31),
+		 to_vdev(ib)->dattr.fw_ver);
+}
+
+/* A process's context: a kernel object only (the contract has no per-process device object). */
+static int vrdma_alloc_ucontext(struct ib_ucontext *uc, struct ib_udata *udata)
+{
+	return 0;
+}
+
+static void vrdma_dealloc_ucontext(struct ib_ucontext *uc)
+{
+}
+
+static int vrdma_alloc_pd(struct ib_pd *ibpd, struct ib_udata *udata)
+{
+	struct vrdma_dev *dev = to_vdev(ibpd->device);
+	struct vrdma_pd *pd = container_of(ibpd, struct vrdma_pd, ibpd);
+	struct virtio_rdma_handle_resp r;
+	int ret;
+
+	/*
+	 * Read before the command: a PD answered around a device-fatal event counts as lost (its
+	 * DESTROY_PD is never sent: at worst the device keeps it until reset), never the reverse
+	 * (a lost PD's handle named after the device started its handles over).
+	 */
+	pd->epoch = atomic_read(&dev->epoch);
+	ret = vrdma_cmd(dev, VIRTIO_RDMA_CMD_CREATE_PD, NULL, 0, &r, sizeof(r));
+	if (ret)
+		return ret;
+	pd->handle = le32_to_cpu(r.handle);
+	if (pd->handle == VIRTIO_RDMA_NO_HANDLE) {
+		dev_err_ratelimited(&dev->vdev->dev, "CREATE_PD answered handle 0 (handles are non-zero)\n");
+		return -EPROTO;
+	}
+	if (pd->epoch == atomic_read(&dev->epoch))
+		atomic_inc(&dev->pds);
+	return 0;
+}
+
+static int vrdma_dealloc_pd(struct ib_pd *ibpd, struct ib_udata *udata)
+{
+	struct vrdma_dev *dev = to_vdev(ibpd->device);
+	struct vrdma_pd *pd = container_of(ibpd, struct vrdma_pd, ibpd);
+	struct virtio_rdma_handle_req r = { .handle = cpu_to_le32(pd->handle) };
+	int ret;
+
+	/* Lost in a device-fatal event: the handle is not ours any more. */
+	if (pd->epoch != atomic_read(&dev->epoch))
+		return 0;
+	ret = vrdma_cmd(dev, VIRTIO_RDMA_CMD_DESTROY_PD, &r, sizeof(r), NULL, 0);
+	/*
+	 * The PD is gone from the kernel whatever the device says (a dead device, or ENOENT from a
+	 * device that broke its word). ib_core tracks users, so EBUSY would be our bug.
+	 */
+	WARN_ON_ONCE(ret == -EBUSY);
+	atomic_dec(&dev->pds);
+	return 0;
+}
+
+/* ---- Mandatory for ib_core, not supported yet ------------------------------------------------ */
+static int vrdma_create_cq(struct ib_cq *cq, const struct ib_cq_init_attr *attr, struct ib_udata *udata)
+{
+	return -EOPNOTSUPP;
+}
+
+static int vrdma_create_qp(struct ib_qp *qp, struct ib_qp_init_attr *attr, struct ib_udata *udata)
+{
+	return -EOPNOTSUPP;
+}
+
+static struct ib_mr *vrdma_get_dma_mr(struct ib_pd *pd, int access)
+{
+	return ERR_PTR(-EOPNOTSUPP);
+}
+
+static struct ib_mr *vrdma_reg_user_mr(struct ib_pd *pd, u64 start, u64 length, u64 iova, int access,
+				       struct ib_udata *udata)
+{
+	return ERR_PTR(-EOPNOTSUPP);
+}
+
+/* No CQ, QP or MR can exist, so these are never reached. */
+static int vrdma_destroy_cq(struct ib_cq *cq, struct ib_udata *udata)
+{
+	WARN_ON_ONCE(1);
+	return 0;
+}
+
+static int vrdma_poll_cq(struct ib_cq *cq, int n, struct ib_wc *wc)
+{
+	WARN_ON_ONCE(1);
+	return -EOPNOTSUPP;
+}
+
+static int vrdma_req_notify_cq(struct ib_cq *cq, enum ib_cq_notify_flags flags)
+{
+	WARN_ON_ONCE(1);
+	return -EOPNOTSUPP;
+}
+
+static int vrdma_modify_qp(struct ib_qp *qp, struct ib_qp_attr *attr, int mask, struct ib_udata *udata)
+{
+	WARN_ON_ONCE(1);
+	return -EOPNOTSUPP;
+}
+
+static int vrdma_destroy_qp(struct ib_qp *qp, struct ib_udata *udata)
+{
+	WARN_ON_ONCE(1);
+	return 0;
+}
+
+static int vrdma_post_send(struct ib_qp *qp, const struct ib_send_wr *wr, const struct ib_send_wr **bad)
+{
+	WARN_ON_ONCE(1);
+	*bad = wr;
+	return -EOPNOTSUPP;
+}
+
+static int vrdma_post_recv(struct ib_qp *qp, const struct ib_recv_wr *wr, const struct ib_recv_wr **bad)
+{
+	WARN_ON_ONCE(1);
+	*bad = wr;
+	return -EOPNOTSUPP;
+}
+
+static int vrdma_dereg_mr(struct ib_mr *mr, struct ib_udata *udata)
+{
+	WARN_ON_ONCE(1);
+	return 0;
+}
+
+static const struct ib_device_ops vrdma_ops = {
+	.owner = THIS_MODULE,
+	.driver_id = RDMA_DRIVER_UNKNOWN,
+	.uverbs_abi_ver = VRDMA_UVERBS_ABI_VERSION,
+
+	.query_device = vrdma_query_device,
+	.query_port = vrdma_query_port,
+	.get_port_immutable = vrdma_port_immutable,
+	.get_link_layer = vrdma_link_layer,
+	.query_pkey = vrdma_query_pkey,
+	.get_dev_fw_str = vrdma_fw_str,
+	.alloc_ucontext = vrdma_alloc_ucontext,
+	.dealloc_ucontext = vrdma_dealloc_ucontext,
+	.alloc_pd = vrdma_alloc_pd,
+	.dealloc_pd = vrdma_dealloc_pd,
+
+	.create_cq = vrdma_create_cq,
+	.destroy_cq = vrdma_destroy_cq,
+	.poll_cq = vrdma_poll_cq,
+	.req_notify_cq = vrdma_req_notify_cq,
+	.create_qp = vrdma_create_qp,
+	.modify_qp = vrdma_modify_qp,
+	.destroy_qp = vrdma_destroy_qp,
+	.post_send = vrdma_post_send,
+	.post_recv = vrdma_post_recv,
+	.get_dma_mr = vrdma_get_dma_mr,
+	.reg_user_mr = vrdma_reg_user_mr,
+	.dereg_mr = vrdma_dereg_mr,
+
+	INIT_RDMA_OBJ_SIZE(ib_ucontext, vrdma_ucontext, ibuc),
+	INIT_RDMA_OBJ_SIZE(ib_pd, vrdma_pd, ibpd),
+	INIT_RDMA_OBJ_SIZE(ib_cq, vrdma_cq, ibcq),
+	INIT_RDMA_OBJ_SIZE(ib_qp, vrdma_qp, ibqp),
+};
+
+int vrdma_ib_register(struct vrdma_dev *dev)
+{
+	struct ib_device *ib = &dev->ib;
+	int ret;
+
+	ib->node_type = RDMA_NODE_IB_CA;
+	ib->phys_port_cnt = 1;
+	ib->num_comp_vectors = 1;
+	ib->node_guid = cpu_to_be64(le64_to_cpu(dev->dattr.node_guid));
+	ib->dev.parent = &dev->vdev->dev;
+	strscpy(ib->node_desc, "vrdma virtio RDMA device", sizeof(ib->node_desc));
+	ib_set_device_ops(ib, &vrdma_ops);
+
+	ret = vrdma_netdev_watch_unregister(dev);
+	if (ret)
+		return ret;
+	/* The netdev with the device's address now, if the guest has it already; later otherwise. */
+	vrdma_netdev_bind_now(dev);
+	ret = ib_register_device(ib, "vrdma%d", dev->vdev->dev.parent);
+	if (ret) {
+		dev_err(&dev->vdev->dev, "ib_register_device failed (%d)\n", ret);
+		vrdma_netdev_unwatch(dev);
+		return ret;
+	}
+	dev->registered = true;
+	ret = vrdma_netdev_watch_address(dev);
+	if (ret) {
+		vrdma_ib_unregister(dev);
+		return ret;
+	}
+	dev_info(&dev->vdev->dev, "registered %s (RoCEv2, netdev %s)\n", dev_name(&ib->dev),
+		 dev->ndev ? netdev_name(dev->ndev) : "none yet");
+	return 0;
+}
+
+void vrdma_ib_unregister(struct vrdma_dev *dev)
+{
+	if (!dev->registered)
+		return;
+	vrdma_netdev_unwatch(dev);
+	ib_unregister_device(&dev->ib);
+	dev->registered = false;
+}

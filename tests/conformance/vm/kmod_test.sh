@@ -1,0 +1,303 @@
+#!/usr/bin/env bash
+# The guest kernel driver, virtio_rdma.ko (guest/kernel, docs/virtio-rdma.md "The guest kernel
+# driver"), in a real QEMU 7.2 TCG guest on Debian's own 6.1 kernel: the module is built here
+# against linux-headers-<that kernel> from a DKMS-shaped copy of guest/kernel; vrdmad (soft
+# engine, odd per-guest limits so that they can be recognised) serves the device through the
+# vhost-user-blk-pci carrier; the guest also has a real virtio-blk disk, which the driver must
+# decline. In the guest: virtio_rdma binds the carrier (virtio_blk is not loaded), `rdma link`
+# shows vrdma0 ACTIVE on eth0, sysfs shows the RoCEv2 GID of eth0's address (the device's
+# address), uverbs_probe (a static program speaking the kernel's uverbs write commands) reads the
+# device and port attributes, which must be vrdmad's limits, and holds PDs that vrdmad must count;
+# a 6th PD over vrdmad's limit (5) fails with ENOSPC and the device's sentence, and the exited
+# process's PDs are freed; virtio_blk then takes the disk and not the carrier; the module is
+# unloaded and loaded with the address missing (the port waits for it, the GID comes when it is
+# added); the carrier moves to virtio_blk and back through sysfs. vrdmad must have seen every
+# command and refused only that PD. Last, the backend (vrdmad --supervise) is SIGKILLed while a
+# process holds 2 PDs: the new backend's DEVICE_FATAL event reaches the driver, which frees the
+# lost PDs without naming their handles at the new backend, and a new process gets a PD there.
+# Every guest command runs under `timeout`.
+#   kmod_test.sh SOURCE_DIR VRDMAD      exits 77 (skip) without root, QEMU, the guest kernel or its headers
+#   KEEP_WORK=1 keeps the logs.
+set -euo pipefail
+SRC=$(readlink -f "$1"); VRDMAD=$(readlink -f "$2")
+HERE=$(cd "$(dirname "$0")" && pwd)
+skip() { echo "SKIP: $*"; exit 77; }
+[ "$(id -u)" -eq 0 ] && ip netns list >/dev/null 2>&1 || skip "needs root to create network namespaces"
+command -v qemu-system-x86_64 >/dev/null || skip "qemu-system-x86_64 is not installed (apt-get install qemu-system-x86)"
+command -v rdma >/dev/null || skip "rdma (iproute2) is not installed"
+T0=$(date +%s.%N)
+work=$(mktemp -d)
+NS=vmk$$
+qemu_pid="" cat_pid="" vrdmad_pid=""
+cleanup() {
+  exec 3>&- 2>/dev/null || true
+  for p in $qemu_pid $cat_pid $vrdmad_pid; do kill "$p" 2>/dev/null || true; done
+  ip netns pids "$NS" 2>/dev/null | xargs -r kill 2>/dev/null || true
+  ip netns del "$NS" 2>/dev/null || true
+  if [ -n "${KEEP_WORK:-}" ]; then echo "work dir kept: $work"; else rm -rf "$work"; fi
+}
+trap cleanup EXIT
+
+# ---- The guest: Debian's kernel, the module built for it, busybox, rdma, uverbs_probe --------
+rc=0
+out=$(
+  exec 2>"$work/make_guest.err"
+  set -e
+  . "$HERE/../guest_lib.sh"
+  guest_kernel
+  guest_headers
+  guest_tools
+  # The DKMS source layout (guest/kernel/dkms.conf): the module's files, the contract in include/.
+  mkdir -p "$work/kmod/include/vrdma"
+  cp "$SRC"/guest/kernel/{Kbuild,*.c,*.h} "$work/kmod/"
+  cp "$SRC/include/vrdma/virtio_rdma.h" "$work/kmod/include/vrdma/"
+  # A module built from the same bytes with the same headers and compiler is taken from the
+  # cache (as siw is); any change to them builds again. VRDMA_KMOD_REBUILD=1 always builds.
+  key=$( (cd "$work/kmod" && cat Kbuild ./*.c ./*.h include/vrdma/virtio_rdma.h;
+          dpkg-query -W -f='${Version}' "linux-headers-$KVER" 2>/dev/null; cc --version | head -1) | sha256sum | cut -c1-16)
+  cached="$CACHE/virtio_rdma-$KVER-$key.ko"
+  if [ -f "$cached" ] && [ -z "${VRDMA_KMOD_REBUILD:-}" ]; then
+    cp "$cached" "$work/kmod/virtio_rdma.ko"
+    echo "BUILT earlier from the same sources (cache $cached): $(modinfo -F vermagic "$work/kmod/virtio_rdma.ko")" >&2
+  else
+    t=$(date +%s.%N)
+    make -s -j"$(nproc)" -C "$KHDR" M="$work/kmod" modules >"$work/kbuild.log" 2>&1 || { cat "$work/kbuild.log" >&2; exit 1; }
+    echo "BUILT in $(echo "$(date +%s.%N) - $t" | bc | cut -c1-4) s: $(modinfo -F vermagic "$work/kmod/virtio_rdma.ko")" >&2
+    rm -f "$CACHE"/virtio_rdma-"$KVER"-*.ko
+    cp "$work/kmod/virtio_rdma.ko" "$cached"
+  fi
+  cc -static -O2 -std=gnu11 -Wall -Wextra -Werror -o "$work/uverbs_probe" "$HERE/uverbs_probe.c" >&2 || exit 1
+  ROOT="$work/root"
+  guest_root "$ROOT"
+  guest_modules "$ROOT" virtio_pci virtio_net virtio_blk ib_core ib_uverbs
+  mkdir -p "$ROOT/lib/modules/$KVER/extra"
+  cp "$work/kmod/virtio_rdma.ko" "$ROOT/lib/modules/$KVER/extra/"
+  depmod -b "$ROOT" "$KVER"
+  mkdir -p "$ROOT/usr/bin"
+  cp "$work/uverbs_probe" "$ROOT/usr/bin/"
+  guest_files "$ROOT" "$(command -v rdma)"
+  guest_pack "$ROOT" "$HERE/kmod_guest_init.sh" "$work/initrd.cpio.gz"
+  echo "KERNEL=$KERNEL"
+) || rc=$?
+if [ $rc -eq 3 ]; then skip "guest unavailable: $(cat "$work/make_guest.err")"; elif [ $rc -ne 0 ]; then
+  echo "FAIL: the guest or the module could not be built:"; cat "$work/make_guest.err"; exit 1
+fi
+KERNEL=$(echo "$out" | sed -n 's/^KERNEL=//p')
+grep "^BUILT" "$work/make_guest.err" | sed 's/^BUILT/virtio_rdma.ko built/'
+
+# ---- One "host": vrdmad's soft engine on br0 at the device's address; the guest's NIC on a tap
+# of its own (no traffic in this test: eth0 only carries the same address, as the guest owns it).
+DEVIP=10.77.9.12 GMAC=52:54:00:77:09:0c
+ip netns add "$NS"
+ip -n "$NS" link set lo up
+ip -n "$NS" link add br0 type bridge
+ip -n "$NS" addr add $DEVIP/24 dev br0
+ip -n "$NS" link set br0 up
+ip -n "$NS" tuntap add tap0 mode tap
+ip -n "$NS" link set tap0 up
+# Limits no engine has by itself: the guest must show exactly these.
+LIMITS=(--max-qp 1000 --max-cq 2000 --max-mr 3000 --max-pd 5 --max-qp-wr 512)
+ip netns exec "$NS" "$VRDMAD" --socket "$work/vrdma.sock" --engine soft:$DEVIP --mac $GMAC --control "$work/vrdma.ctl" \
+  "${LIMITS[@]}" --supervise >"$work/vrdmad.log" 2>&1 &
+vrdmad_pid=$!
+for _ in $(seq 100); do [ -S "$work/vrdma.sock" ] && break; sleep 0.05; done
+[ -S "$work/vrdma.sock" ] || { echo "FAIL: vrdmad did not start"; cat "$work/vrdmad.log"; exit 1; }
+vstatus() {
+  timeout 5 python3 -c 'import socket,sys
+s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); s.sendall(b"{\"cmd\":\"status\"}\n")
+print(s.makefile().readline().strip())' "$work/vrdma.ctl" 2>/dev/null || true
+}
+vwait() {  # vwait DOTTED.KEY VALUE SECONDS: polls vrdmad's status until KEY is VALUE; prints the status
+  timeout $(($3 + 5)) python3 -c 'import json,socket,sys,time
+end = time.time() + float(sys.argv[4])
+while True:
+    try:
+        s = socket.socket(socket.AF_UNIX); s.settimeout(2); s.connect(sys.argv[1])
+        s.sendall(b"{\"cmd\":\"status\"}\n"); line = s.makefile().readline().strip(); s.close()
+        v = json.loads(line)
+        for k in sys.argv[2].split("."): v = v[k]
+        if str(v) == sys.argv[3]: print(line); sys.exit(0)
+    except Exception: pass
+    if time.time() > end: sys.exit(1)
+    time.sleep(0.05)' "$work/vrdma.ctl" "$1" "$2" "$3" 2>/dev/null || true
+}
+jfield() {  # jfield JSON DOTTED.KEY
+  python3 -c 'import json,sys
+v=json.loads(sys.argv[1])
+for k in sys.argv[2].split("."): v=v[k]
+print(v)' "$1" "$2" 2>/dev/null || echo "?"
+}
+
+# A real disk the driver must decline: 1 MiB that starts with a known line.
+truncate -s 1M "$work/disk.img"
+printf 'VRDMA-DISK-OK' | dd of="$work/disk.img" conv=notrunc status=none
+
+mkfifo "$work/con.in" "$work/con.out"
+cat "$work/con.out" > "$work/serial.log" &
+cat_pid=$!
+ip netns exec "$NS" qemu-system-x86_64 -accel tcg -cpu max -m 512M -smp 1,maxcpus=2 -display none -monitor none -no-reboot \
+  -object memory-backend-memfd,id=mem,size=512M,share=on -numa node,memdev=mem \
+  -kernel "$KERNEL" -initrd "$work/initrd.cpio.gz" -append "console=ttyS0 quiet panic=-1 vrdma.ip=$DEVIP" \
+  -chardev pipe,id=con,path="$work/con" -serial chardev:con \
+  -chardev socket,id=vr,path="$work/vrdma.sock",reconnect=1 -device vhost-user-blk-pci,chardev=vr,num-queues=4,queue-size=256 \
+  -drive file="$work/disk.img",if=none,id=d0,format=raw -device virtio-blk-pci,drive=d0 \
+  -netdev tap,id=n0,ifname=tap0,script=no,downscript=no -device virtio-net-pci,netdev=n0,mac=$GMAC \
+  >"$work/qemu.log" 2>&1 &
+qemu_pid=$!
+exec 3>"$work/con.in"
+
+wait_serial() {  # a line matching $1 in the serial log within $2 seconds
+  local pat=$1 secs=$2 i
+  for ((i = 0; i < secs * 10; i++)); do
+    grep -q -- "$pat" "$work/serial.log" 2>/dev/null && return 0
+    kill -0 "$qemu_pid" 2>/dev/null || { echo "QEMU exited:"; cat "$work/qemu.log"; return 1; }
+    sleep 0.1
+  done
+  return 1
+}
+failed=0 checks=0
+fail() { echo "FAIL: $*"; failed=$((failed + 1)); }
+check() {  # check DESCRIPTION COMMAND...: one counted assertion
+  local what=$1; shift
+  checks=$((checks + 1))
+  if "$@"; then echo "ok   $what"; else fail "$what"; fi
+}
+wait_serial "VRDMA-GUEST-READY" 120 || { echo "FAIL: the guest did not come up"; tail -30 "$work/serial.log"; exit 1; }
+echo "guest ready after $(echo "$(date +%s.%N) - $T0" | bc | cut -c1-5) s wall"
+
+step=0
+guest() {  # guest SECONDS OUTFILE COMMAND: COMMAND under timeout in the guest, output in OUTFILE
+  local secs=$1 f=$2; shift 2
+  step=$((step + 1))
+  echo "STEP $step timeout $secs sh -c '$*'" >&3
+  wait_serial "=== END $step rc=" $((secs + 15)) || { echo "(guest step $step timed out)" > "$f"; return 124; }
+  tr -d '\r' < "$work/serial.log" | sed -n "/^=== BEGIN $step\$/,/^=== END $step rc=/p" > "$f"
+  local rc
+  rc=$(sed -n "s/^=== END $step rc=\([0-9]*\).*/\1/p" "$f")
+  return "${rc:-1}"
+}
+has() { grep -q -- "$2" "$1"; }
+
+# The GID the guest must show for the device's address (sysfs prints 8 groups of 4 hex digits).
+IFS=. read -r a b c d <<<"$DEVIP"
+WANT_GID=$(printf '0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x' "$a" "$b" "$c" "$d")
+GIDS='for i in $(seq 0 15); do g=$(cat ports/1/gids/$i); case $g in 0000:0000:0000:0000:0000:0000:0000:0000) ;; *) echo "gid $i $g $(cat ports/1/gid_attrs/types/$i) $(cat ports/1/gid_attrs/ndevs/$i)";; esac; done'
+
+# 1. Bind: virtio_rdma alone takes the carrier, declines the disk, registers vrdma0 on eth0.
+guest 60 "$work/load.out" 'modprobe virtio_rdma; ls /sys/bus/virtio/drivers/virtio_rdma | grep virtio; ls /sys/block | grep vd; dmesg | grep -E "virtio_rdma|vrdma|infiniband"' || true
+sed 's/^/  guest: /' "$work/load.out" | grep -v "===" | cut -c1-300
+CARRIER=$(grep -oE '^virtio[0-9]+$' "$work/load.out" | head -1 || true)
+check "virtio_rdma bound one function ($CARRIER)" test -n "$CARRIER"
+check "no block device while virtio_blk is not loaded" bash -c "! grep -q '^vd' '$work/load.out'"
+check "the driver read the device behind the carrier with vrdmad's limits (max_qp 1000 max_cq 2000 max_mr 3000 max_pd 5 max_qp_wr 512)" \
+  has "$work/load.out" "behind the vhost-user-blk carrier: version 1, .* max_qp 1000 max_cq 2000 max_mr 3000 max_pd 5 max_qp_wr 512"
+check "port 1 follows eth0 (the netdev with $DEVIP)" has "$work/load.out" "port 1 follows netdev eth0 (it has the device's address $DEVIP)"
+check "ib_device vrdma0 registered" has "$work/load.out" "registered vrdma0 (RoCEv2, netdev eth0)"
+
+# 2. rdma link / rdma dev (iproute2) and sysfs.
+guest 30 "$work/rdma.out" 'rdma link show; rdma dev show; cd /sys/class/infiniband/vrdma0 && for f in node_type fw_ver node_guid node_desc ports/1/state ports/1/phys_state ports/1/link_layer ports/1/rate; do echo "$f: $(cat $f)"; done; '"$GIDS" || fail "rdma/sysfs step failed"
+sed 's/^/  guest: /' "$work/rdma.out" | grep -v "===" | cut -c1-300
+check "rdma link: vrdma0/1 ACTIVE LINK_UP on eth0" has "$work/rdma.out" "link vrdma0/1 state ACTIVE physical_state LINK_UP netdev eth0"
+check "rdma dev: vrdma0 is a CA with vrdmad's firmware string" has "$work/rdma.out" "vrdma0: node_type ca fw vrdmad"
+check "sysfs: port state 4: ACTIVE, link layer Ethernet" bash -c "grep -q 'ports/1/state: 4: ACTIVE' '$work/rdma.out' && grep -q 'ports/1/link_layer: Ethernet' '$work/rdma.out'"
+check "sysfs: fw_ver is the device's (QUERY_DEVICE)" has "$work/rdma.out" "^fw_ver: vrdmad 0.1 over vrdma-soft"
+check "sysfs: the RoCEv2 GID of $DEVIP ($WANT_GID) on eth0" has "$work/rdma.out" "^gid [0-9]* $WANT_GID RoCE v2 eth0"
+grep -o "^gid .*" "$work/rdma.out" | sed 's/^/  /'
+
+# 3. The real disk is virtio_blk's; the carrier stays ours.
+guest 30 "$work/blk.out" 'modprobe virtio_blk; for i in $(seq 30); do [ -e /sys/block/vda ] && break; sleep 0.1; done; ls /sys/block | grep vd; for d in /sys/block/vd*; do echo "$d size $(cat $d/size)"; done; dd if=/dev/vda bs=13 count=1 2>/dev/null; echo; ls /sys/bus/virtio/drivers/virtio_rdma | grep virtio' || true
+sed 's/^/  guest: /' "$work/blk.out" | grep -v "===" | cut -c1-200
+check "virtio_blk took the declined disk (vda, 2048 sectors, its data reads back)" \
+  bash -c "grep -q '/sys/block/vda size 2048' '$work/blk.out' && grep -q '^VRDMA-DISK-OK' '$work/blk.out'"
+check "virtio_blk did not take the carrier (one disk, $CARRIER still virtio_rdma's)" \
+  bash -c "[ \$(grep -c '^vd' '$work/blk.out') -eq 1 ] && grep -q '^$CARRIER\$' '$work/blk.out'"
+
+# 4. User space through uverbs: attributes and PDs (CREATE_PD/DESTROY_PD on vrdmad).
+before=$(vstatus)
+guest 30 "$work/uv.out" 'modprobe ib_uverbs; cat /sys/class/infiniband_verbs/uverbs0/ibdev; (uverbs_probe /dev/infiniband/uverbs0 3 /tmp/go1 > /tmp/probe.out 2>&1 &); sleep 0.5' || true
+held=$(vwait objects.pd 3 6)
+guest 30 "$work/probe.out" 'touch /tmp/go1; for i in $(seq 100); do grep -q "pds freed\|failed" /tmp/probe.out && break; sleep 0.1; done; cat /tmp/probe.out' || true
+after=$(vstatus)
+sed 's/^/  guest: /' "$work/uv.out" "$work/probe.out" | grep -v "===" | cut -c1-300
+check "uverbs0 is vrdma0's" has "$work/uv.out" "^vrdma0"
+check "QUERY_DEVICE through uverbs shows vrdmad's limits" \
+  has "$work/probe.out" "^device max_qp=1000 max_qp_wr=512 .* max_cq=2000 .* max_mr=3000 max_pd=5 "
+check "QUERY_PORT through uverbs: ACTIVE, Ethernet, 16 GIDs, 1 P_Key" \
+  has "$work/probe.out" "^port state=4 .* gid_tbl_len=16 pkey_tbl_len=1 .* link_layer=2"
+check "port 2 does not exist" has "$work/probe.out" "^port2 Invalid argument"
+check "vrdmad held the guest's 3 PDs while the process had them (status objects.pd=3)" test -n "$held"
+check "the 3 PDs were freed (vrdmad objects.pd=$(jfield "$after" objects.pd))" \
+  bash -c "grep -q '^pds freed=3' '$work/probe.out' && [ '$(jfield "$after" objects.pd)' = 0 ]"
+echo "  vrdmad commands: $(jfield "$before" commands) before uverbs_probe, $(jfield "$after" commands) after"
+
+# 4b. A refusal: the 6th PD is over vrdmad's limit (5). The device's status comes back as the
+#     errno, its sentence in the guest's log; the process exits holding 5 PDs and the driver
+#     frees them (DESTROY_PD as uverbs cleans the context up).
+guest 30 "$work/limit.out" 'uverbs_probe /dev/infiniband/uverbs0 6 0; dmesg | grep "refused by the device"' || true
+sed 's/^/  guest: /' "$work/limit.out" | grep -v "===" | cut -c1-300
+vwait objects.pd 0 5 >/dev/null; s=$(vstatus)
+check "the 6th PD fails with ENOSPC, the device's sentence in the guest's log" \
+  bash -c "grep -q '^alloc_pd 5 failed: No space left on device' '$work/limit.out' &&
+    grep -q 'CREATE_PD refused by the device (status 28): CREATE_PD: the guest already has 5 PDs (limit 5)' '$work/limit.out'"
+check "the 5 PDs of the exited process were freed (vrdmad objects.pd=$(jfield "$s" objects.pd))" test "$(jfield "$s" objects.pd)" = 0
+
+# 5. Unload and load again with the address missing: the port waits for the netdev, the GID
+#    comes when the address does; vrdmad serves throughout.
+guest 60 "$work/reload.out" 'rmmod ib_uverbs; rmmod virtio_rdma; ls /sys/class/infiniband | grep vrdma; ip addr flush dev eth0; modprobe virtio_rdma; dmesg | tail -n 5 | grep -E "waits|registered"; cd /sys/class/infiniband/vrdma0 && '"$GIDS"'; echo ADDING; ip addr add '"$DEVIP"'/24 dev eth0; for i in $(seq 50); do grep -q ffff ports/1/gids/1 2>/dev/null && break; sleep 0.1; done; '"$GIDS"'; rdma link show' || true
+sed 's/^/  guest: /' "$work/reload.out" | grep -v "===" | cut -c1-300
+check "after unload and load the port waits for the address" has "$work/reload.out" "no netdev has the device's address $DEVIP yet"
+check "no GID of $DEVIP before the address is added" bash -c "! sed -n '1,/^ADDING/p' '$work/reload.out' | grep -q '$WANT_GID'"
+check "the GID of $DEVIP on eth0 once the address is added" bash -c "sed -n '/^ADDING/,\$p' '$work/reload.out' | grep -q '^gid [0-9]* $WANT_GID RoCE v2 eth0'"
+
+# 6. The carrier moves to virtio_blk and back through sysfs (the unbind/bind path).
+guest 60 "$work/move.out" "echo $CARRIER > /sys/bus/virtio/drivers/virtio_rdma/unbind; echo $CARRIER > /sys/bus/virtio/drivers/virtio_blk/bind; sleep 1; for d in /sys/block/vd*; do echo \"\$d size \$(cat \$d/size)\"; done; ls /sys/class/infiniband | grep vrdma; echo BACK; echo $CARRIER > /sys/bus/virtio/drivers/virtio_blk/unbind; echo $CARRIER > /sys/bus/virtio/drivers/virtio_rdma/bind; sleep 1; ls /sys/class/infiniband; rdma link show" || true
+sed 's/^/  guest: /' "$work/move.out" | grep -v "===" | cut -c1-300
+check "under virtio_blk the carrier is an empty disk and vrdma0 is gone" \
+  bash -c "sed -n '1,/^BACK/p' '$work/move.out' | grep -q '/sys/block/vdb size 0' && ! sed -n '1,/^BACK/p' '$work/move.out' | grep -q '^vrdma'"
+check "bound to virtio_rdma again: vrdma0 ACTIVE on eth0" \
+  bash -c "sed -n '/^BACK/,\$p' '$work/move.out' | grep -q 'link vrdma0/1 state ACTIVE physical_state LINK_UP netdev eth0'"
+
+# 7. vrdmad saw every command and refused only that PD (its counters, before the restart below).
+final=$(vstatus)
+echo "vrdmad: $(echo "$final" | cut -c1-400)"
+check "vrdmad has its frontend and counts $(jfield "$final" commands) commands, $(jfield "$final" command_errors) refused (the 6th PD)" \
+  bash -c "[ '$(jfield "$final" connected)' = True ] && [ '$(jfield "$final" command_errors)' = 1 ] && [ '$(jfield "$final" commands)' -ge 20 ]"
+
+# 8. The backend dies (SIGKILL) while a process holds 2 PDs: the supervisor starts another, QEMU
+#    reconnects, the new backend says the guest's objects died (DEVICE_FATAL, backend restarted).
+#    The driver tells ib_core's users (IB_EVENT_DEVICE_FATAL), frees the lost PDs in the kernel
+#    without naming their handles again (the new backend's handles start over), and a new
+#    process gets working PDs from the new backend.
+guest 30 "$work/hold.out" 'modprobe ib_uverbs; (uverbs_probe /dev/infiniband/uverbs0 2 /tmp/go2 > /tmp/fatal.out 2>&1 &); sleep 0.5' || true
+killed=0 restarted=0
+held2=$(vwait objects.pd 2 6)
+backend=$(awk '{print $1}' "/proc/$vrdmad_pid/task/$vrdmad_pid/children" 2>/dev/null || true)
+[ -n "$held2" ] && [ -n "$backend" ] && kill -9 "$backend" && killed=1
+sleep 0.5
+[ -n "$(vwait migration.phase running 15)" ] && restarted=1
+guest 40 "$work/fatal.out" 'for i in $(seq 100); do dmesg | grep -q "event: device fatal" && break; sleep 0.1; done; touch /tmp/go2; for i in $(seq 100); do grep -q "pds freed\|failed" /tmp/fatal.out && break; sleep 0.1; done; cat /tmp/fatal.out; dmesg | grep "event: device fatal"; uverbs_probe /dev/infiniband/uverbs0 1 0; rdma link show' || true
+sed 's/^/  guest: /' "$work/fatal.out" | grep -v "===" | cut -c1-300
+after=$(vstatus)
+check "the backend ($backend) was killed holding 2 PDs, and the supervisor's new one runs the guest" \
+  test "$killed$restarted" = 11
+check "the driver heard the device-fatal event and names the 2 lost PDs" \
+  has "$work/fatal.out" "event: device fatal (backend restarted): the device lost the guest's 2 PDs"
+check "the process's 2 lost PDs were freed (no handle named at the new backend: it refused nothing)" \
+  bash -c "grep -q '^pds freed=2' '$work/fatal.out' && [ '$(jfield "$after" command_errors)' = 0 ]"
+check "a new process gets a PD from the new backend; vrdma0 still ACTIVE; the new backend holds none after" \
+  bash -c "grep -q '^pds freed=1' '$work/fatal.out' && grep -q 'link vrdma0/1 state ACTIVE' '$work/fatal.out' && [ '$(jfield "$after" objects.pd)' = 0 ]"
+echo "  new backend: $(jfield "$after" commands) commands, $(jfield "$after" command_errors) refused, $(jfield "$after" events) events"
+
+# 9. No kernel warning in the whole run, and no refusal but the one asked for.
+guest 30 "$work/dmesg.out" 'dmesg | grep -E "WARNING|BUG|Oops|refused|virtio_rdma.*(unbound|error)"' || true
+sed 's/^/  guest: /' "$work/dmesg.out" | grep -v "===" | cut -c1-300
+check "no kernel WARNING/BUG/Oops and no refusal but the one asked for in the guest's log" \
+  bash -c "! grep -qE 'WARNING|BUG|Oops' '$work/dmesg.out' && [ \$(grep -c 'refused by the device (status' '$work/dmesg.out') -eq 1 ]"
+sent=$(grep -o "unbound: [0-9]* control commands, [0-9]* refused" "$work/dmesg.out" | awk '{s += $2; r += $5} END {print s + 0, r + 0}')
+echo "guest driver: $sent (control commands sent, refused) over the binds that ended"
+check "vrdmad's log has that one refusal and no other" bash -c "[ \$(grep -c 'refused' '$work/vrdmad.log') -eq 1 ] && grep -q 'CREATE_PD refused' '$work/vrdmad.log'"
+
+echo QUIT >&3
+for _ in $(seq 100); do kill -0 "$qemu_pid" 2>/dev/null || break; sleep 0.1; done
+echo "kmod test: $checks checks, $failed failed, $(echo "$(date +%s.%N) - $T0" | bc | cut -c1-5) s"
+[ $failed -eq 0 ]
