@@ -917,6 +917,15 @@ ForeignOutcome run_pingpong(Ctx& x, int fd, bool is_server) {
   return r;
 }
 
+// A soft engine's packet counters in the JSON ("engine"): what a case checks moved (and was lost).
+void add_engine_stats(json& out, const nicdrv::Device& dev) {
+  auto st = soft::stats(dev);
+  if (!st) return;
+  out["engine"] = {{"rx_dropped_icrc", st->rx_dropped_icrc}, {"rx_dropped_malformed", st->rx_dropped_malformed},
+                   {"rx_longer_than_mtu", st->rx_longer_than_mtu}, {"retransmits", st->retransmits},
+                   {"read_rereads", st->read_rereads}, {"tx_packets", st->tx_packets}, {"rx_packets", st->rx_packets}};
+}
+
 int run_foreign(Config& c) {
   bool server = c.connect.empty();
   Ctx x;
@@ -941,9 +950,7 @@ int run_foreign(Config& c) {
     std::sort(v.begin(), v.end());
     out["lat_us"] = {{"min", v.front()}, {"p50", v[v.size() / 2]}, {"max", v.back()}};
   }
-  auto st = soft::stats(*x.dev);
-  if (st) out["engine"] = {{"rx_dropped_icrc", st->rx_dropped_icrc}, {"rx_dropped_malformed", st->rx_dropped_malformed},
-                           {"rx_longer_than_mtu", st->rx_longer_than_mtu}, {"retransmits", st->retransmits}, {"read_rereads", st->read_rereads}, {"tx_packets", st->tx_packets}, {"rx_packets", st->rx_packets}};
+  add_engine_stats(out, *x.dev);
   std::cout << out.dump() << std::endl;
   return r.verified ? 0 : 2;
 }
@@ -1060,7 +1067,9 @@ int main(int argc, char** argv) {
     }
   }
 
-  if (!server || c.test == "send_bw" || lat) {
+  // A server prints its line for SEND and the latency tests (it counts those too), and with --json
+  // always (its engine's counters: for READ, the responses it sent).
+  if (!server || c.test == "send_bw" || lat || c.json_out) {
     json out = {{"test", c.test}, {"device", c.device}, {"role", server ? "server" : "client"}, {"size", c.size},
                 {"depth", c.depth}, {"ops", o.ops}, {"seconds", o.seconds}, {"cpu_seconds", cpu}, {"wall_seconds", wall}};
     if (!lat && o.seconds > 0) {
@@ -1077,6 +1086,7 @@ int main(int argc, char** argv) {
                        {"max", v.back()}, {"avg", sum / static_cast<double>(v.size())}};
     }
     if (c.verify) out["verified"] = verified;
+    add_engine_stats(out, *x.dev);
     if (c.json_out) {
       std::cout << out.dump() << std::endl;
     } else {
