@@ -923,7 +923,7 @@ void add_engine_stats(json& out, const nicdrv::Device& dev) {
   if (!st) return;
   out["engine"] = {{"rx_dropped_icrc", st->rx_dropped_icrc}, {"rx_dropped_malformed", st->rx_dropped_malformed},
                    {"rx_longer_than_mtu", st->rx_longer_than_mtu}, {"retransmits", st->retransmits},
-                   {"read_rereads", st->read_rereads}, {"tx_packets", st->tx_packets}, {"rx_packets", st->rx_packets}};
+                   {"read_rereads", st->read_rereads}, {"tail_probes", st->tail_probes}, {"tx_packets", st->tx_packets}, {"rx_packets", st->rx_packets}};
 }
 
 int run_foreign(Config& c) {

@@ -57,7 +57,7 @@ void SoftDevice::move_to_error(SoftQp& qp) {
     log::debug("soft {}: QP {} moves to ERR", name_, qp.qp_num());
     qp.set_state(QpState::err);
   }
-  qp.retx_deadline = {};
+  qp.retx_deadline = qp.probe_deadline = {};
   qp.rnr_wait = false;
   qp.flush_pending = true;
   mark_active(qp);
@@ -124,6 +124,7 @@ void SoftDevice::go_back_n(SoftQp& qp, std::uint32_t psn) {
                qp.una_psn, qp.next_new_psn);
     ++st.retransmits;
     qp.retx_pending = true;
+    qp.rtt_sent = {};  // no round trip is sampled across a retransmission
   }
 }
 
@@ -131,6 +132,15 @@ void SoftDevice::window_on_loss(SoftQp& qp, bool timeout) {
   qp.ssthresh = std::max(qp.cwnd / 2, kMinSendWindowPkts);
   qp.cwnd = timeout ? kMinSendWindowPkts : qp.ssthresh;
   qp.cwnd_acked = 0;
+}
+
+void SoftDevice::arm_probe(SoftQp& qp) {
+  qp.probe_deadline = {};
+  if (qp.srtt == Clock::duration{} || qp.probed) return;
+  const auto wait = std::max<Clock::duration>(4 * qp.srtt, std::chrono::microseconds(500));
+  const TimePoint t = Clock::now() + wait;
+  if (qp.retx_deadline != TimePoint{} && t >= qp.retx_deadline) return;  // the timer comes first anyway
+  qp.probe_deadline = t;
 }
 
 // The window grows with what was acknowledged: by that much below ssthresh, by one per window
@@ -153,7 +163,16 @@ static void advance_una(SoftDevice& d, SoftQp& qp, std::uint32_t una) {
   qp.una_psn = una;
   qp.retry_left = qp.attr.retry_cnt;
   qp.retx_pending = false;
-  qp.retx_deadline = wire::psn_lt(qp.una_psn, qp.next_new_psn) ? d.retx_interval(qp) : TimePoint{};
+  if (qp.rtt_sent != TimePoint{} && wire::psn_lt(qp.rtt_psn, una)) {
+    const auto sample = Clock::now() - qp.rtt_sent;
+    qp.srtt = qp.srtt == Clock::duration{} ? sample : (7 * qp.srtt + sample) / 8;
+    qp.rtt_sent = {};
+  }
+  qp.probed = false;
+  const bool out = wire::psn_lt(qp.una_psn, qp.next_new_psn);
+  qp.retx_deadline = out ? d.retx_interval(qp) : TimePoint{};
+  if (out) d.arm_probe(qp);
+  else qp.probe_deadline = {};
   d.rearm(qp);
 }
 
@@ -272,6 +291,8 @@ void SoftDevice::read_response(SoftQp& qp, const wire::Packet& pkt) {
     ack_to(*this, qp, wire::psn_add(w->first_psn, wire::kPsnMask));
     qp.retry_left = qp.attr.retry_cnt;
     qp.retx_deadline = retx_interval(qp);
+    qp.probed = false;
+    arm_probe(qp);
     rearm(qp);
   }
   if (w->resp_pkts == w->npkts) {
@@ -395,6 +416,17 @@ void SoftDevice::timers_run(SoftQp& qp, TimePoint now) {
     qp.retx_pending = false;
     go_back_n(qp, qp.rnr_psn);
     qp.retx_deadline = retx_interval(qp);
+  }
+  if (qp.probe_deadline != TimePoint{} && now >= qp.probe_deadline) {
+    qp.probe_deadline = {};
+    if (wire::psn_lt(qp.una_psn, qp.next_new_psn) && !qp.probed && !qp.rnr_wait) {
+      // Send the newest packet again, asking for an ACK: if only ACKs were lost (or are late) it
+      // costs one duplicate, which the responder acknowledges; if the tail was lost, it arrives
+      // past a gap and the responder NAKs the first missing PSN (go-back-N from there).
+      qp.probed = true;
+      ++st.tail_probes;
+      if (seek(qp, wire::psn_add(qp.send_psn, wire::kPsnMask))) qp.ack_next = true;
+    }
   }
   if (qp.retx_deadline != TimePoint{} && now >= qp.retx_deadline) {
     if (!wire::psn_lt(qp.una_psn, qp.next_new_psn)) {

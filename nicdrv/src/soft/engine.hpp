@@ -338,6 +338,17 @@ class SoftQp final : public QueuePair {
   std::uint32_t cwnd = kSendWindowPkts;      // congestion window (packets); see kSendWindowPkts
   std::uint32_t ssthresh = kSendWindowPkts;  // below it the window doubles per round trip, above it grows by one
   std::uint32_t cwnd_acked = 0;              // packets acknowledged towards the next step of one
+  // Tail-loss probe: when nothing is acknowledged for a few round trips while packets are out (the
+  // last ones, or their ACK, lost: nothing behind them makes the responder NAK), resend from the
+  // oldest unacknowledged PSN once, long before the local ACK timeout. The round trip is sampled
+  // from one ACK-requesting packet at a time, never a retransmitted one (Karn).
+  TimePoint probe_deadline{};
+  bool probed = false;
+  bool ack_next = false;  // the next packet sent asks for an ACK (the probe)
+  Clock::duration srtt{};
+  std::uint32_t rtt_psn = 0;
+  TimePoint rtt_sent{};
+  std::uint32_t sent_high = 0;  // one past the highest PSN ever sent (below it: a retransmission)
 
   // Receive queue.
   std::deque<RecvWqe> rq;
@@ -491,6 +502,8 @@ class SoftDevice final : public Device {
   void go_back_n(SoftQp& qp, std::uint32_t psn);
   // A loss was seen (a NAK, an implied NAK, a timeout): the congestion window shrinks.
   void window_on_loss(SoftQp& qp, bool timeout);
+  // (Re)arms the tail-loss probe a few round trips from now, once the round trip is known.
+  void arm_probe(SoftQp& qp);
   // READ request for w's packets from `from` (at least its first missing one) up to the next
   // one already received.
   void request_read(SoftQp& qp, SendWqe& w, std::uint32_t from);

@@ -169,6 +169,7 @@ void SoftDevice::rearm(SoftQp& qp) {
   TimePoint t = TimePoint::max();
   if (qp.retx_deadline != TimePoint{}) t = qp.retx_deadline;
   if (qp.rnr_wait) t = std::min(t, qp.rnr_deadline);
+  if (qp.probe_deadline != TimePoint{}) t = std::min(t, qp.probe_deadline);
   if (t != TimePoint::max()) arm_timer(qp, t);
 }
 

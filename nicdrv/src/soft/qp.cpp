@@ -119,7 +119,7 @@ Status SoftQp::modify(const QpAttr& a, QpAttrMask mask) {
     read_replays.clear();
     rd_res.clear();
     in_send = in_write = have_recv = false;
-    retx_deadline = rnr_deadline = {};
+    retx_deadline = rnr_deadline = probe_deadline = {};
     rnr_wait = retx_pending = flush_pending = ack_pending = false;
     rd_atomic_outstanding = 0;
     std::erase(dev.active, this);
@@ -139,6 +139,10 @@ Status SoftQp::modify(const QpAttr& a, QpAttrMask mask) {
     send_psn = una_psn = next_new_psn = attr.sq_psn;
     cwnd = ssthresh = kSendWindowPkts;
     cwnd_acked = 0;
+    sent_high = attr.sq_psn;
+    srtt = {};
+    rtt_sent = probe_deadline = {};
+    probed = false;
     retry_left = attr.retry_cnt;
     rnr_left = attr.rnr_retry;
   }

@@ -191,6 +191,10 @@ Status SoftQp::import_state(std::span<const std::uint8_t> blob) {
   read_replays.clear();
   cwnd = ssthresh = kSendWindowPkts;
   cwnd_acked = 0;
+  sent_high = next_new_psn;
+  srtt = {};
+  rtt_sent = probe_deadline = {};
+  probed = false;
   set_state(static_cast<QpState>(st8));
   // Resume: retransmit everything not yet acknowledged.
   sq_next = 0;

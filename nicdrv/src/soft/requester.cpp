@@ -169,7 +169,13 @@ bool SoftDevice::requester_run(SoftQp& qp, std::size_t budget) {
       // Ask for an ACK at message ends, every 32 packets, and at half and all of a smaller
       // congestion window, so long messages free the window.
       const auto in_flight = static_cast<std::uint32_t>(wire::psn_diff(qp.send_psn, qp.una_psn)) + 1;
-      h.bth.ack_req = last || (k % 32) == 31 || in_flight == qp.cwnd || in_flight == qp.cwnd / 2;
+      h.bth.ack_req = last || (k % 32) == 31 || in_flight == qp.cwnd || in_flight == qp.cwnd / 2 || qp.ack_next;
+      qp.ack_next = false;
+      // Sample the round trip on a first transmission that asks for an ACK.
+      if (h.bth.ack_req && qp.rtt_sent == TimePoint{} && !qp.retx_pending && !wire::psn_lt(qp.send_psn, qp.sent_high)) {
+        qp.rtt_psn = qp.send_psn;
+        qp.rtt_sent = Clock::now();
+      }
       if ((oi.flags & wire::kHasReth) != 0) {
         h.reth.va = w.remote_addr;
         h.reth.rkey = w.rkey;
@@ -192,8 +198,10 @@ bool SoftDevice::requester_run(SoftQp& qp, std::size_t budget) {
       if (k + 1 == w.npkts) ++qp.sq_next;
       --budget;
     }
+    if (!wire::psn_lt(qp.send_psn, qp.sent_high)) qp.sent_high = qp.send_psn;
     if (qp.retx_deadline == TimePoint{}) {
       qp.retx_deadline = retx_interval(qp);
+      arm_probe(qp);
       rearm(qp);
     }
   }

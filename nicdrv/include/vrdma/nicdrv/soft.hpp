@@ -48,6 +48,9 @@ struct EngineStats {
   std::uint64_t retransmits = 0, timeouts = 0, rnr_naks_sent = 0, rnr_naks_received = 0;
   // READ requests sent again for responses that were lost, each for the lost packets only.
   std::uint64_t read_rereads = 0;
+  // Resends from the oldest unacknowledged PSN after a few round trips without progress (a lost
+  // tail), before the local ACK timeout.
+  std::uint64_t tail_probes = 0;
   std::uint64_t seq_naks_sent = 0, seq_naks_received = 0, duplicates_received = 0;
   std::uint64_t acks_sent = 0;
   std::uint64_t faults_dropped = 0, faults_duplicated = 0, faults_reordered = 0, faults_corrupted = 0;
