@@ -62,6 +62,42 @@ host_ok() {  # the host side's JSON: exit status 0, no ICRC failures on our side
   local f=$1  # no packet longer than our path MTU
   grep -q '"rx_dropped_icrc":0[,}]' "$f" && ! grep -q '"verified":false' "$f" && ! grep -q '"rx_longer_than_mtu":[1-9]' "$f"
 }
+# The data moved (issue 23 point 3): our engine's packet counts against what the case asked for,
+# so that no case passes having moved nothing. The guest tool's -n and -s (perftest, pingpong)
+# give the messages and their size; the path MTU is the smaller of its -m and our --mtu. The side
+# that carries the data is ours for what we send (our WRITE/SEND as client, READ responses as
+# server) and the guest's for the rest; latency and ping-pong tests send both ways. Lower bounds:
+# retransmissions under loss add packets. rping and perftest -R runs check their data themselves.
+moved_ok() {  # our role (server|client), vrdma-perf args, guest command, host log
+  python3 - "$@" <<'PY'
+import json, re, sys
+role, args, cmd, log = sys.argv[1:5]
+def opt(text, flag, default=None):
+    m = re.search(r"(?:^|\s)" + re.escape(flag) + r"\s+(\S+)", text)
+    return m.group(1) if m else default
+test = "pingpong" if "pingpong" in cmd else opt(args, "--test")
+if test is None or "--cm" in args or "rping" in cmd:
+    sys.exit(0)
+n, size = int(opt(cmd, "-n", "1000")), int(opt(cmd, "-s", "65536"))
+mtus = [int(m) for m in (opt(cmd, "-m"), opt(args, "--mtu")) if m]
+mtu = min(mtus) if mtus else 1024
+per_msg = max(1, -(-size // mtu))
+line = [l for l in open(log) if l.lstrip().startswith("{")]
+eng = json.loads(line[-1]).get("engine", {}) if line else {}
+rx, tx = eng.get("rx_packets", 0), eng.get("tx_packets", 0)
+if test in ("pingpong", "send_lat", "write_lat"):
+    need = {"rx": n * per_msg, "tx": n * per_msg}
+elif test == "read_bw":
+    need = {"tx" if role == "server" else "rx": n * per_msg}
+else:  # write_bw, send_bw, atomic_bw
+    need = {"rx" if role == "server" else "tx": n * per_msg}
+got = {"rx": rx, "tx": tx}
+short = [f"{k} {got[k]} < {v}" for k, v in need.items() if got[k] < v]
+if short:
+    print(f"  data did not move: {test}, {n} x {size} B at MTU {mtu}: our " + ", ".join(short) + " packets")
+    sys.exit(1)
+PY
+}
 record() {  # name, ok(0/1), host log, guest log
   local name=$1 ok=$2
   local line
@@ -85,7 +121,8 @@ guest_client() {  # name, vrdma-perf args, guest command
   hp=$!
   if wait_listen; then
     guest_start "timeout 60 $cmd $HOST"
-    if guest_wait "$work/$name.guest" 90 && wait $hp && host_ok "$work/$name.host"; then ok=0; fi
+    if guest_wait "$work/$name.guest" 90 && wait $hp && host_ok "$work/$name.host" \
+       && moved_ok server "$args" "$cmd" "$work/$name.host"; then ok=0; fi
   fi
   kill $hp 2>/dev/null || true  # the guest gave up: so does our side, not at its own timeout
   wait $hp 2>/dev/null || true
@@ -98,7 +135,8 @@ guest_server() {
   guest_start "timeout 60 $cmd"
   sleep 1
   if timeout 90 ip netns exec "$NS" "$PERF" --device soft:$HOST --connect $GUEST $args --qp-timeout $QP_TIMEOUT >"$work/$name.host" 2>&1 \
-     && guest_wait "$work/$name.guest" 90 && host_ok "$work/$name.host"; then ok=0; fi
+     && guest_wait "$work/$name.guest" 90 && host_ok "$work/$name.host" \
+     && moved_ok client "$args" "$cmd" "$work/$name.host"; then ok=0; fi
   # On failure the guest's tool may still wait for us: let its timeout end it before going on.
   [ $ok -eq 0 ] || guest_wait "$work/$name.guest" 90 || true
   record "$name" $ok "$work/$name.host" "$work/$name.guest"
