@@ -19,9 +19,9 @@
 
 #include "impl.hpp"
 #include "rebuild_record.hpp"
-#include "virtio_rdma_conv.hpp"
 #include "vrdma/common/bytes.hpp"
 #include "vrdma/common/log.hpp"
+#include "vrdma/vhost/virtio_rdma_conv.hpp"
 
 namespace vrdma::vhost {
 
