@@ -18,9 +18,9 @@
 #include <fmt/format.h>
 
 #include "impl.hpp"
-#include "rebuild_record.hpp"
 #include "vrdma/common/bytes.hpp"
 #include "vrdma/common/log.hpp"
+#include "vrdma/vhost/rebuild_record.hpp"
 #include "vrdma/vhost/virtio_rdma_conv.hpp"
 
 namespace vrdma::vhost {
