@@ -11,7 +11,7 @@
 #include <memory>
 #include <set>
 
-#include "vrdma/vhost/virtio_rdma.hpp"
+#include "vrdma/virtio_rdma.h"
 
 namespace vrdma::integration {
 namespace {
@@ -341,7 +341,7 @@ Result<std::string> attach_device(const std::string& xml, const AttachOptions& o
   xmlNode* drv = xmlNewChild(disk, nullptr, X("driver"), nullptr);
   set(drv, "name", "qemu");
   set(drv, "type", "raw");
-  set(drv, "queues", std::to_string(o.queues != 0 ? o.queues : vrdma_dev::kNumQueues));
+  set(drv, "queues", std::to_string(o.queues != 0 ? o.queues : VIRTIO_RDMA_NUM_QUEUES));
   set(drv, "queue_size", std::to_string(o.queue_size));
   xmlNode* src = xmlNewChild(disk, nullptr, X("source"), nullptr);
   set(src, "type", "unix");

@@ -1,6 +1,6 @@
 // The providers compiled into libvrdma_nicdrv: the engines of the host. Explicit (not
 // self-registering) so that static linking can never drop one. nicdrv links no guest code: the
-// guest's `pv` provider is added by the binaries that link it (vhost/src/pv/provider.cpp).
+// guest's `pv` provider is added by the binaries that link it (guest/src/pv/provider.cpp).
 #pragma once
 
 #include <array>

@@ -22,8 +22,8 @@
 #include "check.hpp"
 #include "fabric.hpp"
 #include "rdma_pair.hpp"
+#include "vrdma/guest/pv.hpp"
 #include "vrdma/nicdrv/registry.hpp"
-#include "vrdma/vhost/pv.hpp"
 #include "vrdmad_proc.hpp"
 
 using namespace vrdma;

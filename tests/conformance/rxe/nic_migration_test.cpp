@@ -36,8 +36,8 @@
 #include "control_client.hpp"
 #include "vrdma/common/fd.hpp"
 #include "rdma_pair.hpp"
+#include "vrdma/guest/pv.hpp"
 #include "vrdma/vhost/peer_notice.hpp"
-#include "vrdma/vhost/pv.hpp"
 
 using namespace vrdma;
 using namespace vrdma::nicdrv;

@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "pci_sysfs.hpp"
+#include "vrdma/guest/pci_sysfs.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   std::array<std::uint8_t, 256> cfg{};

@@ -1,4 +1,4 @@
-// The re-creation record of a QP stopped on a NIC (vhost/src/rdma/rebuild_record.hpp) comes
+// The re-creation record of a QP stopped on a NIC (vrdma/vhost/rebuild_record.hpp) comes
 // inside a device state from the frontend. decode() must refuse what is out of range without
 // crashing; what it accepts in the current version must be exactly what encode() writes for it,
 // and a record of an older version must come back the same after encode() and decode().
@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <span>
 
-#include "rebuild_record.hpp"
+#include "vrdma/vhost/rebuild_record.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace vrdma::vhost::rebuild;

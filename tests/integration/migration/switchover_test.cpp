@@ -33,7 +33,7 @@
 #include "vrdma/migration/stream.hpp"
 #include "vrdma/vhost/rdma_device.hpp"
 #include "vrdma/nicdrv/registry.hpp"
-#include "vrdma/vhost/pv.hpp"
+#include "vrdma/guest/pv.hpp"
 #include "fabric.hpp"
 #include "vrdmad_proc.hpp"
 

@@ -17,8 +17,8 @@
 #include "process.hpp"
 #include "rdma_pair.hpp"
 #include "vrdmad_proc.hpp"
+#include "vrdma/guest/pv.hpp"
 #include "vrdma/nicdrv/registry.hpp"
-#include "vrdma/vhost/pv.hpp"
 
 using namespace vrdma;
 using namespace vrdma::nicdrv;

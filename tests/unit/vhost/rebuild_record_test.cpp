@@ -1,4 +1,4 @@
-// The re-creation record of a QP on a NIC (vhost/src/rdma/rebuild_record.hpp): every version
+// The re-creation record of a QP on a NIC (vrdma/vhost/rebuild_record.hpp): every version
 // this vrdmad reads decodes, a version 2 notice address (IPv4 only) comes back as the same
 // address in the current form, an IPv6 one travels as it is, and a token without an address
 // notices can reach is refused.
@@ -11,8 +11,8 @@
 #include <fstream>
 #include <iterator>
 
-#include "rebuild_record.hpp"
 #include "vrdma/vhost/peer_notice.hpp"
+#include "vrdma/vhost/rebuild_record.hpp"
 
 using namespace vrdma::vhost;
 

@@ -12,8 +12,8 @@
 #include <fmt/format.h>
 
 #include "impl.hpp"
-#include "virtio_rdma_conv.hpp"
 #include "vrdma/common/log.hpp"
+#include "vrdma/vhost/virtio_rdma_conv.hpp"
 
 namespace vrdma::vhost {
 

@@ -10,8 +10,8 @@
 #include <cstring>
 
 #include "impl.hpp"
-#include "virtio_rdma_conv.hpp"
 #include "vrdma/common/log.hpp"
+#include "vrdma/vhost/virtio_rdma_conv.hpp"
 #include "vrdma/vhost/write_journal.hpp"
 
 namespace vrdma::vhost {

@@ -16,9 +16,9 @@
 
 #include "vrdma/common/fd.hpp"
 #include "vrdma/nicdrv/device.hpp"
-#include "rebuild_record.hpp"
 #include "vrdma/vhost/peer_notice.hpp"
 #include "vrdma/vhost/rdma_device.hpp"
+#include "vrdma/vhost/rebuild_record.hpp"
 #include "vrdma/vhost/virtio_rdma.hpp"
 
 namespace vrdma::vhost {

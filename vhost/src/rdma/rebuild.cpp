@@ -18,10 +18,10 @@
 #include <fmt/format.h>
 
 #include "impl.hpp"
-#include "rebuild_record.hpp"
-#include "virtio_rdma_conv.hpp"
 #include "vrdma/common/bytes.hpp"
 #include "vrdma/common/log.hpp"
+#include "vrdma/vhost/rebuild_record.hpp"
+#include "vrdma/vhost/virtio_rdma_conv.hpp"
 
 namespace vrdma::vhost {
 

@@ -11,8 +11,8 @@
 
 #include "impl.hpp"
 #include "vrdma/common/bytes.hpp"
-#include "virtio_rdma_conv.hpp"
 #include "vrdma/common/log.hpp"
+#include "vrdma/vhost/virtio_rdma_conv.hpp"
 
 namespace vrdma::vhost {
 namespace {

@@ -1,4 +1,4 @@
-#include "pci_sysfs.hpp"
+#include "vrdma/guest/pci_sysfs.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>

@@ -1,7 +1,9 @@
 // The record a source writes for each QP it stopped on a NIC (rebuild.cpp): what the
 // destination needs to create the QP anew and take it to the same state with the same PSNs.
 // It arrives inside a device state from the frontend, so decode() checks every field
-// (tests/fuzz/vhost/rebuild_record_fuzzer.cpp).
+// (tests/fuzz/vhost/rebuild_record_fuzzer.cpp). Internal to the device model (vrdma_rdma_device),
+// published here for its test and fuzzer, as peer_notice.hpp is; it moves to migration/ with
+// the re-creation code (docs/architecture.md).
 #pragma once
 
 #include <array>

@@ -12,10 +12,10 @@
 #include <fmt/format.h>
 
 #include "page_heap.hpp"
+#include "vrdma/guest/pv.hpp"
 #include "vrdma/vhost/driver_queue.hpp"
 #include "vrdma/vhost/frontend.hpp"
 #include "vrdma/vhost/guest_ram.hpp"
-#include "vrdma/vhost/pv.hpp"
 #include "vrdma/vhost/virtio_rdma.hpp"
 
 namespace vrdma::pv {

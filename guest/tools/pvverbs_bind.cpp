@@ -19,7 +19,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include "pci_sysfs.hpp"
+#include "vrdma/guest/pci_sysfs.hpp"
 #include "vrdma/vhost/virtio_rdma.hpp"
 
 using namespace vrdma;

@@ -2,8 +2,8 @@
 // code (docs/architecture.md), so this file adds it to the registry of every binary that links
 // vrdma_pv_provider, whole (CMake's WHOLE_ARCHIVE: nothing here is referenced, so a plain static
 // link would drop it).
+#include "vrdma/guest/pv.hpp"
 #include "vrdma/nicdrv/registry.hpp"
-#include "vrdma/vhost/pv.hpp"
 
 namespace vrdma::pv {
 namespace {

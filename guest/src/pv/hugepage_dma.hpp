@@ -15,8 +15,8 @@
 #include "page_heap.hpp"
 #include "vrdma/common/fd.hpp"
 #include "vrdma/common/result.hpp"
+#include "vrdma/guest/pv.hpp"
 #include "vrdma/vhost/driver_memory.hpp"
-#include "vrdma/vhost/pv.hpp"
 
 namespace vrdma::pv {
 

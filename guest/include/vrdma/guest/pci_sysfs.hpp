@@ -1,7 +1,8 @@
 // A PCI function seen from user space through sysfs (/sys/bus/pci/devices/<address>/): its
 // config space (the `config` file), its memory BARs (`resourceN`, mmap), its driver binding and
 // its uio node; plus the virtio 1.x PCI capabilities (virtio spec §4.1.4), each checked to lie
-// inside its BAR. Shared by the pci transport of libpvverbs and by pvverbs-bind.
+// inside its BAR. Shared by the pci transport of libpvverbs and by pvverbs-bind, and fuzzed
+// (pci_caps_fuzzer): public to those, not part of the API applications use.
 //
 // The device is untrusted from the driver's side as well: every capability, offset and length
 // read from it is bounds-checked (overflow-free) before anything is mapped or dereferenced.

@@ -8,8 +8,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "vrdma/guest/pv.hpp"
 #include "vrdma/nicdrv/registry.hpp"
-#include "vrdma/vhost/pv.hpp"
 
 using namespace vrdma;
 using namespace vrdma::nicdrv;

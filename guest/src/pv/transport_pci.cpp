@@ -23,9 +23,9 @@
 #include <fmt/format.h>
 
 #include "hugepage_dma.hpp"
-#include "pci_sysfs.hpp"
 #include "vrdma/common/log.hpp"
-#include "vrdma/vhost/pv.hpp"
+#include "vrdma/guest/pci_sysfs.hpp"
+#include "vrdma/guest/pv.hpp"
 #include "vrdma/vhost/virtio_rdma.hpp"
 
 namespace vrdma::pv {

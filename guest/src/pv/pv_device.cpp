@@ -14,10 +14,10 @@
 
 #include <fmt/format.h>
 
-#include "virtio_rdma_conv.hpp"
 #include "vrdma/common/log.hpp"
-#include "vrdma/vhost/pv.hpp"
+#include "vrdma/guest/pv.hpp"
 #include "vrdma/vhost/virtio_rdma.hpp"
+#include "vrdma/vhost/virtio_rdma_conv.hpp"
 
 namespace vrdma::pv {
 namespace {
