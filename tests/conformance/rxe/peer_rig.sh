@@ -69,19 +69,7 @@ guest_boot() {
   after_boot
 }
 
-# Waits (bounded) for a line matching $1 in the serial log; a kernel oops ends the wait.
-wait_serial() {
-  local pat=$1 secs=$2 i
-  for ((i = 0; i < secs * 10; i++)); do
-    grep -q -- "$pat" "$work/serial.log" 2>/dev/null && return 0
-    kill -0 "$qemu_pid" 2>/dev/null || { echo "QEMU exited:"; cat "$work/qemu.log"; return 1; }
-    if grep -qE "BUG: |Oops: |Kernel panic" "$work/serial.log" 2>/dev/null; then
-      echo "the guest kernel oopsed:"; grep -A30 -E "BUG: |Oops: |Kernel panic" "$work/serial.log" | head -40; return 1
-    fi
-    sleep 0.1
-  done
-  return 1
-}
+. "$(dirname "${BASH_SOURCE[0]}")/../serial_lib.sh"  # wait_serial
 
 step=0
 guest_start() { step=$((step + 1)); echo "STEP $step $*" >&3; }

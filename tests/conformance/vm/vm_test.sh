@@ -67,15 +67,7 @@ ip netns exec "$NS" qemu-system-x86_64 -accel tcg -cpu max -m 1G -smp 1,maxcpus=
 qemu_pid=$!
 exec 3>"$work/con.in"
 
-wait_serial() {  # a line matching $1 in the serial log within $2 seconds
-  local pat=$1 secs=$2 i
-  for ((i = 0; i < secs * 10; i++)); do
-    grep -q -- "$pat" "$work/serial.log" 2>/dev/null && return 0
-    kill -0 "$qemu_pid" 2>/dev/null || { echo "QEMU exited:"; cat "$work/qemu.log"; return 1; }
-    sleep 0.1
-  done
-  return 1
-}
+. "$(dirname "${BASH_SOURCE[0]}")/../serial_lib.sh"  # wait_serial
 failed=0
 fail() { echo "FAIL: $*"; failed=$((failed + 1)); }
 wait_serial "VRDMA-GUEST-READY" 120 || { echo "FAIL: the guest did not come up"; tail -30 "$work/serial.log"; cat "$work/qemu.log"; exit 1; }
