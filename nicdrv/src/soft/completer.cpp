@@ -88,8 +88,7 @@ void SoftDevice::flush_queues(SoftQp& qp) {
   }
   for (const auto& r : qp.rq) flush_recv(r);
   qp.rq.clear();
-  qp.read_jobs.clear();
-  qp.read_replays.clear();
+  qp.drop_reads();
   qp.in_send = qp.in_write = false;
 }
 
@@ -310,10 +309,12 @@ void SoftDevice::read_response(SoftQp& qp, const wire::Packet& pkt) {
   if (gap < w->resp_high &&
       (gap >= w->req_end || (i > gap && i >= w->req_from && i < w->req_end)))
     request_read(qp, *w, gap);
-  // A responder answers READ requests in the order they came (9.5): a packet of w's last request
-  // means every request sent before it was answered in full; another READ still missing part of
-  // what its own last request asked for, sent before, lost that part (an implied NAK).
-  if (i >= w->req_from && i < w->req_end) {
+  // A responder answers READ requests in the order they came (9.5): the first packet of w's last
+  // request to arrive means every request sent before it was answered in full; another READ still
+  // missing part of what its own last request asked for, sent before, lost that part (an implied
+  // NAK). Once per request, not per packet: an earlier request answered stays answered.
+  if (!w->req_heard && i >= w->req_from && i < w->req_end) {
+    w->req_heard = true;
     const std::uint64_t seq = w->req_seq;
     for (std::uint64_t k = qp.sq_head; k != qp.sq_next && k != qp.sq_tail; ++k) {
       SendWqe& u = qp.wqe(k);

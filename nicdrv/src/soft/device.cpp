@@ -345,7 +345,7 @@ Status SoftDevice::resume() {
     std::lock_guard lk(mu_);
     quiesced = false;
     for (auto& [n, qp] : qps)
-      if (qp != nullptr && (!qp->sq_empty() || !qp->read_jobs.empty() || !qp->read_replays.empty())) mark_active(*qp);
+      if (qp != nullptr && (!qp->sq_empty() || qp->reads_pending())) mark_active(*qp);
   }
   sleeping_ = true;
   kick();

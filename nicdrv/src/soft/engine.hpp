@@ -259,6 +259,7 @@ struct SendWqe {
   std::uint32_t resp_high = 0;                 // one past the highest response packet received
   std::uint32_t req_from = 0, req_end = 0;     // packets the last READ request for it asked for
   std::uint64_t req_seq = 0;                   // when that request left (SoftQp::read_requests)
+  bool req_heard = false;                      // a packet of that request arrived
   std::vector<std::uint64_t> got;              // packets received at or after resp_pkts
   bool has(std::uint32_t i) const {
     return i < resp_pkts || (i / 64 < got.size() && (got[i / 64] >> (i % 64) & 1u) != 0);
@@ -268,6 +269,15 @@ struct SendWqe {
     for (std::uint32_t i = from; i < resp_high; ++i)
       if (has(i)) return i;
     return npkts;
+  }
+  // Keeps what arrived in order (resp_pkts), forgets the rest: posting, and a migrated QP whose
+  // packets after a gap did not travel (they are read again).
+  void forget_after_gap() {
+    resp_high = resp_pkts;
+    req_from = req_end = 0;
+    req_seq = 0;
+    req_heard = false;
+    got.clear();
   }
   bool done = false;            // READ/atomic data arrived (completes when it reaches the head)
   WcStatus status = WcStatus::success;
@@ -387,6 +397,22 @@ class SoftQp final : public QueuePair {
   [[nodiscard]] std::uint32_t pmtu() const noexcept { return mtu_bytes(attr.path_mtu); }
   [[nodiscard]] std::uint32_t dst_ip() const noexcept { return attr.ah_attr.dgid.ipv4(); }
   [[nodiscard]] bool sq_empty() const noexcept { return sq_head == sq_tail; }
+  // READ responses still to send: streaming READs or re-reads.
+  [[nodiscard]] bool reads_pending() const noexcept { return !read_jobs.empty() || !read_replays.empty(); }
+  void drop_reads() noexcept {
+    read_jobs.clear();
+    read_replays.clear();
+  }
+  // The sender's loss state as for a new connection (RTS, or a QP imported after a migration):
+  // full window, no round trip known yet; PSNs below sent_high count as retransmissions.
+  void reset_send_loss_state(std::uint32_t sent_high_psn) noexcept {
+    cwnd = ssthresh = kSendWindowPkts;
+    cwnd_acked = 0;
+    sent_high = sent_high_psn;
+    srtt = {};
+    rtt_sent = probe_deadline = {};
+    probed = false;
+  }
   SendWqe& wqe(std::uint64_t idx) { return sq[idx % sq.size()]; }
   void set_state(QpState s) noexcept {
     attr.qp_state = s;

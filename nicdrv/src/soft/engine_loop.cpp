@@ -221,8 +221,7 @@ bool SoftDevice::work_round(int rx_batches, bool defer_acks) {
       if (qp->sq_next != before || qp->send_psn != psn_before) work = true;
       more = qp->sq_next != qp->sq_tail && !qp->rnr_wait;
     }
-    if (qp->state() != QpState::err && qp->state() != QpState::reset &&
-        (!qp->read_jobs.empty() || !qp->read_replays.empty())) {
+    if (qp->state() != QpState::err && qp->state() != QpState::reset && qp->reads_pending()) {
       work = true;
       more = responder_run_reads(*qp, 32) || more;
     }

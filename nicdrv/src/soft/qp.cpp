@@ -115,8 +115,7 @@ Status SoftQp::modify(const QpAttr& a, QpAttrMask mask) {
     // Back to RESET: queues emptied without completions (IBA 10.3.1), all state forgotten.
     sq_head = sq_next = sq_tail = 0;
     rq.clear();
-    read_jobs.clear();
-    read_replays.clear();
+    drop_reads();
     rd_res.clear();
     in_send = in_write = have_recv = false;
     retx_deadline = rnr_deadline = probe_deadline = {};
@@ -137,12 +136,7 @@ Status SoftQp::modify(const QpAttr& a, QpAttrMask mask) {
   }
   if (cur == QpState::rtr && next == QpState::rts) {
     send_psn = una_psn = next_new_psn = attr.sq_psn;
-    cwnd = ssthresh = kSendWindowPkts;
-    cwnd_acked = 0;
-    sent_high = attr.sq_psn;
-    srtt = {};
-    rtt_sent = probe_deadline = {};
-    probed = false;
+    reset_send_loss_state(attr.sq_psn);
     retry_left = attr.retry_cnt;
     rnr_left = attr.rnr_retry;
   }
@@ -223,9 +217,8 @@ Status SoftQp::post_send(std::span<const SendWr> wrs, std::size_t* bad_index) {
       }
     }
     w.started = w.done = false;
-    w.resp_pkts = w.resp_high = w.req_from = w.req_end = 0;
-    w.req_seq = 0;
-    w.got.clear();
+    w.resp_pkts = 0;
+    w.forget_after_gap();
     w.status = WcStatus::success;
     ++sq_tail;
   }

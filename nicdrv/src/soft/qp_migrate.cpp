@@ -158,11 +158,7 @@ Status SoftQp::import_state(std::span<const std::uint8_t> blob) {
   sq_tail = nsq;
   for (std::uint32_t i = 0; i < nsq; ++i) {
     sq[i] = std::move(wqes[i]);
-    // Only the in-order part of a READ travels: what came after a gap is read again.
-    sq[i].resp_high = sq[i].resp_pkts;
-    sq[i].req_from = sq[i].req_end = 0;
-    sq[i].req_seq = 0;
-    sq[i].got.clear();
+    sq[i].forget_after_gap();  // only the in-order part of a READ travels
   }
   rd_atomic_outstanding = 0;
   for (std::uint32_t i = 0; i < nsq; ++i)
@@ -189,12 +185,7 @@ Status SoftQp::import_state(std::span<const std::uint8_t> blob) {
   rd_res_next = static_cast<std::size_t>(rnext);
   read_jobs = std::move(jobs);
   read_replays.clear();
-  cwnd = ssthresh = kSendWindowPkts;
-  cwnd_acked = 0;
-  sent_high = next_new_psn;
-  srtt = {};
-  rtt_sent = probe_deadline = {};
-  probed = false;
+  reset_send_loss_state(next_new_psn);
   set_state(static_cast<QpState>(st8));
   // Resume: retransmit everything not yet acknowledged.
   sq_next = 0;

@@ -91,6 +91,7 @@ void SoftDevice::request_read(SoftQp& qp, SendWqe& w, std::uint32_t from) {
   w.req_from = from;
   w.req_end = to;
   w.req_seq = ++qp.read_requests;
+  w.req_heard = false;
 }
 
 bool SoftDevice::requester_run(SoftQp& qp, std::size_t budget) {

@@ -329,8 +329,7 @@ bool SoftDevice::responder_run_reads(SoftQp& qp, std::size_t budget) {
       SoftMr* mr = remote_mr(*this, qp, j.rkey, j.va + off, len, Access::remote_read);
       if (mr == nullptr) {  // deregistered while the response was streaming
         std::uint32_t p = j.next_psn;
-        qp.read_jobs.clear();
-        qp.read_replays.clear();
+        qp.drop_reads();
         responder_fatal(*this, qp, wire::NakCode::remote_access_error, p);
         return false;
       }
@@ -343,7 +342,7 @@ bool SoftDevice::responder_run_reads(SoftQp& qp, std::size_t budget) {
     --budget;
     if (ends) pop(replay);
   }
-  return !qp.read_jobs.empty() || !qp.read_replays.empty();
+  return qp.reads_pending();
 }
 
 void SoftDevice::responder_ud_packet(SoftQp& qp, const wire::Packet& pkt, std::uint32_t src_ip_be) {
