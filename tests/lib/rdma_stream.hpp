@@ -35,6 +35,13 @@ class StreamSide {
   // Posts what the window allows and polls the CQ once.
   Status step();
   [[nodiscard]] bool done() const { return send_done_ == msgs_ && recvd_ == msgs_; }
+  // Ends the stream after `n` messages each way instead of msgs(): false (nothing changed) when
+  // n is more than msgs() or fewer than this side has already sent or received.
+  [[nodiscard]] bool end_at(std::size_t n) {
+    if (n > msgs_ || n < sent_ || n < recvd_) return false;
+    msgs_ = n;
+    return true;
+  }
 
   [[nodiscard]] std::size_t sent() const { return sent_; }
   [[nodiscard]] std::size_t send_done() const { return send_done_; }

@@ -2,21 +2,27 @@
 // another process or machine, over any nicdrv provider: what a VM runs while it migrates.
 //
 //   vrdma-stream -d DEVICE [-c SERVER_IP] [-p PORT] [-n MESSAGES] [--limit SECONDS] [--progress]
+//                [--end-file PATH [--end-after N]]
 //
 // The server (no -c) is side 1, the client side 0 (it also writes). The sides exchange QPN,
 // GID, PSN and buffer over one TCP connection (one JSON line each way), then stream; at the end
 // each side prints one JSON line (messages, the longest pause between completions, ok) and
 // exits 0 only when every message went and came exactly once, in order, with the right bytes.
 // With --progress it prints a line every 100 messages received (what a test watches to know the
-// stream runs). Every wait is bounded (--limit).
+// stream runs). Every wait is bounded (--limit). With --end-file the server ends the stream early
+// (what a test does once it has seen what it waited for): when the file appears, both sides stop
+// at the same count, --end-after messages past the further side, and report that count.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -67,19 +73,34 @@ void send_line(int fd, const nlohmann::json& j) {
   if (::send(fd, s.data(), s.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(s.size())) die("the peer went away");
 }
 
-nlohmann::json recv_line(int fd) {
-  std::string s;
-  char c;
-  while (s.size() < 4096) {
-    const ssize_t n = ::recv(fd, &c, 1, 0);
-    if (n <= 0) die("the peer closed the out-of-band connection");
-    if (c == '\n') break;
-    s += c;
+// The out-of-band connection's lines, read whole or not at all: the client looks for an "end"
+// line between steps without blocking, and every other read waits for a whole line.
+class Lines {
+ public:
+  explicit Lines(int fd) : fd_(fd) {}
+  // The next line; with `wait` false, nullopt when no whole line has arrived yet.
+  std::optional<nlohmann::json> next(bool wait) {
+    for (;;) {
+      if (const auto nl = buf_.find('\n'); nl != std::string::npos) {
+        auto j = nlohmann::json::parse(buf_.substr(0, nl), nullptr, false);
+        buf_.erase(0, nl + 1);
+        if (j.is_discarded() || !j.is_object()) die("the peer sent something that is not a JSON object");
+        return j;
+      }
+      if (buf_.size() > 4096) die("the peer sent a line of over 4096 bytes");
+      char c[512];
+      const ssize_t n = ::recv(fd_, c, sizeof c, wait ? 0 : MSG_DONTWAIT);
+      if (n < 0 && !wait && (errno == EAGAIN || errno == EWOULDBLOCK)) return std::nullopt;
+      if (n <= 0) die("the peer closed the out-of-band connection");
+      buf_.append(c, static_cast<std::size_t>(n));
+    }
   }
-  auto j = nlohmann::json::parse(s, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) die("the peer sent something that is not a JSON object");
-  return j;
-}
+  nlohmann::json wait() { return *next(true); }
+
+ private:
+  int fd_;
+  std::string buf_;
+};
 
 }  // namespace
 
@@ -90,13 +111,25 @@ int main(int argc, char** argv) {
   std::size_t msgs = 2000;
   int limit = 300;
   bool progress = false;
+  std::string end_file;
+  std::size_t end_after = 1000;
   app.add_option("-d,--device", device, "device, e.g. soft:10.0.0.1 or pv:pci:auto")->required();
   app.add_option("-c,--connect", connect, "the server's IPv4 address (client mode); without it, serve");
   app.add_option("-p,--port", port, "TCP port of the out-of-band exchange")->capture_default_str();
   app.add_option("-n,--messages", msgs, "messages each way")->capture_default_str()->check(CLI::Range(1, 100000000));
   app.add_option("--limit", limit, "give up after this many seconds")->capture_default_str()->check(CLI::Range(1, 86400));
   app.add_flag("--progress", progress, "a line every 100 messages received");
+  app.add_option("--end-file", end_file,
+                 "server: once this file exists, end the stream --end-after messages later (both sides agree on the "
+                 "number over the out-of-band connection)");
+  app.add_option("--end-after", end_after, "messages each way after --end-file appears")
+      ->capture_default_str()
+      ->check(CLI::Range(200, 1000000));
   CLI11_PARSE(app, argc, argv);
+  if (!end_file.empty() && !connect.empty()) {
+    std::fprintf(stderr, "vrdma-stream: --end-file is for the server (without -c): the server decides the end\n");
+    return 2;
+  }
 
   auto dev = nicdrv::open_device(device);
   if (!dev) die("cannot open " + device + ": " + dev.error().message);
@@ -117,7 +150,8 @@ int main(int argc, char** argv) {
   ::setsockopt(s.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   send_line(s.get(), {{"qpn", ep->qp->qp_num()}, {"gid", ep->gid.str()}, {"psn", my_psn}, {"addr", ep->mr->addr()},
                       {"rkey", ep->mr->rkey()}, {"messages", msgs}});
-  auto peer = recv_line(s.get());
+  Lines lines(s.get());
+  auto peer = lines.wait();
   nicdrv::Gid gid;
   if (::inet_pton(AF_INET6, peer.value("gid", std::string()).c_str(), gid.raw.data()) != 1)
     die("the peer's GID does not parse");
@@ -127,12 +161,17 @@ int main(int argc, char** argv) {
   StreamSide side(*ep, server ? 1 : 0, msgs, peer.value("addr", std::uint64_t{0}), peer.value("rkey", 0u));
   if (auto st = side.start(); !st.ok()) die(st.error().message);
   send_line(s.get(), {{"ready", true}});  // both have their receives posted before anything is sent
-  recv_line(s.get());
+  lines.wait();
 
   const auto t0 = Clock::now();
   const auto deadline = t0 + std::chrono::seconds(limit);
   std::size_t reported = 0;
   std::string error;
+  // The end on demand: the server, once --end-file exists, ends both sides at the same count a
+  // little ahead of what either has done (the client is at most its window plus the receives
+  // not yet polled ahead of what the server received) and says it over the out-of-band connection.
+  auto next_look = t0;
+  bool ending = false;
   while (!side.done() && Clock::now() < deadline) {
     if (auto st = side.step(); !st.ok()) {
       error = st.error().message;
@@ -143,6 +182,26 @@ int main(int argc, char** argv) {
       std::printf("progress %zu\n", reported);
       std::fflush(stdout);
     }
+    if (ending || Clock::now() < next_look) continue;
+    next_look = Clock::now() + std::chrono::milliseconds(100);
+    if (server && !end_file.empty()) {
+      struct stat st{};
+      if (::stat(end_file.c_str(), &st) != 0) continue;
+      const std::size_t n = std::min(side.msgs(), std::max(side.sent(), side.received()) + end_after);
+      if (!side.end_at(n)) die("cannot end the stream at " + std::to_string(n));
+      send_line(s.get(), {{"end", n}});
+      ending = true;
+    } else if (!server) {
+      const auto j = lines.next(false);
+      if (!j) continue;
+      const std::size_t n = j->value("end", std::size_t{0});
+      if (!side.end_at(n)) {
+        error = "the server ended the stream at " + std::to_string(n) + " messages, but this side had sent " +
+                std::to_string(side.sent()) + " and received " + std::to_string(side.received());
+        break;
+      }
+      ending = true;
+    }
   }
   if (error.empty() && !side.done())
     error = "the stream did not finish within " + std::to_string(limit) + " s: sent " + std::to_string(side.sent()) +
@@ -151,9 +210,11 @@ int main(int argc, char** argv) {
   // Tell the peer we are done, and wait until it is: our QP keeps answering its retransmissions.
   if (error.empty()) {
     send_line(s.get(), {{"done", true}});
-    recv_line(s.get());
+    // A client that finished all its messages before the server's "end" came reads it here.
+    while (lines.wait().contains("end")) {
+    }
   }
-  nlohmann::json out{{"device", device}, {"role", server ? "server" : "client"}, {"messages", msgs},
+  nlohmann::json out{{"device", device}, {"role", server ? "server" : "client"}, {"messages", side.msgs()},
                      {"sent", side.send_done()}, {"received", side.received()}, {"seconds", secs},
                      {"longest_gap_ms", side.longest_gap_ms()}, {"ok", error.empty()}};
   if (!error.empty()) out["error"] = error;

@@ -20,7 +20,7 @@
 # Exits 77 (skip) without root, QEMU or the guest kernel. KEEP_WORK=1 keeps the logs.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
-MSGS=${VM_MIGRATE_MESSAGES:-150000}
+MSGS=${VM_MIGRATE_MESSAGES:-1000000}
 GUEST_ARGS="vrdma.stream=$MSGS"
 . "$HERE/vm_lib.sh"
 vm_rig "$@"
@@ -28,7 +28,9 @@ vm_fabric
 
 # ---- run ----
 T0=$(date +%s)
-ip netns exec $P timeout 900 "$STREAM" -d soft:$PEER -n "$MSGS" --limit 800 >"$work/peer.log" 2>&1 &
+# The peer ends the stream (both sides agree on the count) 1000 messages after the test touches
+# end-stream, once the moves are done: MSGS only bounds it.
+ip netns exec $P timeout 900 "$STREAM" -d soft:$PEER -n "$MSGS" --limit 800 --end-file "$work/end-stream" >"$work/peer.log" 2>&1 &
 peer_pid=$!
 pids+=($peer_pid)
 vrdmad A a1
@@ -55,6 +57,7 @@ wait_progress $((p1 + 1500)) 240 || die "the stream made no progress on host B (
 migrate B "$MOVED_TO" A a2 $MA
 p2=$(progress)
 wait_progress $((p2 + 1500)) 240 || die "the stream made no progress back on host A (at $(progress))"
+touch "$work/end-stream"
 
 # ---- the end: both sides checked every message ----
 last=$MOVED_TO
@@ -66,7 +69,10 @@ echo "guest: ${guest_result#VRDMA-STREAM }"
 echo "peer:  $peer_result"
 echo "$guest_result" | grep -q '"ok":true' || fail "the guest's stream failed"
 echo "$peer_result" | grep -q '"ok":true' || fail "the peer's stream failed"
-echo "$peer_result" | grep -q "\"received\":$MSGS" || fail "the peer did not receive every message"
+n=$(echo "$peer_result" | sed -n 's/.*"messages":\([0-9]*\).*/\1/p')
+[ -n "$n" ] && [ "$n" -ge $((p2 + 1500)) ] || fail "the stream ended at ${n:-?} messages, before the $((p2 + 1500)) the guest had received"
+echo "$peer_result" | grep -q "\"received\":$n," || fail "the peer did not receive every message ($n)"
+echo "$guest_result" | grep -q "\"received\":$n," || fail "the guest did not receive every message ($n)"
 dropped=$(ip netns exec $SW nft list chain bridge loss lossy | sed -n 's/.*counter packets \([0-9]*\).*/\1/p')
 echo "the switch dropped ${dropped:-?} RoCE packets; whole test $(( $(date +%s) - T0 )) s; moves made again because QEMU lost guest memory: $QEMU_LOST"
 [ "${dropped:-0}" -gt 0 ] || fail "the switch dropped no packets (is the loss rule in place?)"

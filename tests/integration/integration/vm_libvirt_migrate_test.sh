@@ -51,7 +51,7 @@ inner() {
   set -u
   . "$HERE/memcheck_lib.sh"
   GIP=10.88.6.12 GMAC=52:54:00:88:06:0c GUEST=10.88.6.2 NICMAC=52:54:00:88:06:02 PEER=10.88.6.3
-  MSGS=${VM_MIGRATE_MESSAGES:-100000}
+  MSGS=${VM_MIGRATE_MESSAGES:-1000000}
   fail() {
     echo "FAIL: $*" >&2
     echo "--- hook log"; cat "$W/hook.log" 2>/dev/null
@@ -90,7 +90,9 @@ inner() {
   ip netns exec $SWNS nft add chain bridge loss lossy '{ type filter hook forward priority 0; }'
   ip netns exec $SWNS nft add rule bridge loss lossy udp dport 4791 numgen random mod 100 '<' 1 counter drop
 
-  ip netns exec $PNS timeout 900 "$STREAM" -d soft:$PEER -n "$MSGS" --limit 800 > "$W/peer.log" 2>&1 &
+  # The peer ends the stream 1000 messages after end-stream appears (after the last move); MSGS
+  # only bounds it.
+  ip netns exec $PNS timeout 900 "$STREAM" -d soft:$PEER -n "$MSGS" --limit 800 --end-file "$W/end-stream" > "$W/peer.log" 2>&1 &
   peer_pid=$!
 
   vm_domain_xml lv6g1 512 "vrdma.ip=$GUEST vrdma.peer=$PEER vrdma.stream=$MSGS" "$NICMAC" vmtap0 "$W/console.log" > "$W/base.xml"
@@ -172,6 +174,7 @@ inner() {
   grep -q "the backend $worker was killed by signal 9 (SIGKILL); starting it again" "$W/lv6g1.lv6-b.sock.log" ||
     fail "the supervisor on host b did not start vrdmad again"
   wait_progress $((p2 + 1500)) 240 || fail "the stream made no progress on host b after its backend was killed"
+  touch "$W/end-stream"
   grep -q "from guest memory in" <(sed -n '/starting it again/,$p' "$W/lv6g1.lv6-b.sock.log") ||
     fail "the restarted vrdmad on host b did not load the state from guest memory"
   echo "virsh migrate a -> b with b's backend killed: $(( ($(date +%s%N) - t2) / 1000000 )) ms from the kill to $((p2 + 1500)) messages"
@@ -185,6 +188,10 @@ inner() {
   echo "peer:  $peer"
   echo "$guest" | grep -q '"ok":true' || fail "the guest's stream failed"
   echo "$peer" | grep -q '"ok":true' || fail "the peer's stream failed"
+  n=$(echo "$peer" | sed -n 's/.*"messages":\([0-9]*\).*/\1/p')
+  [ -n "$n" ] && [ "$n" -ge $((p2 + 1500)) ] || fail "the stream ended at ${n:-?} messages, before the $((p2 + 1500)) the guest had received"
+  echo "$peer" | grep -q "\"received\":$n," || fail "the peer did not receive every message ($n)"
+  echo "$guest" | grep -q "\"received\":$n," || fail "the guest did not receive every message ($n)"
   echo "the switch dropped $(ip netns exec $SWNS nft list chain bridge loss lossy | sed -n 's/.*counter packets \([0-9]*\).*/\1/p') RoCE packets"
   for _ in $(seq 100); do [ -z "$($A list --name)" ] && break; sleep 0.1; done
   echo "hook calls:"; sed 's/^/  /' "$W/hook.log"
