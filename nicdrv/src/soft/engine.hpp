@@ -36,7 +36,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "soft/wire.hpp"
+#include "vrdma/nicdrv/proto/wire.hpp"
 #include "vrdma/common/fd.hpp"
 #include "vrdma/nicdrv/device.hpp"
 #include "vrdma/nicdrv/soft.hpp"

@@ -14,9 +14,9 @@
 #include <map>
 #include <random>
 
-#include "soft/cm_state.hpp"
-#include "soft/mad.hpp"
-#include "soft/wire.hpp"
+#include "vrdma/nicdrv/proto/cm_state.hpp"
+#include "vrdma/nicdrv/proto/mad.hpp"
+#include "vrdma/nicdrv/proto/wire.hpp"
 
 namespace vrdma::nicdrv::soft {
 

@@ -21,8 +21,8 @@
 #include <string>
 #include <vector>
 
-#include "soft/mad.hpp"
-#include "soft/wire.hpp"
+#include "vrdma/nicdrv/proto/mad.hpp"
+#include "vrdma/nicdrv/proto/wire.hpp"
 
 namespace w = vrdma::nicdrv::soft::wire;
 namespace fs = std::filesystem;

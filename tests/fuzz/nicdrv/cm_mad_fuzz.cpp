@@ -1,4 +1,4 @@
-// Fuzzes the CM MAD parser (nicdrv/src/soft/mad.hpp) on untrusted QP1 payloads, and feeds what
+// Fuzzes the CM MAD parser (vrdma/nicdrv/proto/mad.hpp) on untrusted QP1 payloads, and feeds what
 // parses to the connection state machine on both sides. Checks: whatever parses re-encodes to a
 // MAD that parses to the same message (encode/decode are inverse on every field), the RDMA-CM
 // header parser stays inside its input, and no message moves a state machine into a state its
@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <cstdlib>
 
-#include "soft/cm_state.hpp"
-#include "soft/mad.hpp"
+#include "vrdma/nicdrv/proto/cm_state.hpp"
+#include "vrdma/nicdrv/proto/mad.hpp"
 
 namespace mad = vrdma::nicdrv::soft::mad;
 namespace cm = vrdma::nicdrv::soft::cm;

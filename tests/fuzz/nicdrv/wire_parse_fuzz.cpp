@@ -7,7 +7,7 @@
 #include <cstring>
 #include <vector>
 
-#include "soft/wire.hpp"
+#include "vrdma/nicdrv/proto/wire.hpp"
 
 namespace w = vrdma::nicdrv::soft::wire;
 using w::ParseError;

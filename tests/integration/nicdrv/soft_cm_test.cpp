@@ -16,8 +16,8 @@
 
 #include "check.hpp"
 #include "rdma_pair.hpp"
-#include "soft/mad.hpp"
-#include "soft/wire.hpp"
+#include "vrdma/nicdrv/proto/mad.hpp"
+#include "vrdma/nicdrv/proto/wire.hpp"
 #include "vrdma/common/fd.hpp"
 #include "vrdma/nicdrv/cm.hpp"
 #include "vrdma/nicdrv/soft.hpp"

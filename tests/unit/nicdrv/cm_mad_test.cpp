@@ -1,4 +1,4 @@
-// CM MAD codec (nicdrv/src/soft/mad.hpp): every attribute encoded and parsed back with fields
+// CM MAD codec (vrdma/nicdrv/proto/mad.hpp): every attribute encoded and parsed back with fields
 // at their edges, a REQ written byte by byte from IBA table 106 (independently of our field
 // table) and decoded, field packing next to neighbours, the RDMA-CM header, and bad input
 // (every length, base/class version, method, class, attribute) refused.
@@ -10,7 +10,7 @@
 #include <cstring>
 #include <vector>
 
-#include "soft/mad.hpp"
+#include "vrdma/nicdrv/proto/mad.hpp"
 
 namespace mad = vrdma::nicdrv::soft::mad;
 

@@ -1,4 +1,4 @@
-// The CM connection state machine (nicdrv/src/soft/cm_state.hpp, IBA vol 1 12.9) on its own,
+// The CM connection state machine (vrdma/nicdrv/proto/cm_state.hpp, IBA vol 1 12.9) on its own,
 // two instances wired to each other by hand with a fake clock: the happy path, lost REQ/REP/RTU
 // and DREQ answered by resends, duplicates answered again, MRA stretching the wait, REJ with its
 // reason on both sides, DREQ from either side and at once, and every timeout.
@@ -7,7 +7,7 @@
 
 #include <optional>
 
-#include "soft/cm_state.hpp"
+#include "vrdma/nicdrv/proto/cm_state.hpp"
 
 namespace vrdma::nicdrv::soft::cm {
 std::ostream& operator<<(std::ostream& o, State s) { return o << to_string(s); }

@@ -9,7 +9,7 @@
 #include <set>
 #include <vector>
 
-#include "soft/wire.hpp"
+#include "vrdma/nicdrv/proto/wire.hpp"
 
 namespace vrdma::nicdrv::soft::wire {
 // Lets Boost.Test print both sides of a failed ParseError comparison.

@@ -1,6 +1,6 @@
 // CM MAD encode and parse. Field positions from IBA vol 1 tables 106-113 (REQ, MRA, REJ, REP,
 // RTU, DREQ, DREP): byte offsets into the MAD data, bit 0 = the byte's most significant bit.
-#include "soft/mad.hpp"
+#include "vrdma/nicdrv/proto/mad.hpp"
 
 #include <algorithm>
 #include <cstring>

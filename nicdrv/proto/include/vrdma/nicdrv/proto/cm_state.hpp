@@ -20,7 +20,7 @@
 #include <string>
 #include <string_view>
 
-#include "soft/mad.hpp"
+#include "vrdma/nicdrv/proto/mad.hpp"
 
 namespace vrdma::nicdrv::soft::cm {
 

@@ -1,5 +1,5 @@
 // The CM connection state machine (IBA vol 1 12.9). See cm_state.hpp.
-#include "soft/cm_state.hpp"
+#include "vrdma/nicdrv/proto/cm_state.hpp"
 
 #include <algorithm>
 

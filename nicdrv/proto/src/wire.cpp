@@ -1,5 +1,5 @@
 // RoCEv2 wire format: opcode table, header encode/parse, ICRC (see wire.hpp).
-#include "soft/wire.hpp"
+#include "vrdma/nicdrv/proto/wire.hpp"
 
 #include <algorithm>
 #include <cstring>
