@@ -1,0 +1,108 @@
+// vrdma-perf's parts (one file per role): the resources, the measured loops and the engine's
+// counters every exchange format shares (perf_ops.cpp); our own JSON exchange with another
+// vrdma-perf (perf_native.cpp); the foreign formats, perftest's (perf_perftest.cpp) and
+// ibv_rc_pingpong's (perf_pingpong.cpp), over the records of perf_foreign.cpp; RDMA-CM peers
+// (perf_cm.hpp). A tool-private header: nicdrv's names are used unqualified.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "vrdma/common/fd.hpp"
+#include "vrdma/nicdrv/device.hpp"
+
+namespace vrdma::perf {
+
+using namespace vrdma::nicdrv;
+using json = nlohmann::json;
+using SteadyClock = std::chrono::steady_clock;
+
+struct Config {
+  std::string device, connect, test = "write_bw";
+  std::uint16_t port = 18515;
+  std::uint32_t size = 65536, depth = 64, mtu = 1024;
+  std::uint64_t iters = 1000;
+  double duration = 0;
+  bool json_out = false, verify = false;
+  std::string peer_format = "vrdma";  // vrdma (our JSON lines), perftest, pingpong
+  unsigned qp_timeout = 14;            // local ACK timeout exponent: 4.096 us * 2^n (IBA 9.7.6.1.3)
+};
+
+[[noreturn]] void die(const std::string& msg);
+template <class T>
+T must(Result<T> r, const char* what) {
+  if (!r) die(std::string(what) + ": " + r.error().message);
+  return std::move(r).value();
+}
+void must(Status s, const char* what);
+
+struct Ctx {
+  Config c;
+  std::shared_ptr<Device> dev;
+  std::shared_ptr<ProtectionDomain> pd;
+  std::shared_ptr<CompletionQueue> cq;
+  std::shared_ptr<QueuePair> qp;
+  std::shared_ptr<Buffer> mem;  // from Device::alloc_buffer: memory every provider can register
+  std::span<std::uint8_t> buf;  // the part of `mem` the test uses
+  std::shared_ptr<MemoryRegion> mr;
+  std::uint64_t remote_addr = 0;
+  std::uint32_t remote_rkey = 0;
+  std::size_t slots = 1;
+  GidEntry gid;  // ours, as peers address us (local_gid)
+
+  Sge sge(std::size_t slot, std::uint32_t len) const {
+    return Sge{reinterpret_cast<std::uint64_t>(buf.data()) + slot * c.size, len, mr->lkey()};
+  }
+};
+
+// What a QP needs to know of its peer to connect (every exchange format carries these).
+struct Remote {
+  std::uint32_t qpn = 0, psn = 0;
+  Gid gid;
+  std::uint8_t max_rd_atomic = 16;  // how many READs/atomics the peer's responder takes
+  std::uint8_t min_rnr_timer = 1;
+};
+
+
+struct Outcome {
+  std::uint64_t ops = 0;
+  double seconds = 0;
+  std::vector<double> lat_us;
+};
+
+
+// ---- perf_ops.cpp: the out-of-band TCP connection, resources, polling, the measured loops ----
+UniqueFd oob_connect(const Config& c);  // retries for 10 s
+UniqueFd oob_accept(const Config& c);
+void fill(std::span<std::uint8_t> b, std::uint32_t seed);
+std::uint32_t crc(const std::uint8_t* p, std::size_t n);
+GidEntry local_gid(const Device& d);
+void create_resources(Ctx& x, bool is_server);
+std::uint32_t initial_psn();
+// INIT: from here on receives may be posted (IBA 10.8.2), before the peer is known.
+void qp_to_init(Ctx& x);
+void connect_qp(Ctx& x, const Remote& r, std::uint32_t my_psn);
+std::size_t poll_checked(Ctx& x, WorkCompletion* wc, std::size_t n);
+std::size_t poll_some(Ctx& x, WorkCompletion* wc, std::size_t n);
+void post_recvs(Ctx& x, std::size_t n);
+bool time_up(const Config& c, SteadyClock::time_point start, std::uint64_t done);
+// Streams operations with up to `depth` outstanding (client side of the *_bw tests).
+Outcome run_bw(Ctx& x);
+// Ping-pong: the client sends, the server echoes; latency is half the round trip.
+Outcome run_lat(Ctx& x, bool is_server, std::uint64_t iters);
+// A soft engine's packet counters in the JSON ("engine"): what a case checks moved (and was lost).
+void add_engine_stats(json& out, const Device& dev);
+
+// ---- the exchanges: each runs one test and returns the exit status ---------------------------
+int run_native(Config c);   // perf_native.cpp: another vrdma-perf
+int run_foreign(Config& c);  // perf_foreign.cpp: perftest or ibv_rc_pingpong
+
+}  // namespace vrdma::perf
