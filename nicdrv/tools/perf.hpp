@@ -34,6 +34,7 @@ struct Config {
   bool json_out = false, verify = false;
   std::string peer_format = "vrdma";  // vrdma (our JSON lines), perftest, pingpong
   unsigned qp_timeout = 14;            // local ACK timeout exponent: 4.096 us * 2^n (IBA 9.7.6.1.3)
+  bool cmp_and_swap = false;           // atomic_bw: CMP_AND_SWAP instead of FETCH_AND_ADD (perftest's -A)
 };
 
 [[noreturn]] void die(const std::string& msg);
@@ -55,6 +56,7 @@ struct Ctx {
   std::shared_ptr<MemoryRegion> mr;
   std::uint64_t remote_addr = 0;
   std::uint32_t remote_rkey = 0;
+  std::uint64_t atomic_base = 0;  // atomic_bw: the value the target holds before the first atomic, if known
   std::size_t slots = 1;
   GidEntry gid;  // ours, as peers address us (local_gid)
 
@@ -96,8 +98,13 @@ void post_recvs(Ctx& x, std::size_t n);
 bool time_up(const Config& c, SteadyClock::time_point start, std::uint64_t done);
 // Streams operations with up to `depth` outstanding (client side of the *_bw tests).
 Outcome run_bw(Ctx& x);
-// Ping-pong: the client sends, the server echoes; latency is half the round trip.
-Outcome run_lat(Ctx& x, bool is_server, std::uint64_t iters);
+// Ping-pong (send_lat, write_lat): one side sends first, the other answers each message; with
+// `waits_first` this side is the one that answers. Latency (half the round trip) is measured
+// by the side that sends first. write_lat writes `size` bytes whose last byte counts 1, 2, ...
+// (as perftest's run_iter_lat_write), the peer watches that byte.
+Outcome run_lat(Ctx& x, bool waits_first, std::uint64_t iters);
+// read_lat: one READ of `size` bytes at a time; latency is the whole round trip (as perftest's).
+Outcome run_read_lat(Ctx& x);
 // A soft engine's packet counters in the JSON ("engine"): what a case checks moved (and was lost).
 void add_engine_stats(json& out, const Device& dev);
 

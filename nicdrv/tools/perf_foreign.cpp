@@ -10,6 +10,7 @@
 
 #include "perf_foreign.hpp"
 #include "vrdma/common/fd.hpp"
+#include "vrdma/nicdrv/soft.hpp"
 
 namespace vrdma::perf {
 
@@ -155,6 +156,12 @@ int run_foreign(Config& c) {
   } else {
     r = client_perftest(x, oob.get());
   }
+  // A peer whose QP is UC or UD (perftest -c UC / -c UD) sends packets our RC QP cannot take: they
+  // are dropped as malformed and nothing is answered. Say so rather than report an empty run.
+  if (const auto st = soft::stats(*x.dev); st && st->rx_dropped_malformed > 0 && st->tx_packets == 0 && r.o.ops == 0)
+    die("the peer sent " + std::to_string(st->rx_dropped_malformed) +
+        " packets our RC QP cannot take and nothing was answered: is it running UC or UD (perftest -c UC / -c UD)? "
+        "vrdma-perf runs RC only");
   json out = {{"test", c.peer_format == "pingpong" ? "pingpong" : c.test}, {"peer_format", c.peer_format},
               {"device", c.device}, {"role", server ? "server" : "client"}, {"size", c.size}, {"ops", r.o.ops},
               {"seconds", r.o.seconds}, {"records", r.records}};

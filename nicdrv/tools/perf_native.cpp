@@ -121,16 +121,21 @@ int run_native(Config c) {
   ::times(&t0);
   auto wall0 = SteadyClock::now();
   Outcome o;
-  bool lat = c.test == "send_lat" || c.test == "write_lat";
+  bool lat = c.test == "send_lat" || c.test == "write_lat";  // both sides send
+  if (c.test == "atomic_bw") {  // the server's first 8 bytes before the first atomic (its fill pattern)
+    std::vector<std::uint8_t> srv(x.buf.size());
+    fill(srv, 2);
+    std::memcpy(&x.atomic_base, srv.data(), 8);
+  }
   if (lat) {
     std::uint64_t iters = c.iters;
     if (!server && c.duration > 0) iters = 1u << 30;
-    o = run_lat(x, server, iters);
+    o = run_lat(x, server, iters);  // our own format: the server answers
   } else if (server) {
     if (c.test == "send_bw") o.ops = serve_send_bw(x, oob.get());
     else o.ops = recv_line(oob.get()).value("ops", 0ull);  // one-sided: wait for "done"
   } else {
-    o = run_bw(x);
+    o = c.test == "read_lat" ? run_read_lat(x) : run_bw(x);
     send_line(oob.get(), {{"ops", o.ops}});
   }
   tms t1{};
@@ -156,7 +161,7 @@ int run_native(Config c) {
       if (c.test == "write_bw" || c.test == "send_bw") {
         want = crc(x.buf.data(), std::min(span, x.buf.size()));
         verified = peer["crc"].get<std::uint32_t>() == want;
-      } else if (c.test == "read_bw") {
+      } else if (c.test == "read_bw" || c.test == "read_lat") {
         std::vector<std::uint8_t> srv(x.buf.size());
         fill(srv, 2);
         verified = crc(srv.data(), std::min(span, srv.size())) == crc(x.buf.data(), std::min(span, x.buf.size()));
@@ -178,7 +183,7 @@ int run_native(Config c) {
   if (!server || c.test == "send_bw" || lat || c.json_out) {
     json out = {{"test", c.test}, {"device", c.device}, {"role", server ? "server" : "client"}, {"size", c.size},
                 {"depth", c.depth}, {"ops", o.ops}, {"seconds", o.seconds}, {"cpu_seconds", cpu}, {"wall_seconds", wall}};
-    if (!lat && o.seconds > 0) {
+    if (!lat && c.test != "read_lat" && o.seconds > 0) {
       double bytes = static_cast<double>(o.ops) * (c.test == "atomic_bw" ? 8.0 : c.size);
       out["gbit_per_s"] = bytes * 8 / o.seconds / 1e9;
       out["mops_per_s"] = static_cast<double>(o.ops) / o.seconds / 1e6;

@@ -89,7 +89,7 @@ void create_resources(Ctx& x, bool is_server) {
   x.qp = must(x.pd->create_qp(ia), "create QP");
   // Buffer slots depend only on the message size (which both sides check is equal), so the
   // peer's buffer always has room for every slot we address: up to 16, at most 64 MiB in all.
-  x.slots = x.c.test == "write_lat" || x.c.test == "send_lat"
+  x.slots = x.c.test == "write_lat" || x.c.test == "send_lat" || x.c.test == "read_lat"
                 ? 1
                 : std::clamp<std::size_t>((std::size_t{64} << 20) / x.c.size, 1, 16);
   // Latency tests write from the upper half and are written into the lower half.
@@ -204,9 +204,14 @@ bool time_up(const Config& c, SteadyClock::time_point start, std::uint64_t done)
 Outcome run_bw(Ctx& x) {
   WrOpcode op = x.c.test == "write_bw"    ? WrOpcode::rdma_write
                 : x.c.test == "read_bw"   ? WrOpcode::rdma_read
-                : x.c.test == "atomic_bw" ? WrOpcode::atomic_fetch_and_add
+                : x.c.test == "atomic_bw" ? (x.c.cmp_and_swap ? WrOpcode::atomic_cmp_and_swp : WrOpcode::atomic_fetch_and_add)
                                           : WrOpcode::send;
-  std::uint32_t len = op == WrOpcode::atomic_fetch_and_add ? 8 : x.c.size;
+  const bool atomic = op == WrOpcode::atomic_fetch_and_add || op == WrOpcode::atomic_cmp_and_swp;
+  std::uint32_t len = atomic ? 8 : x.c.size;
+  // CMP_AND_SWAP: the k-th compares with the value the (k-1)-th left and adds one, so that all
+  // succeed when the responder runs them in order and the target ends `ops` above where it
+  // started (what --verify checks). x.atomic_base: the target's first value, if known.
+  std::uint64_t expect = x.atomic_base;
   Outcome o;
   std::uint64_t posted = 0, completed = 0;
   auto start = SteadyClock::now();
@@ -229,7 +234,9 @@ Outcome run_bw(Ctx& x) {
       w.rdma.rkey = x.remote_rkey;
       w.atomic.remote_addr = x.remote_addr;
       w.atomic.rkey = x.remote_rkey;
-      w.atomic.compare_add = 1;
+      w.atomic.compare_add = op == WrOpcode::atomic_cmp_and_swp ? expect : 1;
+      w.atomic.swap = expect + 1;
+      ++expect;
       must(x.qp->post_send(std::span<const SendWr>(&w, 1)), "post send");
       ++posted;
     }
@@ -241,7 +248,7 @@ Outcome run_bw(Ctx& x) {
 }
 
 // Ping-pong: the client sends, the server echoes; latency is half the round trip.
-Outcome run_lat(Ctx& x, bool is_server, std::uint64_t iters) {
+Outcome run_lat(Ctx& x, bool waits_first, std::uint64_t iters) {
   Outcome o;
   bool writes = x.c.test == "write_lat";
   WorkCompletion wc[8];
@@ -295,7 +302,7 @@ Outcome run_lat(Ctx& x, bool is_server, std::uint64_t iters) {
   auto start = SteadyClock::now();
   for (std::uint64_t i = 0; i < iters; ++i) {
     auto t0 = SteadyClock::now();
-    if (is_server) {
+    if (waits_first) {
       wait_in(i);
       send_one(i);
     } else {
@@ -308,6 +315,31 @@ Outcome run_lat(Ctx& x, bool is_server, std::uint64_t iters) {
   auto deadline = SteadyClock::now() + std::chrono::milliseconds(200);
   while (SteadyClock::now() < deadline) reap();
   o.ops = iters;
+  o.seconds = std::chrono::duration<double>(SteadyClock::now() - start).count();
+  return o;
+}
+
+Outcome run_read_lat(Ctx& x) {
+  Outcome o;
+  WorkCompletion wc[8];
+  const auto start = SteadyClock::now();
+  for (std::uint64_t i = 0; !time_up(x.c, start, i); ++i) {
+    Sge s = x.sge(0, x.c.size);
+    SendWr w;
+    w.wr_id = i;
+    w.opcode = WrOpcode::rdma_read;
+    w.flags = SendFlags::signaled;
+    w.sg_list = std::span<const Sge>(&s, 1);
+    w.rdma.remote_addr = x.remote_addr;
+    w.rdma.rkey = x.remote_rkey;
+    const auto t0 = SteadyClock::now();
+    must(x.qp->post_send(std::span<const SendWr>(&w, 1)), "post READ");
+    const auto deadline = t0 + std::chrono::seconds(30);
+    while (poll_some(x, wc, 8) == 0)
+      if (SteadyClock::now() > deadline) die("READ " + std::to_string(i) + " did not complete in 30 s");
+    o.lat_us.push_back(std::chrono::duration<double, std::micro>(SteadyClock::now() - t0).count());
+    ++o.ops;
+  }
   o.seconds = std::chrono::duration<double>(SteadyClock::now() - start).count();
   return o;
 }

@@ -44,6 +44,7 @@ ForeignOutcome serve_perftest(Ctx& x, int fd) {
   const std::uint32_t psn = initial_psn();
   const ForeignDest me = my_dest(x, psn);
   int keys = 0;
+  std::uint64_t first_qpn = 0;
   bool receiving = false;
   std::uint64_t next_wr = 0;
   WorkCompletion wc[64];
@@ -85,7 +86,13 @@ ForeignOutcome serve_perftest(Ctx& x, int fd) {
       write_all(fd, m);
       continue;
     }
+    // perftest -q N sends N key records a round, one per QP: refuse rather than answer N records
+    // naming our one QP (the client would then wait for traffic on QPs nobody connected).
+    if (keys > 0 && peer.qpn != first_qpn)
+      die("the perftest client runs more than one QP (its QPN changed from " + std::to_string(first_qpn) + " to " +
+          std::to_string(peer.qpn) + " between key records: -q N); vrdma-perf serves one QP per test: run it with -q 1");
     if (++keys == 1) {
+      first_qpn = peer.qpn;
       Remote rem;
       rem.qpn = static_cast<std::uint32_t>(peer.qpn);
       rem.psn = static_cast<std::uint32_t>(peer.psn);
@@ -107,8 +114,15 @@ ForeignOutcome serve_perftest(Ctx& x, int fd) {
     write_all(fd, perftest_record(me));
     // The client's test runs between its third and fourth key record (WRITE/READ) or its fourth
     // and fifth (SEND, whose server posts its receives in between): see client_perftest.
-    const int test_key = x.c.test == "send_bw" || x.c.test == "send_lat" ? 4 : 3;
+    // write_lat and read_lat run theirs after the fourth, with no record after write_lat's:
+    // perftest's write_lat server writes first (run_iter_lat_write), so as its server we do.
+    const bool lat4 = x.c.test == "write_lat" || x.c.test == "read_lat";
+    const int test_key = x.c.test == "send_bw" || x.c.test == "send_lat" || lat4 ? 4 : 3;
     if (keys == test_key) start = SteadyClock::now();
+    if (keys == test_key && x.c.test == "write_lat") {
+      r.o = run_lat(x, /*waits_first=*/false, x.c.iters);
+      continue;
+    }
     if (keys == test_key + 1) r.o.seconds = std::chrono::duration<double>(SteadyClock::now() - start).count();
   }
   if (keys < 3) die("the perftest client stopped after " + std::to_string(keys) + " key exchanges (want at least 3)");
@@ -162,13 +176,29 @@ ForeignOutcome client_perftest(Ctx& x, int fd) {
   connect_qp(x, rem, psn);
   if (x.c.test == "send_lat") post_recvs(x, 16);
   const bool sends = x.c.test == "send_bw" || x.c.test == "send_lat";
-  xchg(perftest_record(me));
-  xchg(perftest_record(me));
-  if (sends) xchg(perftest_record(me));  // the server has posted its receives
-  if (x.c.test == "send_lat") r.o = run_lat(x, false, x.c.iters);
-  else r.o = run_bw(x);
-  if (!sends) xchg(perftest_record(me));
-  if (!sends) {
+  const bool lat4 = x.c.test == "write_lat" || x.c.test == "read_lat";
+  auto keys = [&] {  // every later key record must name the QP the first named (one QP: -q 1)
+    ForeignDest again;
+    if (!parse_perftest_record(xchg(perftest_record(me)), again)) die("the perftest server's keys are malformed");
+    if (again.qpn != peer.qpn)
+      die("the perftest server runs more than one QP (-q N: its key records name QPN " + std::to_string(peer.qpn) +
+          " and " + std::to_string(again.qpn) + "); vrdma-perf runs one QP per test: start it with -q 1");
+  };
+  keys();
+  keys();
+  if (sends || lat4) keys();  // SEND: the server has posted its receives; lat: perftest's extra round
+  if (x.c.test == "send_lat") {
+    r.o = run_lat(x, false, x.c.iters);
+  } else if (x.c.test == "write_lat") {
+    r.o = run_lat(x, /*waits_first=*/true, x.c.iters);  // perftest's server writes first
+    return r;  // write_lat exchanges nothing after its test
+  } else if (x.c.test == "read_lat") {
+    r.o = run_read_lat(x);
+  } else {
+    r.o = run_bw(x);
+  }
+  if (!sends && !lat4) keys();
+  if (!sends && !lat4) {
     const double bytes = static_cast<double>(r.o.ops) * x.c.size;
     const double mbps = r.o.seconds > 0 ? bytes / r.o.seconds / (1 << 20) : 0;
     const double mpps = r.o.seconds > 0 ? static_cast<double>(r.o.ops) / r.o.seconds / 1e6 : 0;
@@ -183,7 +213,7 @@ ForeignOutcome client_perftest(Ctx& x, int fd) {
     xchg(dbl(mbps));
     xchg(dbl(mpps));
   }
-  xchg(perftest_record(me));
+  keys();
   write_all(fd, std::string_view("done", 5));
   return r;
 }

@@ -16,8 +16,8 @@ int main(int argc, char** argv) {
   Config c;
   CLI::App app{"vrdma-perf: RDMA bandwidth and latency over any vrdma provider (soft:, verbs:, pv:)"};
   app.add_option("-d,--device", c.device, "device, e.g. soft:10.0.0.1")->required();
-  app.add_option("-t,--test", c.test, "write_bw, read_bw, send_bw, atomic_bw, send_lat, write_lat")
-      ->check(CLI::IsMember({"write_bw", "read_bw", "send_bw", "atomic_bw", "send_lat", "write_lat"}));
+  app.add_option("-t,--test", c.test, "write_bw, read_bw, send_bw, atomic_bw, send_lat, write_lat, read_lat")
+      ->check(CLI::IsMember({"write_bw", "read_bw", "send_bw", "atomic_bw", "send_lat", "write_lat", "read_lat"}));
   app.add_option("-c,--connect", c.connect, "server's IPv4 address (client mode); without it, serve");
   app.add_option("-p,--port", c.port, "TCP port for the out-of-band exchange");
   app.add_option("-s,--size", c.size, "message size in bytes")->check(CLI::Range(1u, 1u << 30));
@@ -34,9 +34,13 @@ int main(int argc, char** argv) {
   app.add_option("--qp-timeout", c.qp_timeout,
                  "local ACK timeout exponent, 4.096 us x 2^n (default 14 = 67 ms; a slow peer such as a TCG guest needs more)")
       ->check(CLI::Range(1, 31));
+  std::string atomic_type = "FETCH_AND_ADD";
+  app.add_option("-A,--atomic-type", atomic_type, "atomic_bw: FETCH_AND_ADD or CMP_AND_SWAP (perftest's -A)")
+      ->check(CLI::IsMember({"FETCH_AND_ADD", "CMP_AND_SWAP"}));
   bool cm = false;
   app.add_flag("--cm", cm, "with --peer-format perftest: the peer runs with -R (RDMA-CM; server role only)");
   CLI11_PARSE(app, argc, argv);
+  c.cmp_and_swap = atomic_type == "CMP_AND_SWAP";
   if (cm && c.peer_format == "perftest") {
     if (!c.connect.empty()) die("--cm: vrdma-perf serves perftest's -R (ib_send_bw -R <us>); it cannot be its client yet");
     vrdma::perf::CmRunConfig r;

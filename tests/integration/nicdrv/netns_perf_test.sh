@@ -111,6 +111,12 @@ run_pair read_1m --test read_bw --size 1048576 --iters 50 --mtu 4096
 run_pair send_16m --test send_bw --size 16777216 --iters 4 --depth 2 --mtu 4096
 run_lat send_lat --test send_lat --size 64 --iters 500
 run_lat write_lat --test write_lat --size 64 --iters 500
+# CMP_AND_SWAP: the k-th compares with what the (k-1)-th left, so the target ends 300 above its
+# start only if every one matched (verified); read_lat reads one message at a time (verified,
+# and a latency figure).
+run_pair atomic_cas --test atomic_bw -A CMP_AND_SWAP --iters 300
+run_pair read_lat --test read_lat --size 4096 --iters 200
+grep -q '"lat_us"' "$work/read_lat.cli" || { echo "FAIL read_lat gave no latency"; fail=$((fail+1)); }
 
 # Real loss on the veth: nftables drops 2% of RoCE packets in both namespaces.
 if command -v nft >/dev/null; then
