@@ -119,6 +119,11 @@ ForeignOutcome serve_perftest(Ctx& x, int fd) {
     const bool lat4 = x.c.test == "write_lat" || x.c.test == "read_lat";
     const int test_key = x.c.test == "send_bw" || x.c.test == "send_lat" || lat4 ? 4 : 3;
     if (keys == test_key) start = SteadyClock::now();
+    if (keys == test_key && x.c.bidirectional) {  // perftest -b: its server writes (reads) as its client does
+      x.slots = 1;  // the client's buffer past the address it gave holds one message
+      r.o = run_bw(x);
+      continue;
+    }
     if (keys == test_key && x.c.test == "write_lat") {
       r.o = run_lat(x, /*waits_first=*/false, x.c.iters);
       continue;

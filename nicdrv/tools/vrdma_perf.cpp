@@ -6,6 +6,7 @@
 // Against another vrdma-perf (perf_native.cpp), perftest or ibv_rc_pingpong (perf_foreign.hpp),
 // or rping and perftest -R through RDMA-CM (perf_cm.hpp). --verify checks data end to end.
 #include <CLI/CLI.hpp>
+#include <cstdio>
 
 #include "perf.hpp"
 #include "perf_cm.hpp"
@@ -37,10 +38,18 @@ int main(int argc, char** argv) {
   std::string atomic_type = "FETCH_AND_ADD";
   app.add_option("-A,--atomic-type", atomic_type, "atomic_bw: FETCH_AND_ADD or CMP_AND_SWAP (perftest's -A)")
       ->check(CLI::IsMember({"FETCH_AND_ADD", "CMP_AND_SWAP"}));
+  app.add_flag("-b,--bidirectional", c.bidirectional,
+               "write_bw, read_bw with --peer-format perftest: both sides run the test (perftest's -b)");
   bool cm = false;
   app.add_flag("--cm", cm, "with --peer-format perftest: the peer runs with -R (RDMA-CM; server role only)");
   CLI11_PARSE(app, argc, argv);
   c.cmp_and_swap = atomic_type == "CMP_AND_SWAP";
+  if (c.bidirectional && (c.peer_format != "perftest" || cm || (c.test != "write_bw" && c.test != "read_bw"))) {
+    std::fprintf(stderr, "vrdma-perf: -b (both sides run the test) is served for write_bw and read_bw against perftest "
+                         "(--peer-format perftest, without --cm); not for %s with --peer-format %s\n",
+                 c.test.c_str(), c.peer_format.c_str());
+    return 2;
+  }
   if (cm && c.peer_format == "perftest") {
     if (!c.connect.empty()) die("--cm: vrdma-perf serves perftest's -R (ib_send_bw -R <us>); it cannot be its client yet");
     vrdma::perf::CmRunConfig r;

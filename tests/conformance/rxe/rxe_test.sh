@@ -91,6 +91,8 @@ elif test in ("read_bw", "read_lat"):
     need = {"tx" if role == "server" else "rx": n * per_msg}
 else:  # write_bw, send_bw, atomic_bw
     need = {"rx" if role == "server" else "tx": n * per_msg}
+if re.search(r"(?:^|\s)-b(?:\s|$)", cmd):  # both sides ran the test: data both ways
+    need = {"rx": n * per_msg, "tx": n * per_msg}
 got = {"rx": rx, "tx": tx}
 short = [f"{k} {got[k]} < {v}" for k, v in need.items() if got[k] < v]
 if short:
@@ -238,6 +240,13 @@ run_case guest_client atomic_cas_c "--peer-format perftest --test atomic_bw --si
   "ib_atomic_bw $pt1 -A CMP_AND_SWAP -s 8 -n 200"
 run_case guest_server atomic_cas_s "--peer-format perftest --test atomic_bw -A CMP_AND_SWAP --size 8 --iters 200 --mtu 1024" \
   "ib_atomic_bw $pt1 -A CMP_AND_SWAP -s 8 -n 200"
+# perftest -b: both sides run the test at once (WRITEs or READs each way).
+run_case guest_client write_bw_b_c "--peer-format perftest --test write_bw -b --size 65536 --iters 200 --mtu 1024" \
+  "ib_write_bw $pt1 -b -s 65536 -n 200"
+run_case guest_server write_bw_b_s "--peer-format perftest --test write_bw -b --size 65536 --iters 200 --mtu 1024" \
+  "ib_write_bw $pt1 -b -s 65536 -n 200"
+run_case guest_client read_bw_b_c "--peer-format perftest --test read_bw -b --size 65536 --iters 200 --mtu 1024" \
+  "ib_read_bw $pt1 -b -s 65536 -n 200"
 # What vrdma-perf cannot serve it refuses in a sentence (exit 1), never an empty run that exits 0:
 # perftest -q 2 (two QPs) and -c UD (a QP of another transport). The guest's tool fails too.
 refused_case() {  # name, what our log must say, vrdma-perf args, guest command
