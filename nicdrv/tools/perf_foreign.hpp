@@ -53,5 +53,7 @@ ForeignOutcome serve_perftest(Ctx& x, int fd);
 ForeignOutcome client_perftest(Ctx& x, int fd);
 // perf_pingpong.cpp
 ForeignOutcome run_pingpong(Ctx& x, int fd, bool is_server);
+// ibv_ud_pingpong (--connection UD): the same exchange and ping-pong over UD QPs.
+ForeignOutcome run_ud_pingpong(Ctx& x, int fd, bool is_server);
 
 }  // namespace vrdma::perf

@@ -82,6 +82,7 @@ void create_resources(Ctx& x, bool is_server) {
   x.pd = must(x.dev->alloc_pd(), "alloc PD");
   x.cq = must(x.dev->create_cq(std::max<std::uint32_t>(4 * x.c.depth, 256)), "create CQ");
   QpInitAttr ia;
+  ia.type = x.c.connection == "UD" ? QpType::ud : QpType::rc;
   ia.send_cq = x.cq.get();
   ia.recv_cq = x.cq.get();
   ia.cap.max_send_wr = x.c.depth;

@@ -40,10 +40,17 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"FETCH_AND_ADD", "CMP_AND_SWAP"}));
   app.add_flag("-b,--bidirectional", c.bidirectional,
                "write_bw, read_bw with --peer-format perftest: both sides run the test (perftest's -b)");
+  app.add_option("--connection", c.connection, "RC, or UD with --peer-format pingpong (ibv_ud_pingpong)")
+      ->check(CLI::IsMember({"RC", "UD"}));
   bool cm = false;
   app.add_flag("--cm", cm, "with --peer-format perftest: the peer runs with -R (RDMA-CM; server role only)");
   CLI11_PARSE(app, argc, argv);
   c.cmp_and_swap = atomic_type == "CMP_AND_SWAP";
+  if (c.connection == "UD" && c.peer_format != "pingpong") {
+    std::fprintf(stderr, "vrdma-perf: --connection UD is served with --peer-format pingpong (ibv_ud_pingpong) only; "
+                         "perftest's -c UD and UC are not served yet\n");
+    return 2;
+  }
   if (c.bidirectional && (c.peer_format != "perftest" || cm || (c.test != "write_bw" && c.test != "read_bw"))) {
     std::fprintf(stderr, "vrdma-perf: -b (both sides run the test) is served for write_bw and read_bw against perftest "
                          "(--peer-format perftest, without --cm); not for %s with --peer-format %s\n",

@@ -240,6 +240,12 @@ run_case guest_client atomic_cas_c "--peer-format perftest --test atomic_bw --si
   "ib_atomic_bw $pt1 -A CMP_AND_SWAP -s 8 -n 200"
 run_case guest_server atomic_cas_s "--peer-format perftest --test atomic_bw -A CMP_AND_SWAP --size 8 --iters 200 --mtu 1024" \
   "ib_atomic_bw $pt1 -A CMP_AND_SWAP -s 8 -n 200"
+# ibv_ud_pingpong over UD QPs (Q_Key 0x11111111, 40 bytes of GRH before each message), every
+# echoed datagram checked byte for byte.
+run_case guest_client ud_pingpong_c "--peer-format pingpong --connection UD --size 1024 --iters 200 --mtu 1024" \
+  "ibv_ud_pingpong -d rxe0 -g 1 -s 1024 -n 200 -c"
+run_case guest_server ud_pingpong_s "--peer-format pingpong --connection UD --size 1024 --iters 200 --mtu 1024" \
+  "ibv_ud_pingpong -d rxe0 -g 1 -s 1024 -n 200 -c"
 # perftest -b: both sides run the test at once (WRITEs or READs each way).
 run_case guest_client write_bw_b_c "--peer-format perftest --test write_bw -b --size 65536 --iters 200 --mtu 1024" \
   "ib_write_bw $pt1 -b -s 65536 -n 200"
