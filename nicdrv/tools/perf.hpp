@@ -35,6 +35,8 @@ struct Config {
   std::string peer_format = "vrdma";  // vrdma (our JSON lines), perftest, pingpong
   unsigned qp_timeout = 14;            // local ACK timeout exponent: 4.096 us * 2^n (IBA 9.7.6.1.3)
   std::string connection = "RC";       // RC, or UD (--peer-format pingpong: ibv_ud_pingpong)
+  bool srq = false;                    // --peer-format pingpong: ibv_srq_pingpong (qps RC QPs on one SRQ)
+  std::uint32_t qps = 16;              // its -q (the tool's default)
   bool bidirectional = false;          // write_bw/read_bw against perftest -b: the server runs the test too
   bool cmp_and_swap = false;           // atomic_bw: CMP_AND_SWAP instead of FETCH_AND_ADD (perftest's -A)
 };

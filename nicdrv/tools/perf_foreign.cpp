@@ -149,7 +149,9 @@ int run_foreign(Config& c) {
   create_resources(x, server);
   UniqueFd oob = server ? oob_accept(c) : oob_connect(c);
   ForeignOutcome r;
-  if (c.peer_format == "pingpong" && c.connection == "UD") {
+  if (c.peer_format == "pingpong" && c.srq) {
+    r = run_srq_pingpong(x, oob.get(), server);
+  } else if (c.peer_format == "pingpong" && c.connection == "UD") {
     r = run_ud_pingpong(x, oob.get(), server);
   } else if (c.peer_format == "pingpong") {
     r = run_pingpong(x, oob.get(), server);
@@ -164,7 +166,7 @@ int run_foreign(Config& c) {
     die("the peer sent " + std::to_string(st->rx_dropped_malformed) +
         " packets our RC QP cannot take and nothing was answered: is it running UC or UD (perftest -c UC / -c UD)? "
         "vrdma-perf runs RC only");
-  json out = {{"test", c.peer_format == "pingpong" ? (c.connection == "UD" ? "ud_pingpong" : "pingpong") : c.test}, {"peer_format", c.peer_format},
+  json out = {{"test", c.peer_format == "pingpong" ? (c.srq ? "srq_pingpong" : c.connection == "UD" ? "ud_pingpong" : "pingpong") : c.test}, {"peer_format", c.peer_format},
               {"device", c.device}, {"role", server ? "server" : "client"}, {"size", c.size}, {"ops", r.o.ops},
               {"seconds", r.o.seconds}, {"records", r.records}};
   if (c.peer_format == "pingpong") out["verified"] = r.verified;

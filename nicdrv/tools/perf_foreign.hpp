@@ -55,5 +55,7 @@ ForeignOutcome client_perftest(Ctx& x, int fd);
 ForeignOutcome run_pingpong(Ctx& x, int fd, bool is_server);
 // ibv_ud_pingpong (--connection UD): the same exchange and ping-pong over UD QPs.
 ForeignOutcome run_ud_pingpong(Ctx& x, int fd, bool is_server);
+// ibv_srq_pingpong (--srq): --qps RC QPs receiving from one SRQ, a ping-pong on each.
+ForeignOutcome run_srq_pingpong(Ctx& x, int fd, bool is_server);
 
 }  // namespace vrdma::perf

@@ -1,6 +1,7 @@
 // vrdma-perf as ibv_rc_pingpong's and ibv_ud_pingpong's peer, in both roles.
 #include <sched.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <thread>
@@ -243,6 +244,163 @@ ForeignOutcome run_ud_pingpong(Ctx& x, int fd, bool is_server) {
   const auto deadline = SteadyClock::now() + std::chrono::seconds(10);
   while (sends_out > 0 && SteadyClock::now() < deadline) sends_out -= poll_checked(x, wc, 8);
   r.o.ops = x.c.iters;
+  return r;
+}
+
+// ibv_srq_pingpong: `qps` RC QPs a side, each pair playing ping-pong, every receive from one SRQ
+// into one buffer; --iters counts messages over all QPs, as the tool's -n. The tool always swaps
+// 256 records (its MAX_QP; the unused ones all zero), the client first, and sends from the buffer
+// it receives into (zeroed at start), so each message we receive holds zeros (the tool's first on
+// a QP) or what we sent. We check that and every length.
+ForeignOutcome run_srq_pingpong(Ctx& x, int fd, bool is_server) {
+  constexpr std::size_t kMaxQp = 256;
+  constexpr std::uint64_t kRecvs = 128;
+  const std::uint32_t nq = x.c.qps, n = x.c.size;
+  if (nq < 1 || nq >= kMaxQp) die("--qps must be 1 .. 255 (ibv_srq_pingpong's -q)");
+  ForeignOutcome r;
+  std::uint8_t* rx = x.buf.data();
+  std::uint8_t* tx = x.buf.data() + n;
+  fill(std::span(tx, n), 7);
+  for (std::uint32_t i = 0; i < n; i += 4096) tx[i] = 0;  // the tool's -c checks page starts
+  auto srq = must(x.pd->create_srq(static_cast<std::uint32_t>(kRecvs), 1), "create the SRQ");
+  std::vector<std::shared_ptr<QueuePair>> qps;
+  std::vector<std::uint32_t> psns;
+  for (std::uint32_t i = 0; i < nq; ++i) {
+    QpInitAttr ia;
+    ia.send_cq = x.cq.get();
+    ia.recv_cq = x.cq.get();
+    ia.srq = srq.get();
+    ia.cap.max_send_wr = 4;
+    qps.push_back(must(x.pd->create_qp(ia), "create a QP"));
+    psns.push_back((initial_psn() + 4099 * i) & 0xffffff);
+  }
+  auto post_recv = [&](std::uint64_t id) {
+    Sge s = x.sge(0, n);
+    RecvWr w{id, std::span<const Sge>(&s, 1)};
+    must(srq->post_recv(std::span<const RecvWr>(&w, 1)), "post a receive to the SRQ");
+  };
+  for (std::uint64_t i = 0; i < kRecvs; ++i) post_recv(i);
+  auto records = [&] {
+    std::string all;
+    for (std::size_t i = 0; i < kMaxQp; ++i) {
+      ForeignDest d;  // unused slots: zeros, as the tool's memset leaves them
+      if (i < nq) {
+        d.qpn = qps[i]->qp_num();
+        d.psn = psns[i];
+        d.gid = x.gid.gid;
+      }
+      all += pingpong_record(d);
+    }
+    return all;
+  };
+  std::vector<ForeignDest> peer(kMaxQp);
+  auto read_records = [&] {
+    const std::string all = read_exact(fd, kMaxQp * kPingpongLen);
+    for (std::size_t i = 0; i < kMaxQp; ++i)
+      if (!parse_pingpong_record(std::string_view(all).substr(i * kPingpongLen, kPingpongLen), peer[i]))
+        die("record " + std::to_string(i) + " of the peer's 256 is not ibv_srq_pingpong's lid:qpn:psn:gid");
+    for (std::size_t i = nq; i < kMaxQp; ++i)
+      if (peer[i].qpn != 0)
+        die("the peer runs more than --qps " + std::to_string(nq) + " QPs (its record " + std::to_string(i) +
+            " names QPN " + std::to_string(peer[i].qpn) + "): give vrdma-perf its -q");
+  };
+  if (is_server) {
+    read_records();
+  } else {
+    write_all(fd, records());
+    read_records();
+  }
+  const auto main_qp = x.qp;
+  for (std::uint32_t i = 0; i < nq; ++i) {
+    if (peer[i].qpn == 0) die("the peer runs fewer QPs than --qps " + std::to_string(nq) + ": give vrdma-perf its -q");
+    Remote rem;
+    rem.qpn = static_cast<std::uint32_t>(peer[i].qpn);
+    rem.psn = static_cast<std::uint32_t>(peer[i].psn);
+    rem.gid = peer[i].gid;
+    rem.max_rd_atomic = 1;
+    rem.min_rnr_timer = 12;
+    x.qp = qps[i];
+    connect_qp(x, rem, psns[i]);
+  }
+  x.qp = main_qp;
+  if (is_server) {
+    write_all(fd, records());
+    read_exact(fd, 5);  // "done"
+  } else {
+    write_all(fd, std::string_view("done", 5));
+  }
+  r.records = {kMaxQp * kPingpongLen};
+  // The tool's loop, mirrored: --iters counts messages over all QPs (its scnt and rcnt); a QP
+  // sends again once both its send and its receive completed, while fewer than --iters sends
+  // have completed; the client starts with one send on every QP.
+  constexpr unsigned kSend = 1, kRecv = 2;
+  std::vector<unsigned> pending(nq, kRecv);
+  std::uint64_t scnt = 0, rcnt = 0, posted = 0, next_recv = kRecvs, zeros = 0;
+  auto send = [&](std::uint32_t q) {
+    Sge s = x.sge(1, n);
+    SendWr w;
+    w.wr_id = q;
+    w.opcode = WrOpcode::send;
+    w.flags = SendFlags::signaled;
+    w.sg_list = std::span<const Sge>(&s, 1);
+    must(qps[q]->post_send(std::span<const SendWr>(&w, 1)), "post send");
+    ++posted;
+    pending[q] = kRecv | kSend;
+  };
+  auto index_of = [&](std::uint32_t qpn) {
+    for (std::uint32_t q = 0; q < nq; ++q)
+      if (qps[q]->qp_num() == qpn) return q;
+    die("a completion for QP " + std::to_string(qpn) + ", which is none of ours");
+  };
+  if (!is_server)
+    for (std::uint32_t q = 0; q < nq; ++q) send(q);
+  WorkCompletion wc[32];
+  const auto start = SteadyClock::now();
+  auto last = start;
+  while (rcnt < x.c.iters || scnt < x.c.iters) {
+    const std::size_t k = poll_some(x, wc, 32);
+    if (k > 0) last = SteadyClock::now();
+    if (SteadyClock::now() - last > std::chrono::seconds(30))
+      die("no completion in 30 s, " + std::to_string(rcnt) + " messages received and " + std::to_string(scnt) +
+          " sent of " + std::to_string(x.c.iters));
+    for (std::size_t j = 0; j < k; ++j) {
+      const std::uint32_t q = index_of(wc[j].qp_num);
+      if (wc[j].opcode != WcOpcode::recv) {
+        ++scnt;
+        pending[q] &= ~kSend;
+      } else {
+        ++rcnt;
+        pending[q] &= ~kRecv;
+        const bool all_zero = std::all_of(rx, rx + n, [](std::uint8_t b) { return b == 0; });
+        zeros += all_zero ? 1 : 0;
+        const bool ok = wc[j].byte_len == n && (all_zero || std::memcmp(rx, tx, n) == 0);
+        if (!ok && r.verified)
+          std::fprintf(stderr, "vrdma-perf: message %llu (QP %u) is not what we expect (%u bytes)\n",
+                       static_cast<unsigned long long>(rcnt), q, wc[j].byte_len);
+        r.verified = r.verified && ok;
+        post_recv(next_recv++);
+      }
+      if (scnt < x.c.iters && pending[q] == 0) send(q);
+    }
+  }
+  // Sends still out when the counts are reached (the tool may have left: its QPs then answer
+  // nothing): give them a second, and count what did not complete rather than fail on it.
+  std::uint64_t unanswered = 0;
+  const auto drain = SteadyClock::now() + std::chrono::seconds(1);
+  while (scnt + unanswered < posted && SteadyClock::now() < drain) {
+    auto k = x.cq->poll(std::span<WorkCompletion>(wc, 32));
+    if (!k) die("poll CQ: " + k.error().message);
+    for (std::size_t j = 0; j < *k; ++j)
+      if (wc[j].opcode != WcOpcode::recv) (wc[j].status == WcStatus::success ? scnt : unanswered) += 1;
+  }
+  if (posted > scnt) r.last_ack_lost = true;  // in the JSON: sends the tool no longer answered
+  r.o.seconds = std::chrono::duration<double>(SteadyClock::now() - start).count();
+  r.o.ops = rcnt;
+  if (zeros > nq) {  // only the tool's first message on each QP can be its zeroed buffer
+    std::fprintf(stderr, "vrdma-perf: %llu messages held the tool's zeros, more than its %u first ones\n",
+                 static_cast<unsigned long long>(zeros), nq);
+    r.verified = false;
+  }
   return r;
 }
 

@@ -42,6 +42,8 @@ int main(int argc, char** argv) {
                "write_bw, read_bw with --peer-format perftest: both sides run the test (perftest's -b)");
   app.add_option("--connection", c.connection, "RC, or UD with --peer-format pingpong (ibv_ud_pingpong)")
       ->check(CLI::IsMember({"RC", "UD"}));
+  app.add_flag("--srq", c.srq, "with --peer-format pingpong: ibv_srq_pingpong (--qps RC QPs on one SRQ)");
+  app.add_option("--qps", c.qps, "with --srq: the tool's -q (default 16, as the tool's)")->check(CLI::Range(1, 255));
   bool cm = false;
   app.add_flag("--cm", cm, "with --peer-format perftest: the peer runs with -R (RDMA-CM; server role only)");
   CLI11_PARSE(app, argc, argv);

@@ -246,6 +246,12 @@ run_case guest_client ud_pingpong_c "--peer-format pingpong --connection UD --si
   "ibv_ud_pingpong -d rxe0 -g 1 -s 1024 -n 200 -c"
 run_case guest_server ud_pingpong_s "--peer-format pingpong --connection UD --size 1024 --iters 200 --mtu 1024" \
   "ibv_ud_pingpong -d rxe0 -g 1 -s 1024 -n 200 -c"
+# ibv_srq_pingpong: 16 RC QPs a side (the tool's default), every receive from one SRQ; -n counts
+# messages over all QPs.
+run_case guest_client srq_pingpong_c "--peer-format pingpong --srq --size 4096 --iters 400 --mtu 1024" \
+  "ibv_srq_pingpong -d rxe0 -g 1 -m 1024 -s 4096 -n 400 -c"
+run_case guest_server srq_pingpong_s "--peer-format pingpong --srq --size 4096 --iters 400 --mtu 1024" \
+  "ibv_srq_pingpong -d rxe0 -g 1 -m 1024 -s 4096 -n 400 -c"
 # perftest -b: both sides run the test at once (WRITEs or READs each way).
 run_case guest_client write_bw_b_c "--peer-format perftest --test write_bw -b --size 65536 --iters 200 --mtu 1024" \
   "ib_write_bw $pt1 -b -s 65536 -n 200"
