@@ -285,6 +285,12 @@ int vrdma_ib_register(struct vrdma_dev *dev)
 	ib->node_guid = cpu_to_be64(le64_to_cpu(dev->dattr.node_guid));
 	ib->dev.parent = &dev->vdev->dev;
 	strscpy(ib->node_desc, "vrdma virtio RDMA device", sizeof(ib->node_desc));
+	/*
+	 * Write commands ib_core leaves off by default (device.c, _ib_alloc_device): the doorbells of
+	 * user QPs (POST_SEND / POST_RECV with no work request, vrdma_qp.c) and arming a CQ.
+	 */
+	ib->uverbs_cmd_mask |= BIT_ULL(IB_USER_VERBS_CMD_POST_SEND) | BIT_ULL(IB_USER_VERBS_CMD_POST_RECV) |
+			       BIT_ULL(IB_USER_VERBS_CMD_REQ_NOTIFY_CQ);
 	ib_set_device_ops(ib, &vrdma_ops);
 
 	ret = vrdma_netdev_watch_unregister(dev);

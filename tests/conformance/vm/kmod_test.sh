@@ -50,10 +50,10 @@ out=$(
   # The DKMS source layout (guest/kernel/dkms.conf): the module's files, the contract in include/.
   mkdir -p "$work/kmod/include/vrdma"
   cp "$SRC"/guest/kernel/{Kbuild,*.c,*.h} "$work/kmod/"
-  cp "$SRC/include/vrdma/virtio_rdma.h" "$work/kmod/include/vrdma/"
+  cp "$SRC/include/vrdma/virtio_rdma.h" "$SRC/guest/include/vrdma/virtio_rdma_abi.h" "$work/kmod/include/vrdma/"
   # A module built from the same bytes with the same headers and compiler is taken from the
   # cache (as siw is); any change to them builds again. VRDMA_KMOD_REBUILD=1 always builds.
-  key=$( (cd "$work/kmod" && cat Kbuild ./*.c ./*.h include/vrdma/virtio_rdma.h;
+  key=$( (cd "$work/kmod" && cat Kbuild ./*.c ./*.h include/vrdma/virtio_rdma.h include/vrdma/virtio_rdma_abi.h;
           dpkg-query -W -f='${Version}' "linux-headers-$KVER" 2>/dev/null; cc --version | head -1) | sha256sum | cut -c1-16)
   cached="$CACHE/virtio_rdma-$KVER-$key.ko"
   if [ -f "$cached" ] && [ -z "${VRDMA_KMOD_REBUILD:-}" ]; then
@@ -67,6 +67,8 @@ out=$(
     cp "$work/kmod/virtio_rdma.ko" "$cached"
   fi
   cc -static -O2 -std=gnu11 -Wall -Wextra -Werror -o "$work/uverbs_probe" "$HERE/uverbs_probe.c" >&2 || exit 1
+  cc -static -O2 -std=gnu11 -Wall -Wextra -Werror -I"$SRC/include" -I"$SRC/guest/include" -o "$work/uverbs_data" \
+    "$HERE/uverbs_data.c" >&2 || exit 1
   ROOT="$work/root"
   guest_root "$ROOT"
   guest_modules "$ROOT" virtio_pci virtio_net virtio_blk ib_core ib_uverbs
@@ -74,7 +76,7 @@ out=$(
   cp "$work/kmod/virtio_rdma.ko" "$ROOT/lib/modules/$KVER/extra/"
   depmod -b "$ROOT" "$KVER"
   mkdir -p "$ROOT/usr/bin"
-  cp "$work/uverbs_probe" "$ROOT/usr/bin/"
+  cp "$work/uverbs_probe" "$work/uverbs_data" "$ROOT/usr/bin/"
   guest_files "$ROOT" "$(command -v rdma)"
   guest_pack "$ROOT" "$HERE/kmod_guest_init.sh" "$work/initrd.cpio.gz"
   echo "KERNEL=$KERNEL"
@@ -232,6 +234,38 @@ check "the 6th PD fails with ENOSPC, the device's sentence in the guest's log" \
   bash -c "grep -q '^alloc_pd 5 failed: No space left on device' '$work/limit.out' &&
     grep -q 'CREATE_PD refused by the device (status 28): CREATE_PD: the guest already has 5 PDs (limit 5)' '$work/limit.out'"
 check "the 5 PDs of the exited process were freed (vrdmad objects.pd=$(jfield "$s" objects.pd))" test "$(jfield "$s" objects.pd)" = 0
+
+# 4c. Data through the driver (uverbs_data, the provider's way without a provider): a 64 KiB MR,
+#     a CQ and two RC QPs whose rings the process maps, connected to each other through the
+#     device's own address; a receive, a SEND and an RDMA WRITE written into the mapped rings and
+#     rung with POST_RECV / POST_SEND carrying no work request; the mapped CQ polled; the armed
+#     CQ's completion event read; the bytes compared.
+guest 60 "$work/data.out" 'uverbs_data /dev/infiniband/uverbs0 rc' || true
+sed 's/^/  guest: /' "$work/data.out" | grep -v "===" | cut -c1-300
+s=$(vwait objects.pd 0 5)
+check "REG_MR of 64 KiB, CREATE_CQ (50 asked, 64 made) and 2 RC QPs, mapped by the process" \
+  bash -c "grep -q '^mr lkey=' '$work/data.out' && grep -q '^cq depth=64' '$work/data.out' && [ \$(grep -c '^qp qpn=' '$work/data.out') -eq 2 ]"
+check "the two QPs connected to each other through the device's own GID (RESET-INIT-RTR-RTS)" \
+  has "$work/data.out" "^connected qpn [0-9]* <-> [0-9]* through GID index"
+check "SEND, RDMA WRITE and RECV completions polled from the mapped CQ (status, opcode, byte_len, wr_id, qp_num)" \
+  has "$work/data.out" "^cqes ok: SEND, RDMA_WRITE and RECV (4096 bytes)"
+check "the armed CQ's completion event reached the completion channel" has "$work/data.out" "^completion event for the armed CQ"
+check "the SEND's and the RDMA WRITE's bytes landed (pattern compared)" has "$work/data.out" "^data ok:"
+check "everything destroyed: vrdmad holds no PD, MR, CQ or QP" \
+  bash -c "grep -q '^rc ok' '$work/data.out' && [ '$(jfield "$s" objects.pd)$(jfield "$s" objects.mr)$(jfield "$s" objects.cq)$(jfield "$s" objects.qp)' = 0000 ]"
+
+# 4d. A process SIGKILLed holding a PD, an MR, a CQ and 2 connected QPs (their rings mapped):
+#     ib_core's cleanup destroys them through the driver, and vrdmad's counters go back to 0.
+guest 30 "$work/hold3.out" '(uverbs_data /dev/infiniband/uverbs0 hold > /tmp/hold3.out 2>&1 &); for i in $(seq 100); do grep -q "^held\|failed" /tmp/hold3.out && break; sleep 0.1; done; cat /tmp/hold3.out' || true
+held3=$(vstatus)
+pid3=$(sed -n 's/^held pid=\([0-9]*\).*/\1/p' "$work/hold3.out" | head -1)
+guest 30 "$work/kill3.out" "kill -9 ${pid3:-none}; for i in \$(seq 50); do [ -d /proc/${pid3:-none} ] || break; sleep 0.1; done; [ -d /proc/${pid3:-none} ] || echo gone" || true
+s=$(vwait objects.pd 0 10)
+sed 's/^/  guest: /' "$work/hold3.out" "$work/kill3.out" | grep -v "===" | cut -c1-300
+check "vrdmad held the process's PD, MR, CQ and 2 QPs (objects $(jfield "$held3" objects))" \
+  bash -c "grep -q '^held' '$work/hold3.out' && [ '$(jfield "$held3" objects.pd)$(jfield "$held3" objects.mr)$(jfield "$held3" objects.cq)$(jfield "$held3" objects.qp)' = 1112 ]"
+check "SIGKILLed: its objects were destroyed (vrdmad objects $(jfield "$s" objects))" \
+  bash -c "grep -q '^gone' '$work/kill3.out' && [ '$(jfield "$s" objects.pd)$(jfield "$s" objects.mr)$(jfield "$s" objects.cq)$(jfield "$s" objects.qp)' = 0000 ]"
 
 # 5. Unload and load again with the address missing: the port waits for the netdev, the GID
 #    comes when the address does; vrdmad serves throughout.
