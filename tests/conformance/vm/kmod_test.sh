@@ -9,7 +9,12 @@
 # address), uverbs_probe (a static program speaking the kernel's uverbs write commands) reads the
 # device and port attributes, which must be vrdmad's limits, and holds PDs that vrdmad must count;
 # a 6th PD over vrdmad's limit (5) fails with ENOSPC and the device's sentence, and the exited
-# process's PDs are freed; virtio_blk then takes the disk and not the carrier; the module is
+# process's PDs are freed; uverbs_data (a static program speaking uverbs and the driver's ABI,
+# guest/include/vrdma/virtio_rdma_abi.h) moves data: a 64 KiB MR, a CQ and two RC QPs whose rings
+# it maps, connected through the device's own GID, a SEND, an RDMA WRITE and a receive written
+# into the rings and rung through POST_SEND / POST_RECV, the mapped CQ polled, the armed CQ's
+# event read, the bytes compared; the same objects held by a process that is SIGKILLed are all
+# destroyed (vrdmad's counters back to 0); virtio_blk then takes the disk and not the carrier; the module is
 # unloaded and loaded with the address missing (the port waits for it, the GID comes when it is
 # added); the carrier moves to virtio_blk and back through sysfs. vrdmad must have seen every
 # command and refused only that PD. Last, the backend (vrdmad --supervise) is SIGKILLed while a
@@ -269,7 +274,7 @@ check "SIGKILLed: its objects were destroyed (vrdmad objects $(jfield "$s" objec
 
 # 5. Unload and load again with the address missing: the port waits for the netdev, the GID
 #    comes when the address does; vrdmad serves throughout.
-guest 60 "$work/reload.out" 'rmmod ib_uverbs; rmmod virtio_rdma; ls /sys/class/infiniband | grep vrdma; ip addr flush dev eth0; modprobe virtio_rdma; dmesg | tail -n 5 | grep -E "waits|registered"; cd /sys/class/infiniband/vrdma0 && '"$GIDS"'; echo ADDING; ip addr add '"$DEVIP"'/24 dev eth0; for i in $(seq 50); do grep -q ffff ports/1/gids/1 2>/dev/null && break; sleep 0.1; done; '"$GIDS"'; rdma link show' || true
+guest 60 "$work/reload.out" 'rmmod virtio_rdma; rmmod ib_uverbs; ls /sys/class/infiniband | grep vrdma; ip addr flush dev eth0; modprobe virtio_rdma; dmesg | tail -n 5 | grep -E "waits|registered"; cd /sys/class/infiniband/vrdma0 && '"$GIDS"'; echo ADDING; ip addr add '"$DEVIP"'/24 dev eth0; for i in $(seq 50); do grep -q ffff ports/1/gids/1 2>/dev/null && break; sleep 0.1; done; '"$GIDS"'; rdma link show' || true
 sed 's/^/  guest: /' "$work/reload.out" | grep -v "===" | cut -c1-300
 check "after unload and load the port waits for the address" has "$work/reload.out" "no netdev has the device's address $DEVIP yet"
 check "no GID of $DEVIP before the address is added" bash -c "! sed -n '1,/^ADDING/p' '$work/reload.out' | grep -q '$WANT_GID'"
