@@ -84,7 +84,7 @@ struct vrdma_dev {
 	bool events_stopped;
 	u64 events_seen;
 	atomic_t pds;  /* PDs the device holds for the guest: what a device-fatal event loses */
-	atomic_t objs; /* and MRs, CQs, QPs */
+	atomic_t objs; /* and MRs, CQs, QPs, AHs */
 	/* The device's CQ and QP handles -> objects, for events (under xa_lock). */
 	struct xarray cqs;
 	struct xarray qps;
@@ -147,6 +147,12 @@ struct vrdma_cq {
 	struct vrdma_ring *ring;
 	u32 handle;
 	u32 depth;
+	int epoch;
+};
+
+struct vrdma_ah {
+	struct ib_ah ibah;
+	u32 handle;
 	int epoch;
 };
 
@@ -243,6 +249,9 @@ int vrdma_destroy_qp(struct ib_qp *qp, struct ib_udata *udata);
 int vrdma_post_send(struct ib_qp *qp, const struct ib_send_wr *wr, const struct ib_send_wr **bad);
 int vrdma_post_recv(struct ib_qp *qp, const struct ib_recv_wr *wr, const struct ib_recv_wr **bad);
 void vrdma_qp_event(struct vrdma_dev *dev, u32 handle, u32 info);
+int vrdma_av_to_wire(struct vrdma_dev *dev, u32 qpn, const struct rdma_ah_attr *ah, struct virtio_rdma_ah *w);
+int vrdma_create_user_ah(struct ib_ah *ah, struct rdma_ah_init_attr *attr, struct ib_udata *udata);
+int vrdma_destroy_ah(struct ib_ah *ah, u32 flags);
 
 /* vrdma_netdev.c */
 void vrdma_netdev_bind_now(struct vrdma_dev *dev);

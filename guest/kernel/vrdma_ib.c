@@ -4,9 +4,9 @@
  * whose GID table ib_core fills from the netdev carrying the device's address (vrdma_netdev.c),
  * per-process contexts and their mmaps (vrdma_ring.c), PDs made by the device (CREATE_PD,
  * DESTROY_PD), and the user objects that move data: MRs (vrdma_mr.c), CQs (vrdma_cq.c), RC and
- * UD QPs (vrdma_qp.c).
+ * UD QPs and user AHs (vrdma_qp.c).
  *
- * Not yet: kernel CQs and QPs, DMA MRs, AHs, SRQs (later slices); those verbs of ib_core's
+ * Not yet: kernel CQs, QPs and AHs, DMA MRs, SRQs (later slices); those verbs of ib_core's
  * mandatory list (drivers/infiniband/core/device.c, ib_device_check_mandatory) say "not
  * supported" (-EOPNOTSUPP).
  */
@@ -261,6 +261,8 @@ static const struct ib_device_ops vrdma_ops = {
 	.create_qp = vrdma_create_qp,
 	.modify_qp = vrdma_modify_qp,
 	.query_qp = vrdma_query_qp,
+	.create_user_ah = vrdma_create_user_ah,
+	.destroy_ah = vrdma_destroy_ah,
 	.destroy_qp = vrdma_destroy_qp,
 	.post_send = vrdma_post_send,
 	.post_recv = vrdma_post_recv,
@@ -272,6 +274,7 @@ static const struct ib_device_ops vrdma_ops = {
 	INIT_RDMA_OBJ_SIZE(ib_pd, vrdma_pd, ibpd),
 	INIT_RDMA_OBJ_SIZE(ib_cq, vrdma_cq, ibcq),
 	INIT_RDMA_OBJ_SIZE(ib_qp, vrdma_qp, ibqp),
+	INIT_RDMA_OBJ_SIZE(ib_ah, vrdma_ah, ibah),
 };
 
 int vrdma_ib_register(struct vrdma_dev *dev)

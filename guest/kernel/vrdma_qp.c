@@ -193,9 +193,11 @@ int vrdma_destroy_qp(struct ib_qp *ibqp, struct ib_udata *udata)
 	return 0;
 }
 
-/* The AV of a RoCEv2 QP: the source must be the device's own address (see the top). */
-static int av_to_wire(struct vrdma_dev *dev, struct vrdma_qp *qp, const struct rdma_ah_attr *ah,
-		      struct virtio_rdma_ah *w)
+/*
+ * An address vector (a QP's or an AH's) on the wire: RoCEv2 with a GRH whose source is the
+ * device's own address (see the top); `qpn` names the QP in the refusal's sentence (0: an AH).
+ */
+int vrdma_av_to_wire(struct vrdma_dev *dev, u32 qpn, const struct rdma_ah_attr *ah, struct virtio_rdma_ah *w)
 {
 	const struct ib_global_route *grh = rdma_ah_read_grh(ah);
 
@@ -204,8 +206,8 @@ static int av_to_wire(struct vrdma_dev *dev, struct vrdma_qp *qp, const struct r
 	if (!grh->sgid_attr || grh->sgid_attr->gid_type != IB_GID_TYPE_ROCE_UDP_ENCAP ||
 	    memcmp(grh->sgid_attr->gid.raw, dev->gid0.gid, sizeof(dev->gid0.gid))) {
 		dev_warn_ratelimited(&dev->vdev->dev,
-				     "QP %u: GID index %u is not the device's address %pI6 (RoCEv2); the device speaks from that address only\n",
-				     qp->ibqp.qp_num, grh->sgid_index, dev->gid0.gid);
+				     "%s %u: GID index %u is not the device's address %pI6 (RoCEv2); the device speaks from that address only\n",
+				     qpn ? "QP" : "AH of PD", qpn, grh->sgid_index, dev->gid0.gid);
 		return -EINVAL;
 	}
 	memcpy(w->dgid, grh->dgid.raw, sizeof(w->dgid));
@@ -215,7 +217,6 @@ static int av_to_wire(struct vrdma_dev *dev, struct vrdma_qp *qp, const struct r
 	w->traffic_class = grh->traffic_class;
 	w->sl = rdma_ah_get_sl(ah);
 	w->port_num = 1;
-	qp->sgid_index = grh->sgid_index;
 	return 0;
 }
 
@@ -266,9 +267,10 @@ int vrdma_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask, struc
 	w->retry_cnt = attr->retry_cnt;
 	w->rnr_retry = attr->rnr_retry;
 	if (mask & IB_QP_AV) {
-		ret = av_to_wire(dev, qp, &attr->ah_attr, &w->ah);
+		ret = vrdma_av_to_wire(dev, qp->ibqp.qp_num, &attr->ah_attr, &w->ah);
 		if (ret)
 			return ret;
+		qp->sgid_index = attr->ah_attr.grh.sgid_index;
 	}
 	ret = vrdma_cmd(dev, VIRTIO_RDMA_CMD_MODIFY_QP, &req, sizeof(req), NULL, 0);
 	if (ret && (mask & IB_QP_AV))
@@ -415,4 +417,69 @@ void vrdma_qp_event(struct vrdma_dev *dev, u32 handle, u32 info)
 		qp->ibqp.event_handler(&e, qp->ibqp.qp_context);
 	}
 	xa_unlock(&dev->qps);
+}
+
+/*
+ * Address handles of processes, for UD sends: CREATE_AH with the device's GID 0 as the source;
+ * the answer's handle goes to the process (virtio_rdma_abi_create_ah_resp), which writes it into
+ * its UD send WQEs. Kernel AHs (no udata, possibly atomic context) are not offered: the command
+ * sleeps.
+ */
+int vrdma_create_user_ah(struct ib_ah *ibah, struct rdma_ah_init_attr *attr, struct ib_udata *udata)
+{
+	struct vrdma_dev *dev = to_vdev(ibah->device);
+	struct vrdma_ah *ah = container_of(ibah, struct vrdma_ah, ibah);
+	struct vrdma_pd *pd = to_vpd(ibah->pd);
+	struct virtio_rdma_abi_create_ah_resp uresp = {};
+	struct virtio_rdma_create_ah_req req = {};
+	struct virtio_rdma_handle_resp resp;
+	int ret;
+
+	if (!udata || !(attr->flags & RDMA_CREATE_AH_SLEEPABLE))
+		return -EOPNOTSUPP;
+	if (udata->outlen < sizeof(uresp) || !ib_is_udata_cleared(udata, 0, udata->inlen))
+		return -EINVAL;
+	ret = vrdma_av_to_wire(dev, 0, attr->ah_attr, &req.ah);
+	if (ret)
+		return ret;
+	if (!vrdma_live(dev, pd->epoch))
+		return -EIO;
+	req.pd = cpu_to_le32(pd->handle);
+	ah->epoch = atomic_read(&dev->epoch);
+	ret = vrdma_cmd(dev, VIRTIO_RDMA_CMD_CREATE_AH, &req, sizeof(req), &resp, sizeof(resp));
+	if (ret)
+		return ret;
+	ah->handle = le32_to_cpu(resp.handle);
+	if (ah->handle == VIRTIO_RDMA_NO_HANDLE) {
+		dev_err_ratelimited(&dev->vdev->dev, "CREATE_AH answered handle 0 (handles are non-zero)\n");
+		return -EPROTO;
+	}
+	uresp.ah_handle = ah->handle;
+	ret = ib_copy_to_udata(udata, &uresp, sizeof(uresp));
+	if (ret) {
+		struct virtio_rdma_handle_req d = { .handle = cpu_to_le32(ah->handle) };
+
+		if (vrdma_live(dev, ah->epoch))
+			vrdma_cmd(dev, VIRTIO_RDMA_CMD_DESTROY_AH, &d, sizeof(d), NULL, 0);
+		return ret;
+	}
+	if (vrdma_live(dev, ah->epoch))
+		atomic_inc(&dev->objs);
+	return 0;
+}
+
+int vrdma_destroy_ah(struct ib_ah *ibah, u32 flags)
+{
+	struct vrdma_dev *dev = to_vdev(ibah->device);
+	struct vrdma_ah *ah = container_of(ibah, struct vrdma_ah, ibah);
+	struct virtio_rdma_handle_req r = { .handle = cpu_to_le32(ah->handle) };
+
+	/* Only user AHs exist, and ib_uverbs destroys them sleepable. */
+	if (WARN_ON_ONCE(!(flags & RDMA_DESTROY_AH_SLEEPABLE)))
+		return 0;
+	if (vrdma_live(dev, ah->epoch)) {
+		vrdma_cmd(dev, VIRTIO_RDMA_CMD_DESTROY_AH, &r, sizeof(r), NULL, 0);
+		atomic_dec(&dev->objs);
+	}
+	return 0;
 }

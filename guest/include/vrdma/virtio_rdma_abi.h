@@ -2,7 +2,7 @@
 /*
  * The user/kernel ABI of virtio_rdma.ko (guest/kernel/, docs/virtio-rdma.md "The guest kernel
  * driver"): the driver-specific udata that follows the uverbs core structs of GET_CONTEXT,
- * CREATE_CQ and CREATE_QP, and the doorbell record a process shares with the driver. Shared by
+ * CREATE_CQ, CREATE_QP and CREATE_AH, and the doorbell record a process shares with the driver. Shared by
  * the module and the rdma-core provider (the next slice), in the manner of Linux's
  * include/uapi/rdma/ (vmw_pvrdma-abi.h and its kin): fixed-size __u32/__u64 fields in host order (the guest's: the
  * rings themselves are the device contract's, little-endian, include/vrdma/virtio_rdma.h), no
@@ -80,5 +80,12 @@ struct virtio_rdma_abi_create_qp_resp {
 	__u32 qp_num;
 };
 VIRTIO_RDMA_ABI_STATIC_ASSERT(sizeof(struct virtio_rdma_abi_create_qp_resp) == 64, "create_qp_resp is 64 bytes");
+
+/* CREATE_AH's driver response: the handle a UD send WQE names (virtio_rdma_send_wqe.ah). */
+struct virtio_rdma_abi_create_ah_resp {
+	__u32 ah_handle;
+	__u32 reserved;
+};
+VIRTIO_RDMA_ABI_STATIC_ASSERT(sizeof(struct virtio_rdma_abi_create_ah_resp) == 8, "create_ah_resp is 8 bytes");
 
 #endif /* VRDMA_VIRTIO_RDMA_ABI_H */

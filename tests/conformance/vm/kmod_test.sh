@@ -259,6 +259,16 @@ check "the SEND's and the RDMA WRITE's bytes landed (pattern compared)" has "$wo
 check "everything destroyed: vrdmad holds no PD, MR, CQ or QP" \
   bash -c "grep -q '^rc ok' '$work/data.out' && [ '$(jfield "$s" objects.pd)$(jfield "$s" objects.mr)$(jfield "$s" objects.cq)$(jfield "$s" objects.qp)' = 0000 ]"
 
+# 4c'. UD: two UD QPs, an AH (CREATE_AH) to the device's own address, a 256-byte SEND to the
+#     other QP's QPN and Q_Key; the process exits holding everything (ib_core's cleanup frees it).
+guest 60 "$work/ud.out" 'uverbs_data /dev/infiniband/uverbs0 ud' || true
+sed 's/^/  guest: /' "$work/ud.out" | grep -v "===" | cut -c1-300
+s=$(vwait objects.pd 0 5)
+check "UD: two UD QPs in RTS and an AH to the device's own address" has "$work/ud.out" "^ud qpn [0-9]* and [0-9]* in RTS, ah handle [1-9]"
+check "UD SEND and RECV completed (byte_len 40 + 256 with the GRH, src_qp), the bytes landed" has "$work/ud.out" "^ud ok:"
+check "the exited process's AH, UD QPs, CQ, MR and PD were destroyed (vrdmad objects $(jfield "$s" objects))" \
+  bash -c "[ '$(jfield "$s" objects.pd)$(jfield "$s" objects.mr)$(jfield "$s" objects.cq)$(jfield "$s" objects.qp)$(jfield "$s" objects.ah)' = 00000 ]"
+
 # 4d. A process SIGKILLed holding a PD, an MR, a CQ and 2 connected QPs (their rings mapped):
 #     ib_core's cleanup destroys them through the driver, and vrdmad's counters go back to 0.
 guest 30 "$work/hold3.out" '(uverbs_data /dev/infiniband/uverbs0 hold > /tmp/hold3.out 2>&1 &); for i in $(seq 100); do grep -q "^held\|failed" /tmp/hold3.out && break; sleep 0.1; done; cat /tmp/hold3.out' || true

@@ -11,7 +11,11 @@
  *              until the three completions arrive (10 s at most), each checked (status, opcode,
  *              byte_len, wr_id, qp_num), the completion event read from the channel, and the
  *              bytes compared with the pattern. Everything is destroyed in order.
- *   MODE hold: sets the same objects up, prints "held", and waits to be killed (60 s at most).
+ *   MODE ud:   two UD QPs instead, an AH (CREATE_AH) to the device's own address, a 256-byte SEND
+ *              to B's QPN and Q_Key and a receive on B; both completions (the receive's byte_len
+ *              40 + 256 with the GRH, src_qp A) and the bytes checked; "ud ok". The process exits
+ *              holding everything: ib_core's cleanup destroys it.
+ *   MODE hold: sets the RC objects up, prints "held pid=N", and waits to be killed (60 s at most).
  * Prints one line per step; "rc ok" at the end; exits 1 at the first failure with a sentence.
  */
 #include <errno.h>
@@ -32,6 +36,8 @@
 
 /* libibverbs' values (verbs.h), which the uverbs ABI carries and <rdma/> does not name. */
 enum { IB_QPS_INIT = 1, IB_QPS_RTR = 2, IB_QPS_RTS = 3 };
+enum { IB_QP_QKEY = 1 << 6 };
+#define UD_QKEY 0x11111111u
 enum { IB_MTU_1024 = 3 };
 enum {
 	IB_QP_STATE = 1 << 0, IB_QP_ACCESS_FLAGS = 1 << 3, IB_QP_PKEY_INDEX = 1 << 4, IB_QP_PORT = 1 << 5,
@@ -85,7 +91,7 @@ static void *map(__u64 offset, __u32 size, const char *what)
 	return p;
 }
 
-static void create_qp(struct qp *q, __u32 pd, __u32 cq)
+static void create_qp(struct qp *q, __u32 pd, __u32 cq, __u8 type)
 {
 	struct {
 		struct ib_uverbs_create_qp_resp core;
@@ -94,7 +100,7 @@ static void create_qp(struct qp *q, __u32 pd, __u32 cq)
 	struct ib_uverbs_create_qp c = {
 		.response = (uintptr_t)&r, .pd_handle = pd, .send_cq_handle = cq, .recv_cq_handle = cq,
 		.max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 2, .max_recv_sge = 2, .max_inline_data = 64,
-		.qp_type = IB_UVERBS_QPT_RC,
+		.qp_type = type,
 	};
 	int err;
 
@@ -210,10 +216,124 @@ static void ring(__u32 cmd, struct qp *q)
 		    q->qpn, strerror(err));
 }
 
+/* Waits for n CQEs in the mapped CQ (from index *next), 10 s at most. */
+static void poll_cq(unsigned char *cq, __u32 depth, __u32 *next, struct virtio_rdma_cqe *got, __u32 n)
+{
+	struct virtio_rdma_cq_control *ctl = (void *)cq;
+	struct timespec t0, t;
+	__u32 have = 0;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	while (have < n) {
+		struct virtio_rdma_cqe *e = (void *)(cq + VIRTIO_RDMA_CQE_OFFSET + (*next % depth) * VIRTIO_RDMA_CQE_SIZE);
+		if (__atomic_load_n(&e->owner, __ATOMIC_ACQUIRE) == virtio_rdma_cqe_phase(*next, depth)) {
+			got[have++] = *e;
+			__atomic_store_n(&ctl->consumer, ++*next, __ATOMIC_RELEASE);
+			continue;
+		}
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		if (t.tv_sec - t0.tv_sec > 10)
+			DIE("only %u of %u completions in 10 s (device produced %u)", have, n, ctl->producer);
+		usleep(1000);
+	}
+}
+
+/*
+ * UD: both QPs to RTS with one Q_Key, an AH to the device's own address, a receive (GRH room +
+ * 256 bytes) on B, a 256-byte SEND from A naming the AH, B's QPN and the Q_Key; the two
+ * completions and the bytes checked. The process exits without destroying: ib_core's cleanup does.
+ */
+static int ud_test(struct qp *a, struct qp *b, const __u8 *gid, int sgid, __u32 pd, unsigned char *buf, __u32 lkey,
+		   unsigned char *cq, __u32 depth)
+{
+	struct qp *qs[2] = { a, b };
+	struct ib_uverbs_modify_qp m;
+	int err;
+
+	for (int i = 0; i < 2; i++) {
+		memset(&m, 0, sizeof(m));
+		m.qp_state = IB_QPS_INIT;
+		m.port_num = 1;
+		m.qkey = UD_QKEY;
+		modify(qs[i], IB_QP_STATE | IB_QP_PKEY_INDEX | IB_QP_PORT | IB_QP_QKEY, &m, "to INIT");
+		memset(&m, 0, sizeof(m));
+		m.qp_state = IB_QPS_RTR;
+		modify(qs[i], IB_QP_STATE, &m, "to RTR");
+		memset(&m, 0, sizeof(m));
+		m.qp_state = IB_QPS_RTS;
+		m.sq_psn = 7;
+		modify(qs[i], IB_QP_STATE | IB_QP_SQ_PSN, &m, "to RTS");
+	}
+	struct {
+		struct ib_uverbs_create_ah_resp core;
+		struct virtio_rdma_abi_create_ah_resp abi;
+	} __attribute__((packed)) ar;
+	struct ib_uverbs_create_ah ca = { .response = (uintptr_t)&ar, .pd_handle = pd };
+	memcpy(ca.attr.grh.dgid, gid, 16);
+	ca.attr.grh.sgid_index = (__u8)sgid;
+	ca.attr.grh.hop_limit = 64;
+	ca.attr.is_global = 1;
+	ca.attr.port_num = 1;
+	memset(&ar, 0, sizeof(ar));
+	if ((err = command(IB_USER_VERBS_CMD_CREATE_AH, &ca, sizeof(ca), sizeof(ar))))
+		DIE("create_ah failed: %s", strerror(err));
+	if (ar.abi.ah_handle == 0)
+		DIE("create_ah answered device handle 0");
+	printf("ud qpn %u and %u in RTS, ah handle %u through GID index %d\n", a->qpn, b->qpn, ar.abi.ah_handle, sgid);
+
+	struct virtio_rdma_recv_wqe *rw = (void *)(b->map + b->abi.rq_offset);
+	struct virtio_rdma_sge *rs = (void *)(rw + 1);
+	rw->wr_id = 0x4001;
+	rw->num_sge = 1;
+	rs->addr = (uintptr_t)buf + 49152;
+	rs->length = 40 + 256;
+	rs->lkey = lkey;
+	__atomic_store_n(&qp_db(b)->rq_producer, ++b->rq_prod, __ATOMIC_RELEASE);
+	ring(IB_USER_VERBS_CMD_POST_RECV, b);
+	struct virtio_rdma_send_wqe *sw = (void *)(a->map + a->abi.sq_offset);
+	struct virtio_rdma_sge *ss = (void *)(sw + 1);
+	memset(sw, 0, a->abi.sq_stride);
+	sw->wr_id = 0x3001;
+	sw->opcode = 2;  /* IBV_WR_SEND */
+	sw->flags = VIRTIO_RDMA_SEND_SIGNALED;
+	sw->num_sge = 1;
+	sw->ah = ar.abi.ah_handle;
+	sw->remote_qpn = b->qpn;
+	sw->remote_qkey = UD_QKEY;
+	ss->addr = (uintptr_t)buf;
+	ss->length = 256;
+	ss->lkey = lkey;
+	__atomic_store_n(&qp_db(a)->sq_producer, ++a->sq_prod, __ATOMIC_RELEASE);
+	ring(IB_USER_VERBS_CMD_POST_SEND, a);
+
+	struct virtio_rdma_cqe got[2];
+	__u32 next = 0;
+	poll_cq(cq, depth, &next, got, 2);
+	int send = 0, recv = 0;
+	for (int i = 0; i < 2; i++) {
+		struct virtio_rdma_cqe *e = &got[i];
+		printf("ud cqe wr_id=%#" PRIx64 " status=%u opcode=%u byte_len=%u qp_num=%u src_qp=%u wc_flags=%#x\n",
+		       (uint64_t)e->wr_id, e->status, e->opcode, e->byte_len, e->qp_num, e->src_qp, e->wc_flags);
+		if (e->status == 0 && e->wr_id == 0x3001 && e->opcode == 0 && e->qp_num == a->qpn)
+			send++;
+		else if (e->status == 0 && e->wr_id == 0x4001 && e->opcode == 128 && e->byte_len == 40 + 256 &&
+			 e->qp_num == b->qpn && e->src_qp == a->qpn)
+			recv++;
+		else
+			DIE("UD completion %#" PRIx64 " is not one that was asked for", (uint64_t)e->wr_id);
+	}
+	if (send != 1 || recv != 1)
+		DIE("UD completions: %d SEND, %d RECV (want one each)", send, recv);
+	if (memcmp(buf + 49152 + 40, buf, 256) != 0)
+		DIE("the UD SEND's bytes did not land after the GRH");
+	printf("ud ok: SEND and RECV (40 + 256 bytes, src_qp %u) completed, data matches\n", a->qpn);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 3)
-		DIE("usage: uverbs_data DEV rc|hold");
+		DIE("usage: uverbs_data DEV rc|ud|hold");
 	int hold = strcmp(argv[2], "hold") == 0, err;
 	if ((fd = open(argv[1], O_RDWR | O_CLOEXEC)) < 0)
 		DIE("open %s: %s", argv[1], strerror(errno));
@@ -275,12 +395,15 @@ int main(int argc, char **argv)
 	struct qp a, b;
 	memset(&a, 0, sizeof(a));
 	memset(&b, 0, sizeof(b));
-	create_qp(&a, pr.pd_handle, cr.core.cq_handle);
-	create_qp(&b, pr.pd_handle, cr.core.cq_handle);
+	int ud = strcmp(argv[2], "ud") == 0;
+	create_qp(&a, pr.pd_handle, cr.core.cq_handle, ud ? IB_UVERBS_QPT_UD : IB_UVERBS_QPT_RC);
+	create_qp(&b, pr.pd_handle, cr.core.cq_handle, ud ? IB_UVERBS_QPT_UD : IB_UVERBS_QPT_RC);
 	__u8 gid[16];
 	int sgid = find_gid(gid);
 	if (sgid < 0)
 		DIE("no RoCEv2 GID ::ffff:a.b.c.d in vrdma0's table");
+	if (ud)
+		return ud_test(&a, &b, gid, sgid, pr.pd_handle, buf, mr.lkey, cq, cr.abi.depth);
 	connect_qp(&a, &b, gid, sgid);
 	connect_qp(&b, &a, gid, sgid);
 	printf("connected qpn %u <-> %u through GID index %d\n", a.qpn, b.qpn, sgid);
@@ -334,23 +457,11 @@ int main(int argc, char **argv)
 	ring(IB_USER_VERBS_CMD_POST_SEND, &a);
 
 	/* Poll the mapped CQ: three completions within 10 s. */
-	struct virtio_rdma_cq_control *ctl = (void *)cq;
 	struct virtio_rdma_cqe got[3];
-	__u32 n = 0;
+	__u32 next = 0;
 	struct timespec t0, t;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	while (n < 3) {
-		struct virtio_rdma_cqe *e = (void *)(cq + VIRTIO_RDMA_CQE_OFFSET + (n % cr.abi.depth) * VIRTIO_RDMA_CQE_SIZE);
-		if (__atomic_load_n(&e->owner, __ATOMIC_ACQUIRE) == virtio_rdma_cqe_phase(n, cr.abi.depth)) {
-			got[n++] = *e;
-			__atomic_store_n(&ctl->consumer, n, __ATOMIC_RELEASE);
-			continue;
-		}
-		clock_gettime(CLOCK_MONOTONIC, &t);
-		if (t.tv_sec - t0.tv_sec > 10)
-			DIE("only %u of 3 completions in 10 s (device produced %u)", n, ctl->producer);
-		usleep(1000);
-	}
+	poll_cq(cq, cr.abi.depth, &next, got, 3);
 	clock_gettime(CLOCK_MONOTONIC, &t);
 	printf("polled 3 completions in %ld ms\n", (long)((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000));
 	int seen_send = 0, seen_write = 0, seen_recv = 0;
