@@ -206,7 +206,7 @@ int vrdma_av_to_wire(struct vrdma_dev *dev, u32 qpn, const struct rdma_ah_attr *
 	if (!grh->sgid_attr || grh->sgid_attr->gid_type != IB_GID_TYPE_ROCE_UDP_ENCAP ||
 	    memcmp(grh->sgid_attr->gid.raw, dev->gid0.gid, sizeof(dev->gid0.gid))) {
 		dev_warn_ratelimited(&dev->vdev->dev,
-				     "%s %u: GID index %u is not the device's address %pI6 (RoCEv2); the device speaks from that address only\n",
+				     "%s %u: GID index %u is not the device's address %pI6c (RoCEv2); the device speaks from that address only\n",
 				     qpn ? "QP" : "AH of PD", qpn, grh->sgid_index, dev->gid0.gid);
 		return -EINVAL;
 	}

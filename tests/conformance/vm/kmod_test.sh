@@ -245,13 +245,17 @@ check "the 5 PDs of the exited process were freed (vrdmad objects.pd=$(jfield "$
 #     device's own address; a receive, a SEND and an RDMA WRITE written into the mapped rings and
 #     rung with POST_RECV / POST_SEND carrying no work request; the mapped CQ polled; the armed
 #     CQ's completion event read; the bytes compared.
-guest 60 "$work/data.out" 'uverbs_data /dev/infiniband/uverbs0 rc' || true
+guest 60 "$work/data.out" 'uverbs_data /dev/infiniband/uverbs0 rc; dmesg | grep "is not the device"' || true
 sed 's/^/  guest: /' "$work/data.out" | grep -v "===" | cut -c1-300
 s=$(vwait objects.pd 0 5)
-check "REG_MR of 64 KiB, CREATE_CQ (50 asked, 64 made) and 2 RC QPs, mapped by the process" \
-  bash -c "grep -q '^mr lkey=' '$work/data.out' && grep -q '^cq depth=64' '$work/data.out' && [ \$(grep -c '^qp qpn=' '$work/data.out') -eq 2 ]"
+check "REG_MR of 64 KiB, CREATE_CQ (50 asked, 64 made) and 3 RC QPs (one for a refusal), mapped by the process" \
+  bash -c "grep -q '^mr lkey=' '$work/data.out' && grep -q '^cq depth=64' '$work/data.out' && [ \$(grep -c '^qp qpn=' '$work/data.out') -eq 3 ]"
 check "the two QPs connected to each other through the device's own GID (RESET-INIT-RTR-RTS)" \
   has "$work/data.out" "^connected qpn [0-9]* <-> [0-9]* through GID index"
+check "QUERY_QP of a connected QP: RTS, its peer's QPN, the PSNs and the guest's GID index" \
+  has "$work/data.out" "^query_qp state=3 dest_qp_num=[0-9]* sq_psn=100 rq_psn=100 path_mtu=3 sgid_index=[0-9]* max_send_wr=16"
+check "refused with EINVAL: a QP addressed from a guest GID that is not the device's (the driver's sentence in the log), a producer index beyond the ring, a work request in POST_SEND, a CQ over max_cqe" \
+  bash -c "[ \$(grep -c '^refused: .*: Invalid argument' '$work/data.out') -eq 4 ] && grep -q 'GID index [0-9]* is not the device.s address ::ffff:$DEVIP' '$work/data.out'"
 check "SEND, RDMA WRITE and RECV completions polled from the mapped CQ (status, opcode, byte_len, wr_id, qp_num)" \
   has "$work/data.out" "^cqes ok: SEND, RDMA_WRITE and RECV (4096 bytes)"
 check "the armed CQ's completion event reached the completion channel" has "$work/data.out" "^completion event for the armed CQ"

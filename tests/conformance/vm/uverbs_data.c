@@ -121,13 +121,18 @@ static void create_qp(struct qp *q, __u32 pd, __u32 cq, __u8 type)
 	       r.abi.rq_stride, r.abi.mmap_size);
 }
 
-static void modify(struct qp *q, __u32 mask, struct ib_uverbs_modify_qp *m, const char *what)
+static int try_modify(struct qp *q, __u32 mask, struct ib_uverbs_modify_qp *m)
 {
-	int err;
-
 	m->qp_handle = q->handle;
 	m->attr_mask = mask;
-	if ((err = command(IB_USER_VERBS_CMD_MODIFY_QP, m, sizeof(*m), 0)))
+	return command(IB_USER_VERBS_CMD_MODIFY_QP, m, sizeof(*m), 0);
+}
+
+static void modify(struct qp *q, __u32 mask, struct ib_uverbs_modify_qp *m, const char *what)
+{
+	int err = try_modify(q, mask, m);
+
+	if (err)
 		DIE("modify_qp %s of QP %u failed: %s", what, q->qpn, strerror(err));
 }
 
@@ -166,6 +171,26 @@ static void connect_qp(struct qp *q, struct qp *peer, const __u8 *gid, int sgid)
 	       &m, "to RTS");
 }
 
+/* Guest GID table entry i as 16 bytes; 0 when it exists. */
+static int read_gid(int i, __u8 gid[16])
+{
+	char path[96], text[64];
+	unsigned g[8];
+	snprintf(path, sizeof(path), "/sys/class/infiniband/vrdma0/ports/1/gids/%d", i);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return -1;
+	int ok = fgets(text, sizeof(text), f) != NULL;
+	fclose(f);
+	if (!ok || sscanf(text, "%x:%x:%x:%x:%x:%x:%x:%x", &g[0], &g[1], &g[2], &g[3], &g[4], &g[5], &g[6], &g[7]) != 8)
+		return -1;
+	for (int k = 0; k < 8; k++) {
+		gid[2 * k] = (__u8)(g[k] >> 8);
+		gid[2 * k + 1] = (__u8)g[k];
+	}
+	return 0;
+}
+
 /* The guest GID table entry that is the device's address (::ffff:a.b.c.d, RoCE v2). */
 static int find_gid(__u8 gid[16])
 {
@@ -197,15 +222,28 @@ static int find_gid(__u8 gid[16])
 	return -1;
 }
 
+static int try_post_send(struct qp *q, __u32 wrs)
+{
+	struct ib_uverbs_post_send_resp r;
+	struct {
+		struct ib_uverbs_post_send c;
+		struct ib_uverbs_send_wr wr;
+		struct ib_uverbs_sge sge;
+	} c = { .c = { .response = (uintptr_t)&r, .qp_handle = q->handle, .wr_count = wrs, .sge_count = wrs,
+		       .wqe_size = sizeof(struct ib_uverbs_send_wr) } };
+
+	c.wr.num_sge = 1;
+	c.wr.opcode = IB_UVERBS_WR_SEND;
+	return command(IB_USER_VERBS_CMD_POST_SEND, &c, wrs ? sizeof(c) : sizeof(c.c), sizeof(r));
+}
+
 static void ring(__u32 cmd, struct qp *q)
 {
 	struct ib_uverbs_post_send_resp r;
 	int err;
 
 	if (cmd == IB_USER_VERBS_CMD_POST_SEND) {
-		struct ib_uverbs_post_send c = { .response = (uintptr_t)&r, .qp_handle = q->handle,
-						 .wqe_size = sizeof(struct ib_uverbs_send_wr) };
-		err = command(cmd, &c, sizeof(c), sizeof(r));
+		err = try_post_send(q, 0);
 	} else {
 		struct ib_uverbs_post_recv c = { .response = (uintptr_t)&r, .qp_handle = q->handle,
 						 .wqe_size = sizeof(struct ib_uverbs_recv_wr) };
@@ -214,6 +252,68 @@ static void ring(__u32 cmd, struct qp *q)
 	if (err)
 		DIE("%s (the doorbell) on QP %u failed: %s", cmd == IB_USER_VERBS_CMD_POST_SEND ? "post_send" : "post_recv",
 		    q->qpn, strerror(err));
+}
+
+/*
+ * What the driver must answer and refuse: QUERY_QP of a connected QP; a QP whose address is a
+ * guest GID other than the device's (EINVAL, the driver's sentence in the log); a producer index
+ * beyond the ring (EINVAL); POST_SEND carrying a work request for a user QP (EINVAL); a CQ over
+ * max_cqe (EINVAL).
+ */
+static void refusals(struct qp *a, struct qp *b, __u32 pd, __u32 cq, __u32 max_cqe, int sgid)
+{
+	struct ib_uverbs_query_qp_resp qr;
+	struct ib_uverbs_query_qp qq = { .response = (uintptr_t)&qr, .qp_handle = a->handle, .attr_mask = 0x1fffff };
+	int err;
+
+	memset(&qr, 0, sizeof(qr));
+	if ((err = command(IB_USER_VERBS_CMD_QUERY_QP, &qq, sizeof(qq), sizeof(qr))))
+		DIE("query_qp failed: %s", strerror(err));
+	printf("query_qp state=%u dest_qp_num=%u sq_psn=%u rq_psn=%u path_mtu=%u sgid_index=%u max_send_wr=%u\n",
+	       qr.qp_state, qr.dest_qp_num, qr.sq_psn, qr.rq_psn, qr.path_mtu, qr.dest.sgid_index, qr.max_send_wr);
+
+	struct qp c;
+	struct ib_uverbs_modify_qp m;
+	memset(&c, 0, sizeof(c));
+	create_qp(&c, pd, cq, IB_UVERBS_QPT_RC);
+	memset(&m, 0, sizeof(m));
+	m.qp_state = IB_QPS_INIT;
+	m.port_num = 1;
+	modify(&c, IB_QP_STATE | IB_QP_PKEY_INDEX | IB_QP_PORT | IB_QP_ACCESS_FLAGS, &m, "to INIT");
+	memset(&m, 0, sizeof(m));
+	m.qp_state = IB_QPS_RTR;
+	m.path_mtu = IB_MTU_1024;
+	m.dest_qp_num = b->qpn;
+	m.dest.sgid_index = (__u8)(sgid == 0 ? 1 : 0);  /* the fe80:: default GID: not the device's */
+	m.dest.hop_limit = 64;
+	m.dest.is_global = 1;
+	m.dest.port_num = 1;
+	/* To the link-local GID itself: ib_core takes the MAC from it, and the driver decides. */
+	if (read_gid(m.dest.sgid_index, m.dest.dgid) != 0)
+		DIE("vrdma0 has no GID %u to try", m.dest.sgid_index);
+	err = try_modify(&c, IB_QP_STATE | IB_QP_AV | IB_QP_PATH_MTU | IB_QP_DEST_QPN | IB_QP_RQ_PSN |
+				 IB_QP_MAX_DEST_RD_ATOMIC | IB_QP_MIN_RNR_TIMER, &m);
+	printf("refused: another GID: %s\n", strerror(err));
+	struct ib_uverbs_destroy_qp_resp dqr;
+	struct ib_uverbs_destroy_qp dq = { .response = (uintptr_t)&dqr, .qp_handle = c.handle };
+	munmap(c.map, c.abi.mmap_size);
+	if ((err = command(IB_USER_VERBS_CMD_DESTROY_QP, &dq, sizeof(dq), sizeof(dqr))))
+		DIE("destroy_qp failed: %s", strerror(err));
+
+	__atomic_store_n(&qp_db(a)->sq_producer, a->abi.sq_depth + 1, __ATOMIC_RELEASE);
+	err = try_post_send(a, 0);
+	printf("refused: a producer beyond the ring: %s\n", strerror(err));
+	__atomic_store_n(&qp_db(a)->sq_producer, 0, __ATOMIC_RELEASE);
+	err = try_post_send(a, 1);
+	printf("refused: a work request in POST_SEND: %s\n", strerror(err));
+
+	struct {
+		struct ib_uverbs_create_cq_resp core;
+		struct virtio_rdma_abi_create_cq_resp abi;
+	} cr;
+	struct ib_uverbs_create_cq ccq = { .response = (uintptr_t)&cr, .cqe = max_cqe + 1, .comp_channel = -1 };
+	err = command(IB_USER_VERBS_CMD_CREATE_CQ, &ccq, sizeof(ccq), sizeof(cr));
+	printf("refused: a CQ of %u entries: %s\n", max_cqe + 1, strerror(err));
 }
 
 /* Waits for n CQEs in the mapped CQ (from index *next), 10 s at most. */
@@ -407,6 +507,8 @@ int main(int argc, char **argv)
 	connect_qp(&a, &b, gid, sgid);
 	connect_qp(&b, &a, gid, sgid);
 	printf("connected qpn %u <-> %u through GID index %d\n", a.qpn, b.qpn, sgid);
+	if (!hold)
+		refusals(&a, &b, pr.pd_handle, cr.core.cq_handle, ctx.abi.max_cqe, sgid);
 	if (hold) {
 		printf("held pid=%d\n", (int)getpid());
 		fflush(stdout);
