@@ -308,27 +308,29 @@ echo "vrdmad: $(echo "$final" | cut -c1-400)"
 check "vrdmad has its frontend and counts $(jfield "$final" commands) commands, $(jfield "$final" command_errors) refused (the 6th PD)" \
   bash -c "[ '$(jfield "$final" connected)' = True ] && [ '$(jfield "$final" command_errors)' = 1 ] && [ '$(jfield "$final" commands)' -ge 20 ]"
 
-# 8. The backend dies (SIGKILL) while a process holds 2 PDs: the supervisor starts another, QEMU
-#    reconnects, the new backend says the guest's objects died (DEVICE_FATAL, backend restarted).
-#    The driver tells ib_core's users (IB_EVENT_DEVICE_FATAL), frees the lost PDs in the kernel
-#    without naming their handles again (the new backend's handles start over), and a new
-#    process gets working PDs from the new backend.
-guest 30 "$work/hold.out" 'modprobe ib_uverbs; (uverbs_probe /dev/infiniband/uverbs0 2 /tmp/go2 > /tmp/fatal.out 2>&1 &); sleep 0.5' || true
+# 8. The backend dies (SIGKILL) while a process holds 2 PDs and another a PD, an MR, a CQ and 2
+#    connected QPs: the supervisor starts another, QEMU reconnects, the new backend says the
+#    guest's objects died (DEVICE_FATAL, backend restarted). The driver tells ib_core's users
+#    (IB_EVENT_DEVICE_FATAL), frees the lost objects (and their rings) in the kernel without
+#    naming their handles again (the new backend's handles start over), and a new process gets
+#    working PDs from the new backend.
+guest 30 "$work/hold.out" 'modprobe ib_uverbs; (uverbs_probe /dev/infiniband/uverbs0 2 /tmp/go2 > /tmp/fatal.out 2>&1 &); (uverbs_data /dev/infiniband/uverbs0 hold > /tmp/hold8.out 2>&1 &); for i in $(seq 100); do grep -q "^held\|failed" /tmp/hold8.out && break; sleep 0.1; done; cat /tmp/hold8.out' || true
 killed=0 restarted=0
-held2=$(vwait objects.pd 2 6)
+held2=$(vwait objects.pd 3 6)
+pid8=$(sed -n 's/^held pid=\([0-9]*\).*/\1/p' "$work/hold.out" | head -1)
 backend=$(awk '{print $1}' "/proc/$vrdmad_pid/task/$vrdmad_pid/children" 2>/dev/null || true)
 [ -n "$held2" ] && [ -n "$backend" ] && kill -9 "$backend" && killed=1
 sleep 0.5
 [ -n "$(vwait migration.phase running 15)" ] && restarted=1
-guest 40 "$work/fatal.out" 'for i in $(seq 100); do dmesg | grep -q "event: device fatal" && break; sleep 0.1; done; touch /tmp/go2; for i in $(seq 100); do grep -q "pds freed\|failed" /tmp/fatal.out && break; sleep 0.1; done; cat /tmp/fatal.out; dmesg | grep "event: device fatal"; uverbs_probe /dev/infiniband/uverbs0 1 0; rdma link show' || true
+guest 40 "$work/fatal.out" 'for i in $(seq 100); do dmesg | grep -q "event: device fatal" && break; sleep 0.1; done; touch /tmp/go2; for i in $(seq 100); do grep -q "pds freed\|failed" /tmp/fatal.out && break; sleep 0.1; done; cat /tmp/fatal.out; kill -9 '"${pid8:-none}"'; for i in $(seq 50); do [ -d /proc/'"${pid8:-none}"' ] || break; sleep 0.1; done; [ -d /proc/'"${pid8:-none}"' ] || echo "held objects gone"; dmesg | grep "event: device fatal"; uverbs_probe /dev/infiniband/uverbs0 1 0; rdma link show' || true
 sed 's/^/  guest: /' "$work/fatal.out" | grep -v "===" | cut -c1-300
 after=$(vstatus)
-check "the backend ($backend) was killed holding 2 PDs, and the supervisor's new one runs the guest" \
+check "the backend ($backend) was killed holding 3 PDs, an MR, a CQ and 2 QPs, and the supervisor's new one runs the guest" \
   test "$killed$restarted" = 11
-check "the driver heard the device-fatal event and names the 2 lost PDs" \
-  has "$work/fatal.out" "event: device fatal (backend restarted): the device lost the guest's 2 PDs"
-check "the process's 2 lost PDs were freed (no handle named at the new backend: it refused nothing)" \
-  bash -c "grep -q '^pds freed=2' '$work/fatal.out' && [ '$(jfield "$after" command_errors)' = 0 ]"
+check "the driver heard the device-fatal event and names the 3 lost PDs and 4 other objects" \
+  has "$work/fatal.out" "event: device fatal (backend restarted): the device lost the guest's 3 PDs and 4 MRs, CQs and QPs"
+check "the processes' lost PDs, MR, CQ and QPs were freed (no handle named at the new backend: it refused nothing)" \
+  bash -c "grep -q '^pds freed=2' '$work/fatal.out' && grep -q '^held objects gone' '$work/fatal.out' && [ '$(jfield "$after" command_errors)' = 0 ]"
 check "a new process gets a PD from the new backend; vrdma0 still ACTIVE; the new backend holds none after" \
   bash -c "grep -q '^pds freed=1' '$work/fatal.out' && grep -q 'link vrdma0/1 state ACTIVE' '$work/fatal.out' && [ '$(jfield "$after" objects.pd)' = 0 ]"
 echo "  new backend: $(jfield "$after" commands) commands, $(jfield "$after" command_errors) refused, $(jfield "$after" events) events"
