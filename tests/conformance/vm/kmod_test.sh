@@ -260,6 +260,8 @@ check "SEND, RDMA WRITE and RECV completions polled from the mapped CQ (status, 
   has "$work/data.out" "^cqes ok: SEND, RDMA_WRITE and RECV (4096 bytes)"
 check "the armed CQ's completion event reached the completion channel" has "$work/data.out" "^completion event for the armed CQ"
 check "the SEND's and the RDMA WRITE's bytes landed (pattern compared)" has "$work/data.out" "^data ok:"
+check "an RDMA WRITE with a wrong rkey completes REM_ACCESS_ERR, and the QP's fatal event reaches the process's async fd" \
+  bash -c "grep -q '^bad rkey: cqe wr_id=0x1003 status=10' '$work/data.out' && grep -q '^qp fatal event:' '$work/data.out'"
 check "everything destroyed: vrdmad holds no PD, MR, CQ or QP" \
   bash -c "grep -q '^rc ok' '$work/data.out' && [ '$(jfield "$s" objects.pd)$(jfield "$s" objects.mr)$(jfield "$s" objects.cq)$(jfield "$s" objects.qp)' = 0000 ]"
 

@@ -98,7 +98,8 @@ static void create_qp(struct qp *q, __u32 pd, __u32 cq, __u8 type)
 		struct virtio_rdma_abi_create_qp_resp abi;
 	} r;
 	struct ib_uverbs_create_qp c = {
-		.response = (uintptr_t)&r, .pd_handle = pd, .send_cq_handle = cq, .recv_cq_handle = cq,
+		.response = (uintptr_t)&r, .user_handle = (uintptr_t)q, .pd_handle = pd, .send_cq_handle = cq,
+		.recv_cq_handle = cq,
 		.max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 2, .max_recv_sge = 2, .max_inline_data = 64,
 		.qp_type = type,
 	};
@@ -598,6 +599,39 @@ int main(int argc, char **argv)
 	if (memcmp(buf + 32768, buf + 4096, 8192) != 0)
 		DIE("the RDMA WRITE's bytes did not land at 32 KiB");
 	printf("data ok: SEND 4096 bytes and RDMA WRITE 8192 bytes match the pattern\n");
+
+	/* An RDMA WRITE with a wrong rkey: a remote access error, and the QP's fatal event. */
+	sw = (void *)(a.map + a.abi.sq_offset + (a.sq_prod % a.abi.sq_depth) * a.abi.sq_stride);
+	ss = (void *)(sw + 1);
+	memset(sw, 0, a.abi.sq_stride);
+	sw->wr_id = 0x1003;
+	sw->opcode = 0;  /* IBV_WR_RDMA_WRITE */
+	sw->flags = VIRTIO_RDMA_SEND_SIGNALED;
+	sw->num_sge = 1;
+	sw->remote_addr = (uintptr_t)buf + 32768;
+	sw->rkey = mr.rkey ^ 0x5a5a00;
+	ss->addr = (uintptr_t)buf;
+	ss->length = 64;
+	ss->lkey = mr.lkey;
+	__atomic_store_n(&qp_db(&a)->sq_producer, ++a.sq_prod, __ATOMIC_RELEASE);
+	ring(IB_USER_VERBS_CMD_POST_SEND, &a);
+	poll_cq(cq, cr.abi.depth, &next, got, 1);
+	printf("bad rkey: cqe wr_id=%#" PRIx64 " status=%u\n", (uint64_t)got[0].wr_id, got[0].status);
+	if (got[0].wr_id != 0x1003 || got[0].status != 10 /* IBV_WC_REM_ACCESS_ERR */)
+		DIE("the WRITE with a wrong rkey completed with status %u, not REM_ACCESS_ERR (10)", got[0].status);
+	struct pollfd af = { .fd = (int)ctx.core.async_fd, .events = POLLIN };
+	struct ib_uverbs_async_event_desc ae;
+	int fatal = 0;
+	for (int i = 0; i < 4 && !fatal; i++) {
+		if (poll(&af, 1, 5000) != 1 || read((int)ctx.core.async_fd, &ae, sizeof(ae)) != sizeof(ae))
+			break;
+		printf("async event type=%u element=%s\n", ae.event_type,
+		       ae.element == (uintptr_t)&a ? "QP A" : ae.element == (uintptr_t)&b ? "QP B" : "?");
+		fatal = ae.event_type == 1 /* IB_EVENT_QP_FATAL */ && ae.element == (uintptr_t)&a;
+	}
+	if (!fatal)
+		DIE("no QP_FATAL event for QP A on the async fd within 5 s");
+	printf("qp fatal event: QP A's error reached its async event fd\n");
 
 	/* Destroyed in order (ib_uverbs would do the same at close). */
 	struct ib_uverbs_destroy_qp_resp dqr;
