@@ -84,7 +84,7 @@ struct vrdma_dev {
 	bool events_stopped;
 	u64 events_seen;
 	atomic_t pds;  /* PDs the device holds for the guest: what a device-fatal event loses */
-	atomic_t objs; /* and MRs, CQs, QPs, AHs */
+	atomic_t objs; /* and MRs, CQs, QPs, SRQs, AHs */
 	/* The device's CQ and QP handles -> objects, for events (under xa_lock). */
 	struct xarray cqs;
 	struct xarray qps;
@@ -148,6 +148,17 @@ struct vrdma_cq {
 	u32 handle;
 	u32 depth;
 	int epoch;
+};
+
+struct vrdma_srq {
+	struct ib_srq ibsrq;
+	struct vrdma_ring *ring;  /* ring, status block, doorbell record */
+	u32 handle;
+	int epoch;
+	u32 depth, stride, max_sge;
+	u32 status_off, db_off;
+	u32 rung;
+	struct mutex db_mutex;
 };
 
 struct vrdma_ah {
@@ -227,6 +238,7 @@ void vrdma_ring_release(struct vrdma_ring *ring, bool device_may_write);
 int vrdma_mmap(struct ib_ucontext *uc, struct vm_area_struct *vma);
 void vrdma_mmap_free(struct rdma_user_mmap_entry *entry);
 int vrdma_doorbell(struct vrdma_dev *dev, u32 handle, u16 kind, u32 value);
+int vrdma_ring_producer(struct vrdma_dev *dev, u32 handle, u16 kind, u32 prod, u32 consumed, u32 depth, u32 *rung);
 void vrdma_doorbells_init(struct vrdma_dev *dev);
 void vrdma_doorbells_reclaim(struct vrdma_dev *dev, bool device_reset);
 
@@ -252,6 +264,12 @@ void vrdma_qp_event(struct vrdma_dev *dev, u32 handle, u32 info);
 int vrdma_av_to_wire(struct vrdma_dev *dev, u32 qpn, const struct rdma_ah_attr *ah, struct virtio_rdma_ah *w);
 int vrdma_create_user_ah(struct ib_ah *ah, struct rdma_ah_init_attr *attr, struct ib_udata *udata);
 int vrdma_destroy_ah(struct ib_ah *ah, u32 flags);
+
+/* vrdma_srq.c */
+int vrdma_create_srq(struct ib_srq *srq, struct ib_srq_init_attr *init, struct ib_udata *udata);
+int vrdma_destroy_srq(struct ib_srq *srq, struct ib_udata *udata);
+int vrdma_query_srq(struct ib_srq *srq, struct ib_srq_attr *attr);
+int vrdma_post_srq_recv(struct ib_srq *srq, const struct ib_recv_wr *wr, const struct ib_recv_wr **bad);
 
 /* vrdma_netdev.c */
 void vrdma_netdev_bind_now(struct vrdma_dev *dev);

@@ -4,9 +4,9 @@
  * whose GID table ib_core fills from the netdev carrying the device's address (vrdma_netdev.c),
  * per-process contexts and their mmaps (vrdma_ring.c), PDs made by the device (CREATE_PD,
  * DESTROY_PD), and the user objects that move data: MRs (vrdma_mr.c), CQs (vrdma_cq.c), RC and
- * UD QPs and user AHs (vrdma_qp.c).
+ * UD QPs and user AHs (vrdma_qp.c), SRQs (vrdma_srq.c).
  *
- * Not yet: kernel CQs, QPs and AHs, DMA MRs, SRQs (later slices); those verbs of ib_core's
+ * Not yet: kernel CQs, QPs, SRQs and AHs, DMA MRs (later slices); those verbs of ib_core's
  * mandatory list (drivers/infiniband/core/device.c, ib_device_check_mandatory) say "not
  * supported" (-EOPNOTSUPP).
  */
@@ -261,6 +261,10 @@ static const struct ib_device_ops vrdma_ops = {
 	.create_qp = vrdma_create_qp,
 	.modify_qp = vrdma_modify_qp,
 	.query_qp = vrdma_query_qp,
+	.create_srq = vrdma_create_srq,
+	.destroy_srq = vrdma_destroy_srq,
+	.query_srq = vrdma_query_srq,
+	.post_srq_recv = vrdma_post_srq_recv,
 	.create_user_ah = vrdma_create_user_ah,
 	.destroy_ah = vrdma_destroy_ah,
 	.destroy_qp = vrdma_destroy_qp,
@@ -275,6 +279,7 @@ static const struct ib_device_ops vrdma_ops = {
 	INIT_RDMA_OBJ_SIZE(ib_cq, vrdma_cq, ibcq),
 	INIT_RDMA_OBJ_SIZE(ib_qp, vrdma_qp, ibqp),
 	INIT_RDMA_OBJ_SIZE(ib_ah, vrdma_ah, ibah),
+	INIT_RDMA_OBJ_SIZE(ib_srq, vrdma_srq, ibsrq),
 };
 
 int vrdma_ib_register(struct vrdma_dev *dev)
@@ -290,10 +295,11 @@ int vrdma_ib_register(struct vrdma_dev *dev)
 	strscpy(ib->node_desc, "vrdma virtio RDMA device", sizeof(ib->node_desc));
 	/*
 	 * Write commands ib_core leaves off by default (device.c, _ib_alloc_device): the doorbells of
-	 * user QPs (POST_SEND / POST_RECV with no work request, vrdma_qp.c) and arming a CQ.
+	 * user QPs and SRQs (POST_SEND / POST_RECV / POST_SRQ_RECV with no work request, vrdma_qp.c,
+	 * vrdma_srq.c) and arming a CQ.
 	 */
 	ib->uverbs_cmd_mask |= BIT_ULL(IB_USER_VERBS_CMD_POST_SEND) | BIT_ULL(IB_USER_VERBS_CMD_POST_RECV) |
-			       BIT_ULL(IB_USER_VERBS_CMD_REQ_NOTIFY_CQ);
+			       BIT_ULL(IB_USER_VERBS_CMD_POST_SRQ_RECV) | BIT_ULL(IB_USER_VERBS_CMD_REQ_NOTIFY_CQ);
 	ib_set_device_ops(ib, &vrdma_ops);
 
 	ret = vrdma_netdev_watch_unregister(dev);

@@ -5,8 +5,8 @@
  * block and the process's doorbell record (virtio_rdma_abi.h); the process maps it, writes WQEs
  * in the contract's layout and its producer indexes in the doorbell record, and asks the kernel
  * to ring with the uverbs POST_SEND / POST_RECV commands carrying no work request. The kernel
- * parses no WQE: it checks the producer index and sends the DB_SQ / DB_RQ record. Kernel QPs
- * (no udata) and SRQs are not offered yet.
+ * parses no WQE: it checks the producer index and sends the DB_SQ / DB_RQ record. A QP on an SRQ
+ * has no receive ring (vrdma_srq.c). Kernel QPs (no udata) are not offered yet.
  *
  * The device speaks from one address, its GID 0; ib_core's GID table is the guest netdev's
  * (vrdma_netdev.c). A QP's address vector must name the table entry equal to the device's GID 0
@@ -57,7 +57,7 @@ int vrdma_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *attr, struct ib_
 		return -EOPNOTSUPP;
 	if (attr->qp_type == IB_QPT_UD && !(le64_to_cpu(dev->cfg.features) & VIRTIO_RDMA_FEATURE_UD))
 		return -EOPNOTSUPP;
-	if (attr->srq || attr->create_flags || attr->rwq_ind_tbl || attr->xrcd)
+	if (attr->create_flags || attr->rwq_ind_tbl || attr->xrcd)
 		return -EOPNOTSUPP;
 	if (udata->outlen < sizeof(uresp) || !ib_is_udata_cleared(udata, 0, udata->inlen))
 		return -EINVAL;
@@ -65,16 +65,17 @@ int vrdma_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *attr, struct ib_
 	    attr->cap.max_recv_sge > max_sge || attr->cap.max_inline_data > max_inline)
 		return -EINVAL;
 	qp->sq_depth = ring_depth(attr->cap.max_send_wr, max_wr);
-	qp->rq_depth = ring_depth(attr->cap.max_recv_wr, max_wr);
-	if (!qp->sq_depth || !qp->rq_depth)
+	/* On an SRQ the QP has no receive ring (the device answers a receive stride of 0). */
+	qp->rq_depth = attr->srq ? 0 : ring_depth(attr->cap.max_recv_wr, max_wr);
+	if (!qp->sq_depth || (!attr->srq && !qp->rq_depth))
 		return -EINVAL;
 	/* The device counts at least one SGE (its strides use max(1, sge)). */
 	qp->max_send_sge = max_t(u32, attr->cap.max_send_sge, 1);
-	qp->max_recv_sge = max_t(u32, attr->cap.max_recv_sge, 1);
+	qp->max_recv_sge = attr->srq ? 0 : max_t(u32, attr->cap.max_recv_sge, 1);
 	qp->max_inline = attr->cap.max_inline_data;
 	qp->sq_stride = virtio_rdma_send_stride(qp->max_send_sge, qp->max_inline);
-	qp->rq_stride = virtio_rdma_recv_stride(qp->max_recv_sge);
-	if (!qp->sq_stride || !qp->rq_stride)
+	qp->rq_stride = attr->srq ? 0 : virtio_rdma_recv_stride(qp->max_recv_sge);
+	if (!qp->sq_stride || (!attr->srq && !qp->rq_stride))
 		return -EINVAL;
 	sq_bytes = (u64)qp->sq_depth * qp->sq_stride;
 	rq_bytes = (u64)qp->rq_depth * qp->rq_stride;
@@ -96,6 +97,15 @@ int vrdma_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *attr, struct ib_
 	req.pd = cpu_to_le32(to_vpd(ibqp->pd)->handle);
 	req.send_cq = cpu_to_le32(to_vcq(attr->send_cq)->handle);
 	req.recv_cq = cpu_to_le32(to_vcq(attr->recv_cq)->handle);
+	if (attr->srq) {
+		struct vrdma_srq *srq = container_of(attr->srq, struct vrdma_srq, ibsrq);
+
+		if (!vrdma_live(dev, srq->epoch)) {
+			ret = -EIO;
+			goto err_ring;
+		}
+		req.srq = cpu_to_le32(srq->handle);
+	}
 	req.qp_type = attr->qp_type == IB_QPT_RC ? 2 : 4;  /* ibv_qp_type */
 	qp->sq_sig_all = attr->sq_sig_type == IB_SIGNAL_ALL_WR;
 	req.sq_sig_all = qp->sq_sig_all;
@@ -105,7 +115,7 @@ int vrdma_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *attr, struct ib_
 	req.max_recv_sge = cpu_to_le32(qp->max_recv_sge);
 	req.max_inline = cpu_to_le32(qp->max_inline);
 	req.sq_gpa = cpu_to_le64(qp->ring->gpa + qp->sq_off);
-	req.rq_gpa = cpu_to_le64(qp->ring->gpa + qp->rq_off);
+	req.rq_gpa = cpu_to_le64(attr->srq ? 0 : qp->ring->gpa + qp->rq_off);
 	req.status_gpa = cpu_to_le64(qp->ring->gpa + qp->status_off);
 	qp->epoch = atomic_read(&dev->epoch);
 	if (!vrdma_live(dev, to_vpd(ibqp->pd)->epoch) || !vrdma_live(dev, to_vcq(attr->send_cq)->epoch) ||
@@ -346,33 +356,23 @@ int vrdma_query_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask, struct
  */
 static int ring_user(struct vrdma_dev *dev, struct vrdma_qp *qp, bool send)
 {
-	u32 depth = send ? qp->sq_depth : qp->rq_depth;
-	u32 *rung = send ? &qp->sq_rung : &qp->rq_rung;
 	u32 prod, consumed;
-	int ret = 0;
+	int ret;
 
 	if (!vrdma_live(dev, qp->epoch))
 		return -EIO;
+	if (!send && !qp->rq_depth)
+		return -EINVAL;  /* a QP on an SRQ: its receives go to the SRQ */
 	mutex_lock(&qp->db_mutex);
 	if (send) {
 		prod = READ_ONCE(qp_db(qp)->sq_producer);
 		consumed = le32_to_cpu(READ_ONCE(qp_status(qp)->sq_consumed));
+		ret = vrdma_ring_producer(dev, qp->handle, VIRTIO_RDMA_DB_SQ, prod, consumed, qp->sq_depth, &qp->sq_rung);
 	} else {
 		prod = READ_ONCE(qp_db(qp)->rq_producer);
 		consumed = le32_to_cpu(READ_ONCE(qp_status(qp)->rq_consumed));
+		ret = vrdma_ring_producer(dev, qp->handle, VIRTIO_RDMA_DB_RQ, prod, consumed, qp->rq_depth, &qp->rq_rung);
 	}
-	if (prod == *rung)
-		goto out;
-	if (prod - *rung > depth || prod - consumed > depth) {
-		dev_dbg(&dev->vdev->dev, "QP %u: %s producer %u (rung %u, device consumed %u, depth %u) refused\n",
-			qp->ibqp.qp_num, send ? "send" : "receive", prod, *rung, consumed, depth);
-		ret = -EINVAL;
-		goto out;
-	}
-	ret = vrdma_doorbell(dev, qp->handle, send ? VIRTIO_RDMA_DB_SQ : VIRTIO_RDMA_DB_RQ, prod);
-	if (!ret)
-		*rung = prod;
-out:
 	mutex_unlock(&qp->db_mutex);
 	return ret;
 }

@@ -156,3 +156,26 @@ int vrdma_doorbell(struct vrdma_dev *dev, u32 handle, u16 kind, u32 value)
 		kfree(db);
 	return ret;
 }
+
+/*
+ * Rings a work ring from a process's producer index `prod` (its word: checked here). The index
+ * must not be more than the ring's depth ahead of what the device consumed (`consumed`, from the
+ * status block) nor of what was rung last (`*rung`); an index that did not move rings nothing.
+ * Caller serialises per ring.
+ */
+int vrdma_ring_producer(struct vrdma_dev *dev, u32 handle, u16 kind, u32 prod, u32 consumed, u32 depth, u32 *rung)
+{
+	int ret;
+
+	if (prod == *rung)
+		return 0;
+	if (prod - *rung > depth || prod - consumed > depth) {
+		dev_dbg(&dev->vdev->dev, "handle %u: producer %u (rung %u, device consumed %u, depth %u) refused\n",
+			handle, prod, *rung, consumed, depth);
+		return -EINVAL;
+	}
+	ret = vrdma_doorbell(dev, handle, kind, prod);
+	if (!ret)
+		*rung = prod;
+	return ret;
+}

@@ -2,7 +2,7 @@
 /*
  * The user/kernel ABI of virtio_rdma.ko (guest/kernel/, docs/virtio-rdma.md "The guest kernel
  * driver"): the driver-specific udata that follows the uverbs core structs of GET_CONTEXT,
- * CREATE_CQ, CREATE_QP and CREATE_AH, and the doorbell record a process shares with the driver. Shared by
+ * CREATE_CQ, CREATE_QP, CREATE_SRQ and CREATE_AH, and the doorbell record a process shares with the driver. Shared by
  * the module and the rdma-core provider (the next slice), in the manner of Linux's
  * include/uapi/rdma/ (vmw_pvrdma-abi.h and its kin): fixed-size __u32/__u64 fields in host order (the guest's: the
  * rings themselves are the device contract's, little-endian, include/vrdma/virtio_rdma.h), no
@@ -65,7 +65,10 @@ struct virtio_rdma_abi_qp_db {
 };
 VIRTIO_RDMA_ABI_STATIC_ASSERT(sizeof(struct virtio_rdma_abi_qp_db) == 64, "qp_db is 64 bytes");
 
-/* CREATE_QP's driver response: one mapping, the four parts at these offsets into it. */
+/*
+ * CREATE_QP's driver response: one mapping, the four parts at these offsets into it. A QP on an
+ * SRQ has no receive ring (rq_depth and rq_stride 0): its receives are the SRQ's.
+ */
 struct virtio_rdma_abi_create_qp_resp {
 	__u64 mmap_offset;
 	__u32 mmap_size;
@@ -80,6 +83,25 @@ struct virtio_rdma_abi_create_qp_resp {
 	__u32 qp_num;
 };
 VIRTIO_RDMA_ABI_STATIC_ASSERT(sizeof(struct virtio_rdma_abi_create_qp_resp) == 64, "create_qp_resp is 64 bytes");
+
+/*
+ * CREATE_SRQ's driver response: one mapping holding the ring (depth WQEs of stride bytes, the
+ * receive WQE layout), the device's virtio_rdma_qp_status (rq_consumed) and a
+ * virtio_rdma_abi_qp_db whose rq_producer is the SRQ's producer index (rung with the uverbs
+ * POST_SRQ_RECV command carrying no work request).
+ */
+struct virtio_rdma_abi_create_srq_resp {
+	__u64 mmap_offset;
+	__u32 mmap_size;
+	__u32 ring_offset;
+	__u32 status_offset;
+	__u32 db_offset;
+	__u32 depth;
+	__u32 stride;
+	__u32 max_sge;
+	__u32 srq_handle;  /* the device's handle (informative) */
+};
+VIRTIO_RDMA_ABI_STATIC_ASSERT(sizeof(struct virtio_rdma_abi_create_srq_resp) == 40, "create_srq_resp is 40 bytes");
 
 /* CREATE_AH's driver response: the handle a UD send WQE names (virtio_rdma_send_wqe.ah). */
 struct virtio_rdma_abi_create_ah_resp {

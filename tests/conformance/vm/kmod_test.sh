@@ -275,6 +275,16 @@ check "UD SEND and RECV completed (byte_len 40 + 256 with the GRH, src_qp), the 
 check "the exited process's AH, UD QPs, CQ, MR and PD were destroyed (vrdmad objects $(jfield "$s" objects))" \
   bash -c "[ '$(jfield "$s" objects.pd)$(jfield "$s" objects.mr)$(jfield "$s" objects.cq)$(jfield "$s" objects.qp)$(jfield "$s" objects.ah)' = 00000 ]"
 
+# 4c''. SRQ: an SRQ whose ring the process maps, an RC QP on it; a receive rung with
+#     POST_SRQ_RECV (no WR) serves a SEND to that QP; the process exits holding everything.
+guest 60 "$work/srq.out" 'uverbs_data /dev/infiniband/uverbs0 srq' || true
+sed 's/^/  guest: /' "$work/srq.out" | grep -v "===" | cut -c1-300
+s=$(vwait objects.pd 0 5)
+check "SRQ: CREATE_SRQ (10 asked, 16 made) mapped, an RC QP on it, its receive rung by POST_SRQ_RECV serves a SEND (data checked); POST_RECV on that QP refused" \
+  has "$work/srq.out" "^srq ok:"
+check "the exited process's SRQ, QPs, CQ, MR and PD were destroyed (vrdmad objects $(jfield "$s" objects))" \
+  bash -c "[ '$(jfield "$s" objects.pd)$(jfield "$s" objects.mr)$(jfield "$s" objects.cq)$(jfield "$s" objects.qp)$(jfield "$s" objects.srq)' = 00000 ]"
+
 # 4d. A process SIGKILLed holding a PD, an MR, a CQ and 2 connected QPs (their rings mapped):
 #     ib_core's cleanup destroys them through the driver, and vrdmad's counters go back to 0.
 guest 30 "$work/hold3.out" '(uverbs_data /dev/infiniband/uverbs0 hold > /tmp/hold3.out 2>&1 &); for i in $(seq 100); do grep -q "^held\|failed" /tmp/hold3.out && break; sleep 0.1; done; cat /tmp/hold3.out' || true

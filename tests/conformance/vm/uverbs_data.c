@@ -15,6 +15,8 @@
  *              to B's QPN and Q_Key and a receive on B; both completions (the receive's byte_len
  *              40 + 256 with the GRH, src_qp A) and the bytes checked; "ud ok". The process exits
  *              holding everything: ib_core's cleanup destroys it.
+ *   MODE srq:  an SRQ (its ring mapped), an RC QP on it, a receive rung with POST_SRQ_RECV and a
+ *              1 KiB SEND to that QP; POST_RECV on that QP refused; "srq ok". Exits holding all.
  *   MODE hold: sets the RC objects up, prints "held pid=N", and waits to be killed (60 s at most).
  * Prints one line per step; "rc ok" at the end; exits 1 at the first failure with a sentence.
  */
@@ -91,7 +93,8 @@ static void *map(__u64 offset, __u32 size, const char *what)
 	return p;
 }
 
-static void create_qp(struct qp *q, __u32 pd, __u32 cq, __u8 type)
+/* srq: an SRQ's handle, or -1 for a QP with its own receive ring. */
+static void create_qp_srq(struct qp *q, __u32 pd, __u32 cq, __u8 type, long srq)
 {
 	struct {
 		struct ib_uverbs_create_qp_resp core;
@@ -99,7 +102,7 @@ static void create_qp(struct qp *q, __u32 pd, __u32 cq, __u8 type)
 	} r;
 	struct ib_uverbs_create_qp c = {
 		.response = (uintptr_t)&r, .user_handle = (uintptr_t)q, .pd_handle = pd, .send_cq_handle = cq,
-		.recv_cq_handle = cq,
+		.recv_cq_handle = cq, .srq_handle = srq < 0 ? 0 : (__u32)srq, .is_srq = srq >= 0,
 		.max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 2, .max_recv_sge = 2, .max_inline_data = 64,
 		.qp_type = type,
 	};
@@ -111,8 +114,9 @@ static void create_qp(struct qp *q, __u32 pd, __u32 cq, __u8 type)
 	q->handle = r.core.qp_handle;
 	q->qpn = r.core.qpn;
 	q->abi = r.abi;
-	if (r.abi.qp_num != q->qpn || r.abi.sq_depth != 16 || r.abi.rq_depth != 16 ||
-	    r.abi.sq_stride != virtio_rdma_send_stride(2, 64) || r.abi.rq_stride != virtio_rdma_recv_stride(2) ||
+	if (r.abi.qp_num != q->qpn || r.abi.sq_depth != 16 || r.abi.rq_depth != (srq < 0 ? 16 : 0) ||
+	    r.abi.sq_stride != virtio_rdma_send_stride(2, 64) ||
+	    r.abi.rq_stride != (srq < 0 ? virtio_rdma_recv_stride(2) : 0) ||
 	    r.abi.db_offset + sizeof(struct virtio_rdma_abi_qp_db) > r.abi.mmap_size)
 		DIE("create_qp answered qpn %u/%u, depths %u/%u, strides %u/%u, db at %u of %u: not what was asked",
 		    q->qpn, r.abi.qp_num, r.abi.sq_depth, r.abi.rq_depth, r.abi.sq_stride, r.abi.rq_stride,
@@ -127,6 +131,11 @@ static int try_modify(struct qp *q, __u32 mask, struct ib_uverbs_modify_qp *m)
 	m->qp_handle = q->handle;
 	m->attr_mask = mask;
 	return command(IB_USER_VERBS_CMD_MODIFY_QP, m, sizeof(*m), 0);
+}
+
+static void create_qp(struct qp *q, __u32 pd, __u32 cq, __u8 type)
+{
+	create_qp_srq(q, pd, cq, type, -1);
 }
 
 static void modify(struct qp *q, __u32 mask, struct ib_uverbs_modify_qp *m, const char *what)
@@ -236,6 +245,15 @@ static int try_post_send(struct qp *q, __u32 wrs)
 	c.wr.num_sge = 1;
 	c.wr.opcode = IB_UVERBS_WR_SEND;
 	return command(IB_USER_VERBS_CMD_POST_SEND, &c, wrs ? sizeof(c) : sizeof(c.c), sizeof(r));
+}
+
+static int try_post_recv(struct qp *q)
+{
+	struct ib_uverbs_post_recv_resp r;
+	struct ib_uverbs_post_recv c = { .response = (uintptr_t)&r, .qp_handle = q->handle,
+					 .wqe_size = sizeof(struct ib_uverbs_recv_wr) };
+
+	return command(IB_USER_VERBS_CMD_POST_RECV, &c, sizeof(c), sizeof(r));
 }
 
 static void ring(__u32 cmd, struct qp *q)
@@ -431,10 +449,98 @@ static int ud_test(struct qp *a, struct qp *b, const __u8 *gid, int sgid, __u32 
 	return 0;
 }
 
+/*
+ * SRQ: an SRQ (CREATE_SRQ, its ring mapped), RC QP B on it and A connected to B, a receive
+ * written into the SRQ's ring and rung (POST_SRQ_RECV, no WR), a 1 KiB SEND from A; both
+ * completions and the bytes checked. The process exits holding everything.
+ */
+static int srq_test(__u32 pd, __u32 cqh, unsigned char *buf, __u32 lkey, unsigned char *cq, __u32 depth)
+{
+	struct {
+		struct ib_uverbs_create_srq_resp core;
+		struct virtio_rdma_abi_create_srq_resp abi;
+	} sr;
+	struct ib_uverbs_create_srq cs = { .response = (uintptr_t)&sr, .pd_handle = pd, .max_wr = 10, .max_sge = 2 };
+	int err;
+
+	memset(&sr, 0, sizeof(sr));
+	if ((err = command(IB_USER_VERBS_CMD_CREATE_SRQ, &cs, sizeof(cs), sizeof(sr))))
+		DIE("create_srq failed: %s", strerror(err));
+	if (sr.abi.depth != 16 || sr.core.max_wr != 16 || sr.abi.stride != virtio_rdma_recv_stride(2) ||
+	    sr.abi.db_offset + sizeof(struct virtio_rdma_abi_qp_db) > sr.abi.mmap_size)
+		DIE("create_srq answered depth %u/%u, stride %u, db at %u of %u", sr.abi.depth, sr.core.max_wr, sr.abi.stride,
+		    sr.abi.db_offset, sr.abi.mmap_size);
+	unsigned char *srq_map = map(sr.abi.mmap_offset, sr.abi.mmap_size, "SRQ ring");
+	printf("srq depth=%u stride=%u map=%u\n", sr.abi.depth, sr.abi.stride, sr.abi.mmap_size);
+
+	struct qp a, b;
+	memset(&a, 0, sizeof(a));
+	memset(&b, 0, sizeof(b));
+	create_qp(&a, pd, cqh, IB_UVERBS_QPT_RC);
+	create_qp_srq(&b, pd, cqh, IB_UVERBS_QPT_RC, sr.core.srq_handle);
+	__u8 gid[16];
+	int sgid = find_gid(gid);
+	if (sgid < 0)
+		DIE("no RoCEv2 GID ::ffff:a.b.c.d in vrdma0's table");
+	connect_qp(&a, &b, gid, sgid);
+	connect_qp(&b, &a, gid, sgid);
+
+	struct virtio_rdma_recv_wqe *rw = (void *)(srq_map + sr.abi.ring_offset);
+	struct virtio_rdma_sge *rs = (void *)(rw + 1);
+	rw->wr_id = 0x5001;
+	rw->num_sge = 1;
+	rs->addr = (uintptr_t)buf + 57344;
+	rs->length = 1024;
+	rs->lkey = lkey;
+	struct virtio_rdma_abi_qp_db *db = (void *)(srq_map + sr.abi.db_offset);
+	__atomic_store_n(&db->rq_producer, 1, __ATOMIC_RELEASE);
+	struct ib_uverbs_post_srq_recv_resp pr;
+	struct ib_uverbs_post_srq_recv ps = { .response = (uintptr_t)&pr, .srq_handle = sr.core.srq_handle,
+					      .wqe_size = sizeof(struct ib_uverbs_recv_wr) };
+	if ((err = command(IB_USER_VERBS_CMD_POST_SRQ_RECV, &ps, sizeof(ps), sizeof(pr))))
+		DIE("post_srq_recv (the doorbell) failed: %s", strerror(err));
+	if (try_post_recv(&b) != EINVAL)
+		DIE("POST_RECV on a QP on an SRQ was not refused");
+
+	struct virtio_rdma_send_wqe *sw = (void *)(a.map + a.abi.sq_offset);
+	struct virtio_rdma_sge *ss = (void *)(sw + 1);
+	memset(sw, 0, a.abi.sq_stride);
+	sw->wr_id = 0x6001;
+	sw->opcode = 2;  /* IBV_WR_SEND */
+	sw->flags = VIRTIO_RDMA_SEND_SIGNALED;
+	sw->num_sge = 1;
+	ss->addr = (uintptr_t)buf + 1000;
+	ss->length = 1024;
+	ss->lkey = lkey;
+	__atomic_store_n(&qp_db(&a)->sq_producer, ++a.sq_prod, __ATOMIC_RELEASE);
+	ring(IB_USER_VERBS_CMD_POST_SEND, &a);
+
+	struct virtio_rdma_cqe got[2];
+	__u32 next = 0;
+	poll_cq(cq, depth, &next, got, 2);
+	int send = 0, recv = 0;
+	for (int i = 0; i < 2; i++) {
+		struct virtio_rdma_cqe *e = &got[i];
+		printf("srq cqe wr_id=%#" PRIx64 " status=%u opcode=%u byte_len=%u qp_num=%u\n", (uint64_t)e->wr_id,
+		       e->status, e->opcode, e->byte_len, e->qp_num);
+		if (e->status == 0 && e->wr_id == 0x6001 && e->opcode == 0 && e->qp_num == a.qpn)
+			send++;
+		else if (e->status == 0 && e->wr_id == 0x5001 && e->opcode == 128 && e->byte_len == 1024 && e->qp_num == b.qpn)
+			recv++;
+		else
+			DIE("SRQ completion %#" PRIx64 " is not one that was asked for", (uint64_t)e->wr_id);
+	}
+	if (send != 1 || recv != 1 || memcmp(buf + 57344, buf + 1000, 1024) != 0)
+		DIE("SRQ: %d SEND, %d RECV completions, data %s", send, recv,
+		    memcmp(buf + 57344, buf + 1000, 1024) ? "differs" : "matches");
+	printf("srq ok: a SEND to a QP on the SRQ took the SRQ's receive (1024 bytes), data matches\n");
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 3)
-		DIE("usage: uverbs_data DEV rc|ud|hold");
+		DIE("usage: uverbs_data DEV rc|ud|srq|hold");
 	int hold = strcmp(argv[2], "hold") == 0, err;
 	if ((fd = open(argv[1], O_RDWR | O_CLOEXEC)) < 0)
 		DIE("open %s: %s", argv[1], strerror(errno));
@@ -496,7 +602,9 @@ int main(int argc, char **argv)
 	struct qp a, b;
 	memset(&a, 0, sizeof(a));
 	memset(&b, 0, sizeof(b));
-	int ud = strcmp(argv[2], "ud") == 0;
+	int ud = strcmp(argv[2], "ud") == 0, srq = strcmp(argv[2], "srq") == 0;
+	if (srq)
+		return srq_test(pr.pd_handle, cr.core.cq_handle, buf, mr.lkey, cq, cr.abi.depth);
 	create_qp(&a, pr.pd_handle, cr.core.cq_handle, ud ? IB_UVERBS_QPT_UD : IB_UVERBS_QPT_RC);
 	create_qp(&b, pr.pd_handle, cr.core.cq_handle, ud ? IB_UVERBS_QPT_UD : IB_UVERBS_QPT_RC);
 	__u8 gid[16];

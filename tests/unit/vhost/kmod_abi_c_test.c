@@ -66,6 +66,17 @@ int main(void)
 	FIELD(virtio_rdma_abi_create_qp_resp, qp_handle, 56, 4);
 	FIELD(virtio_rdma_abi_create_qp_resp, qp_num, 60, 4);
 
+	SIZE(virtio_rdma_abi_create_srq_resp, 40);
+	FIELD(virtio_rdma_abi_create_srq_resp, mmap_offset, 0, 8);
+	FIELD(virtio_rdma_abi_create_srq_resp, mmap_size, 8, 4);
+	FIELD(virtio_rdma_abi_create_srq_resp, ring_offset, 12, 4);
+	FIELD(virtio_rdma_abi_create_srq_resp, status_offset, 16, 4);
+	FIELD(virtio_rdma_abi_create_srq_resp, db_offset, 20, 4);
+	FIELD(virtio_rdma_abi_create_srq_resp, depth, 24, 4);
+	FIELD(virtio_rdma_abi_create_srq_resp, stride, 28, 4);
+	FIELD(virtio_rdma_abi_create_srq_resp, max_sge, 32, 4);
+	FIELD(virtio_rdma_abi_create_srq_resp, srq_handle, 36, 4);
+
 	SIZE(virtio_rdma_abi_create_ah_resp, 8);
 	FIELD(virtio_rdma_abi_create_ah_resp, ah_handle, 0, 4);
 
