@@ -51,7 +51,10 @@ int vrdma_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr, stru
 		goto err_ring;
 	}
 	/* A handle already known is the device's mistake (handles are never reused in a session). */
-	ret = xa_insert(&dev->cqs, cq->handle, cq, GFP_KERNEL);
+	ret = vrdma_live(dev, cq->epoch) ? xa_insert(&dev->cqs, cq->handle, cq, GFP_KERNEL) : 0;
+	/* A device-fatal event between the answer and here emptied the table: the CQ is not in it. */
+	if (!ret && !vrdma_live(dev, cq->epoch))
+		xa_cmpxchg(&dev->cqs, cq->handle, cq, NULL, GFP_KERNEL);
 	if (ret) {
 		dev_err_ratelimited(&dev->vdev->dev, "CREATE_CQ answered handle %u, which names another CQ\n",
 				    cq->handle);

@@ -78,7 +78,7 @@ static void handle(struct vrdma_dev *dev, const struct virtio_rdma_event *ev)
 				 info == VIRTIO_RDMA_FATAL_OBJECTS_LOST ? "objects lost in a migration" : "backend restarted");
 			break;
 		}
-		dev_err(d, "event: device fatal (%s): the device lost the guest's %d PDs and %d MRs, CQs and QPs; their users are told (IB_EVENT_DEVICE_FATAL)\n",
+		dev_err(d, "event: device fatal (%s): the device lost the guest's %d PDs and %d MRs, CQs, QPs, SRQs and AHs; their users are told (IB_EVENT_DEVICE_FATAL)\n",
 			info == VIRTIO_RDMA_FATAL_OBJECTS_LOST ? "objects lost in a migration" : "backend restarted", pds,
 			objs);
 		dispatch(dev, IB_EVENT_DEVICE_FATAL);

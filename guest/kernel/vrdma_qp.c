@@ -136,7 +136,10 @@ int vrdma_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *attr, struct ib_
 		ret = -EPROTO;
 		goto err_destroy;
 	}
-	ret = xa_insert(&dev->qps, qp->handle, qp, GFP_KERNEL);
+	ret = vrdma_live(dev, qp->epoch) ? xa_insert(&dev->qps, qp->handle, qp, GFP_KERNEL) : 0;
+	/* A device-fatal event between the answer and here emptied the table: the QP is not in it. */
+	if (!ret && !vrdma_live(dev, qp->epoch))
+		xa_cmpxchg(&dev->qps, qp->handle, qp, NULL, GFP_KERNEL);
 	if (ret) {
 		dev_err_ratelimited(&dev->vdev->dev, "CREATE_QP answered handle %u, which names another QP\n",
 				    qp->handle);

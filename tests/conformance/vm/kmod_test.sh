@@ -340,7 +340,7 @@ after=$(vstatus)
 check "the backend ($backend) was killed holding 3 PDs, an MR, a CQ and 2 QPs, and the supervisor's new one runs the guest" \
   test "$killed$restarted" = 11
 check "the driver heard the device-fatal event and names the 3 lost PDs and 4 other objects" \
-  has "$work/fatal.out" "event: device fatal (backend restarted): the device lost the guest's 3 PDs and 4 MRs, CQs and QPs"
+  has "$work/fatal.out" "event: device fatal (backend restarted): the device lost the guest's 3 PDs and 4 MRs, CQs, QPs, SRQs and AHs"
 check "the processes' lost PDs, MR, CQ and QPs were freed (no handle named at the new backend: it refused nothing)" \
   bash -c "grep -q '^pds freed=2' '$work/fatal.out' && grep -q '^held objects gone' '$work/fatal.out' && [ '$(jfield "$after" command_errors)' = 0 ]"
 check "a new process gets a PD from the new backend; vrdma0 still ACTIVE; the new backend holds none after" \
