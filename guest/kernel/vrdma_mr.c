@@ -3,7 +3,9 @@
  * Memory regions of user memory (docs/virtio-rdma.md "Memory registration"): ib_umem pins the
  * pages; the device is given their guest-physical addresses in a page list (REG_MR) at the
  * largest page size the region's layout allows (4 KiB .. 1 GiB, ib_umem_find_best_pgsz), and
- * registers them with its engine in place. The page list is read by the device during REG_MR
+ * registers them with its engine in place. The DMA addresses ib_umem gives are used as
+ * guest-physical addresses, which they are while no IOMMU in the guest translates for the
+ * function (with one, REG_MR is refused). The page list is read by the device during REG_MR
  * only, so it lives for the command. DMA MRs (get_dma_mr) are not offered: the device maps no
  * physical-address MR.
  */
@@ -45,6 +47,15 @@ struct ib_mr *vrdma_reg_user_mr(struct ib_pd *ibpd, u64 start, u64 length, u64 i
 		return ERR_PTR(-EINVAL);
 	if (!vrdma_live(dev, pd->epoch))
 		return ERR_PTR(-EIO);
+	/*
+	 * The page list must name guest-physical pages; ib_umem hands out DMA addresses of the
+	 * function's PCI device, which are the same only while no IOMMU translates for it.
+	 */
+	if (device_iommu_mapped(ibpd->device->dma_device)) {
+		dev_warn_ratelimited(&dev->vdev->dev,
+				     "reg_user_mr: an IOMMU translates for this function; the device takes guest-physical page lists only\n");
+		return ERR_PTR(-EOPNOTSUPP);
+	}
 
 	mr = kzalloc(sizeof(*mr), GFP_KERNEL);
 	if (!mr)
