@@ -13,9 +13,13 @@
 #include <linux/notifier.h>
 #include <linux/virtio.h>
 #include <linux/workqueue.h>
+#include <linux/xarray.h>
+#include <rdma/ib_umem.h>
 #include <rdma/ib_verbs.h>
+#include <rdma/uverbs_ioctl.h>
 
 #include <vrdma/virtio_rdma.h>
+#include <vrdma/virtio_rdma_abi.h>
 
 /*
  * QUERY_PORT's link_layer as vrdmad writes it today: the engine's own enumeration
@@ -37,7 +41,7 @@
 #define VRDMA_GID_TABLE_LEN 16
 /* Event buffers kept posted on the event queue. */
 #define VRDMA_EVENT_BUFS 64
-#define VRDMA_UVERBS_ABI_VERSION 1
+#define VRDMA_UVERBS_ABI_VERSION VIRTIO_RDMA_ABI_VERSION
 
 /* Slots of the control command buffer (DMA-able, one command at a time). */
 #define VRDMA_MAX_REQUEST 256u
@@ -55,7 +59,12 @@ struct vrdma_dev {
 
 	struct virtqueue *ctrl_vq;
 	struct virtqueue *event_vq;
-	struct virtqueue *db_vq;     /* doorbells come with CQs and QPs */
+	struct virtqueue *db_vq;
+
+	/* The doorbell queue (vrdma_ring.c): one record per chain, reclaimed as the device uses them. */
+	spinlock_t db_lock;
+	bool db_stopped;
+	u64 doorbells;
 
 	/* The control queue: one command in flight, under cmd_lock. */
 	struct mutex cmd_lock;
@@ -75,6 +84,10 @@ struct vrdma_dev {
 	bool events_stopped;
 	u64 events_seen;
 	atomic_t pds;  /* PDs the device holds for the guest: what a device-fatal event loses */
+	atomic_t objs; /* and MRs, CQs, QPs, SRQs, AHs */
+	/* The device's CQ and QP handles -> objects, for events (under xa_lock). */
+	struct xarray cqs;
+	struct xarray qps;
 	/*
 	 * Bumped by a device-fatal event. The device's handles start over after it lost the
 	 * guest's objects, so a PD from an earlier epoch must never be named again: its handle may
@@ -108,13 +121,64 @@ struct vrdma_pd {
 	int epoch;   /* dev->epoch before CREATE_PD was sent */
 };
 
-/* CQs and QPs are not made yet; ib_core allocates these for its mandatory verbs. */
+/*
+ * Kernel memory the device reads or writes by guest-physical address and a process maps
+ * (vrdma_ring.c): physically contiguous, zeroed, page-aligned. Owned by its mmap entry: freed
+ * when both the object (rdma_user_mmap_entry_remove) and every mapping have let it go, unless
+ * the device may still write it (leak: a device that never answered the DESTROY).
+ */
+struct vrdma_ring {
+	struct rdma_user_mmap_entry rdma;
+	void *cpu;
+	size_t size;
+	u64 gpa;
+	bool leak;
+};
+
+struct vrdma_mr {
+	struct ib_mr ibmr;
+	struct ib_umem *umem;
+	u32 handle;
+	int epoch;
+};
+
 struct vrdma_cq {
 	struct ib_cq ibcq;
+	struct vrdma_ring *ring;
+	u32 handle;
+	u32 depth;
+	int epoch;
+};
+
+struct vrdma_srq {
+	struct ib_srq ibsrq;
+	struct vrdma_ring *ring;  /* ring, status block, doorbell record */
+	u32 handle;
+	int epoch;
+	u32 depth, stride, max_sge;
+	u32 status_off, db_off;
+	u32 rung;
+	struct mutex db_mutex;
+};
+
+struct vrdma_ah {
+	struct ib_ah ibah;
+	u32 handle;
+	int epoch;
 };
 
 struct vrdma_qp {
 	struct ib_qp ibqp;
+	struct vrdma_ring *ring;  /* SQ, RQ, status block, doorbell record */
+	u32 handle;
+	int epoch;
+	u32 sq_depth, rq_depth, sq_stride, rq_stride;
+	u32 max_send_sge, max_recv_sge, max_inline;
+	u32 sq_off, rq_off, status_off, db_off;
+	u32 sq_rung, rq_rung;  /* the producer indexes last sent to the device */
+	bool sq_sig_all;
+	u8 sgid_index;         /* the guest's GID index the QP was given (the device's GID 0) */
+	struct mutex db_mutex; /* one doorbell reader at a time per QP */
 };
 
 static inline struct vrdma_dev *to_vdev(struct ib_device *ib)
@@ -122,11 +186,41 @@ static inline struct vrdma_dev *to_vdev(struct ib_device *ib)
 	return container_of(ib, struct vrdma_dev, ib);
 }
 
+static inline struct vrdma_pd *to_vpd(struct ib_pd *pd)
+{
+	return container_of(pd, struct vrdma_pd, ibpd);
+}
+
+static inline struct vrdma_cq *to_vcq(struct ib_cq *cq)
+{
+	return container_of(cq, struct vrdma_cq, ibcq);
+}
+
+static inline struct vrdma_qp *to_vqp(struct ib_qp *qp)
+{
+	return container_of(qp, struct vrdma_qp, ibqp);
+}
+
+/*
+ * True when an object made in `epoch` is still the device's: after a device-fatal event its
+ * handle may name another object, so it is never sent again.
+ */
+static inline bool vrdma_live(struct vrdma_dev *dev, int epoch)
+{
+	return epoch == atomic_read(&dev->epoch);
+}
+
 /* vrdma_cmd.c */
 int vrdma_cmd_init(struct vrdma_dev *dev);
 void vrdma_cmd_free(struct vrdma_dev *dev);
 void vrdma_ctrl_done(struct virtqueue *vq);
 int vrdma_cmd(struct vrdma_dev *dev, u32 cmd, const void *req, size_t req_len, void *resp, size_t resp_len);
+
+/* The control queue was given up: the device may still hold (and use) what it was last given. */
+static inline bool vrdma_cmd_lost(struct vrdma_dev *dev)
+{
+	return READ_ONCE(dev->cmd_dead);
+}
 
 /* vrdma_event.c */
 void vrdma_event_done(struct virtqueue *vq);
@@ -137,6 +231,45 @@ void vrdma_events_free(struct vrdma_dev *dev);
 /* vrdma_ib.c */
 int vrdma_ib_register(struct vrdma_dev *dev);
 void vrdma_ib_unregister(struct vrdma_dev *dev);
+
+/* vrdma_ring.c: ring memory and its mmap, the doorbell queue */
+struct vrdma_ring *vrdma_ring_alloc(struct ib_ucontext *uc, size_t size);
+void vrdma_ring_release(struct vrdma_ring *ring, bool device_may_write);
+int vrdma_mmap(struct ib_ucontext *uc, struct vm_area_struct *vma);
+void vrdma_mmap_free(struct rdma_user_mmap_entry *entry);
+int vrdma_doorbell(struct vrdma_dev *dev, u32 handle, u16 kind, u32 value);
+int vrdma_ring_producer(struct vrdma_dev *dev, u32 handle, u16 kind, u32 prod, u32 consumed, u32 depth, u32 *rung);
+void vrdma_doorbells_init(struct vrdma_dev *dev);
+void vrdma_doorbells_reclaim(struct vrdma_dev *dev, bool device_reset);
+
+/* vrdma_mr.c */
+struct ib_mr *vrdma_reg_user_mr(struct ib_pd *pd, u64 start, u64 length, u64 iova, int access, struct ib_udata *udata);
+int vrdma_dereg_mr(struct ib_mr *mr, struct ib_udata *udata);
+
+/* vrdma_cq.c */
+int vrdma_create_cq(struct ib_cq *cq, const struct ib_cq_init_attr *attr, struct ib_udata *udata);
+int vrdma_destroy_cq(struct ib_cq *cq, struct ib_udata *udata);
+int vrdma_poll_cq(struct ib_cq *cq, int n, struct ib_wc *wc);
+int vrdma_req_notify_cq(struct ib_cq *cq, enum ib_cq_notify_flags flags);
+void vrdma_cq_event(struct vrdma_dev *dev, u32 handle, bool error);
+
+/* vrdma_qp.c */
+int vrdma_create_qp(struct ib_qp *qp, struct ib_qp_init_attr *attr, struct ib_udata *udata);
+int vrdma_modify_qp(struct ib_qp *qp, struct ib_qp_attr *attr, int mask, struct ib_udata *udata);
+int vrdma_query_qp(struct ib_qp *qp, struct ib_qp_attr *attr, int mask, struct ib_qp_init_attr *init);
+int vrdma_destroy_qp(struct ib_qp *qp, struct ib_udata *udata);
+int vrdma_post_send(struct ib_qp *qp, const struct ib_send_wr *wr, const struct ib_send_wr **bad);
+int vrdma_post_recv(struct ib_qp *qp, const struct ib_recv_wr *wr, const struct ib_recv_wr **bad);
+void vrdma_qp_event(struct vrdma_dev *dev, u32 handle, u32 info);
+int vrdma_av_to_wire(struct vrdma_dev *dev, u32 qpn, const struct rdma_ah_attr *ah, struct virtio_rdma_ah *w);
+int vrdma_create_user_ah(struct ib_ah *ah, struct rdma_ah_init_attr *attr, struct ib_udata *udata);
+int vrdma_destroy_ah(struct ib_ah *ah, u32 flags);
+
+/* vrdma_srq.c */
+int vrdma_create_srq(struct ib_srq *srq, struct ib_srq_init_attr *init, struct ib_udata *udata);
+int vrdma_destroy_srq(struct ib_srq *srq, struct ib_udata *udata);
+int vrdma_query_srq(struct ib_srq *srq, struct ib_srq_attr *attr);
+int vrdma_post_srq_recv(struct ib_srq *srq, const struct ib_recv_wr *wr, const struct ib_recv_wr **bad);
 
 /* vrdma_netdev.c */
 void vrdma_netdev_bind_now(struct vrdma_dev *dev);

@@ -3,8 +3,8 @@
  * The event queue (docs/virtio-rdma.md "Event queue (1)"): the driver keeps VRDMA_EVENT_BUFS
  * writable 16-byte buffers posted; the device fills one virtio_rdma_event per buffer. Events are
  * read in a work item, checked (length, type, handle), turned into ib_core events and the buffer
- * posted again. No CQ or QP exists yet, so an event naming one is the device's mistake and only
- * logged.
+ * posted again. CQ and QP events go to the object's handlers (vrdma_cq_event, vrdma_qp_event);
+ * one naming a handle the driver does not hold is logged.
  */
 #include <linux/scatterlist.h>
 #include <linux/slab.h>
@@ -29,11 +29,26 @@ static void dispatch(struct vrdma_dev *dev, enum ib_event_type type)
 		ib_dispatch_event(&e);
 }
 
+/*
+ * After a device-fatal event the device's handles start over: the CQs and QPs of the lost epoch
+ * no longer answer to their handles (their destroy sends nothing: vrdma_live).
+ */
+static void forget_handles(struct vrdma_dev *dev)
+{
+	unsigned long i;
+	void *obj;
+
+	xa_for_each(&dev->cqs, i, obj)
+		xa_erase(&dev->cqs, i);
+	xa_for_each(&dev->qps, i, obj)
+		xa_erase(&dev->qps, i);
+}
+
 static void handle(struct vrdma_dev *dev, const struct virtio_rdma_event *ev)
 {
 	u32 type = le32_to_cpu(ev->type), handle = le32_to_cpu(ev->handle), info = le32_to_cpu(ev->info);
 	struct device *d = &dev->vdev->dev;
-	int pds;
+	int pds, objs;
 
 	dev->events_seen++;
 	switch (type) {
@@ -54,21 +69,29 @@ static void handle(struct vrdma_dev *dev, const struct virtio_rdma_event *ev)
 		 */
 		atomic_inc(&dev->epoch);  /* before anything is told: no lost handle is named again */
 		pds = atomic_xchg(&dev->pds, 0);
+		objs = atomic_xchg(&dev->objs, 0);
+		forget_handles(dev);
 		if (info != VIRTIO_RDMA_FATAL_OBJECTS_LOST && info != VIRTIO_RDMA_FATAL_BACKEND_RESTARTED)
 			dev_warn(d, "event: device fatal with an unknown reason %u\n", info);
-		if (pds == 0) {
+		if (pds == 0 && objs == 0) {
 			dev_info(d, "event: device fatal (%s), and the driver held no objects: nothing was lost\n",
 				 info == VIRTIO_RDMA_FATAL_OBJECTS_LOST ? "objects lost in a migration" : "backend restarted");
 			break;
 		}
-		dev_err(d, "event: device fatal (%s): the device lost the guest's %d PDs; their users are told (IB_EVENT_DEVICE_FATAL)\n",
-			info == VIRTIO_RDMA_FATAL_OBJECTS_LOST ? "objects lost in a migration" : "backend restarted", pds);
+		dev_err(d, "event: device fatal (%s): the device lost the guest's %d PDs and %d MRs, CQs, QPs, SRQs and AHs; their users are told (IB_EVENT_DEVICE_FATAL)\n",
+			info == VIRTIO_RDMA_FATAL_OBJECTS_LOST ? "objects lost in a migration" : "backend restarted", pds,
+			objs);
 		dispatch(dev, IB_EVENT_DEVICE_FATAL);
 		break;
 	case VIRTIO_RDMA_EV_CQ_COMPLETION:
+		vrdma_cq_event(dev, handle, false);
+		break;
 	case VIRTIO_RDMA_EV_CQ_ERROR:
+		dev_warn_ratelimited(d, "event: CQ %u error\n", handle);
+		vrdma_cq_event(dev, handle, true);
+		break;
 	case VIRTIO_RDMA_EV_QP_FATAL:
-		dev_warn_ratelimited(d, "event %u names CQ/QP %u, but the driver has made none\n", type, handle);
+		vrdma_qp_event(dev, handle, info);
 		break;
 	case VIRTIO_RDMA_EV_STATE_AREA_SMALL:
 		dev_warn_ratelimited(d, "event: the device asks for a state area of %u KiB; this driver posts none yet\n", info);

@@ -2,13 +2,13 @@
 /*
  * The ib_device: queries answered from the device (QUERY_DEVICE, QUERY_PORT), one RoCEv2 port
  * whose GID table ib_core fills from the netdev carrying the device's address (vrdma_netdev.c),
- * per-process contexts, and PDs made by the device (CREATE_PD, DESTROY_PD).
+ * per-process contexts and their mmaps (vrdma_ring.c), PDs made by the device (CREATE_PD,
+ * DESTROY_PD), and the user objects that move data: MRs (vrdma_mr.c), CQs (vrdma_cq.c), RC and
+ * UD QPs and user AHs (vrdma_qp.c), SRQs (vrdma_srq.c).
  *
- * Not yet: CQs, QPs, MRs, AHs, SRQs (later slices). ib_core refuses to register a device
- * without create_qp, create_cq, reg_user_mr and the rest of its mandatory list
- * (drivers/infiniband/core/device.c, ib_device_check_mandatory), so those verbs are present and
- * say "not supported" (-EOPNOTSUPP) instead of being left out; the ones that act on an object
- * that cannot exist yet warn if they are ever reached.
+ * Not yet: kernel CQs, QPs, SRQs and AHs, DMA MRs (later slices); those verbs of ib_core's
+ * mandatory list (drivers/infiniband/core/device.c, ib_device_check_mandatory) say "not
+ * supported" (-EOPNOTSUPP).
  */
 #include <linux/module.h>
 #include <rdma/ib_cache.h>
@@ -159,10 +159,25 @@ static void vrdma_fw_str(struct ib_device *ib, char *str)
 		 to_vdev(ib)->dattr.fw_ver);
 }
 
-/* A process's context: a kernel object only (the contract has no per-process device object). */
+/*
+ * A process's context: a kernel object only (the contract has no per-process device object).
+ * Its answer (virtio_rdma_abi.h) gives the provider the limits it sizes rings against; a caller
+ * that asks for no answer (outlen 0) gets none.
+ */
 static int vrdma_alloc_ucontext(struct ib_ucontext *uc, struct ib_udata *udata)
 {
-	return 0;
+	struct vrdma_dev *dev = to_vdev(uc->device);
+	struct virtio_rdma_abi_ucontext_resp r = {
+		.abi_version = VIRTIO_RDMA_ABI_VERSION,
+		.max_qp_wr = le32_to_cpu(dev->dattr.max_qp_wr),
+		.max_cqe = le32_to_cpu(dev->dattr.max_cqe),
+		.max_sge = le32_to_cpu(dev->dattr.max_sge),
+		.max_inline = le32_to_cpu(dev->dattr.max_inline_data),
+	};
+
+	if (!udata->outlen)
+		return 0;
+	return ib_copy_to_udata(udata, &r, min(udata->outlen, sizeof(r)));
 }
 
 static void vrdma_dealloc_ucontext(struct ib_ucontext *uc)
@@ -172,7 +187,7 @@ static void vrdma_dealloc_ucontext(struct ib_ucontext *uc)
 static int vrdma_alloc_pd(struct ib_pd *ibpd, struct ib_udata *udata)
 {
 	struct vrdma_dev *dev = to_vdev(ibpd->device);
-	struct vrdma_pd *pd = container_of(ibpd, struct vrdma_pd, ibpd);
+	struct vrdma_pd *pd = to_vpd(ibpd);
 	struct virtio_rdma_handle_resp r;
 	int ret;
 
@@ -215,77 +230,10 @@ static int vrdma_dealloc_pd(struct ib_pd *ibpd, struct ib_udata *udata)
 	return 0;
 }
 
-/* ---- Mandatory for ib_core, not supported yet ------------------------------------------------ */
-static int vrdma_create_cq(struct ib_cq *cq, const struct ib_cq_init_attr *attr, struct ib_udata *udata)
-{
-	return -EOPNOTSUPP;
-}
-
-static int vrdma_create_qp(struct ib_qp *qp, struct ib_qp_init_attr *attr, struct ib_udata *udata)
-{
-	return -EOPNOTSUPP;
-}
-
+/* No DMA MR: the device registers no physical-address range (a kernel ULP would need one). */
 static struct ib_mr *vrdma_get_dma_mr(struct ib_pd *pd, int access)
 {
 	return ERR_PTR(-EOPNOTSUPP);
-}
-
-static struct ib_mr *vrdma_reg_user_mr(struct ib_pd *pd, u64 start, u64 length, u64 iova, int access,
-				       struct ib_udata *udata)
-{
-	return ERR_PTR(-EOPNOTSUPP);
-}
-
-/* No CQ, QP or MR can exist, so these are never reached. */
-static int vrdma_destroy_cq(struct ib_cq *cq, struct ib_udata *udata)
-{
-	WARN_ON_ONCE(1);
-	return 0;
-}
-
-static int vrdma_poll_cq(struct ib_cq *cq, int n, struct ib_wc *wc)
-{
-	WARN_ON_ONCE(1);
-	return -EOPNOTSUPP;
-}
-
-static int vrdma_req_notify_cq(struct ib_cq *cq, enum ib_cq_notify_flags flags)
-{
-	WARN_ON_ONCE(1);
-	return -EOPNOTSUPP;
-}
-
-static int vrdma_modify_qp(struct ib_qp *qp, struct ib_qp_attr *attr, int mask, struct ib_udata *udata)
-{
-	WARN_ON_ONCE(1);
-	return -EOPNOTSUPP;
-}
-
-static int vrdma_destroy_qp(struct ib_qp *qp, struct ib_udata *udata)
-{
-	WARN_ON_ONCE(1);
-	return 0;
-}
-
-static int vrdma_post_send(struct ib_qp *qp, const struct ib_send_wr *wr, const struct ib_send_wr **bad)
-{
-	WARN_ON_ONCE(1);
-	*bad = wr;
-	return -EOPNOTSUPP;
-}
-
-static int vrdma_post_recv(struct ib_qp *qp, const struct ib_recv_wr *wr, const struct ib_recv_wr **bad)
-{
-	WARN_ON_ONCE(1);
-	*bad = wr;
-	return -EOPNOTSUPP;
-}
-
-static int vrdma_dereg_mr(struct ib_mr *mr, struct ib_udata *udata)
-{
-	WARN_ON_ONCE(1);
-	return 0;
 }
 
 static const struct ib_device_ops vrdma_ops = {
@@ -303,6 +251,8 @@ static const struct ib_device_ops vrdma_ops = {
 	.dealloc_ucontext = vrdma_dealloc_ucontext,
 	.alloc_pd = vrdma_alloc_pd,
 	.dealloc_pd = vrdma_dealloc_pd,
+	.mmap = vrdma_mmap,
+	.mmap_free = vrdma_mmap_free,
 
 	.create_cq = vrdma_create_cq,
 	.destroy_cq = vrdma_destroy_cq,
@@ -310,6 +260,13 @@ static const struct ib_device_ops vrdma_ops = {
 	.req_notify_cq = vrdma_req_notify_cq,
 	.create_qp = vrdma_create_qp,
 	.modify_qp = vrdma_modify_qp,
+	.query_qp = vrdma_query_qp,
+	.create_srq = vrdma_create_srq,
+	.destroy_srq = vrdma_destroy_srq,
+	.query_srq = vrdma_query_srq,
+	.post_srq_recv = vrdma_post_srq_recv,
+	.create_user_ah = vrdma_create_user_ah,
+	.destroy_ah = vrdma_destroy_ah,
 	.destroy_qp = vrdma_destroy_qp,
 	.post_send = vrdma_post_send,
 	.post_recv = vrdma_post_recv,
@@ -321,6 +278,8 @@ static const struct ib_device_ops vrdma_ops = {
 	INIT_RDMA_OBJ_SIZE(ib_pd, vrdma_pd, ibpd),
 	INIT_RDMA_OBJ_SIZE(ib_cq, vrdma_cq, ibcq),
 	INIT_RDMA_OBJ_SIZE(ib_qp, vrdma_qp, ibqp),
+	INIT_RDMA_OBJ_SIZE(ib_ah, vrdma_ah, ibah),
+	INIT_RDMA_OBJ_SIZE(ib_srq, vrdma_srq, ibsrq),
 };
 
 int vrdma_ib_register(struct vrdma_dev *dev)
@@ -334,6 +293,13 @@ int vrdma_ib_register(struct vrdma_dev *dev)
 	ib->node_guid = cpu_to_be64(le64_to_cpu(dev->dattr.node_guid));
 	ib->dev.parent = &dev->vdev->dev;
 	strscpy(ib->node_desc, "vrdma virtio RDMA device", sizeof(ib->node_desc));
+	/*
+	 * Write commands ib_core leaves off by default (device.c, _ib_alloc_device): the doorbells of
+	 * user QPs and SRQs (POST_SEND / POST_RECV / POST_SRQ_RECV with no work request, vrdma_qp.c,
+	 * vrdma_srq.c) and arming a CQ.
+	 */
+	ib->uverbs_cmd_mask |= BIT_ULL(IB_USER_VERBS_CMD_POST_SEND) | BIT_ULL(IB_USER_VERBS_CMD_POST_RECV) |
+			       BIT_ULL(IB_USER_VERBS_CMD_POST_SRQ_RECV) | BIT_ULL(IB_USER_VERBS_CMD_REQ_NOTIFY_CQ);
 	ib_set_device_ops(ib, &vrdma_ops);
 
 	ret = vrdma_netdev_watch_unregister(dev);

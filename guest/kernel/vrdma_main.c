@@ -127,6 +127,11 @@ static int vrdma_probe(struct virtio_device *vdev)
 		dev_err(&vdev->dev, "the device does not offer VIRTIO_F_VERSION_1 (the contract is little-endian virtio 1.x)\n");
 		return -ENODEV;
 	}
+	/* Rings and page lists are named by guest-physical address: no IOMMU between us and the device. */
+	if (virtio_has_feature(vdev, VIRTIO_F_ACCESS_PLATFORM)) {
+		dev_err(&vdev->dev, "the device asks for VIRTIO_F_ACCESS_PLATFORM; the contract names guest-physical addresses\n");
+		return -ENODEV;
+	}
 	if (carrier && le32_to_cpu(win.config_size) < sizeof(struct virtio_rdma_config)) {
 		dev_err(&vdev->dev, "the carrier window announces a %u-byte config; a virtio RDMA config has %zu bytes\n",
 			le32_to_cpu(win.config_size), sizeof(struct virtio_rdma_config));
@@ -139,6 +144,9 @@ static int vrdma_probe(struct virtio_device *vdev)
 	dev->vdev = vdev;
 	dev->carrier = carrier;
 	vdev->priv = dev;
+	xa_init(&dev->cqs);
+	xa_init(&dev->qps);
+	vrdma_doorbells_init(dev);
 	ret = vrdma_cmd_init(dev);
 	if (ret)
 		goto err_dev;
@@ -194,6 +202,7 @@ static int vrdma_probe(struct virtio_device *vdev)
 
 err_reset:
 	virtio_reset_device(vdev);
+	vrdma_doorbells_reclaim(dev, true);
 	vrdma_events_stop(dev);
 	vdev->config->del_vqs(vdev);
 	vrdma_events_free(dev);
@@ -213,11 +222,12 @@ static void vrdma_remove(struct virtio_device *vdev)
 	/* ib_core destroys what users still hold (PDs: DESTROY_PD) while the device still runs. */
 	vrdma_ib_unregister(dev);
 	virtio_reset_device(vdev);
+	vrdma_doorbells_reclaim(dev, true);
 	vrdma_events_stop(dev);
 	vdev->config->del_vqs(vdev);
 	vrdma_events_free(dev);
-	dev_info(&vdev->dev, "unbound: %llu control commands, %llu refused by the device, %llu events\n",
-		 dev->cmds_sent, dev->cmds_refused, dev->events_seen);
+	dev_info(&vdev->dev, "unbound: %llu control commands, %llu refused by the device, %llu events, %llu doorbells\n",
+		 dev->cmds_sent, dev->cmds_refused, dev->events_seen, dev->doorbells);
 	vrdma_cmd_free(dev);
 	vdev->priv = NULL;
 	ib_dealloc_device(&dev->ib);

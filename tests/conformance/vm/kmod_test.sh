@@ -9,7 +9,12 @@
 # address), uverbs_probe (a static program speaking the kernel's uverbs write commands) reads the
 # device and port attributes, which must be vrdmad's limits, and holds PDs that vrdmad must count;
 # a 6th PD over vrdmad's limit (5) fails with ENOSPC and the device's sentence, and the exited
-# process's PDs are freed; virtio_blk then takes the disk and not the carrier; the module is
+# process's PDs are freed; uverbs_data (a static program speaking uverbs and the driver's ABI,
+# guest/include/vrdma/virtio_rdma_abi.h) moves data: a 64 KiB MR, a CQ and two RC QPs whose rings
+# it maps, connected through the device's own GID, a SEND, an RDMA WRITE and a receive written
+# into the rings and rung through POST_SEND / POST_RECV, the mapped CQ polled, the armed CQ's
+# event read, the bytes compared; the same objects held by a process that is SIGKILLed are all
+# destroyed (vrdmad's counters back to 0); virtio_blk then takes the disk and not the carrier; the module is
 # unloaded and loaded with the address missing (the port waits for it, the GID comes when it is
 # added); the carrier moves to virtio_blk and back through sysfs. vrdmad must have seen every
 # command and refused only that PD. Last, the backend (vrdmad --supervise) is SIGKILLed while a
@@ -50,10 +55,10 @@ out=$(
   # The DKMS source layout (guest/kernel/dkms.conf): the module's files, the contract in include/.
   mkdir -p "$work/kmod/include/vrdma"
   cp "$SRC"/guest/kernel/{Kbuild,*.c,*.h} "$work/kmod/"
-  cp "$SRC/include/vrdma/virtio_rdma.h" "$work/kmod/include/vrdma/"
+  cp "$SRC/include/vrdma/virtio_rdma.h" "$SRC/guest/include/vrdma/virtio_rdma_abi.h" "$work/kmod/include/vrdma/"
   # A module built from the same bytes with the same headers and compiler is taken from the
   # cache (as siw is); any change to them builds again. VRDMA_KMOD_REBUILD=1 always builds.
-  key=$( (cd "$work/kmod" && cat Kbuild ./*.c ./*.h include/vrdma/virtio_rdma.h;
+  key=$( (cd "$work/kmod" && cat Kbuild ./*.c ./*.h include/vrdma/virtio_rdma.h include/vrdma/virtio_rdma_abi.h;
           dpkg-query -W -f='${Version}' "linux-headers-$KVER" 2>/dev/null; cc --version | head -1) | sha256sum | cut -c1-16)
   cached="$CACHE/virtio_rdma-$KVER-$key.ko"
   if [ -f "$cached" ] && [ -z "${VRDMA_KMOD_REBUILD:-}" ]; then
@@ -67,6 +72,8 @@ out=$(
     cp "$work/kmod/virtio_rdma.ko" "$cached"
   fi
   cc -static -O2 -std=gnu11 -Wall -Wextra -Werror -o "$work/uverbs_probe" "$HERE/uverbs_probe.c" >&2 || exit 1
+  cc -static -O2 -std=gnu11 -Wall -Wextra -Werror -I"$SRC/include" -I"$SRC/guest/include" -o "$work/uverbs_data" \
+    "$HERE/uverbs_data.c" >&2 || exit 1
   ROOT="$work/root"
   guest_root "$ROOT"
   guest_modules "$ROOT" virtio_pci virtio_net virtio_blk ib_core ib_uverbs
@@ -74,7 +81,7 @@ out=$(
   cp "$work/kmod/virtio_rdma.ko" "$ROOT/lib/modules/$KVER/extra/"
   depmod -b "$ROOT" "$KVER"
   mkdir -p "$ROOT/usr/bin"
-  cp "$work/uverbs_probe" "$ROOT/usr/bin/"
+  cp "$work/uverbs_probe" "$work/uverbs_data" "$ROOT/usr/bin/"
   guest_files "$ROOT" "$(command -v rdma)"
   guest_pack "$ROOT" "$HERE/kmod_guest_init.sh" "$work/initrd.cpio.gz"
   echo "KERNEL=$KERNEL"
@@ -233,9 +240,67 @@ check "the 6th PD fails with ENOSPC, the device's sentence in the guest's log" \
     grep -q 'CREATE_PD refused by the device (status 28): CREATE_PD: the guest already has 5 PDs (limit 5)' '$work/limit.out'"
 check "the 5 PDs of the exited process were freed (vrdmad objects.pd=$(jfield "$s" objects.pd))" test "$(jfield "$s" objects.pd)" = 0
 
+# 4c. Data through the driver (uverbs_data, the provider's way without a provider): a 64 KiB MR,
+#     a CQ and two RC QPs whose rings the process maps, connected to each other through the
+#     device's own address; a receive, a SEND and an RDMA WRITE written into the mapped rings and
+#     rung with POST_RECV / POST_SEND carrying no work request; the mapped CQ polled; the armed
+#     CQ's completion event read; the bytes compared.
+guest 60 "$work/data.out" 'uverbs_data /dev/infiniband/uverbs0 rc; dmesg | grep "is not the device"' || true
+sed 's/^/  guest: /' "$work/data.out" | grep -v "===" | cut -c1-300
+s=$(vwait objects.pd 0 5)
+check "REG_MR of 64 KiB, CREATE_CQ (50 asked, 64 made) and 3 RC QPs (one for a refusal), mapped by the process" \
+  bash -c "grep -q '^mr lkey=' '$work/data.out' && grep -q '^cq depth=64' '$work/data.out' && [ \$(grep -c '^qp qpn=' '$work/data.out') -eq 3 ]"
+check "the two QPs connected to each other through the device's own GID (RESET-INIT-RTR-RTS)" \
+  has "$work/data.out" "^connected qpn [0-9]* <-> [0-9]* through GID index"
+check "QUERY_QP of a connected QP: RTS, its peer's QPN, the PSNs and the guest's GID index" \
+  has "$work/data.out" "^query_qp state=3 dest_qp_num=[0-9]* sq_psn=100 rq_psn=100 path_mtu=3 sgid_index=[0-9]* max_send_wr=16"
+check "refused with EINVAL: a QP addressed from a guest GID that is not the device's (the driver's sentence in the log), a producer index beyond the ring, a work request in POST_SEND, a CQ over max_cqe" \
+  bash -c "[ \$(grep -c '^refused: .*: Invalid argument' '$work/data.out') -eq 4 ] && grep -q 'GID index [0-9]* is not the device.s address ::ffff:$DEVIP' '$work/data.out'"
+check "SEND, RDMA WRITE and RECV completions polled from the mapped CQ (status, opcode, byte_len, wr_id, qp_num)" \
+  has "$work/data.out" "^cqes ok: SEND, RDMA_WRITE and RECV (4096 bytes)"
+check "the armed CQ's completion event reached the completion channel" has "$work/data.out" "^completion event for the armed CQ"
+check "the SEND's and the RDMA WRITE's bytes landed (pattern compared)" has "$work/data.out" "^data ok:"
+check "an RDMA WRITE with a wrong rkey completes REM_ACCESS_ERR, and the QP's fatal event reaches the process's async fd" \
+  bash -c "grep -q '^bad rkey: cqe wr_id=0x1003 status=10' '$work/data.out' && grep -q '^qp fatal event:' '$work/data.out'"
+check "everything destroyed: vrdmad holds no PD, MR, CQ or QP" \
+  bash -c "grep -q '^rc ok' '$work/data.out' && [ '$(jfield "$s" objects.pd)$(jfield "$s" objects.mr)$(jfield "$s" objects.cq)$(jfield "$s" objects.qp)' = 0000 ]"
+
+# 4c'. UD: two UD QPs, an AH (CREATE_AH) to the device's own address, a 256-byte SEND to the
+#     other QP's QPN and Q_Key; the process exits holding everything (ib_core's cleanup frees it).
+guest 60 "$work/ud.out" 'uverbs_data /dev/infiniband/uverbs0 ud' || true
+sed 's/^/  guest: /' "$work/ud.out" | grep -v "===" | cut -c1-300
+s=$(vwait objects.pd 0 5)
+check "UD: two UD QPs in RTS and an AH to the device's own address" has "$work/ud.out" "^ud qpn [0-9]* and [0-9]* in RTS, ah handle [1-9]"
+check "UD SEND and RECV completed (byte_len 40 + 256 with the GRH, src_qp), the bytes landed" has "$work/ud.out" "^ud ok:"
+check "the exited process's AH, UD QPs, CQ, MR and PD were destroyed (vrdmad objects $(jfield "$s" objects))" \
+  bash -c "[ '$(jfield "$s" objects.pd)$(jfield "$s" objects.mr)$(jfield "$s" objects.cq)$(jfield "$s" objects.qp)$(jfield "$s" objects.ah)' = 00000 ]"
+
+# 4c''. SRQ: an SRQ whose ring the process maps, an RC QP on it; a receive rung with
+#     POST_SRQ_RECV (no WR) serves a SEND to that QP; the process exits holding everything.
+guest 60 "$work/srq.out" 'uverbs_data /dev/infiniband/uverbs0 srq' || true
+sed 's/^/  guest: /' "$work/srq.out" | grep -v "===" | cut -c1-300
+s=$(vwait objects.pd 0 5)
+check "SRQ: CREATE_SRQ (10 asked, 16 made) mapped, an RC QP on it, its receive rung by POST_SRQ_RECV serves a SEND (data checked); POST_RECV on that QP refused" \
+  has "$work/srq.out" "^srq ok:"
+check "the exited process's SRQ, QPs, CQ, MR and PD were destroyed (vrdmad objects $(jfield "$s" objects))" \
+  bash -c "[ '$(jfield "$s" objects.pd)$(jfield "$s" objects.mr)$(jfield "$s" objects.cq)$(jfield "$s" objects.qp)$(jfield "$s" objects.srq)' = 00000 ]"
+
+# 4d. A process SIGKILLed holding a PD, an MR, a CQ and 2 connected QPs (their rings mapped):
+#     ib_core's cleanup destroys them through the driver, and vrdmad's counters go back to 0.
+guest 30 "$work/hold3.out" '(uverbs_data /dev/infiniband/uverbs0 hold > /tmp/hold3.out 2>&1 &); for i in $(seq 100); do grep -q "^held\|failed" /tmp/hold3.out && break; sleep 0.1; done; cat /tmp/hold3.out' || true
+held3=$(vstatus)
+pid3=$(sed -n 's/^held pid=\([0-9]*\).*/\1/p' "$work/hold3.out" | head -1)
+guest 30 "$work/kill3.out" "kill -9 ${pid3:-none}; for i in \$(seq 50); do [ -d /proc/${pid3:-none} ] || break; sleep 0.1; done; [ -d /proc/${pid3:-none} ] || echo gone" || true
+s=$(vwait objects.pd 0 10)
+sed 's/^/  guest: /' "$work/hold3.out" "$work/kill3.out" | grep -v "===" | cut -c1-300
+check "vrdmad held the process's PD, MR, CQ and 2 QPs (objects $(jfield "$held3" objects))" \
+  bash -c "grep -q '^held' '$work/hold3.out' && [ '$(jfield "$held3" objects.pd)$(jfield "$held3" objects.mr)$(jfield "$held3" objects.cq)$(jfield "$held3" objects.qp)' = 1112 ]"
+check "SIGKILLed: its objects were destroyed (vrdmad objects $(jfield "$s" objects))" \
+  bash -c "grep -q '^gone' '$work/kill3.out' && [ '$(jfield "$s" objects.pd)$(jfield "$s" objects.mr)$(jfield "$s" objects.cq)$(jfield "$s" objects.qp)' = 0000 ]"
+
 # 5. Unload and load again with the address missing: the port waits for the netdev, the GID
 #    comes when the address does; vrdmad serves throughout.
-guest 60 "$work/reload.out" 'rmmod ib_uverbs; rmmod virtio_rdma; ls /sys/class/infiniband | grep vrdma; ip addr flush dev eth0; modprobe virtio_rdma; dmesg | tail -n 5 | grep -E "waits|registered"; cd /sys/class/infiniband/vrdma0 && '"$GIDS"'; echo ADDING; ip addr add '"$DEVIP"'/24 dev eth0; for i in $(seq 50); do grep -q ffff ports/1/gids/1 2>/dev/null && break; sleep 0.1; done; '"$GIDS"'; rdma link show' || true
+guest 60 "$work/reload.out" 'rmmod virtio_rdma; rmmod ib_uverbs; ls /sys/class/infiniband | grep vrdma; ip addr flush dev eth0; modprobe virtio_rdma; dmesg | tail -n 5 | grep -E "waits|registered"; cd /sys/class/infiniband/vrdma0 && '"$GIDS"'; echo ADDING; ip addr add '"$DEVIP"'/24 dev eth0; for i in $(seq 50); do grep -q ffff ports/1/gids/1 2>/dev/null && break; sleep 0.1; done; '"$GIDS"'; rdma link show' || true
 sed 's/^/  guest: /' "$work/reload.out" | grep -v "===" | cut -c1-300
 check "after unload and load the port waits for the address" has "$work/reload.out" "no netdev has the device's address $DEVIP yet"
 check "no GID of $DEVIP before the address is added" bash -c "! sed -n '1,/^ADDING/p' '$work/reload.out' | grep -q '$WANT_GID'"
@@ -255,27 +320,29 @@ echo "vrdmad: $(echo "$final" | cut -c1-400)"
 check "vrdmad has its frontend and counts $(jfield "$final" commands) commands, $(jfield "$final" command_errors) refused (the 6th PD)" \
   bash -c "[ '$(jfield "$final" connected)' = True ] && [ '$(jfield "$final" command_errors)' = 1 ] && [ '$(jfield "$final" commands)' -ge 20 ]"
 
-# 8. The backend dies (SIGKILL) while a process holds 2 PDs: the supervisor starts another, QEMU
-#    reconnects, the new backend says the guest's objects died (DEVICE_FATAL, backend restarted).
-#    The driver tells ib_core's users (IB_EVENT_DEVICE_FATAL), frees the lost PDs in the kernel
-#    without naming their handles again (the new backend's handles start over), and a new
-#    process gets working PDs from the new backend.
-guest 30 "$work/hold.out" 'modprobe ib_uverbs; (uverbs_probe /dev/infiniband/uverbs0 2 /tmp/go2 > /tmp/fatal.out 2>&1 &); sleep 0.5' || true
+# 8. The backend dies (SIGKILL) while a process holds 2 PDs and another a PD, an MR, a CQ and 2
+#    connected QPs: the supervisor starts another, QEMU reconnects, the new backend says the
+#    guest's objects died (DEVICE_FATAL, backend restarted). The driver tells ib_core's users
+#    (IB_EVENT_DEVICE_FATAL), frees the lost objects (and their rings) in the kernel without
+#    naming their handles again (the new backend's handles start over), and a new process gets
+#    working PDs from the new backend.
+guest 30 "$work/hold.out" 'modprobe ib_uverbs; (uverbs_probe /dev/infiniband/uverbs0 2 /tmp/go2 > /tmp/fatal.out 2>&1 &); (uverbs_data /dev/infiniband/uverbs0 hold > /tmp/hold8.out 2>&1 &); for i in $(seq 100); do grep -q "^held\|failed" /tmp/hold8.out && break; sleep 0.1; done; cat /tmp/hold8.out' || true
 killed=0 restarted=0
-held2=$(vwait objects.pd 2 6)
+held2=$(vwait objects.pd 3 6)
+pid8=$(sed -n 's/^held pid=\([0-9]*\).*/\1/p' "$work/hold.out" | head -1)
 backend=$(awk '{print $1}' "/proc/$vrdmad_pid/task/$vrdmad_pid/children" 2>/dev/null || true)
 [ -n "$held2" ] && [ -n "$backend" ] && kill -9 "$backend" && killed=1
 sleep 0.5
 [ -n "$(vwait migration.phase running 15)" ] && restarted=1
-guest 40 "$work/fatal.out" 'for i in $(seq 100); do dmesg | grep -q "event: device fatal" && break; sleep 0.1; done; touch /tmp/go2; for i in $(seq 100); do grep -q "pds freed\|failed" /tmp/fatal.out && break; sleep 0.1; done; cat /tmp/fatal.out; dmesg | grep "event: device fatal"; uverbs_probe /dev/infiniband/uverbs0 1 0; rdma link show' || true
+guest 40 "$work/fatal.out" 'for i in $(seq 100); do dmesg | grep -q "event: device fatal" && break; sleep 0.1; done; touch /tmp/go2; for i in $(seq 100); do grep -q "pds freed\|failed" /tmp/fatal.out && break; sleep 0.1; done; cat /tmp/fatal.out; kill -9 '"${pid8:-none}"'; for i in $(seq 50); do [ -d /proc/'"${pid8:-none}"' ] || break; sleep 0.1; done; [ -d /proc/'"${pid8:-none}"' ] || echo "held objects gone"; dmesg | grep "event: device fatal"; uverbs_probe /dev/infiniband/uverbs0 1 0; rdma link show' || true
 sed 's/^/  guest: /' "$work/fatal.out" | grep -v "===" | cut -c1-300
 after=$(vstatus)
-check "the backend ($backend) was killed holding 2 PDs, and the supervisor's new one runs the guest" \
+check "the backend ($backend) was killed holding 3 PDs, an MR, a CQ and 2 QPs, and the supervisor's new one runs the guest" \
   test "$killed$restarted" = 11
-check "the driver heard the device-fatal event and names the 2 lost PDs" \
-  has "$work/fatal.out" "event: device fatal (backend restarted): the device lost the guest's 2 PDs"
-check "the process's 2 lost PDs were freed (no handle named at the new backend: it refused nothing)" \
-  bash -c "grep -q '^pds freed=2' '$work/fatal.out' && [ '$(jfield "$after" command_errors)' = 0 ]"
+check "the driver heard the device-fatal event and names the 3 lost PDs and 4 other objects" \
+  has "$work/fatal.out" "event: device fatal (backend restarted): the device lost the guest's 3 PDs and 4 MRs, CQs, QPs, SRQs and AHs"
+check "the processes' lost PDs, MR, CQ and QPs were freed (no handle named at the new backend: it refused nothing)" \
+  bash -c "grep -q '^pds freed=2' '$work/fatal.out' && grep -q '^held objects gone' '$work/fatal.out' && [ '$(jfield "$after" command_errors)' = 0 ]"
 check "a new process gets a PD from the new backend; vrdma0 still ACTIVE; the new backend holds none after" \
   bash -c "grep -q '^pds freed=1' '$work/fatal.out' && grep -q 'link vrdma0/1 state ACTIVE' '$work/fatal.out' && [ '$(jfield "$after" objects.pd)' = 0 ]"
 echo "  new backend: $(jfield "$after" commands) commands, $(jfield "$after" command_errors) refused, $(jfield "$after" events) events"
