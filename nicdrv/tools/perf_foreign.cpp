@@ -151,8 +151,6 @@ int run_foreign(Config& c) {
   ForeignOutcome r;
   if (c.peer_format == "pingpong" && c.srq) {
     r = run_srq_pingpong(x, oob.get(), server);
-  } else if (c.peer_format == "pingpong" && c.connection == "UD") {
-    r = run_ud_pingpong(x, oob.get(), server);
   } else if (c.peer_format == "pingpong") {
     r = run_pingpong(x, oob.get(), server);
   } else if (server) {

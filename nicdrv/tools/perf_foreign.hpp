@@ -51,10 +51,8 @@ ForeignDest my_dest(Ctx& x, std::uint32_t psn);
 // perf_perftest.cpp
 ForeignOutcome serve_perftest(Ctx& x, int fd);
 ForeignOutcome client_perftest(Ctx& x, int fd);
-// perf_pingpong.cpp
+// perf_pingpong.cpp: ibv_rc_pingpong, or ibv_ud_pingpong with --connection UD
 ForeignOutcome run_pingpong(Ctx& x, int fd, bool is_server);
-// ibv_ud_pingpong (--connection UD): the same exchange and ping-pong over UD QPs.
-ForeignOutcome run_ud_pingpong(Ctx& x, int fd, bool is_server);
 // ibv_srq_pingpong (--srq): --qps RC QPs receiving from one SRQ, a ping-pong on each.
 ForeignOutcome run_srq_pingpong(Ctx& x, int fd, bool is_server);
 
