@@ -8,25 +8,7 @@
 #include <vrdma/virtio_rdma.h>
 #include <vrdma/virtio_rdma_abi.h>
 
-#include <stddef.h>
-#include <stdio.h>
-
-static int failures;
-
-static void check(const char *what, unsigned long long got, unsigned long long want)
-{
-	if (got != want) {
-		fprintf(stderr, "FAIL %s: %llu, expected %llu\n", what, got, want);
-		++failures;
-	}
-}
-
-#define SIZE(type, n) check("sizeof(struct " #type ")", sizeof(struct type), (n))
-#define FIELD(type, field, off, len)                                                  \
-	do {                                                                          \
-		check("offsetof(" #type ", " #field ")", offsetof(struct type, field), (off)); \
-		check("sizeof(" #type "." #field ")", sizeof(((struct type *)0)->field), (len)); \
-	} while (0)
+#include "c_layout_check.h"
 
 int main(void)
 {
@@ -83,9 +65,9 @@ int main(void)
 	/* The doorbell record shares the status block's page: both fit after it, 64-byte aligned. */
 	check("qp_db after qp_status", sizeof(struct virtio_rdma_qp_status) + sizeof(struct virtio_rdma_abi_qp_db), 128);
 
-	if (failures)
-		fprintf(stderr, "%d mismatches\n", failures);
+	if (layout_failures)
+		fprintf(stderr, "%d mismatches\n", layout_failures);
 	else
 		printf("virtio_rdma_abi.h: every size and offset as built on\n");
-	return failures ? 1 : 0;
+	return layout_failures ? 1 : 0;
 }

@@ -7,27 +7,7 @@
  */
 #include <vrdma/virtio_rdma.h>
 
-#include <stddef.h>
-#include <stdio.h>
-
-static int failures;
-
-static void check(const char *what, unsigned long long got, unsigned long long want)
-{
-	if (got != want) {
-		fprintf(stderr, "FAIL %s: %llu, expected %llu\n", what, got, want);
-		++failures;
-	}
-}
-
-#define SIZE(type, n) check("sizeof(struct " #type ")", sizeof(struct type), (n))
-/* A field at byte `off`, `len` bytes wide. */
-#define FIELD(type, field, off, len)                                                  \
-	do {                                                                          \
-		check("offsetof(" #type ", " #field ")", offsetof(struct type, field), (off)); \
-		check("sizeof(" #type "." #field ")", sizeof(((struct type *)0)->field), (len)); \
-	} while (0)
-#define VALUE(name, n) check(#name, (name), (n))
+#include "c_layout_check.h"
 
 static void check_identity(void)
 {
@@ -452,8 +432,8 @@ int main(void)
 	check_qp();
 	check_rings();
 	check_doorbells_events_state();
-	if (failures != 0) {
-		fprintf(stderr, "%d mismatches: the wire layout of include/vrdma/virtio_rdma.h moved\n", failures);
+	if (layout_failures != 0) {
+		fprintf(stderr, "%d mismatches: the wire layout of include/vrdma/virtio_rdma.h moved\n", layout_failures);
 		return 1;
 	}
 	printf("virtio_rdma.h: layout, constants and helpers as the contract says\n");
