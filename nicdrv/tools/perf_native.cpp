@@ -47,8 +47,8 @@ void post_ready_recvs(Ctx& x, bool is_server) {
   else if (is_server) post_recvs(x, x.c.depth);
 }
 
+// The exchange, on resources already created (create_resources).
 void setup(Ctx& x, int oob, bool is_server) {
-  create_resources(x, is_server);
   const GidEntry& gid = x.gid;
   std::uint32_t psn = initial_psn();
   json me = {{"qpn", x.qp->qp_num()}, {"psn", psn}, {"gid", gid.gid.str()}, {"rkey", x.mr->rkey()},
@@ -112,9 +112,10 @@ int run_native(Config c) {
   if (c.test == "atomic_bw") c.size = std::max<std::uint32_t>(c.size, 8);
 
   bool server = c.connect.empty();
-  UniqueFd oob = server ? oob_accept(c) : oob_connect(c);
   Ctx x;
   x.c = c;
+  create_resources(x, server);  // before waiting: a device that cannot open fails at once
+  UniqueFd oob = server ? oob_accept(c) : oob_connect(c);
   setup(x, oob.get(), server);
   c.verify = x.c.verify;
   tms t0{};

@@ -56,7 +56,11 @@ UniqueFd oob_accept(const Config& c) {
   a.sin_family = AF_INET;
   a.sin_port = htons(c.port);
   if (::bind(l.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(l.get(), 1) != 0)
-    die("cannot listen on TCP port " + std::to_string(c.port) + ": " + std::strerror(errno));
+    die("cannot listen on TCP port " + std::to_string(c.port) + ": " + std::strerror(errno) +
+        " (another vrdma-perf still serving? pick another with --port)");
+  // The device is open by now (a bad one has already failed): say what we wait for.
+  std::fprintf(stderr, "vrdma-perf: %s on %s: waiting for a client on TCP port %u\n",
+               c.peer_format == "vrdma" ? c.test.c_str() : c.peer_format.c_str(), c.device.c_str(), c.port);
   UniqueFd s(::accept4(l.get(), nullptr, nullptr, SOCK_CLOEXEC));
   if (!s) die("accept failed");
   ::setsockopt(s.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
