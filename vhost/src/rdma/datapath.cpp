@@ -15,6 +15,12 @@ namespace vrdma::vhost {
 
 namespace {
 constexpr std::size_t kBatch = 32;
+
+// Grows `v` to at least `n` elements and never shrinks it: the data path's scratch memory.
+template <class T>
+void grow(std::vector<T>& v, std::size_t n) {
+  if (v.size() < n) v.resize(n);
+}
 }
 
 void RdmaDevice::Impl::doorbells(Queue& q) {
@@ -122,8 +128,10 @@ void RdmaDevice::Impl::post_sq(const GuestView& g, std::uint32_t handle, QpObj& 
   }
   std::array<nicdrv::SendWr, kBatch> wrs;
   std::array<std::uint64_t, kBatch> slot_idx{};
-  std::vector<nicdrv::Sge> sges(kBatch * qp.max_send_sge);
-  std::vector<std::uint8_t> inl(kBatch * std::max<std::uint32_t>(qp.max_inline, 1));
+  grow(send_sge_scratch, kBatch * qp.max_send_sge);
+  grow(inline_scratch, kBatch * std::max<std::uint32_t>(qp.max_inline, 1));
+  std::vector<nicdrv::Sge>& sges = send_sge_scratch;
+  std::vector<std::uint8_t>& inl = inline_scratch;
   bool engine_full = false;
   while (qp.sq.consumed != qp.sq.produced && !engine_full) {
     std::size_t n = 0;
@@ -237,11 +245,11 @@ namespace {
 // Reads receive WQEs [consumed, produced) of `ring` and posts them with `post`; shared by QP
 // receive rings and SRQs.
 template <class Post, class Reject, class Key>
-void post_recv_ring(const GuestView& g, WorkRing& ring, std::uint32_t max_sge, Post&& post, Reject&& reject,
-                    bool& full, std::uint64_t& count, Key&& key) {
+void post_recv_ring(const GuestView& g, WorkRing& ring, std::uint32_t max_sge, std::vector<nicdrv::Sge>& sges,
+                    Post&& post, Reject&& reject, bool& full, std::uint64_t& count, Key&& key) {
   std::array<nicdrv::RecvWr, kBatch> wrs;
   std::array<std::uint32_t, kBatch> slot{};
-  std::vector<nicdrv::Sge> sges(kBatch * max_sge);
+  grow(sges, kBatch * max_sge);
   full = false;
   while (ring.consumed != ring.produced && !full) {
     std::size_t n = 0;
@@ -294,7 +302,7 @@ void RdmaDevice::Impl::post_rq(const GuestView& g, std::uint32_t handle, QpObj& 
   const bool flush_here = !engine_reports_writes && state == nicdrv::QpState::err;
   if (flush_here && qp.rq.consumed != qp.rq.produced) drain_cq(qp.recv_cq);
   post_recv_ring(
-      g, qp.rq, qp.max_recv_sge,
+      g, qp.rq, qp.max_recv_sge, recv_sge_scratch,
       [&](std::span<const nicdrv::RecvWr> w, std::size_t* bad) -> Status {
         if (!flush_here) return qp.eng->post_recv(w, bad);
         for (const auto& r : w) error_cqe(g, qp.recv_cq, r.wr_id, qp.guest_qpn, true, nicdrv::WcStatus::wr_flush_err);
@@ -316,7 +324,7 @@ void RdmaDevice::Impl::post_srq(const GuestView& g, std::uint32_t handle, SrqObj
   if (paused) return;
   bool full = false;
   post_recv_ring(
-      g, s.ring, s.max_sge,
+      g, s.ring, s.max_sge, recv_sge_scratch,
       [&](std::span<const nicdrv::RecvWr> w, std::size_t* bad) { return s.eng->post_recv(w, bad); },
       [&](std::uint64_t wr_id, std::uint32_t idx, const std::string& why) {
         ++st.wqe_errors;
@@ -334,7 +342,8 @@ void RdmaDevice::Impl::post_srq(const GuestView& g, std::uint32_t handle, SrqObj
 void RdmaDevice::Impl::retry_pending() {
   if (paused || host == nullptr) return;
   const GuestView g = view();
-  std::vector<std::uint32_t> hs(pending_sq.begin(), pending_sq.end());
+  std::vector<std::uint32_t>& hs = retry_scratch;
+  hs.assign(pending_sq.begin(), pending_sq.end());
   for (auto h : hs)
     if (auto it = qps.find(h); it != qps.end()) post_sq(g, h, it->second);
   hs.assign(pending_rq.begin(), pending_rq.end());

@@ -342,6 +342,11 @@ struct RdmaDevice::Impl {
   bool polling = false;                        // poll_round() runs: engine CQs stay unarmed
   std::unordered_set<std::uint32_t> hot_cqs;   // CQs with work since polling began
   std::vector<std::uint32_t> hot_scratch;      // poll_round's copy of hot_cqs (no allocation per round)
+  // The data path's working memory, grown to the largest QP seen and kept: a doorbell allocates
+  // nothing (post_sq's SGEs and inline bytes, the receive rings' SGEs, retry_pending's handles).
+  std::vector<nicdrv::Sge> send_sge_scratch, recv_sge_scratch;
+  std::vector<std::uint8_t> inline_scratch;
+  std::vector<std::uint32_t> retry_scratch;
 
   std::uint32_t next_handle_ = 1;
   std::unordered_map<std::uint32_t, PdObj> pds;
