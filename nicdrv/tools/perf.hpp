@@ -64,9 +64,24 @@ struct Ctx {
   std::size_t slots = 1;
   GidEntry gid;  // ours, as peers address us (local_gid)
 
+  // UD (--connection UD): every receive starts with the 40-byte GRH; slots are that much larger.
+  std::uint32_t grh = 0;
+  std::shared_ptr<AddressHandle> ah;  // UD: the peer's address, and its QPN
+  std::uint32_t remote_qpn = 0;
+
   Sge sge(std::size_t slot, std::uint32_t len) const {
-    return Sge{reinterpret_cast<std::uint64_t>(buf.data()) + slot * c.size, len, mr->lkey()};
+    return Sge{reinterpret_cast<std::uint64_t>(buf.data()) + slot * (c.size + grh), len, mr->lkey()};
   }
+  // A receive into `slot`: the message and, for UD, the GRH before it.
+  Sge recv_sge(std::size_t slot) const { return sge(slot, c.size + grh); }
+  // A send work request's destination, for UD (RC QPs are connected).
+  void address(SendWr& w) const {
+    if (!ah) return;
+    w.ud.ah = ah.get();
+    w.ud.remote_qpn = remote_qpn;
+    w.ud.remote_qkey = kUdQkey;
+  }
+  static constexpr std::uint32_t kUdQkey = 0x11111111;  // perftest's and the pingpong tools' Q_Key
 };
 
 // What a QP needs to know of its peer to connect (every exchange format carries these).

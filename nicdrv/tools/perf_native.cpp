@@ -92,7 +92,7 @@ std::uint64_t serve_send_bw(Ctx& x, int oob) {
       ++got;
       // Receives complete in order: receive k holds message k, which the client sent from
       // slot k % slots; keep the same mapping so the buffers compare equal.
-      Sge s = x.sge(next_wr % x.slots, x.c.size);
+      Sge s = x.recv_sge(next_wr % x.slots);
       RecvWr r{next_wr++, std::span<const Sge>(&s, 1)};
       must(x.qp->post_recv(std::span<const RecvWr>(&r, 1)), "post receive");
     }

@@ -87,6 +87,7 @@ void create_resources(Ctx& x, bool is_server) {
   x.cq = must(x.dev->create_cq(std::max<std::uint32_t>(4 * x.c.depth, 256)), "create CQ");
   QpInitAttr ia;
   ia.type = x.c.connection == "UD" ? QpType::ud : QpType::rc;
+  if (ia.type == QpType::ud && x.c.peer_format != "pingpong") x.grh = 40;  // the pingpong peer lays out its own
   ia.send_cq = x.cq.get();
   ia.recv_cq = x.cq.get();
   ia.cap.max_send_wr = x.c.depth;
@@ -106,7 +107,7 @@ void create_resources(Ctx& x, bool is_server) {
     x.slots = std::max<std::size_t>(x.slots, 2);
     min_buf = 2 * std::max<std::size_t>(x.c.size, std::size_t{64} << 10);
   }
-  const std::size_t bytes = std::max<std::size_t>(lat_factor * x.slots * x.c.size, min_buf);
+  const std::size_t bytes = std::max<std::size_t>(lat_factor * x.slots * (x.c.size + x.grh), min_buf);
   x.mem = must(x.dev->alloc_buffer(bytes), "allocate buffer");
   x.buf = x.mem->bytes().first(bytes);
   fill(x.buf, is_server ? 2 : 1);
@@ -132,6 +133,27 @@ void connect_qp(Ctx& x, const Remote& r, std::uint32_t my_psn) {
   auto mtu = mtu_from_bytes(x.c.mtu);
   if (!mtu) die("--mtu must be 256, 512, 1024, 2048 or 4096");
   using M = QpAttrMask;
+  if (x.qp->type() == QpType::ud) {  // ready without its peer; the peer goes into each send
+    if (x.c.size > x.c.mtu)
+      die("a UD message is one datagram: --size " + std::to_string(x.c.size) + " must fit the path MTU " +
+          std::to_string(x.c.mtu));
+    QpAttr a;
+    a.qp_state = QpState::init;
+    a.qkey = Ctx::kUdQkey;
+    if (x.qp->state() == QpState::reset) must(x.qp->modify(a, M::state | M::pkey_index | M::port | M::qkey), "UD QP to INIT");
+    a.qp_state = QpState::rtr;
+    must(x.qp->modify(a, M::state), "UD QP to RTR");
+    a.qp_state = QpState::rts;
+    a.sq_psn = my_psn;
+    must(x.qp->modify(a, M::state | M::sq_psn), "UD QP to RTS");
+    AhAttr h;
+    h.dgid = r.gid;
+    h.sgid_index = static_cast<std::uint8_t>(x.gid.index);
+    h.hop_limit = 1;
+    x.ah = must(x.pd->create_ah(h), "create the address handle");
+    x.remote_qpn = r.qpn;
+    return;
+  }
   if (x.qp->state() == QpState::reset) qp_to_init(x);
   QpAttr a;
   a.qp_state = QpState::rtr;
@@ -194,7 +216,7 @@ std::size_t poll_some(Ctx& x, WorkCompletion* wc, std::size_t n) {
 
 void post_recvs(Ctx& x, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) {
-    Sge s = x.sge(i % x.slots, x.c.size);
+    Sge s = x.recv_sge(i % x.slots);
     RecvWr r{i, std::span<const Sge>(&s, 1)};
     must(x.qp->post_recv(std::span<const RecvWr>(&r, 1)), "post receive");
   }
@@ -239,6 +261,7 @@ Outcome run_bw(Ctx& x) {
       w.rdma.rkey = x.remote_rkey;
       w.atomic.remote_addr = x.remote_addr;
       w.atomic.rkey = x.remote_rkey;
+      x.address(w);
       w.atomic.compare_add = op == WrOpcode::atomic_cmp_and_swp ? expect : 1;
       w.atomic.swap = expect + 1;
       ++expect;
@@ -274,6 +297,7 @@ Outcome run_lat(Ctx& x, bool waits_first, std::uint64_t iters) {
     w.sg_list = std::span<const Sge>(&s, 1);
     w.rdma.remote_addr = x.remote_addr;
     w.rdma.rkey = x.remote_rkey;
+    x.address(w);
     if (writes) x.buf[2 * x.c.size - 1] = static_cast<std::uint8_t>(i + 1);
     while (sent - send_done >= x.c.depth) reap();  // at most depth sends outstanding (depth 1: one at a time)
     must(x.qp->post_send(std::span<const SendWr>(&w, 1)), "post send");
@@ -296,7 +320,7 @@ Outcome run_lat(Ctx& x, bool waits_first, std::uint64_t iters) {
           ++send_done;
         } else {
           got = true;
-          Sge s = x.sge(0, x.c.size);
+          Sge s = x.recv_sge(0);
           RecvWr r{0, std::span<const Sge>(&s, 1)};
           must(x.qp->post_recv(std::span<const RecvWr>(&r, 1)), "post receive");
         }

@@ -57,7 +57,7 @@ ForeignOutcome serve_perftest(Ctx& x, int fd) {
     for (std::size_t i = 0; i < n; ++i) {
       if (wc[i].opcode != WcOpcode::recv) continue;
       ++r.o.ops;
-      Sge s = x.sge(echo ? 0 : next_wr % x.slots, x.c.size);
+      Sge s = x.recv_sge(echo ? 0 : next_wr % x.slots);
       RecvWr w{next_wr++, std::span<const Sge>(&s, 1)};
       must(x.qp->post_recv(std::span<const RecvWr>(&w, 1)), "post receive");
       if (!echo) continue;
@@ -67,6 +67,7 @@ ForeignOutcome serve_perftest(Ctx& x, int fd) {
       sw.opcode = WrOpcode::send;
       sw.flags = SendFlags::signaled;
       sw.sg_list = std::span<const Sge>(&out, 1);
+      x.address(sw);
       must(x.qp->post_send(std::span<const SendWr>(&sw, 1)), "post send");
     }
   };
@@ -104,7 +105,7 @@ ForeignOutcome serve_perftest(Ctx& x, int fd) {
       if (x.c.test == "send_bw" || x.c.test == "send_lat") {
         std::size_t n = x.c.test == "send_bw" ? x.c.depth : 16;
         for (; next_wr < n; ++next_wr) {
-          Sge s = x.sge(x.c.test == "send_bw" ? next_wr % x.slots : 0, x.c.size);
+          Sge s = x.recv_sge(x.c.test == "send_bw" ? next_wr % x.slots : 0);
           RecvWr w{next_wr, std::span<const Sge>(&s, 1)};
           must(x.qp->post_recv(std::span<const RecvWr>(&w, 1)), "post receive");
         }
@@ -131,6 +132,13 @@ ForeignOutcome serve_perftest(Ctx& x, int fd) {
     if (keys == test_key + 1) r.o.seconds = std::chrono::duration<double>(SteadyClock::now() - start).count();
   }
   if (keys < 3) die("the perftest client stopped after " + std::to_string(keys) + " key exchanges (want at least 3)");
+  // Messages that completed after the client's last record: count them too (until 200 ms pass
+  // without one).
+  for (auto quiet = SteadyClock::now() + std::chrono::milliseconds(200); receiving && SteadyClock::now() < quiet;) {
+    const auto before = r.o.ops;
+    service();
+    if (r.o.ops != before) quiet = SteadyClock::now() + std::chrono::milliseconds(200);
+  }
   return r;
 }
 

@@ -40,7 +40,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"FETCH_AND_ADD", "CMP_AND_SWAP"}));
   app.add_flag("-b,--bidirectional", c.bidirectional,
                "write_bw, read_bw with --peer-format perftest: both sides run the test (perftest's -b)");
-  app.add_option("--connection", c.connection, "RC, or UD with --peer-format pingpong (ibv_ud_pingpong)")
+  app.add_option("--connection", c.connection,
+                 "RC, or UD: ibv_ud_pingpong (--peer-format pingpong), perftest send_bw/send_lat -c UD")
       ->check(CLI::IsMember({"RC", "UD"}));
   app.add_flag("--srq", c.srq, "with --peer-format pingpong: ibv_srq_pingpong (--qps RC QPs on one SRQ)");
   app.add_option("--qps", c.qps, "with --srq: the tool's -q (default 16, as the tool's)")->check(CLI::Range(1, 255));
@@ -48,9 +49,12 @@ int main(int argc, char** argv) {
   app.add_flag("--cm", cm, "with --peer-format perftest: the peer runs with -R (RDMA-CM; server role only)");
   CLI11_PARSE(app, argc, argv);
   c.cmp_and_swap = atomic_type == "CMP_AND_SWAP";
-  if (c.connection == "UD" && c.peer_format != "pingpong") {
-    std::fprintf(stderr, "vrdma-perf: --connection UD is served with --peer-format pingpong (ibv_ud_pingpong) only; "
-                         "perftest's -c UD and UC are not served yet\n");
+  // UD drops a message that finds no receive posted: serve with perftest's UD receive depth.
+  if (c.connection == "UD" && app.count("--depth") == 0) c.depth = 512;
+  if (c.connection == "UD" && !(c.peer_format == "pingpong" && !c.srq) &&
+      !(c.peer_format == "perftest" && !cm && (c.test == "send_bw" || c.test == "send_lat"))) {
+    std::fprintf(stderr, "vrdma-perf: --connection UD is served for ibv_ud_pingpong (--peer-format pingpong) and for "
+                         "perftest's send_bw and send_lat (-c UD); UD has no RDMA WRITE, READ or atomics\n");
     return 2;
   }
   if (c.bidirectional && (c.peer_format != "perftest" || cm || (c.test != "write_bw" && c.test != "read_bw"))) {

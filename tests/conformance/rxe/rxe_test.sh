@@ -94,6 +94,11 @@ else:  # write_bw, send_bw, atomic_bw
 if re.search(r"(?:^|\s)-b(?:\s|$)", cmd):  # both sides ran the test: data both ways
     need = {"rx": n * per_msg, "tx": n * per_msg}
 got = {"rx": rx, "tx": tx}
+# A SEND server counts the messages it received: all of them (UD drops what finds no receive).
+ops = json.loads(line[-1]).get("ops", 0) if line else 0
+if test == "send_bw" and role == "server" and "--cm" not in args and ops < n:
+    print(f"  data did not move: the server received {ops} of {n} messages")
+    sys.exit(1)
 short = [f"{k} {got[k]} < {v}" for k, v in need.items() if got[k] < v]
 if short:
     print(f"  data did not move: {test}, {n} x {size} B at MTU {mtu}: our " + ", ".join(short) + " packets")
@@ -252,6 +257,15 @@ run_case guest_client srq_pingpong_c "--peer-format pingpong --srq --size 4096 -
   "ibv_srq_pingpong -d rxe0 -g 1 -m 1024 -s 4096 -n 400 -c"
 run_case guest_server srq_pingpong_s "--peer-format pingpong --srq --size 4096 --iters 400 --mtu 1024" \
   "ibv_srq_pingpong -d rxe0 -g 1 -m 1024 -s 4096 -n 400 -c"
+# perftest over UD (-c UD; Q_Key 0x11111111, the GRH before each message): SEND bandwidth and latency.
+run_case guest_client send_bw_ud_c "--peer-format perftest --connection UD --test send_bw --size 1024 --mtu 1024" \
+  "ib_send_bw $pt1 -c UD -s 1024 -n 200"
+run_case guest_server send_bw_ud_s "--peer-format perftest --connection UD --test send_bw --size 1024 --iters 200 --mtu 1024" \
+  "ib_send_bw $pt1 -c UD -s 1024 -n 200"
+run_case guest_client send_lat_ud_c "--peer-format perftest --connection UD --test send_lat --size 64 --iters 200 --mtu 1024" \
+  "ib_send_lat $pt1 -c UD -s 64 -n 200"
+run_case guest_server send_lat_ud_s "--peer-format perftest --connection UD --test send_lat --size 64 --iters 200 --mtu 1024" \
+  "ib_send_lat $pt1 -c UD -s 64 -n 200"
 # perftest -b: both sides run the test at once (WRITEs or READs each way).
 run_case guest_client write_bw_b_c "--peer-format perftest --test write_bw -b --size 65536 --iters 200 --mtu 1024" \
   "ib_write_bw $pt1 -b -s 65536 -n 200"
