@@ -37,6 +37,7 @@ struct Config {
   std::string connection = "RC";       // RC, or UD (--peer-format pingpong: ibv_ud_pingpong)
   bool srq = false;                    // --peer-format pingpong: ibv_srq_pingpong (qps RC QPs on one SRQ)
   std::uint32_t qps = 16;              // its -q (the tool's default)
+  bool all_sizes = false;              // write_bw/read_bw against perftest -a: every size 2 B .. 8 MiB
   bool bidirectional = false;          // write_bw/read_bw against perftest -b: the server runs the test too
   bool cmp_and_swap = false;           // atomic_bw: CMP_AND_SWAP instead of FETCH_AND_ADD (perftest's -A)
 };

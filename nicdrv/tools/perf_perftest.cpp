@@ -207,6 +207,13 @@ ForeignOutcome client_perftest(Ctx& x, int fd) {
     return r;  // write_lat exchanges nothing after its test
   } else if (x.c.test == "read_lat") {
     r.o = run_read_lat(x);
+  } else if (x.c.all_sizes) {  // perftest -a: each size 2^1 .. 2^23 in turn, --iters each, no record between
+    for (std::uint32_t shift = 1; shift <= 23; ++shift) {
+      x.c.size = 1u << shift;
+      const Outcome one = run_bw(x);
+      r.o.ops += one.ops;
+      r.o.seconds += one.seconds;
+    }
   } else {
     r.o = run_bw(x);
   }

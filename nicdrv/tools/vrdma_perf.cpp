@@ -6,6 +6,7 @@
 // Against another vrdma-perf (perf_native.cpp), perftest or ibv_rc_pingpong (perf_foreign.hpp),
 // or rping and perftest -R through RDMA-CM (perf_cm.hpp). --verify checks data end to end.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 
 #include "perf.hpp"
@@ -45,6 +46,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"RC", "UD"}));
   app.add_flag("--srq", c.srq, "with --peer-format pingpong: ibv_srq_pingpong (--qps RC QPs on one SRQ)");
   app.add_option("--qps", c.qps, "with --srq: the tool's -q (default 16, as the tool's)")->check(CLI::Range(1, 255));
+  app.add_flag("-a,--all-sizes", c.all_sizes,
+               "write_bw, read_bw with --peer-format perftest: every size from 2 B to 8 MiB, as perftest's -a");
   bool cm = false;
   app.add_flag("--cm", cm, "with --peer-format perftest: the peer runs with -R (RDMA-CM; server role only)");
   CLI11_PARSE(app, argc, argv);
@@ -56,6 +59,15 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "vrdma-perf: --connection UD is served for ibv_ud_pingpong (--peer-format pingpong) and for "
                          "perftest's send_bw and send_lat (-c UD); UD has no RDMA WRITE, READ or atomics\n");
     return 2;
+  }
+  if (c.all_sizes) {
+    if (c.peer_format != "perftest" || cm || (c.test != "write_bw" && c.test != "read_bw")) {
+      std::fprintf(stderr, "vrdma-perf: -a (every size) is served for write_bw and read_bw against perftest "
+                           "(--peer-format perftest, without --cm); not for %s with --peer-format %s\n",
+                   c.test.c_str(), c.peer_format.c_str());
+      return 2;
+    }
+    c.size = std::max<std::uint32_t>(c.size, 1u << 23);  // the buffers hold the largest message
   }
   if (c.bidirectional && (c.peer_format != "perftest" || cm || (c.test != "write_bw" && c.test != "read_bw"))) {
     std::fprintf(stderr, "vrdma-perf: -b (both sides run the test) is served for write_bw and read_bw against perftest "

@@ -82,6 +82,8 @@ n, size = int(opt(cmd, "-n", "1000")), int(opt(cmd, "-s", "65536"))
 mtus = [int(m) for m in (opt(cmd, "-m"), opt(args, "--mtu")) if m]
 mtu = min(mtus) if mtus else 1024
 per_msg = max(1, -(-size // mtu))
+if re.search(r"(?:^|\s)-a(?:\s|$)", cmd):  # perftest -a: n messages of each size 2 B .. 8 MiB
+    per_msg = sum(max(1, -(-(1 << k) // mtu)) for k in range(1, 24))
 line = [l for l in open(log) if l.lstrip().startswith("{")]
 eng = json.loads(line[-1]).get("engine", {}) if line else {}
 rx, tx = eng.get("rx_packets", 0), eng.get("tx_packets", 0)
@@ -266,6 +268,11 @@ run_case guest_client send_lat_ud_c "--peer-format perftest --connection UD --te
   "ib_send_lat $pt1 -c UD -s 64 -n 200"
 run_case guest_server send_lat_ud_s "--peer-format perftest --connection UD --test send_lat --size 64 --iters 200 --mtu 1024" \
   "ib_send_lat $pt1 -c UD -s 64 -n 200"
+# perftest -a: every size from 2 B to 8 MiB, 5 messages each (~80 MiB each way).
+run_case guest_client write_bw_a_c "--peer-format perftest --test write_bw -a --mtu 1024" \
+  "ib_write_bw $pt1 -a -n 5"
+run_case guest_server read_bw_a_s "--peer-format perftest --test read_bw -a --iters 5 --mtu 1024" \
+  "ib_read_bw $pt1 -a -n 5"
 # perftest -b: both sides run the test at once (WRITEs or READs each way).
 run_case guest_client write_bw_b_c "--peer-format perftest --test write_bw -b --size 65536 --iters 200 --mtu 1024" \
   "ib_write_bw $pt1 -b -s 65536 -n 200"
