@@ -111,7 +111,12 @@ void create_resources(Ctx& x, bool is_server);
 std::uint32_t initial_psn();
 // INIT: from here on receives may be posted (IBA 10.8.2), before the peer is known.
 void qp_to_init(Ctx& x);
+void qp_to_init(QueuePair& qp);
+// Connects x.qp, or another QP of the run (perftest -q N), to its peer.
 void connect_qp(Ctx& x, const Remote& r, std::uint32_t my_psn);
+void connect_qp(Ctx& x, QueuePair& qp, const Remote& r, std::uint32_t my_psn);
+// Another QP like x.qp (same PD, CQ and depth).
+std::shared_ptr<QueuePair> new_qp(Ctx& x);
 std::size_t poll_checked(Ctx& x, WorkCompletion* wc, std::size_t n);
 std::size_t poll_some(Ctx& x, WorkCompletion* wc, std::size_t n);
 void post_recvs(Ctx& x, std::size_t n);

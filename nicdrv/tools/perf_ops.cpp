@@ -81,18 +81,22 @@ std::uint32_t crc(const std::uint8_t* p, std::size_t n) {
 
 GidEntry local_gid(const Device& d) { return must(preferred_gid(d), "read the GID table"); }
 
-void create_resources(Ctx& x, bool is_server) {
-  x.dev = must(open_device(x.c.device), "open device");
-  x.pd = must(x.dev->alloc_pd(), "alloc PD");
-  x.cq = must(x.dev->create_cq(std::max<std::uint32_t>(4 * x.c.depth, 256)), "create CQ");
+std::shared_ptr<QueuePair> new_qp(Ctx& x) {
   QpInitAttr ia;
   ia.type = x.c.connection == "UD" ? QpType::ud : QpType::rc;
-  if (ia.type == QpType::ud && x.c.peer_format != "pingpong") x.grh = 40;  // the pingpong peer lays out its own
   ia.send_cq = x.cq.get();
   ia.recv_cq = x.cq.get();
   ia.cap.max_send_wr = x.c.depth;
   ia.cap.max_recv_wr = x.c.depth;
-  x.qp = must(x.pd->create_qp(ia), "create QP");
+  return must(x.pd->create_qp(ia), "create QP");
+}
+
+void create_resources(Ctx& x, bool is_server) {
+  x.dev = must(open_device(x.c.device), "open device");
+  x.pd = must(x.dev->alloc_pd(), "alloc PD");
+  x.cq = must(x.dev->create_cq(std::max<std::uint32_t>(4 * x.c.depth, 256)), "create CQ");
+  if (x.c.connection == "UD" && x.c.peer_format != "pingpong") x.grh = 40;  // the pingpong peer lays out its own
+  x.qp = new_qp(x);
   // Buffer slots depend only on the message size (which both sides check is equal), so the
   // peer's buffer always has room for every slot we address: up to 16, at most 64 MiB in all.
   x.slots = x.c.test == "write_lat" || x.c.test == "send_lat" || x.c.test == "read_lat"
@@ -121,31 +125,35 @@ void create_resources(Ctx& x, bool is_server) {
 std::uint32_t initial_psn() { return static_cast<std::uint32_t>(::getpid() * 7919u) & 0xffffff; }
 
 // INIT: from here on receives may be posted (IBA 10.8.2), before the peer is known.
-void qp_to_init(Ctx& x) {
+void qp_to_init(Ctx& x) { qp_to_init(*x.qp); }
+
+void qp_to_init(QueuePair& qp) {
   using M = QpAttrMask;
   QpAttr a;
   a.qp_state = QpState::init;
   a.qp_access_flags = Access::local_write | Access::remote_write | Access::remote_read | Access::remote_atomic;
-  must(x.qp->modify(a, M::state | M::pkey_index | M::port | M::access_flags), "QP to INIT");
+  must(qp.modify(a, M::state | M::pkey_index | M::port | M::access_flags), "QP to INIT");
 }
 
-void connect_qp(Ctx& x, const Remote& r, std::uint32_t my_psn) {
+void connect_qp(Ctx& x, const Remote& r, std::uint32_t my_psn) { connect_qp(x, *x.qp, r, my_psn); }
+
+void connect_qp(Ctx& x, QueuePair& qp, const Remote& r, std::uint32_t my_psn) {
   auto mtu = mtu_from_bytes(x.c.mtu);
   if (!mtu) die("--mtu must be 256, 512, 1024, 2048 or 4096");
   using M = QpAttrMask;
-  if (x.qp->type() == QpType::ud) {  // ready without its peer; the peer goes into each send
+  if (qp.type() == QpType::ud) {  // ready without its peer; the peer goes into each send
     if (x.c.size > x.c.mtu)
       die("a UD message is one datagram: --size " + std::to_string(x.c.size) + " must fit the path MTU " +
           std::to_string(x.c.mtu));
     QpAttr a;
     a.qp_state = QpState::init;
     a.qkey = Ctx::kUdQkey;
-    if (x.qp->state() == QpState::reset) must(x.qp->modify(a, M::state | M::pkey_index | M::port | M::qkey), "UD QP to INIT");
+    if (qp.state() == QpState::reset) must(qp.modify(a, M::state | M::pkey_index | M::port | M::qkey), "UD QP to INIT");
     a.qp_state = QpState::rtr;
-    must(x.qp->modify(a, M::state), "UD QP to RTR");
+    must(qp.modify(a, M::state), "UD QP to RTR");
     a.qp_state = QpState::rts;
     a.sq_psn = my_psn;
-    must(x.qp->modify(a, M::state | M::sq_psn), "UD QP to RTS");
+    must(qp.modify(a, M::state | M::sq_psn), "UD QP to RTS");
     AhAttr h;
     h.dgid = r.gid;
     h.sgid_index = static_cast<std::uint8_t>(x.gid.index);
@@ -154,7 +162,7 @@ void connect_qp(Ctx& x, const Remote& r, std::uint32_t my_psn) {
     x.remote_qpn = r.qpn;
     return;
   }
-  if (x.qp->state() == QpState::reset) qp_to_init(x);
+  if (qp.state() == QpState::reset) qp_to_init(qp);
   QpAttr a;
   a.qp_state = QpState::rtr;
   a.path_mtu = *mtu;
@@ -164,7 +172,7 @@ void connect_qp(Ctx& x, const Remote& r, std::uint32_t my_psn) {
   a.min_rnr_timer = r.min_rnr_timer;
   a.ah_attr.dgid = r.gid;
   a.ah_attr.sgid_index = static_cast<std::uint8_t>(x.gid.index);
-  must(x.qp->modify(a, M::state | M::av | M::path_mtu | M::dest_qpn | M::rq_psn | M::max_dest_rd_atomic | M::min_rnr_timer),
+  must(qp.modify(a, M::state | M::av | M::path_mtu | M::dest_qpn | M::rq_psn | M::max_dest_rd_atomic | M::min_rnr_timer),
        "QP to RTR");
   a.qp_state = QpState::rts;
   a.sq_psn = my_psn;
@@ -172,7 +180,7 @@ void connect_qp(Ctx& x, const Remote& r, std::uint32_t my_psn) {
   a.retry_cnt = 7;
   a.rnr_retry = 7;
   a.max_rd_atomic = std::min<std::uint8_t>(16, std::max<std::uint8_t>(r.max_rd_atomic, 1));
-  must(x.qp->modify(a, M::state | M::sq_psn | M::timeout | M::retry_cnt | M::rnr_retry | M::max_qp_rd_atomic), "QP to RTS");
+  must(qp.modify(a, M::state | M::sq_psn | M::timeout | M::retry_cnt | M::rnr_retry | M::max_qp_rd_atomic), "QP to RTS");
 }
 
 std::size_t poll_checked(Ctx& x, WorkCompletion* wc, std::size_t n) {

@@ -41,13 +41,25 @@ void take_smaller_mtu(Ctx& x, std::string_view theirs) {
 // our path MTU for its MTU record (the smaller one is taken).
 ForeignOutcome serve_perftest(Ctx& x, int fd) {
   ForeignOutcome r;
-  const std::uint32_t psn = initial_psn();
-  const ForeignDest me = my_dest(x, psn);
-  int keys = 0;
-  std::uint64_t first_qpn = 0;
+  int keys = 0;  // rounds of key records (a round names each of the client's QPs once)
   bool receiving = false;
   std::uint64_t next_wr = 0;
   WorkCompletion wc[64];
+  // perftest -q N: the client's QPs in the order its records name them, and ours answering them
+  // (qps[0] is x.qp). Each gets its own QP here, connected when the client first names it.
+  std::vector<std::uint64_t> peer_qpns;
+  std::vector<std::shared_ptr<QueuePair>> qps;
+  std::vector<std::uint32_t> psns;
+  auto qp_of = [&](std::uint32_t qpn) -> QueuePair& {
+    for (auto& q : qps)
+      if (q->qp_num() == qpn) return *q;
+    die("a completion for QP " + std::to_string(qpn) + ", which is none of ours");
+  };
+  auto post_recv = [&](QueuePair& q, std::size_t slot) {
+    Sge s = x.recv_sge(slot);
+    RecvWr w{next_wr++, std::span<const Sge>(&s, 1)};
+    must(q.post_recv(std::span<const RecvWr>(&w, 1)), "post receive");
+  };
   // While the client runs: keep receives posted (send_bw) and answer each message (send_lat,
   // whose client may still exchange records after its QP is ready, so the echo runs here).
   const bool echo = x.c.test == "send_lat";
@@ -57,9 +69,7 @@ ForeignOutcome serve_perftest(Ctx& x, int fd) {
     for (std::size_t i = 0; i < n; ++i) {
       if (wc[i].opcode != WcOpcode::recv) continue;
       ++r.o.ops;
-      Sge s = x.recv_sge(echo ? 0 : next_wr % x.slots);
-      RecvWr w{next_wr++, std::span<const Sge>(&s, 1)};
-      must(x.qp->post_recv(std::span<const RecvWr>(&w, 1)), "post receive");
+      post_recv(qp_of(wc[i].qp_num), echo ? 0 : next_wr % x.slots);
       if (!echo) continue;
       Sge out = x.sge(1, x.c.size);
       SendWr sw;
@@ -72,13 +82,13 @@ ForeignOutcome serve_perftest(Ctx& x, int fd) {
     }
   };
   auto start = SteadyClock::now();
-  for (int rounds = 0; rounds < 64; ++rounds) {
+  for (int rounds = 0; rounds < 64 * 16; ++rounds) {
     std::string m = read_record(fd, service);
     if (m.empty()) break;
     r.records.push_back(m.size());
     if (m == std::string_view("done", 5)) break;
     ForeignDest peer;
-    if (keys == 0 && is_perftest_mtu_record(m)) {  // each side takes the smaller (perftest's check_mtu)
+    if (keys == 0 && peer_qpns.empty() && is_perftest_mtu_record(m)) {  // each side takes the smaller (check_mtu)
       write_all(fd, perftest_mtu_record(x));
       take_smaller_mtu(x, m);
       continue;
@@ -87,32 +97,39 @@ ForeignOutcome serve_perftest(Ctx& x, int fd) {
       write_all(fd, m);
       continue;
     }
-    // perftest -q N sends N key records a round, one per QP: refuse rather than answer N records
-    // naming our one QP (the client would then wait for traffic on QPs nobody connected).
-    if (keys > 0 && peer.qpn != first_qpn)
-      die("the perftest client runs more than one QP (its QPN changed from " + std::to_string(first_qpn) + " to " +
-          std::to_string(peer.qpn) + " between key records: -q N); vrdma-perf serves one QP per test: run it with -q 1");
-    if (++keys == 1) {
-      first_qpn = peer.qpn;
+    std::size_t q = std::find(peer_qpns.begin(), peer_qpns.end(), peer.qpn) - peer_qpns.begin();
+    if (q == peer_qpns.size()) {  // a QP of the client's not seen before: ours for it
+      const bool one_qp_only = x.c.bidirectional || x.c.connection == "UD" || x.c.test == "send_lat" ||
+                               x.c.test == "write_lat" || x.c.test == "read_lat" || x.c.test == "atomic_bw";
+      if (q > 0 && one_qp_only)
+        die("the perftest client runs more than one QP (-q N: its records name QPN " + std::to_string(peer_qpns[0]) +
+            " and " + std::to_string(peer.qpn) + "); vrdma-perf serves -q N for write_bw, read_bw and send_bw over "
+            "RC: run this test with -q 1");
+      if (q >= 64) die("the perftest client names more than 64 QPs: vrdma-perf serves at most 64 (-q 64)");
+      peer_qpns.push_back(peer.qpn);
+      qps.push_back(q == 0 ? x.qp : new_qp(x));
+      psns.push_back((initial_psn() + 7919u * static_cast<std::uint32_t>(q)) & 0xffffff);
       Remote rem;
       rem.qpn = static_cast<std::uint32_t>(peer.qpn);
       rem.psn = static_cast<std::uint32_t>(peer.psn);
       rem.gid = peer.gid;
       rem.max_rd_atomic = static_cast<std::uint8_t>(std::min<std::uint64_t>(peer.out_reads, 16));
-      x.remote_addr = peer.vaddr;
-      x.remote_rkey = static_cast<std::uint32_t>(peer.rkey);
-      connect_qp(x, rem, psn);
+      if (q == 0) {
+        x.remote_addr = peer.vaddr;
+        x.remote_rkey = static_cast<std::uint32_t>(peer.rkey);
+      }
+      connect_qp(x, *qps[q], rem, psns[q]);
       if (x.c.test == "send_bw" || x.c.test == "send_lat") {
-        std::size_t n = x.c.test == "send_bw" ? x.c.depth : 16;
-        for (; next_wr < n; ++next_wr) {
-          Sge s = x.recv_sge(x.c.test == "send_bw" ? next_wr % x.slots : 0);
-          RecvWr w{next_wr, std::span<const Sge>(&s, 1)};
-          must(x.qp->post_recv(std::span<const RecvWr>(&w, 1)), "post receive");
-        }
+        const std::size_t n = x.c.test == "send_bw" ? x.c.depth : 16;
+        for (std::size_t k = 0; k < n; ++k) post_recv(*qps[q], x.c.test == "send_bw" ? next_wr % x.slots : 0);
         receiving = true;
       }
     }
+    if (q == 0) ++keys;  // a round starts with the record of the client's first QP
+    ForeignDest me = my_dest(x, psns[q]);
+    me.qpn = qps[q]->qp_num();
     write_all(fd, perftest_record(me));
+    if (q != 0) continue;
     // The client's test runs between its third and fourth key record (WRITE/READ) or its fourth
     // and fifth (SEND, whose server posts its receives in between): see client_perftest.
     // write_lat and read_lat run theirs after the fourth, with no record after write_lat's:

@@ -82,6 +82,7 @@ n, size = int(opt(cmd, "-n", "1000")), int(opt(cmd, "-s", "65536"))
 mtus = [int(m) for m in (opt(cmd, "-m"), opt(args, "--mtu")) if m]
 mtu = min(mtus) if mtus else 1024
 per_msg = max(1, -(-size // mtu))
+n *= int(opt(cmd, "-q", "1")) if ("ib_" in cmd) else 1  # perftest -q N: -n on each QP
 if re.search(r"(?:^|\s)-a(?:\s|$)", cmd):  # perftest -a: n messages of each size 2 B .. 8 MiB
     per_msg = sum(max(1, -(-(1 << k) // mtu)) for k in range(1, 24))
 line = [l for l in open(log) if l.lstrip().startswith("{")]
@@ -280,8 +281,13 @@ run_case guest_server write_bw_b_s "--peer-format perftest --test write_bw -b --
   "ib_write_bw $pt1 -b -s 65536 -n 200"
 run_case guest_client read_bw_b_c "--peer-format perftest --test read_bw -b --size 65536 --iters 200 --mtu 1024" \
   "ib_read_bw $pt1 -b -s 65536 -n 200"
+# perftest -q 4: four QPs, each connected to one of ours, each carrying -n messages.
+run_case guest_client write_bw_q4_c "--peer-format perftest --test write_bw --size 65536 --mtu 1024" \
+  "ib_write_bw $pt1 -q 4 -s 65536 -n 200"
+run_case guest_client send_bw_q4_c "--peer-format perftest --test send_bw --size 65536 --mtu 1024" \
+  "ib_send_bw $pt1 -q 4 -s 65536 -n 200"
 # What vrdma-perf cannot serve it refuses in a sentence (exit 1), never an empty run that exits 0:
-# perftest -q 2 (two QPs) and -c UD (a QP of another transport). The guest's tool fails too.
+# perftest -q 2 where only one QP is served (atomics) and -c UD against an RC run. The guest's tool fails too.
 refused_case() {  # name, what our log must say, vrdma-perf args, guest command
   local name=$1 note=$2 args=$3 cmd=$4 ok=1 hp rc=0
   [[ -z "${ONLY:-}" || "$name" =~ $ONLY ]] || return 0
@@ -298,8 +304,8 @@ refused_case() {  # name, what our log must say, vrdma-perf args, guest command
   if [ $ok -eq 0 ]; then echo "  $name: $(tail -1 "$work/$name.host")"; fi
   record "$name" $ok "$work/$name.host" "$work/$name.guest"
 }
-run_case refused_case write_bw_q2_refused "more than one QP" "--peer-format perftest --test write_bw --size 65536 --mtu 1024" \
-  "ib_write_bw $pt1 -q 2 -s 65536 -n 200"
+run_case refused_case atomic_q2_refused "more than one QP" "--peer-format perftest --test atomic_bw --size 8 --mtu 1024" \
+  "ib_atomic_bw $pt1 -q 2 -s 8 -n 200"
 run_case refused_case send_bw_ud_refused "UC or UD" "--peer-format perftest --test send_bw --size 1024 --mtu 1024" \
   "ib_send_bw $pt1 -c UD -s 1024 -n 200"
 
