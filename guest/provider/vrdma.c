@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sched.h>
 #include <unistd.h>
 #include <endian.h>
 
@@ -47,7 +48,7 @@ struct vrdma_cq {
 
 struct vrdma_qp {
 	struct ibv_qp ibv_qp;
-	pthread_spinlock_t sq_lock, rq_lock;
+	pthread_mutex_t sq_lock, rq_lock;  /* a post may wait for the doorbell queue */
 	uint8_t *map;
 	struct virtio_rdma_abi_create_qp_resp abi;
 	uint32_t sq_prod, rq_prod;
@@ -56,7 +57,7 @@ struct vrdma_qp {
 
 struct vrdma_srq {
 	struct ibv_srq ibv_srq;
-	pthread_spinlock_t lock;
+	pthread_mutex_t lock;
 	uint8_t *map;
 	struct virtio_rdma_abi_create_srq_resp abi;
 	uint32_t prod;
@@ -298,6 +299,22 @@ static int vrdma_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
 	return ibv_cmd_req_notify_cq(ibcq, solicited_only);
 }
 
+/*
+ * The doorbell queue is the device's, shared by every ring of the guest: the driver answers
+ * EAGAIN while it is full. The WQEs are already in the ring then, so the post waits for room
+ * (the device drains the queue) for up to about a second rather than fail at once.
+ */
+static int doorbell_again(int err, unsigned int *tries)
+{
+	if (err != EAGAIN || ++*tries > 20000)
+		return 0;
+	if (*tries < 100)
+		sched_yield();
+	else
+		usleep(50);
+	return 1;
+}
+
 /* ---- QP ------------------------------------------------------------------------------------- */
 
 static struct ibv_qp *vrdma_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
@@ -308,6 +325,7 @@ static struct ibv_qp *vrdma_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr
 	struct vrdma_create_qp_resp resp;
 	struct virtio_rdma_abi_create_qp_resp *r = &resp.drv;
 	struct vrdma_qp *qp;
+	struct ibv_qp_cap asked = attr->cap;  /* ibv_cmd_create_qp overwrites it with the answer */
 	int srq = attr->srq != NULL;
 
 	if (attr->qp_type != IBV_QPT_RC && attr->qp_type != IBV_QPT_UD) {
@@ -320,13 +338,17 @@ static struct ibv_qp *vrdma_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr
 	memset(&resp, 0, sizeof(resp));
 	if (ibv_cmd_create_qp(pd, &qp->ibv_qp, attr, &cmd, sizeof(cmd), &resp.ibv_resp, sizeof(resp)))
 		goto err_free;
-	/* The rings as answered: depths and strides as both sides compute them, parts inside the map. */
-	if (r->qp_num != resp.ibv_resp.qpn || !is_pow2(r->sq_depth) || r->sq_depth < attr->cap.max_send_wr ||
-	    r->sq_depth > vctx->lim.max_qp_wr || r->max_send_sge < 1 || r->max_send_sge > vctx->lim.max_sge ||
+	/*
+	 * The rings as answered: depths and strides as both sides compute them, parts inside the map.
+	 * (The QPN is compared with libibverbs' qp_num: on the ioctl path the core response is unused.)
+	 */
+	if (r->qp_num != qp->ibv_qp.qp_num || !is_pow2(r->sq_depth) || r->sq_depth < asked.max_send_wr ||
+	    r->sq_depth > vctx->lim.max_qp_wr || r->max_send_sge < asked.max_send_sge || r->max_send_sge < 1 ||
+	    r->max_send_sge > vctx->lim.max_sge || r->max_inline < asked.max_inline_data ||
 	    r->max_inline > vctx->lim.max_inline || r->sq_stride != virtio_rdma_send_stride(r->max_send_sge, r->max_inline) ||
 	    (srq ? r->rq_depth || r->rq_stride
-		 : !is_pow2(r->rq_depth) || r->rq_depth < attr->cap.max_recv_wr || r->rq_depth > vctx->lim.max_qp_wr ||
-			   r->max_recv_sge < 1 || r->max_recv_sge > vctx->lim.max_sge ||
+		 : !is_pow2(r->rq_depth) || r->rq_depth < asked.max_recv_wr || r->rq_depth > vctx->lim.max_qp_wr ||
+			   r->max_recv_sge < asked.max_recv_sge || r->max_recv_sge < 1 || r->max_recv_sge > vctx->lim.max_sge ||
 			   r->rq_stride != virtio_rdma_recv_stride(r->max_recv_sge)) ||
 	    r->mmap_size % vctx->page_size || !fits(r->sq_offset, (uint64_t)r->sq_depth * r->sq_stride, r->mmap_size) ||
 	    !fits(r->rq_offset, (uint64_t)r->rq_depth * r->rq_stride, r->mmap_size) ||
@@ -348,8 +370,8 @@ static struct ibv_qp *vrdma_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr
 	attr->cap.max_send_sge = r->max_send_sge;
 	attr->cap.max_recv_sge = r->max_recv_sge;
 	attr->cap.max_inline_data = r->max_inline;
-	pthread_spin_init(&qp->sq_lock, PTHREAD_PROCESS_PRIVATE);
-	pthread_spin_init(&qp->rq_lock, PTHREAD_PROCESS_PRIVATE);
+	pthread_mutex_init(&qp->sq_lock, NULL);
+	pthread_mutex_init(&qp->rq_lock, NULL);
 	return &qp->ibv_qp;
 
 err_destroy:
@@ -383,8 +405,8 @@ static int vrdma_destroy_qp(struct ibv_qp *ibqp)
 	if (ret)
 		return ret;
 	munmap(qp->map, qp->abi.mmap_size);
-	pthread_spin_destroy(&qp->sq_lock);
-	pthread_spin_destroy(&qp->rq_lock);
+	pthread_mutex_destroy(&qp->sq_lock);
+	pthread_mutex_destroy(&qp->rq_lock);
 	free(qp);
 	return 0;
 }
@@ -472,11 +494,11 @@ static int write_send_wqe(struct vrdma_qp *qp, const struct ibv_send_wr *wr, uin
 static int vrdma_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr)
 {
 	struct vrdma_qp *qp = to_vqp(ibqp);
-	struct ibv_send_wr *bad;
+	struct ibv_send_wr *bad, *first = wr;
 	uint32_t start;
 	int ret = 0;
 
-	pthread_spin_lock(&qp->sq_lock);
+	pthread_mutex_lock(&qp->sq_lock);
 	start = qp->sq_prod;
 	for (; wr; wr = wr->next) {
 		uint32_t consumed = le32toh(__atomic_load_n(&qp_status(qp)->sq_consumed, __ATOMIC_ACQUIRE));
@@ -493,16 +515,21 @@ static int vrdma_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct i
 	}
 	*bad_wr = ret ? wr : NULL;
 	if (qp->sq_prod != start) {
+		unsigned int tries = 0;
 		int err;
 
 		__atomic_store_n(&qp_db(qp)->sq_producer, qp->sq_prod, __ATOMIC_RELEASE);
-		err = ibv_cmd_post_send(ibqp, NULL, &bad);  /* the doorbell: no work request */
-		if (err && !ret) {
+		do
+			err = ibv_cmd_post_send(ibqp, NULL, &bad);  /* the doorbell: no work request */
+		while (doorbell_again(err, &tries));
+		if (err) {  /* not rung: none of this call's WRs is posted */
+			qp->sq_prod = start;
+			__atomic_store_n(&qp_db(qp)->sq_producer, start, __ATOMIC_RELEASE);
 			ret = err;
-			*bad_wr = NULL;
+			*bad_wr = first;
 		}
 	}
-	pthread_spin_unlock(&qp->sq_lock);
+	pthread_mutex_unlock(&qp->sq_lock);
 	return ret;
 }
 
@@ -528,7 +555,7 @@ static int write_recv_wqe(const struct ibv_recv_wr *wr, uint8_t *w, uint32_t str
 static int vrdma_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr)
 {
 	struct vrdma_qp *qp = to_vqp(ibqp);
-	struct ibv_recv_wr *bad;
+	struct ibv_recv_wr *bad, *first = wr;
 	uint32_t start;
 	int ret = 0;
 
@@ -536,7 +563,7 @@ static int vrdma_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct i
 		*bad_wr = wr;
 		return EINVAL;
 	}
-	pthread_spin_lock(&qp->rq_lock);
+	pthread_mutex_lock(&qp->rq_lock);
 	start = qp->rq_prod;
 	for (; wr; wr = wr->next) {
 		uint32_t consumed = le32toh(__atomic_load_n(&qp_status(qp)->rq_consumed, __ATOMIC_ACQUIRE));
@@ -554,16 +581,21 @@ static int vrdma_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct i
 	}
 	*bad_wr = ret ? wr : NULL;
 	if (qp->rq_prod != start) {
+		unsigned int tries = 0;
 		int err;
 
 		__atomic_store_n(&qp_db(qp)->rq_producer, qp->rq_prod, __ATOMIC_RELEASE);
-		err = ibv_cmd_post_recv(ibqp, NULL, &bad);
-		if (err && !ret) {
+		do
+			err = ibv_cmd_post_recv(ibqp, NULL, &bad);
+		while (doorbell_again(err, &tries));
+		if (err) {
+			qp->rq_prod = start;
+			__atomic_store_n(&qp_db(qp)->rq_producer, start, __ATOMIC_RELEASE);
 			ret = err;
-			*bad_wr = NULL;
+			*bad_wr = first;
 		}
 	}
-	pthread_spin_unlock(&qp->rq_lock);
+	pthread_mutex_unlock(&qp->rq_lock);
 	return ret;
 }
 
@@ -576,6 +608,7 @@ static struct ibv_srq *vrdma_create_srq(struct ibv_pd *pd, struct ibv_srq_init_a
 	struct ibv_create_srq cmd;
 	struct vrdma_create_srq_resp resp;
 	struct virtio_rdma_abi_create_srq_resp *r = &resp.drv;
+	struct ibv_srq_attr asked = attr->attr;  /* ibv_cmd_create_srq overwrites it with the answer */
 	struct vrdma_srq *srq = calloc(1, sizeof(*srq));
 
 	if (!srq)
@@ -583,7 +616,8 @@ static struct ibv_srq *vrdma_create_srq(struct ibv_pd *pd, struct ibv_srq_init_a
 	memset(&resp, 0, sizeof(resp));
 	if (ibv_cmd_create_srq(pd, &srq->ibv_srq, attr, &cmd, sizeof(cmd), &resp.ibv_resp, sizeof(resp)))
 		goto err_free;
-	if (!is_pow2(r->depth) || r->depth < attr->attr.max_wr || r->depth > vctx->lim.max_qp_wr || r->max_sge < 1 ||
+	if (!is_pow2(r->depth) || r->depth < asked.max_wr || r->depth > vctx->lim.max_qp_wr || r->max_sge < asked.max_sge ||
+	    r->max_sge < 1 ||
 	    r->max_sge > vctx->lim.max_sge || r->stride != virtio_rdma_recv_stride(r->max_sge) ||
 	    r->mmap_size % vctx->page_size || !fits(r->ring_offset, (uint64_t)r->depth * r->stride, r->mmap_size) ||
 	    !fits(r->status_offset, sizeof(struct virtio_rdma_qp_status), r->mmap_size) ||
@@ -600,7 +634,7 @@ static struct ibv_srq *vrdma_create_srq(struct ibv_pd *pd, struct ibv_srq_init_a
 	srq->abi = *r;
 	attr->attr.max_wr = r->depth;
 	attr->attr.max_sge = r->max_sge;
-	pthread_spin_init(&srq->lock, PTHREAD_PROCESS_PRIVATE);
+	pthread_mutex_init(&srq->lock, NULL);
 	return &srq->ibv_srq;
 
 err_destroy:
@@ -633,7 +667,7 @@ static int vrdma_destroy_srq(struct ibv_srq *ibsrq)
 	if (ret)
 		return ret;
 	munmap(srq->map, srq->abi.mmap_size);
-	pthread_spin_destroy(&srq->lock);
+	pthread_mutex_destroy(&srq->lock);
 	free(srq);
 	return 0;
 }
@@ -643,11 +677,11 @@ static int vrdma_post_srq_recv(struct ibv_srq *ibsrq, struct ibv_recv_wr *wr, st
 	struct vrdma_srq *srq = to_vsrq(ibsrq);
 	struct virtio_rdma_qp_status *st = (void *)(srq->map + srq->abi.status_offset);
 	struct virtio_rdma_abi_qp_db *db = (void *)(srq->map + srq->abi.db_offset);
-	struct ibv_recv_wr *bad;
+	struct ibv_recv_wr *bad, *first = wr;
 	uint32_t start;
 	int ret = 0;
 
-	pthread_spin_lock(&srq->lock);
+	pthread_mutex_lock(&srq->lock);
 	start = srq->prod;
 	for (; wr; wr = wr->next) {
 		if (srq->prod - le32toh(__atomic_load_n(&st->rq_consumed, __ATOMIC_ACQUIRE)) >= srq->abi.depth) {
@@ -663,16 +697,21 @@ static int vrdma_post_srq_recv(struct ibv_srq *ibsrq, struct ibv_recv_wr *wr, st
 	}
 	*bad_wr = ret ? wr : NULL;
 	if (srq->prod != start) {
+		unsigned int tries = 0;
 		int err;
 
 		__atomic_store_n(&db->rq_producer, srq->prod, __ATOMIC_RELEASE);
-		err = ibv_cmd_post_srq_recv(ibsrq, NULL, &bad);
-		if (err && !ret) {
+		do
+			err = ibv_cmd_post_srq_recv(ibsrq, NULL, &bad);
+		while (doorbell_again(err, &tries));
+		if (err) {
+			srq->prod = start;
+			__atomic_store_n(&db->rq_producer, start, __ATOMIC_RELEASE);
 			ret = err;
-			*bad_wr = NULL;
+			*bad_wr = first;
 		}
 	}
-	pthread_spin_unlock(&srq->lock);
+	pthread_mutex_unlock(&srq->lock);
 	return ret;
 }
 
