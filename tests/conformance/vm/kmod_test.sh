@@ -21,10 +21,10 @@
 # process holds 2 PDs: the new backend's DEVICE_FATAL event reaches the driver, which frees the
 # lost PDs without naming their handles at the new backend, and a new process gets a PD there.
 # Every guest command runs under `timeout`.
-#   kmod_test.sh SOURCE_DIR VRDMAD      exits 77 (skip) without root, QEMU, the guest kernel or its headers
+#   kmod_test.sh SOURCE_DIR VRDMAD VRDMA-PERF   exits 77 (skip) without root, QEMU, the guest kernel or its headers
 #   KEEP_WORK=1 keeps the logs.
 set -euo pipefail
-SRC=$(readlink -f "$1"); VRDMAD=$(readlink -f "$2")
+SRC=$(readlink -f "$1"); VRDMAD=$(readlink -f "$2"); PERF=$(readlink -f "$3")
 HERE=$(cd "$(dirname "$0")" && pwd)
 skip() { echo "SKIP: $*"; exit 77; }
 [ "$(id -u)" -eq 0 ] && ip netns list >/dev/null 2>&1 || skip "needs root to create network namespaces"
@@ -83,6 +83,30 @@ out=$(
   mkdir -p "$ROOT/usr/bin"
   cp "$work/uverbs_probe" "$work/uverbs_data" "$ROOT/usr/bin/"
   guest_files "$ROOT" "$(command -v rdma)"
+  # The rdma-core provider (guest/provider/build.sh) with Debian's unmodified libibverbs and
+  # tools, and an unprivileged user to run them. Without rdma-core's source or the tools the
+  # provider's checks are skipped (PROVIDER-SKIP) and the rest runs.
+  prc=0
+  "$SRC/guest/provider/build.sh" "$work/provider" || prc=$?
+  tools=$(command -v ibv_devices ibv_devinfo ibv_rc_pingpong || true)
+  if [ $prc -eq 0 ] && [ "$(echo "$tools" | wc -w)" -eq 3 ]; then
+    pdir="$(dirname "$(readlink -f /usr/lib/x86_64-linux-gnu/libibverbs.so.1)")/libibverbs"
+    mkdir -p "$ROOT/$pdir" "$ROOT/etc/libibverbs.d"
+    cp "$work"/provider/libvrdma-rdmav*.so "$ROOT/$pdir/"
+    cp "$work/provider/vrdma.driver" "$ROOT/etc/libibverbs.d/"
+    # shellcheck disable=SC2086
+    guest_files "$ROOT" $tools
+    echo "root:x:0:0::/:/bin/sh" > "$ROOT/etc/passwd"
+    echo "vrdma:x:1000:1000::/tmp:/bin/sh" >> "$ROOT/etc/passwd"
+    printf 'root:x:0:\nvrdma:x:1000:\n' > "$ROOT/etc/group"
+    echo "PROVIDER=$pdir/$(basename "$work"/provider/libvrdma-rdmav*.so)"
+  elif [ $prc -eq 3 ]; then
+    echo "PROVIDER-SKIP: the provider could not be built (above)" >&2
+  elif [ $prc -eq 0 ]; then
+    echo "PROVIDER-SKIP: ibv_devices, ibv_devinfo or ibv_rc_pingpong (ibverbs-utils) is not installed" >&2
+  else
+    exit 1
+  fi
   guest_pack "$ROOT" "$HERE/kmod_guest_init.sh" "$work/initrd.cpio.gz"
   echo "KERNEL=$KERNEL"
 ) || rc=$?
@@ -90,6 +114,8 @@ if [ $rc -eq 3 ]; then skip "guest unavailable: $(cat "$work/make_guest.err")"; 
   echo "FAIL: the guest or the module could not be built:"; cat "$work/make_guest.err"; exit 1
 fi
 KERNEL=$(echo "$out" | sed -n 's/^KERNEL=//p')
+PROVIDER=$(echo "$out" | sed -n 's/^PROVIDER=//p')
+[ -n "$PROVIDER" ] || grep -E "^(provider:|PROVIDER-SKIP)" "$work/make_guest.err" || true
 grep "^BUILT" "$work/make_guest.err" | sed 's/^BUILT/virtio_rdma.ko built/'
 
 # ---- One "host": vrdmad's soft engine on br0 at the device's address; the guest's NIC on a tap
@@ -297,6 +323,60 @@ check "vrdmad held the process's PD, MR, CQ and 2 QPs (objects $(jfield "$held3"
   bash -c "grep -q '^held' '$work/hold3.out' && [ '$(jfield "$held3" objects.pd)$(jfield "$held3" objects.mr)$(jfield "$held3" objects.cq)$(jfield "$held3" objects.qp)' = 1112 ]"
 check "SIGKILLed: its objects were destroyed (vrdmad objects $(jfield "$s" objects))" \
   bash -c "grep -q '^gone' '$work/kill3.out' && [ '$(jfield "$s" objects.pd)$(jfield "$s" objects.mr)$(jfield "$s" objects.cq)$(jfield "$s" objects.qp)' = 0000 ]"
+
+# 4e. The rdma-core provider (guest/provider): Debian's unmodified libibverbs and tools on
+#     vrdma0. ibv_devices lists it, ibv_devinfo shows the port ACTIVE and vrdmad's limits, and
+#     ibv_rc_pingpong, run as an unprivileged user, exchanges 200 checked 4 KiB messages with
+#     vrdma-perf (a soft engine at $PERFIP on the host's bridge, --peer-format pingpong: it checks
+#     every echoed byte) in both roles. The tools' TCP exchange runs on a subnet of its own on the
+#     guest's NIC (tap0 is not bridged: the device's address is the guest's); ib_core's address
+#     resolution of the peer's GID is answered by a static neighbour (the device routes by IP).
+PERFIP=10.77.9.1 TCPHOST=10.77.19.1 TCPGUEST=10.77.19.2
+pp_ok() {  # pp_ok HOSTLOG GUESTLOG: vrdma-perf verified every byte, and 200 x 4 KiB moved each way (4 packets at MTU 1024)
+  python3 - "$1" "$2" <<'PY'
+import json, re, sys
+lines = [l for l in open(sys.argv[1]) if l.lstrip().startswith("{")]
+if not lines: sys.exit(1)
+j = json.loads(lines[-1]); e = j.get("engine", {})
+g = open(sys.argv[2]).read()
+ok = (j.get("verified") is True and j.get("ops", 0) >= 200 and e.get("rx_packets", 0) >= 800 and e.get("tx_packets", 0) >= 800
+      and re.search(r"^1638400 bytes in ", g, re.M) and re.search(r"^200 iters in ", g, re.M) and re.search(r"^uid=1000\(vrdma\)", g, re.M))
+sys.exit(0 if ok else 1)
+PY
+}
+if [ -n "$PROVIDER" ]; then
+  ip -n "$NS" addr add $PERFIP/24 dev br0
+  ip -n "$NS" addr add $TCPHOST/24 dev tap0
+  guest 30 "$work/devinfo.out" "ip addr add $TCPGUEST/24 dev eth0; arp -i eth0 -s $PERFIP 02:00:0a:4d:09:01; modprobe ib_uverbs; ls -l /dev/infiniband/uverbs0; ibv_devices; ibv_devinfo -v -d vrdma0; cd /sys/class/infiniband/vrdma0 && $GIDS" || true
+  sed 's/^/  guest: /' "$work/devinfo.out" | grep -v "===" | grep -vE "^  guest: +(GID|\s*$)" | cut -c1-200 | head -60
+  G=$(sed -n "s/^gid \([0-9]*\) $WANT_GID RoCE v2 eth0\$/\1/p" "$work/devinfo.out" | head -1)
+  check "ibv_devices (Debian's, through libvrdma) lists vrdma0" bash -c "grep -qE '^\s+vrdma0\s+[0-9a-f]{16}\s*\$' '$work/devinfo.out'"
+  check "ibv_devinfo -d vrdma0: port 1 PORT_ACTIVE, Ethernet, vrdmad's limits (max_qp 1000, max_qp_wr 512, max_cq 2000, max_mr 3000, max_pd 5)" \
+    bash -c "grep -qE 'state:\s+PORT_ACTIVE \(4\)' '$work/devinfo.out' && grep -qE 'link_layer:\s+Ethernet' '$work/devinfo.out' &&
+      grep -qE 'max_qp:\s+1000\s*\$' '$work/devinfo.out' && grep -qE 'max_qp_wr:\s+512\s*\$' '$work/devinfo.out' &&
+      grep -qE 'max_cq:\s+2000\s*\$' '$work/devinfo.out' && grep -qE 'max_mr:\s+3000\s*\$' '$work/devinfo.out' && grep -qE 'max_pd:\s+5\s*\$' '$work/devinfo.out'"
+  PPARGS="--peer-format pingpong --size 4096 --iters 200 --mtu 1024"
+  PPCMD="ibv_rc_pingpong -d vrdma0 -g ${G:-1} -s 4096 -n 200 -c"
+  # The guest as client, vrdma-perf serving.
+  timeout 90 ip netns exec "$NS" "$PERF" --device soft:$PERFIP $PPARGS >"$work/pp_c.host" 2>&1 &
+  hp=$!
+  for _ in $(seq 100); do ip netns exec "$NS" ss -ltn 2>/dev/null | grep -q ':18515 ' && break; sleep 0.1; done
+  guest 90 "$work/pp_c.guest" "su -s /bin/sh vrdma -c \"id; timeout 60 $PPCMD $TCPHOST\"" || true
+  wait $hp 2>/dev/null || true
+  sed 's/^/  guest: /' "$work/pp_c.guest" | grep -v "===" | cut -c1-200; sed 's/^/  host: /' "$work/pp_c.host" | cut -c1-400
+  check "ibv_rc_pingpong (uid 1000) as client: 200 x 4 KiB each way with vrdma-perf, every byte verified" pp_ok "$work/pp_c.host" "$work/pp_c.guest"
+  # The guest as server, vrdma-perf connecting.
+  guest 15 "$work/pp_s.start" "(su -s /bin/sh vrdma -c \"id; timeout 60 $PPCMD\" > /tmp/pp_s.out 2>&1 &); sleep 1" || true
+  timeout 90 ip netns exec "$NS" "$PERF" --device soft:$PERFIP --connect $TCPGUEST $PPARGS >"$work/pp_s.host" 2>&1 || true
+  guest 70 "$work/pp_s.guest" 'for i in $(seq 250); do pidof ibv_rc_pingpong >/dev/null || break; sleep 0.2; done; cat /tmp/pp_s.out' || true
+  sed 's/^/  guest: /' "$work/pp_s.guest" | grep -v "===" | cut -c1-200; sed 's/^/  host: /' "$work/pp_s.host" | cut -c1-400
+  check "ibv_rc_pingpong (uid 1000) as server: 200 x 4 KiB each way with vrdma-perf, every byte verified" pp_ok "$work/pp_s.host" "$work/pp_s.guest"
+  s=$(vwait objects.pd 0 5)
+  check "the tools' PDs, MRs, CQs and QPs were destroyed (vrdmad objects $(jfield "$s" objects))" \
+    bash -c "[ '$(jfield "$s" objects.pd)$(jfield "$s" objects.mr)$(jfield "$s" objects.cq)$(jfield "$s" objects.qp)' = 0000 ]"
+else
+  echo "SKIP the provider's checks (4e): no provider in the guest"
+fi
 
 # 5. Unload and load again with the address missing: the port waits for the netdev, the GID
 #    comes when the address does; vrdmad serves throughout.
