@@ -88,8 +88,8 @@ out=$(
   # provider's checks are skipped (PROVIDER-SKIP) and the rest runs.
   prc=0
   "$SRC/guest/provider/build.sh" "$work/provider" || prc=$?
-  tools=$(command -v ibv_devices ibv_devinfo ibv_rc_pingpong || true)
-  if [ $prc -eq 0 ] && [ "$(echo "$tools" | wc -w)" -eq 3 ]; then
+  tools=$(command -v ibv_devices ibv_devinfo ibv_rc_pingpong ibv_ud_pingpong || true)
+  if [ $prc -eq 0 ] && [ "$(echo "$tools" | wc -w)" -eq 4 ]; then
     pdir="$(dirname "$(readlink -f /usr/lib/x86_64-linux-gnu/libibverbs.so.1)")/libibverbs"
     mkdir -p "$ROOT/$pdir" "$ROOT/etc/libibverbs.d"
     cp "$work"/provider/libvrdma-rdmav*.so "$ROOT/$pdir/"
@@ -103,7 +103,7 @@ out=$(
   elif [ $prc -eq 3 ]; then
     echo "PROVIDER-SKIP: the provider could not be built (above)" >&2
   elif [ $prc -eq 0 ]; then
-    echo "PROVIDER-SKIP: ibv_devices, ibv_devinfo or ibv_rc_pingpong (ibverbs-utils) is not installed" >&2
+    echo "PROVIDER-SKIP: ibv_devices, ibv_devinfo, ibv_rc_pingpong or ibv_ud_pingpong (ibverbs-utils) is not installed" >&2
   else
     exit 1
   fi
@@ -326,23 +326,45 @@ check "SIGKILLed: its objects were destroyed (vrdmad objects $(jfield "$s" objec
 
 # 4e. The rdma-core provider (guest/provider): Debian's unmodified libibverbs and tools on
 #     vrdma0. ibv_devices lists it, ibv_devinfo shows the port ACTIVE and vrdmad's limits, and
-#     ibv_rc_pingpong, run as an unprivileged user, exchanges 200 checked 4 KiB messages with
-#     vrdma-perf (a soft engine at $PERFIP on the host's bridge, --peer-format pingpong: it checks
-#     every echoed byte) in both roles. The tools' TCP exchange runs on a subnet of its own on the
-#     guest's NIC (tap0 is not bridged: the device's address is the guest's); ib_core's address
-#     resolution of the peer's GID is answered by a static neighbour (the device routes by IP).
+#     ibv_rc_pingpong (RC, 4 KiB) and ibv_ud_pingpong (UD, 1 KiB), run as an unprivileged user,
+#     each exchange 200 checked messages with vrdma-perf (a soft engine at $PERFIP on the host's
+#     bridge, --peer-format pingpong: it checks every echoed byte) in both roles. The tools' TCP
+#     exchange runs on a subnet of its own on the guest's NIC (tap0 is not bridged: the device's
+#     address is the guest's); ib_core's address resolution of the peer's GID is answered by a
+#     static neighbour (the device routes by IP).
 PERFIP=10.77.9.1 TCPHOST=10.77.19.1 TCPGUEST=10.77.19.2
-pp_ok() {  # pp_ok HOSTLOG GUESTLOG: vrdma-perf verified every byte, and 200 x 4 KiB moved each way (4 packets at MTU 1024)
-  python3 - "$1" "$2" <<'PY'
+pp_ok() {  # pp_ok HOSTLOG GUESTLOG SIZE PACKETS: vrdma-perf verified every byte; 200 messages of SIZE each way, PACKETS packets each way at least
+  python3 - "$@" <<'PY'
 import json, re, sys
-lines = [l for l in open(sys.argv[1]) if l.lstrip().startswith("{")]
+host, guest, size, packets = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+lines = [l for l in open(host) if l.lstrip().startswith("{")]
 if not lines: sys.exit(1)
 j = json.loads(lines[-1]); e = j.get("engine", {})
-g = open(sys.argv[2]).read()
-ok = (j.get("verified") is True and j.get("ops", 0) >= 200 and e.get("rx_packets", 0) >= 800 and e.get("tx_packets", 0) >= 800
-      and re.search(r"^1638400 bytes in ", g, re.M) and re.search(r"^200 iters in ", g, re.M) and re.search(r"^uid=1000\(vrdma\)", g, re.M))
+g = open(guest).read()
+ok = (j.get("verified") is True and j.get("ops", 0) >= 200 and e.get("rx_packets", 0) >= packets
+      and e.get("tx_packets", 0) >= packets and re.search(r"^%d bytes in " % (2 * 200 * size), g, re.M)
+      and re.search(r"^200 iters in ", g, re.M) and re.search(r"^uid=1000\(vrdma\)", g, re.M))
 sys.exit(0 if ok else 1)
 PY
+}
+# pp_case NAME TOOL VRDMA-PERF-ARGS TOOL-ARGS SIZE PACKETS: the tool in the guest (uid 1000) as
+# client against vrdma-perf serving, then as server with vrdma-perf connecting.
+pp_case() {
+  local name=$1 tool=$2 args=$3 targs=$4 size=$5 packets=$6 hp
+  timeout 90 ip netns exec "$NS" "$PERF" --device soft:$PERFIP $args >"$work/${name}_c.host" 2>&1 &
+  hp=$!
+  for _ in $(seq 100); do ip netns exec "$NS" ss -ltn 2>/dev/null | grep -q ':18515 ' && break; sleep 0.1; done
+  guest 90 "$work/${name}_c.guest" "su -s /bin/sh vrdma -c \"id; timeout 60 $tool $targs $TCPHOST\"" || true
+  wait $hp 2>/dev/null || true
+  sed 's/^/  guest: /' "$work/${name}_c.guest" | grep -v "===" | cut -c1-200; sed 's/^/  host: /' "$work/${name}_c.host" | cut -c1-400
+  check "$tool (uid 1000) as client: 200 x $size B each way with vrdma-perf, every byte verified" \
+    pp_ok "$work/${name}_c.host" "$work/${name}_c.guest" "$size" "$packets"
+  guest 15 "$work/${name}_s.start" "(su -s /bin/sh vrdma -c \"id; timeout 60 $tool $targs\" > /tmp/${name}_s.out 2>&1 &); sleep 1" || true
+  timeout 90 ip netns exec "$NS" "$PERF" --device soft:$PERFIP --connect $TCPGUEST $args >"$work/${name}_s.host" 2>&1 || true
+  guest 70 "$work/${name}_s.guest" "for i in \$(seq 250); do pidof $tool >/dev/null || break; sleep 0.2; done; cat /tmp/${name}_s.out" || true
+  sed 's/^/  guest: /' "$work/${name}_s.guest" | grep -v "===" | cut -c1-200; sed 's/^/  host: /' "$work/${name}_s.host" | cut -c1-400
+  check "$tool (uid 1000) as server: 200 x $size B each way with vrdma-perf, every byte verified" \
+    pp_ok "$work/${name}_s.host" "$work/${name}_s.guest" "$size" "$packets"
 }
 if [ -n "$PROVIDER" ]; then
   ip -n "$NS" addr add $PERFIP/24 dev br0
@@ -355,25 +377,15 @@ if [ -n "$PROVIDER" ]; then
     bash -c "grep -qE 'state:\s+PORT_ACTIVE \(4\)' '$work/devinfo.out' && grep -qE 'link_layer:\s+Ethernet' '$work/devinfo.out' &&
       grep -qE 'max_qp:\s+1000\s*\$' '$work/devinfo.out' && grep -qE 'max_qp_wr:\s+512\s*\$' '$work/devinfo.out' &&
       grep -qE 'max_cq:\s+2000\s*\$' '$work/devinfo.out' && grep -qE 'max_mr:\s+3000\s*\$' '$work/devinfo.out' && grep -qE 'max_pd:\s+5\s*\$' '$work/devinfo.out'"
-  PPARGS="--peer-format pingpong --size 4096 --iters 200 --mtu 1024"
-  PPCMD="ibv_rc_pingpong -d vrdma0 -g ${G:-1} -s 4096 -n 200 -c"
-  # The guest as client, vrdma-perf serving.
-  timeout 90 ip netns exec "$NS" "$PERF" --device soft:$PERFIP $PPARGS >"$work/pp_c.host" 2>&1 &
-  hp=$!
-  for _ in $(seq 100); do ip netns exec "$NS" ss -ltn 2>/dev/null | grep -q ':18515 ' && break; sleep 0.1; done
-  guest 90 "$work/pp_c.guest" "su -s /bin/sh vrdma -c \"id; timeout 60 $PPCMD $TCPHOST\"" || true
-  wait $hp 2>/dev/null || true
-  sed 's/^/  guest: /' "$work/pp_c.guest" | grep -v "===" | cut -c1-200; sed 's/^/  host: /' "$work/pp_c.host" | cut -c1-400
-  check "ibv_rc_pingpong (uid 1000) as client: 200 x 4 KiB each way with vrdma-perf, every byte verified" pp_ok "$work/pp_c.host" "$work/pp_c.guest"
-  # The guest as server, vrdma-perf connecting.
-  guest 15 "$work/pp_s.start" "(su -s /bin/sh vrdma -c \"id; timeout 60 $PPCMD\" > /tmp/pp_s.out 2>&1 &); sleep 1" || true
-  timeout 90 ip netns exec "$NS" "$PERF" --device soft:$PERFIP --connect $TCPGUEST $PPARGS >"$work/pp_s.host" 2>&1 || true
-  guest 70 "$work/pp_s.guest" 'for i in $(seq 250); do pidof ibv_rc_pingpong >/dev/null || break; sleep 0.2; done; cat /tmp/pp_s.out' || true
-  sed 's/^/  guest: /' "$work/pp_s.guest" | grep -v "===" | cut -c1-200; sed 's/^/  host: /' "$work/pp_s.host" | cut -c1-400
-  check "ibv_rc_pingpong (uid 1000) as server: 200 x 4 KiB each way with vrdma-perf, every byte verified" pp_ok "$work/pp_s.host" "$work/pp_s.guest"
+  # RC: 4 KiB messages, 4 packets each at MTU 1024.
+  pp_case rcpp ibv_rc_pingpong "--peer-format pingpong --size 4096 --iters 200 --mtu 1024" \
+    "-d vrdma0 -g ${G:-1} -s 4096 -n 200 -c" 4096 800
+  # UD: 1 KiB messages through an AH (40 bytes of GRH before each received one), one packet each.
+  pp_case udpp ibv_ud_pingpong "--peer-format pingpong --connection UD --size 1024 --iters 200 --mtu 1024" \
+    "-d vrdma0 -g ${G:-1} -s 1024 -n 200 -c" 1024 200
   s=$(vwait objects.pd 0 5)
-  check "the tools' PDs, MRs, CQs and QPs were destroyed (vrdmad objects $(jfield "$s" objects))" \
-    bash -c "[ '$(jfield "$s" objects.pd)$(jfield "$s" objects.mr)$(jfield "$s" objects.cq)$(jfield "$s" objects.qp)' = 0000 ]"
+  check "the tools' PDs, MRs, CQs, QPs and AHs were destroyed (vrdmad objects $(jfield "$s" objects))" \
+    bash -c "[ '$(jfield "$s" objects.pd)$(jfield "$s" objects.mr)$(jfield "$s" objects.cq)$(jfield "$s" objects.qp)$(jfield "$s" objects.ah)' = 00000 ]"
 else
   echo "SKIP the provider's checks (4e): no provider in the guest"
 fi
