@@ -20,6 +20,9 @@
 # command and refused only that PD. Last, the backend (vrdmad --supervise) is SIGKILLed while a
 # process holds 2 PDs: the new backend's DEVICE_FATAL event reaches the driver, which frees the
 # lost PDs without naming their handles at the new backend, and a new process gets a PD there.
+# Step 4e: the rdma-core provider (guest/provider/build.sh) under Debian's unmodified ibv_devices,
+# ibv_devinfo, ibv_rc_pingpong and ibv_ud_pingpong, the pingpongs as uid 1000 in both roles
+# against vrdma-perf (every byte verified); skipped with a reason if the provider cannot be built.
 # Every guest command runs under `timeout`.
 #   kmod_test.sh SOURCE_DIR VRDMAD VRDMA-PERF   exits 77 (skip) without root, QEMU, the guest kernel or its headers
 #   KEEP_WORK=1 keeps the logs.
