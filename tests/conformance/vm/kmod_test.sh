@@ -21,7 +21,7 @@
 # process holds 2 PDs: the new backend's DEVICE_FATAL event reaches the driver, which frees the
 # lost PDs without naming their handles at the new backend, and a new process gets a PD there.
 # Step 4e: the rdma-core provider (guest/provider/build.sh) under Debian's unmodified ibv_devices,
-# ibv_devinfo, ibv_rc_pingpong and ibv_ud_pingpong, the pingpongs as uid 1000 in both roles
+# ibv_devinfo, ibv_rc_pingpong, ibv_ud_pingpong and ibv_srq_pingpong, the pingpongs as uid 1000 in both roles
 # against vrdma-perf (every byte verified); skipped with a reason if the provider cannot be built.
 # Every guest command runs under `timeout`.
 #   kmod_test.sh SOURCE_DIR VRDMAD VRDMA-PERF   exits 77 (skip) without root, QEMU, the guest kernel or its headers
@@ -91,8 +91,8 @@ out=$(
   # provider's checks are skipped (PROVIDER-SKIP) and the rest runs.
   prc=0
   "$SRC/guest/provider/build.sh" "$work/provider" || prc=$?
-  tools=$(command -v ibv_devices ibv_devinfo ibv_rc_pingpong ibv_ud_pingpong || true)
-  if [ $prc -eq 0 ] && [ "$(echo "$tools" | wc -w)" -eq 4 ]; then
+  tools=$(command -v ibv_devices ibv_devinfo ibv_rc_pingpong ibv_ud_pingpong ibv_srq_pingpong || true)
+  if [ $prc -eq 0 ] && [ "$(echo "$tools" | wc -w)" -eq 5 ]; then
     pdir="$(dirname "$(readlink -f /usr/lib/x86_64-linux-gnu/libibverbs.so.1)")/libibverbs"
     mkdir -p "$ROOT/$pdir" "$ROOT/etc/libibverbs.d"
     cp "$work"/provider/libvrdma-rdmav*.so "$ROOT/$pdir/"
@@ -106,7 +106,7 @@ out=$(
   elif [ $prc -eq 3 ]; then
     echo "PROVIDER-SKIP: the provider could not be built (above)" >&2
   elif [ $prc -eq 0 ]; then
-    echo "PROVIDER-SKIP: ibv_devices, ibv_devinfo, ibv_rc_pingpong or ibv_ud_pingpong (ibverbs-utils) is not installed" >&2
+    echo "PROVIDER-SKIP: ibv_devices, ibv_devinfo or an ibv_*_pingpong (ibverbs-utils) is not installed" >&2
   else
     exit 1
   fi
@@ -329,45 +329,45 @@ check "SIGKILLed: its objects were destroyed (vrdmad objects $(jfield "$s" objec
 
 # 4e. The rdma-core provider (guest/provider): Debian's unmodified libibverbs and tools on
 #     vrdma0. ibv_devices lists it, ibv_devinfo shows the port ACTIVE and vrdmad's limits, and
-#     ibv_rc_pingpong (RC, 4 KiB) and ibv_ud_pingpong (UD, 1 KiB), run as an unprivileged user,
-#     each exchange 200 checked messages with vrdma-perf (a soft engine at $PERFIP on the host's
+#     ibv_rc_pingpong (RC, 4 KiB), ibv_ud_pingpong (UD, 1 KiB) and ibv_srq_pingpong (16 RC QPs on
+#     an SRQ), run as an unprivileged user, each exchange checked messages with vrdma-perf (a soft engine at $PERFIP on the host's
 #     bridge, --peer-format pingpong: it checks every echoed byte) in both roles. The tools' TCP
 #     exchange runs on a subnet of its own on the guest's NIC (tap0 is not bridged: the device's
 #     address is the guest's); ib_core's address resolution of the peer's GID is answered by a
 #     static neighbour (the device routes by IP).
 PERFIP=10.77.9.1 TCPHOST=10.77.19.1 TCPGUEST=10.77.19.2
-pp_ok() {  # pp_ok HOSTLOG GUESTLOG SIZE PACKETS: vrdma-perf verified every byte; 200 messages of SIZE each way, PACKETS packets each way at least
+pp_ok() {  # pp_ok HOSTLOG GUESTLOG SIZE ITERS PACKETS: vrdma-perf verified every byte; ITERS messages of SIZE each way, PACKETS packets each way at least
   python3 - "$@" <<'PY'
 import json, re, sys
-host, guest, size, packets = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+host, guest, size, iters, packets = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 lines = [l for l in open(host) if l.lstrip().startswith("{")]
 if not lines: sys.exit(1)
 j = json.loads(lines[-1]); e = j.get("engine", {})
 g = open(guest).read()
-ok = (j.get("verified") is True and j.get("ops", 0) >= 200 and e.get("rx_packets", 0) >= packets
-      and e.get("tx_packets", 0) >= packets and re.search(r"^%d bytes in " % (2 * 200 * size), g, re.M)
-      and re.search(r"^200 iters in ", g, re.M) and re.search(r"^uid=1000\(vrdma\)", g, re.M))
+ok = (j.get("verified") is True and j.get("ops", 0) >= iters and e.get("rx_packets", 0) >= packets
+      and e.get("tx_packets", 0) >= packets and re.search(r"^%d bytes in " % (2 * iters * size), g, re.M)
+      and re.search(r"^%d iters in " % iters, g, re.M) and re.search(r"^uid=1000\(vrdma\)", g, re.M))
 sys.exit(0 if ok else 1)
 PY
 }
-# pp_case NAME TOOL VRDMA-PERF-ARGS TOOL-ARGS SIZE PACKETS: the tool in the guest (uid 1000) as
+# pp_case NAME TOOL VRDMA-PERF-ARGS TOOL-ARGS SIZE ITERS PACKETS: the tool in the guest (uid 1000) as
 # client against vrdma-perf serving, then as server with vrdma-perf connecting.
 pp_case() {
-  local name=$1 tool=$2 args=$3 targs=$4 size=$5 packets=$6 hp
+  local name=$1 tool=$2 args=$3 targs=$4 size=$5 iters=$6 packets=$7 hp
   timeout 90 ip netns exec "$NS" "$PERF" --device soft:$PERFIP $args >"$work/${name}_c.host" 2>&1 &
   hp=$!
   for _ in $(seq 100); do ip netns exec "$NS" ss -ltn 2>/dev/null | grep -q ':18515 ' && break; sleep 0.1; done
   guest 90 "$work/${name}_c.guest" "su -s /bin/sh vrdma -c \"id; timeout 60 $tool $targs $TCPHOST\"" || true
   wait $hp 2>/dev/null || true
   sed 's/^/  guest: /' "$work/${name}_c.guest" | grep -v "===" | cut -c1-200; sed 's/^/  host: /' "$work/${name}_c.host" | cut -c1-400
-  check "$tool (uid 1000) as client: 200 x $size B each way with vrdma-perf, every byte verified" \
-    pp_ok "$work/${name}_c.host" "$work/${name}_c.guest" "$size" "$packets"
+  check "$tool (uid 1000) as client: $iters x $size B each way with vrdma-perf, every byte verified" \
+    pp_ok "$work/${name}_c.host" "$work/${name}_c.guest" "$size" "$iters" "$packets"
   guest 15 "$work/${name}_s.start" "(su -s /bin/sh vrdma -c \"id; timeout 60 $tool $targs\" > /tmp/${name}_s.out 2>&1 &); sleep 1" || true
   timeout 90 ip netns exec "$NS" "$PERF" --device soft:$PERFIP --connect $TCPGUEST $args >"$work/${name}_s.host" 2>&1 || true
   guest 70 "$work/${name}_s.guest" "for i in \$(seq 250); do pidof $tool >/dev/null || break; sleep 0.2; done; cat /tmp/${name}_s.out" || true
   sed 's/^/  guest: /' "$work/${name}_s.guest" | grep -v "===" | cut -c1-200; sed 's/^/  host: /' "$work/${name}_s.host" | cut -c1-400
-  check "$tool (uid 1000) as server: 200 x $size B each way with vrdma-perf, every byte verified" \
-    pp_ok "$work/${name}_s.host" "$work/${name}_s.guest" "$size" "$packets"
+  check "$tool (uid 1000) as server: $iters x $size B each way with vrdma-perf, every byte verified" \
+    pp_ok "$work/${name}_s.host" "$work/${name}_s.guest" "$size" "$iters" "$packets"
 }
 if [ -n "$PROVIDER" ]; then
   ip -n "$NS" addr add $PERFIP/24 dev br0
@@ -382,13 +382,16 @@ if [ -n "$PROVIDER" ]; then
       grep -qE 'max_cq:\s+2000\s*\$' '$work/devinfo.out' && grep -qE 'max_mr:\s+3000\s*\$' '$work/devinfo.out' && grep -qE 'max_pd:\s+5\s*\$' '$work/devinfo.out'"
   # RC: 4 KiB messages, 4 packets each at MTU 1024.
   pp_case rcpp ibv_rc_pingpong "--peer-format pingpong --size 4096 --iters 200 --mtu 1024" \
-    "-d vrdma0 -g ${G:-1} -s 4096 -n 200 -c" 4096 800
+    "-d vrdma0 -g ${G:-1} -s 4096 -n 200 -c" 4096 200 800
   # UD: 1 KiB messages through an AH (40 bytes of GRH before each received one), one packet each.
   pp_case udpp ibv_ud_pingpong "--peer-format pingpong --connection UD --size 1024 --iters 200 --mtu 1024" \
-    "-d vrdma0 -g ${G:-1} -s 1024 -n 200 -c" 1024 200
+    "-d vrdma0 -g ${G:-1} -s 1024 -n 200 -c" 1024 200 200
+  # SRQ: 16 RC QPs a side (the tool's default), every receive from one SRQ; -n counts over all QPs.
+  pp_case srqpp ibv_srq_pingpong "--peer-format pingpong --srq --size 4096 --iters 400 --mtu 1024" \
+    "-d vrdma0 -g ${G:-1} -m 1024 -s 4096 -n 400 -c" 4096 400 1600
   s=$(vwait objects.pd 0 5)
-  check "the tools' PDs, MRs, CQs, QPs and AHs were destroyed (vrdmad objects $(jfield "$s" objects))" \
-    bash -c "[ '$(jfield "$s" objects.pd)$(jfield "$s" objects.mr)$(jfield "$s" objects.cq)$(jfield "$s" objects.qp)$(jfield "$s" objects.ah)' = 00000 ]"
+  check "the tools' PDs, MRs, CQs, QPs, AHs and SRQs were destroyed (vrdmad objects $(jfield "$s" objects))" \
+    bash -c "[ '$(jfield "$s" objects.pd)$(jfield "$s" objects.mr)$(jfield "$s" objects.cq)$(jfield "$s" objects.qp)$(jfield "$s" objects.ah)$(jfield "$s" objects.srq)' = 000000 ]"
 else
   echo "SKIP the provider's checks (4e): no provider in the guest"
 fi
