@@ -21,8 +21,9 @@
 # process holds 2 PDs: the new backend's DEVICE_FATAL event reaches the driver, which frees the
 # lost PDs without naming their handles at the new backend, and a new process gets a PD there.
 # Step 4e: the rdma-core provider (guest/provider/build.sh) under Debian's unmodified ibv_devices,
-# ibv_devinfo, ibv_rc_pingpong, ibv_ud_pingpong and ibv_srq_pingpong, the pingpongs as uid 1000 in both roles
-# against vrdma-perf (every byte verified); skipped with a reason if the provider cannot be built.
+# ibv_devinfo, ibv_rc/ud/srq_pingpong (as uid 1000, both roles, against vrdma-perf: every byte
+# verified) and perftest's ib_write_bw / ib_send_bw (as clients, packets counted); skipped with a
+# reason if the provider cannot be built.
 # Every guest command runs under `timeout`.
 #   kmod_test.sh SOURCE_DIR VRDMAD VRDMA-PERF   exits 77 (skip) without root, QEMU, the guest kernel or its headers
 #   KEEP_WORK=1 keeps the logs.
@@ -91,8 +92,8 @@ out=$(
   # provider's checks are skipped (PROVIDER-SKIP) and the rest runs.
   prc=0
   "$SRC/guest/provider/build.sh" "$work/provider" || prc=$?
-  tools=$(command -v ibv_devices ibv_devinfo ibv_rc_pingpong ibv_ud_pingpong ibv_srq_pingpong || true)
-  if [ $prc -eq 0 ] && [ "$(echo "$tools" | wc -w)" -eq 5 ]; then
+  tools=$(command -v ibv_devices ibv_devinfo ibv_rc_pingpong ibv_ud_pingpong ibv_srq_pingpong ib_write_bw ib_send_bw || true)
+  if [ $prc -eq 0 ] && [ "$(echo "$tools" | wc -w)" -eq 7 ]; then
     pdir="$(dirname "$(readlink -f /usr/lib/x86_64-linux-gnu/libibverbs.so.1)")/libibverbs"
     mkdir -p "$ROOT/$pdir" "$ROOT/etc/libibverbs.d"
     cp "$work"/provider/libvrdma-rdmav*.so "$ROOT/$pdir/"
@@ -106,7 +107,7 @@ out=$(
   elif [ $prc -eq 3 ]; then
     echo "PROVIDER-SKIP: the provider could not be built (above)" >&2
   elif [ $prc -eq 0 ]; then
-    echo "PROVIDER-SKIP: ibv_devices, ibv_devinfo or an ibv_*_pingpong (ibverbs-utils) is not installed" >&2
+    echo "PROVIDER-SKIP: ibv_devices, ibv_devinfo, an ibv_*_pingpong (ibverbs-utils) or ib_write_bw/ib_send_bw (perftest) is not installed" >&2
   else
     exit 1
   fi
@@ -369,6 +370,24 @@ pp_case() {
   check "$tool (uid 1000) as server: $iters x $size B each way with vrdma-perf, every byte verified" \
     pp_ok "$work/${name}_s.host" "$work/${name}_s.guest" "$size" "$iters" "$packets"
 }
+# pt_case NAME TOOL TEST: perftest's TOOL (65536 B x 200, MTU 1024, the post_send verb: the
+# provider has no ibv_wr_* API yet) in the guest (uid 1000) as client against vrdma-perf serving
+# --peer-format perftest; both exit 0 and vrdma-perf's engine received the 200 x 64 packets.
+pt_case() {
+  local name=$1 tool=$2 test=$3 hp ok=1
+  timeout 90 ip netns exec "$NS" "$PERF" --device soft:$PERFIP --peer-format perftest --test "$test" --size 65536 \
+    --mtu 1024 >"$work/$name.host" 2>&1 &
+  hp=$!
+  for _ in $(seq 100); do ip netns exec "$NS" ss -ltn 2>/dev/null | grep -q ':18515 ' && break; sleep 0.1; done
+  guest 90 "$work/$name.guest" "su -s /bin/sh vrdma -c \"id; timeout 60 $tool -d vrdma0 -x ${G:-1} -F -m 1024 -s 65536 -n 200 --use_old_post_send $TCPHOST\"" &&
+    wait $hp && ok=0
+  kill $hp 2>/dev/null || true
+  wait $hp 2>/dev/null || true
+  sed 's/^/  guest: /' "$work/$name.guest" | grep -v "===" | grep -vE "^  guest: -+$" | cut -c1-200; sed 's/^/  host: /' "$work/$name.host" | cut -c1-400
+  check "$tool (uid 1000) as client: 200 x 64 KiB into vrdma-perf ($test), all 12800 packets received" \
+    bash -c "[ $ok = 0 ] && grep -q '^uid=1000(vrdma)' '$work/$name.guest' && grep -qE '^ *65536 +200 ' '$work/$name.guest' &&
+      python3 -c 'import json,sys; l=[x for x in open(sys.argv[1]) if x.lstrip().startswith(\"{\")]; e=json.loads(l[-1])[\"engine\"]; sys.exit(0 if e[\"rx_packets\"] >= 12800 and e[\"rx_dropped_icrc\"] == 0 else 1)' '$work/$name.host'"
+}
 if [ -n "$PROVIDER" ]; then
   ip -n "$NS" addr add $PERFIP/24 dev br0
   ip -n "$NS" addr add $TCPHOST/24 dev tap0
@@ -389,6 +408,9 @@ if [ -n "$PROVIDER" ]; then
   # SRQ: 16 RC QPs a side (the tool's default), every receive from one SRQ; -n counts over all QPs.
   pp_case srqpp ibv_srq_pingpong "--peer-format pingpong --srq --size 4096 --iters 400 --mtu 1024" \
     "-d vrdma0 -g ${G:-1} -m 1024 -s 4096 -n 400 -c" 4096 400 1600
+  # perftest: RDMA WRITE and SEND bandwidth, the guest writing / sending into vrdma-perf.
+  pt_case write_bw ib_write_bw write_bw
+  pt_case send_bw ib_send_bw send_bw
   s=$(vwait objects.pd 0 5)
   check "the tools' PDs, MRs, CQs, QPs, AHs and SRQs were destroyed (vrdmad objects $(jfield "$s" objects))" \
     bash -c "[ '$(jfield "$s" objects.pd)$(jfield "$s" objects.mr)$(jfield "$s" objects.cq)$(jfield "$s" objects.qp)$(jfield "$s" objects.ah)$(jfield "$s" objects.srq)' = 000000 ]"
