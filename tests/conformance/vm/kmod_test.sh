@@ -20,11 +20,15 @@
 # command and refused only that PD. Last, the backend (vrdmad --supervise) is SIGKILLed while a
 # process holds 2 PDs: the new backend's DEVICE_FATAL event reaches the driver, which frees the
 # lost PDs without naming their handles at the new backend, and a new process gets a PD there.
+# Step 4e: the rdma-core provider (guest/provider/build.sh) under Debian's unmodified ibv_devices,
+# ibv_devinfo, ibv_rc/ud/srq_pingpong (as uid 1000, both roles, against vrdma-perf: every byte
+# verified) and perftest's ib_write_bw / ib_send_bw (as clients, packets counted); skipped with a
+# reason if the provider cannot be built.
 # Every guest command runs under `timeout`.
-#   kmod_test.sh SOURCE_DIR VRDMAD      exits 77 (skip) without root, QEMU, the guest kernel or its headers
+#   kmod_test.sh SOURCE_DIR VRDMAD VRDMA-PERF   exits 77 (skip) without root, QEMU, the guest kernel or its headers
 #   KEEP_WORK=1 keeps the logs.
 set -euo pipefail
-SRC=$(readlink -f "$1"); VRDMAD=$(readlink -f "$2")
+SRC=$(readlink -f "$1"); VRDMAD=$(readlink -f "$2"); PERF=$(readlink -f "$3")
 HERE=$(cd "$(dirname "$0")" && pwd)
 skip() { echo "SKIP: $*"; exit 77; }
 [ "$(id -u)" -eq 0 ] && ip netns list >/dev/null 2>&1 || skip "needs root to create network namespaces"
@@ -83,6 +87,30 @@ out=$(
   mkdir -p "$ROOT/usr/bin"
   cp "$work/uverbs_probe" "$work/uverbs_data" "$ROOT/usr/bin/"
   guest_files "$ROOT" "$(command -v rdma)"
+  # The rdma-core provider (guest/provider/build.sh) with Debian's unmodified libibverbs and
+  # tools, and an unprivileged user to run them. Without rdma-core's source or the tools the
+  # provider's checks are skipped (PROVIDER-SKIP) and the rest runs.
+  prc=0
+  "$SRC/guest/provider/build.sh" "$work/provider" || prc=$?
+  tools=$(command -v ibv_devices ibv_devinfo ibv_rc_pingpong ibv_ud_pingpong ibv_srq_pingpong ib_write_bw ib_send_bw || true)
+  if [ $prc -eq 0 ] && [ "$(echo "$tools" | wc -w)" -eq 7 ]; then
+    pdir="$(dirname "$(readlink -f /usr/lib/x86_64-linux-gnu/libibverbs.so.1)")/libibverbs"
+    mkdir -p "$ROOT/$pdir" "$ROOT/etc/libibverbs.d"
+    cp "$work"/provider/libvrdma-rdmav*.so "$ROOT/$pdir/"
+    cp "$work/provider/vrdma.driver" "$ROOT/etc/libibverbs.d/"
+    # shellcheck disable=SC2086
+    guest_files "$ROOT" $tools
+    echo "root:x:0:0::/:/bin/sh" > "$ROOT/etc/passwd"
+    echo "vrdma:x:1000:1000::/tmp:/bin/sh" >> "$ROOT/etc/passwd"
+    printf 'root:x:0:\nvrdma:x:1000:\n' > "$ROOT/etc/group"
+    echo "PROVIDER=$pdir/$(basename "$work"/provider/libvrdma-rdmav*.so)"
+  elif [ $prc -eq 3 ]; then
+    echo "PROVIDER-SKIP: the provider could not be built (above)" >&2
+  elif [ $prc -eq 0 ]; then
+    echo "PROVIDER-SKIP: ibv_devices, ibv_devinfo, an ibv_*_pingpong (ibverbs-utils) or ib_write_bw/ib_send_bw (perftest) is not installed" >&2
+  else
+    exit 1
+  fi
   guest_pack "$ROOT" "$HERE/kmod_guest_init.sh" "$work/initrd.cpio.gz"
   echo "KERNEL=$KERNEL"
 ) || rc=$?
@@ -90,6 +118,8 @@ if [ $rc -eq 3 ]; then skip "guest unavailable: $(cat "$work/make_guest.err")"; 
   echo "FAIL: the guest or the module could not be built:"; cat "$work/make_guest.err"; exit 1
 fi
 KERNEL=$(echo "$out" | sed -n 's/^KERNEL=//p')
+PROVIDER=$(echo "$out" | sed -n 's/^PROVIDER=//p')
+[ -n "$PROVIDER" ] || grep -E "^(provider:|PROVIDER-SKIP)" "$work/make_guest.err" || true
 grep "^BUILT" "$work/make_guest.err" | sed 's/^BUILT/virtio_rdma.ko built/'
 
 # ---- One "host": vrdmad's soft engine on br0 at the device's address; the guest's NIC on a tap
@@ -297,6 +327,96 @@ check "vrdmad held the process's PD, MR, CQ and 2 QPs (objects $(jfield "$held3"
   bash -c "grep -q '^held' '$work/hold3.out' && [ '$(jfield "$held3" objects.pd)$(jfield "$held3" objects.mr)$(jfield "$held3" objects.cq)$(jfield "$held3" objects.qp)' = 1112 ]"
 check "SIGKILLed: its objects were destroyed (vrdmad objects $(jfield "$s" objects))" \
   bash -c "grep -q '^gone' '$work/kill3.out' && [ '$(jfield "$s" objects.pd)$(jfield "$s" objects.mr)$(jfield "$s" objects.cq)$(jfield "$s" objects.qp)' = 0000 ]"
+
+# 4e. The rdma-core provider (guest/provider): Debian's unmodified libibverbs and tools on
+#     vrdma0. ibv_devices lists it, ibv_devinfo shows the port ACTIVE and vrdmad's limits, and
+#     ibv_rc_pingpong (RC, 4 KiB), ibv_ud_pingpong (UD, 1 KiB) and ibv_srq_pingpong (16 RC QPs on
+#     an SRQ), run as an unprivileged user, each exchange checked messages with vrdma-perf (a soft engine at $PERFIP on the host's
+#     bridge, --peer-format pingpong: it checks every echoed byte) in both roles. The tools' TCP
+#     exchange runs on a subnet of its own on the guest's NIC (tap0 is not bridged: the device's
+#     address is the guest's); ib_core's address resolution of the peer's GID is answered by a
+#     static neighbour (the device routes by IP).
+PERFIP=10.77.9.1 TCPHOST=10.77.19.1 TCPGUEST=10.77.19.2
+pp_ok() {  # pp_ok HOSTLOG GUESTLOG SIZE ITERS PACKETS: vrdma-perf verified every byte; ITERS messages of SIZE each way, PACKETS packets each way at least
+  python3 - "$@" <<'PY'
+import json, re, sys
+host, guest, size, iters, packets = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+lines = [l for l in open(host) if l.lstrip().startswith("{")]
+if not lines: sys.exit(1)
+j = json.loads(lines[-1]); e = j.get("engine", {})
+g = open(guest).read()
+ok = (j.get("verified") is True and j.get("ops", 0) >= iters and e.get("rx_packets", 0) >= packets
+      and e.get("tx_packets", 0) >= packets and re.search(r"^%d bytes in " % (2 * iters * size), g, re.M)
+      and re.search(r"^%d iters in " % iters, g, re.M) and re.search(r"^uid=1000\(vrdma\)", g, re.M))
+sys.exit(0 if ok else 1)
+PY
+}
+# pp_case NAME TOOL VRDMA-PERF-ARGS TOOL-ARGS SIZE ITERS PACKETS: the tool in the guest (uid 1000) as
+# client against vrdma-perf serving, then as server with vrdma-perf connecting.
+pp_case() {
+  local name=$1 tool=$2 args=$3 targs=$4 size=$5 iters=$6 packets=$7 hp
+  timeout 90 ip netns exec "$NS" "$PERF" --device soft:$PERFIP $args >"$work/${name}_c.host" 2>&1 &
+  hp=$!
+  for _ in $(seq 100); do ip netns exec "$NS" ss -ltn 2>/dev/null | grep -q ':18515 ' && break; sleep 0.1; done
+  guest 90 "$work/${name}_c.guest" "su -s /bin/sh vrdma -c \"id; timeout 60 $tool $targs $TCPHOST\"" || true
+  wait $hp 2>/dev/null || true
+  sed 's/^/  guest: /' "$work/${name}_c.guest" | grep -v "===" | cut -c1-200; sed 's/^/  host: /' "$work/${name}_c.host" | cut -c1-400
+  check "$tool (uid 1000) as client: $iters x $size B each way with vrdma-perf, every byte verified" \
+    pp_ok "$work/${name}_c.host" "$work/${name}_c.guest" "$size" "$iters" "$packets"
+  guest 15 "$work/${name}_s.start" "(su -s /bin/sh vrdma -c \"id; timeout 60 $tool $targs\" > /tmp/${name}_s.out 2>&1 &); sleep 1" || true
+  timeout 90 ip netns exec "$NS" "$PERF" --device soft:$PERFIP --connect $TCPGUEST $args >"$work/${name}_s.host" 2>&1 || true
+  guest 70 "$work/${name}_s.guest" "for i in \$(seq 250); do pidof $tool >/dev/null || break; sleep 0.2; done; cat /tmp/${name}_s.out" || true
+  sed 's/^/  guest: /' "$work/${name}_s.guest" | grep -v "===" | cut -c1-200; sed 's/^/  host: /' "$work/${name}_s.host" | cut -c1-400
+  check "$tool (uid 1000) as server: $iters x $size B each way with vrdma-perf, every byte verified" \
+    pp_ok "$work/${name}_s.host" "$work/${name}_s.guest" "$size" "$iters" "$packets"
+}
+# pt_case NAME TOOL TEST: perftest's TOOL (65536 B x 200, MTU 1024, the post_send verb: the
+# provider has no ibv_wr_* API yet) in the guest (uid 1000) as client against vrdma-perf serving
+# --peer-format perftest; both exit 0 and vrdma-perf's engine received the 200 x 64 packets.
+pt_case() {
+  local name=$1 tool=$2 test=$3 hp ok=1
+  timeout 90 ip netns exec "$NS" "$PERF" --device soft:$PERFIP --peer-format perftest --test "$test" --size 65536 \
+    --mtu 1024 >"$work/$name.host" 2>&1 &
+  hp=$!
+  for _ in $(seq 100); do ip netns exec "$NS" ss -ltn 2>/dev/null | grep -q ':18515 ' && break; sleep 0.1; done
+  guest 90 "$work/$name.guest" "su -s /bin/sh vrdma -c \"id; timeout 60 $tool -d vrdma0 -x ${G:-1} -F -m 1024 -s 65536 -n 200 --use_old_post_send $TCPHOST\"" &&
+    wait $hp && ok=0
+  kill $hp 2>/dev/null || true
+  wait $hp 2>/dev/null || true
+  sed 's/^/  guest: /' "$work/$name.guest" | grep -v "===" | grep -vE "^  guest: -+$" | cut -c1-200; sed 's/^/  host: /' "$work/$name.host" | cut -c1-400
+  check "$tool (uid 1000) as client: 200 x 64 KiB into vrdma-perf ($test), all 12800 packets received" \
+    bash -c "[ $ok = 0 ] && grep -q '^uid=1000(vrdma)' '$work/$name.guest' && grep -qE '^ *65536 +200 ' '$work/$name.guest' &&
+      python3 -c 'import json,sys; l=[x for x in open(sys.argv[1]) if x.lstrip().startswith(\"{\")]; e=json.loads(l[-1])[\"engine\"]; sys.exit(0 if e[\"rx_packets\"] >= 12800 and e[\"rx_dropped_icrc\"] == 0 else 1)' '$work/$name.host'"
+}
+if [ -n "$PROVIDER" ]; then
+  ip -n "$NS" addr add $PERFIP/24 dev br0
+  ip -n "$NS" addr add $TCPHOST/24 dev tap0
+  guest 30 "$work/devinfo.out" "ip addr add $TCPGUEST/24 dev eth0; arp -i eth0 -s $PERFIP 02:00:0a:4d:09:01; modprobe ib_uverbs; ls -l /dev/infiniband/uverbs0; ibv_devices; ibv_devinfo -v -d vrdma0; cd /sys/class/infiniband/vrdma0 && $GIDS" || true
+  sed 's/^/  guest: /' "$work/devinfo.out" | grep -v "===" | grep -vE "^  guest: +(GID|\s*$)" | cut -c1-200 | head -60
+  G=$(sed -n "s/^gid \([0-9]*\) $WANT_GID RoCE v2 eth0\$/\1/p" "$work/devinfo.out" | head -1)
+  check "ibv_devices (Debian's, through libvrdma) lists vrdma0" bash -c "grep -qE '^\s+vrdma0\s+[0-9a-f]{16}\s*\$' '$work/devinfo.out'"
+  check "ibv_devinfo -d vrdma0: port 1 PORT_ACTIVE, Ethernet, vrdmad's limits (max_qp 1000, max_qp_wr 512, max_cq 2000, max_mr 3000, max_pd 5)" \
+    bash -c "grep -qE 'state:\s+PORT_ACTIVE \(4\)' '$work/devinfo.out' && grep -qE 'link_layer:\s+Ethernet' '$work/devinfo.out' &&
+      grep -qE 'max_qp:\s+1000\s*\$' '$work/devinfo.out' && grep -qE 'max_qp_wr:\s+512\s*\$' '$work/devinfo.out' &&
+      grep -qE 'max_cq:\s+2000\s*\$' '$work/devinfo.out' && grep -qE 'max_mr:\s+3000\s*\$' '$work/devinfo.out' && grep -qE 'max_pd:\s+5\s*\$' '$work/devinfo.out'"
+  # RC: 4 KiB messages, 4 packets each at MTU 1024.
+  pp_case rcpp ibv_rc_pingpong "--peer-format pingpong --size 4096 --iters 200 --mtu 1024" \
+    "-d vrdma0 -g ${G:-1} -s 4096 -n 200 -c" 4096 200 800
+  # UD: 1 KiB messages through an AH (40 bytes of GRH before each received one), one packet each.
+  pp_case udpp ibv_ud_pingpong "--peer-format pingpong --connection UD --size 1024 --iters 200 --mtu 1024" \
+    "-d vrdma0 -g ${G:-1} -s 1024 -n 200 -c" 1024 200 200
+  # SRQ: 16 RC QPs a side (the tool's default), every receive from one SRQ; -n counts over all QPs.
+  pp_case srqpp ibv_srq_pingpong "--peer-format pingpong --srq --size 4096 --iters 400 --mtu 1024" \
+    "-d vrdma0 -g ${G:-1} -m 1024 -s 4096 -n 400 -c" 4096 400 1600
+  # perftest: RDMA WRITE and SEND bandwidth, the guest writing / sending into vrdma-perf.
+  pt_case write_bw ib_write_bw write_bw
+  pt_case send_bw ib_send_bw send_bw
+  s=$(vwait objects.pd 0 5)
+  check "the tools' PDs, MRs, CQs, QPs, AHs and SRQs were destroyed (vrdmad objects $(jfield "$s" objects))" \
+    bash -c "[ '$(jfield "$s" objects.pd)$(jfield "$s" objects.mr)$(jfield "$s" objects.cq)$(jfield "$s" objects.qp)$(jfield "$s" objects.ah)$(jfield "$s" objects.srq)' = 000000 ]"
+else
+  echo "SKIP the provider's checks (4e): no provider in the guest"
+fi
 
 # 5. Unload and load again with the address missing: the port waits for the netdev, the GID
 #    comes when the address does; vrdmad serves throughout.
