@@ -48,8 +48,11 @@ void SoftDevice::complete_send(SoftQp& qp, SendWqe& w, WcStatus status) {
   w.started = true;
   w.done = true;
   w.status = status;
-  retire_completed(qp);
+  // ERR before the error completion can be polled: a poller in another thread (vrdmad raises
+  // the QP's fatal event when it finds an error completion of a QP in ERR) must never see the
+  // completion with the QP still in RTS. The flush of what follows runs later, in the loop.
   if (status != WcStatus::success && qp.type() == QpType::rc) move_to_error(qp);
+  retire_completed(qp);
 }
 
 void SoftDevice::move_to_error(SoftQp& qp) {
