@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -124,9 +125,9 @@ int run_native(Config c) {
   Outcome o;
   bool lat = c.test == "send_lat" || c.test == "write_lat";  // both sides send
   if (c.test == "atomic_bw") {  // the server's first 8 bytes before the first atomic (its fill pattern)
-    std::vector<std::uint8_t> srv(x.buf.size());
-    fill(srv, 2);
-    std::memcpy(&x.atomic_base, srv.data(), 8);
+    std::array<std::uint8_t, 8> head{};
+    fill(head, 2);
+    std::memcpy(&x.atomic_base, head.data(), head.size());
   }
   if (lat) {
     std::uint64_t iters = c.iters;
