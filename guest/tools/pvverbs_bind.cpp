@@ -19,6 +19,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "vrdma/common/cli.hpp"
 #include "vrdma/guest/pci_sysfs.hpp"
 #include "vrdma/vhost/virtio_rdma.hpp"
 
@@ -100,12 +101,13 @@ int bind(const pci::Function& f) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"pvverbs-bind: bind the virtio RDMA device's PCI function to uio_pci_generic for libpvverbs"};
+  CLI::App app{"pvverbs-bind: bind the virtio RDMA device's PCI function to uio_pci_generic for libpvverbs", "pvverbs-bind"};
+  vrdma::cli::prepare(app);
   bool list = false;
   std::string only;
   app.add_flag("--list", list, "only list the functions found, bind nothing");
   app.add_option("--pci", only, "only this function (0000:00:04.0)");
-  CLI11_PARSE(app, argc, argv);
+  if (auto rc = vrdma::cli::parse(app, argc, argv)) return *rc;
 
   int found = 0, failed = 0;
   for (const auto& a : pci::list_functions()) {

@@ -1,51 +1,62 @@
 #include "vrdma/integration/cli.hpp"
 
-#include <cstdio>
-#include <cstring>
 #include <iostream>
 #include <string>
 #include <vector>
 
-#include "vrdma/integration/domain_xml.hpp"
+#include "commands.hpp"
+#include "vrdma/common/cli.hpp"
 #include "vrdma/integration/hook.hpp"
-#include "vrdma/integration/migrate.hpp"
-#include "vrdma/integration/migration_vf.hpp"
 #include "vrdma/sriov/cli.hpp"
 
 namespace vrdma::integration {
 
 namespace {
 
-int usage() {
-  std::fprintf(stderr,
-               "usage: vrdmactl vf <list|enable|disable|assign|release|show|reconcile|network-xml> [options]\n"
-               "       vrdmactl migrate DOMAIN DEST_URI [--connect SRC_URI] [--migrateuri URI] [--timeout S]\n"
-               "       vrdmactl migration-vf up|show|release   (this host's VF for rdma:// migrations)\n"
-               "       vrdmactl device <status|migrate> --control PATH [--to tcp:IP:PORT] [--timeout S]\n"
-               "       vrdmactl domain attach --socket PATH --engine ENGINE [--xml FILE] [options]   (prints the XML)\n"
-               "       vrdmactl hook qemu DOMAIN OPERATION SUB-OPERATION [EXTRA]   (libvirt's hook; XML on stdin)\n"
-               "Run 'vrdmactl vf --help', 'vrdmactl migrate --help' or 'vrdmactl device' for the options.\n");
-  return 2;
+constexpr const char* kHookUsage = "vrdmactl hook qemu DOMAIN OPERATION SUB-OPERATION [EXTRA]";
+
+// libvirt runs the hook with its own argument order and the domain XML on stdin (hook.hpp).
+int hook_cli(const std::vector<std::string>& args) {
+  if (args.size() == 1 && (args[0] == "--help" || args[0] == "-h")) {
+    std::cout << "usage: " << kHookUsage << "\n"
+              << "libvirt's qemu hook (installed as " << "/etc/libvirt/hooks/qemu" << "): it reads the domain XML on "
+              << "standard input, starts and stops the domain's vrdmad, and rewrites its sockets for a migration.\n";
+    return 0;
+  }
+  if (args.empty() || args[0] != "qemu" || args.size() < 4) {
+    std::cerr << "vrdmactl hook: libvirt calls it as '" << kHookUsage
+              << "' with the domain XML on standard input (run 'vrdmactl hook --help')\n";
+    return 2;
+  }
+  return hook_qemu_run(std::vector<std::string>(args.begin() + 1, args.end()), std::cin, std::cout, std::cerr);
 }
 
 }  // namespace
 
 int vrdmactl_main(int argc, char** argv) {
-  if (argc < 2) return usage();
-  const std::vector<std::string> rest(argv + 2, argv + argc);
-  if (std::strcmp(argv[1], "vf") == 0) return sriov::vf_cli_main(argc, argv);
-  if (std::strcmp(argv[1], "migrate") == 0) return migrate_cli(rest);
-  if (std::strcmp(argv[1], "migration-vf") == 0) return migration_vf_cli(rest);
-  if (std::strcmp(argv[1], "device") == 0) return device_cli(rest);
-  if (std::strcmp(argv[1], "domain") == 0) return domain_cli(rest);
-  if (std::strcmp(argv[1], "hook") == 0) {
-    if (rest.empty() || rest[0] != "qemu") {
-      std::fprintf(stderr, "usage: vrdmactl hook qemu DOMAIN OPERATION SUB-OPERATION [EXTRA]\n");
-      return 2;
-    }
-    return hook_qemu_run(std::vector<std::string>(rest.begin() + 1, rest.end()), std::cin, std::cout, std::cerr);
-  }
-  return usage();
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  // `vf` has its own parser (sriov/cli.cpp); the hook keeps libvirt's argument order.
+  if (!args.empty() && args[0] == "vf") return sriov::vf_cli_run({args.begin() + 1, args.end()}, std::cout, std::cerr);
+  if (!args.empty() && args[0] == "hook") return hook_cli({args.begin() + 1, args.end()});
+
+  CLI::App app{"vrdmactl: the virtio RDMA device for libvirt guests: attach it to a domain, migrate the domain, "
+               "look at a running backend, manage the host's SR-IOV VFs",
+               "vrdmactl"};
+  cli::prepare(app);
+  app.require_subcommand(1);
+  app.add_subcommand("vf", "SR-IOV VFs: list, enable, disable, assign, release, show, reconcile, network-xml "
+                           "(run 'vrdmactl vf --help')");
+  app.add_subcommand("hook", "libvirt's qemu hook: " + std::string(kHookUsage) + " (libvirt runs it)");
+  Commands commands;
+  add_domain_commands(app, commands);
+  add_migrate_command(app, commands);
+  add_device_commands(app, commands);
+  add_migration_vf_commands(app, commands);
+  if (auto rc = cli::parse(app, args)) return *rc;
+  for (const auto& c : commands)
+    if (c.app->parsed()) return c.run();
+  std::cerr << "vrdmactl: say what to do (run 'vrdmactl --help')\n";
+  return 2;
 }
 
 }  // namespace vrdma::integration

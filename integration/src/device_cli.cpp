@@ -7,20 +7,11 @@
 #include <thread>
 
 #include "backend_proc.hpp"
+#include "commands.hpp"
 #include "vrdma/integration/migrate.hpp"
 
 namespace vrdma::integration {
 namespace {
-
-int usage() {
-  std::fprintf(stderr,
-               "usage: vrdmactl device status --control PATH\n"
-               "       vrdmactl device migrate --control PATH --to tcp:IP:PORT [--timeout S]\n"
-               "  --control  the vrdmad's control socket (vrdmad --control)\n"
-               "  --to       the destination vrdmad (its --incoming address)\n"
-               "  --timeout  give up waiting for the end of the migration after S seconds (default 60)\n");
-  return 2;
-}
 
 Result<nlohmann::json> ask(const std::string& control, const nlohmann::json& req) {
   auto r = control_request(control, req.dump(), 5000);
@@ -65,77 +56,100 @@ std::string phase_sentence(const std::string& phase) {
   return "The device reports an unknown migration phase \"" + phase + "\".";
 }
 
-int device_cli(const std::vector<std::string>& args) {
-  if (args.empty()) return usage();
-  const std::string& cmd = args[0];
-  std::string control, to;
-  long timeout_s = 60;
-  for (std::size_t i = 1; i < args.size(); ++i) {
-    const auto& a = args[i];
-    if (i + 1 >= args.size()) return usage();
-    if (a == "--control") control = args[++i];
-    else if (a == "--to") to = args[++i];
-    else if (a == "--timeout") {
-      if ((timeout_s = std::strtol(args[++i].c_str(), nullptr, 10)) <= 0) return usage();
-    } else {
-      return usage();
-    }
-  }
-  if (control.empty() || (cmd != "status" && cmd != "migrate") || (cmd == "migrate" && to.empty())) return usage();
+namespace {
 
-  if (cmd == "status") {
-    auto st = ask(control, {{"cmd", "status"}});
-    if (!st) {
-      std::fprintf(stderr, "vrdmactl device: %s\n", st.error().message.c_str());
-      return 1;
-    }
-    const auto phase = phase_of(*st);
-    std::printf("%s\n", phase_sentence(phase).c_str());
-    if (const auto m = message_of(*st); !m.empty()) std::printf("vrdmad says: %s\n", m.c_str());
+// "objects.pd: 1" lines for every counter of vrdmad's status (the migration has its own sentence).
+void print_counters(const nlohmann::json& j, const std::string& prefix) {
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (prefix.empty() && it.key() == "migration") continue;
+    const std::string key = prefix.empty() ? it.key() : prefix + "." + it.key();
+    if (it->is_object()) print_counters(*it, key);
+    else std::printf("  %-28s %s\n", (key + ":").c_str(), it->is_string() ? it->get<std::string>().c_str() : it->dump().c_str());
+  }
+}
+
+int status(const std::string& control, bool json) {
+  auto st = ask(control, {{"cmd", "status"}});
+  if (!st) {
+    std::fprintf(stderr, "vrdmactl device status: %s\n", st.error().message.c_str());
+    return 1;
+  }
+  if (json) {
+    std::printf("%s\n", st->dump().c_str());
     return 0;
   }
+  std::printf("%s\n", phase_sentence(phase_of(*st)).c_str());
+  if (const auto m = message_of(*st); !m.empty()) std::printf("vrdmad says: %s\n", m.c_str());
+  std::printf("Counters:\n");
+  print_counters(*st, "");
+  return 0;
+}
 
+// With json, the phase sentences go to stderr and stdout gets one object at the end.
+int migrate(const std::string& control, const std::string& to, long timeout_s, bool json) {
+  std::FILE* say = json ? stderr : stdout;
+  auto result = [&](bool ok, const std::string& phase, const std::string& error) {
+    if (json) {
+      nlohmann::json j{{"ok", ok}, {"to", to}, {"phase", phase}};
+      if (!error.empty()) j["error"] = error;
+      std::printf("%s\n", j.dump().c_str());
+    }
+    if (!ok) std::fprintf(stderr, "vrdmactl device migrate: %s\n", error.c_str());
+    return ok ? 0 : 1;
+  };
   auto r = ask(control, {{"cmd", "migrate"}, {"to", to}});
-  if (!r) {
-    std::fprintf(stderr, "vrdmactl device: %s\n", r.error().message.c_str());
-    return 1;
-  }
-  if (!r->value("ok", false)) {
-    std::fprintf(stderr, "vrdmactl device: vrdmad refused the migration to %s: %s\n", to.c_str(),
-                 r->value("error", std::string("no reason given")).c_str());
-    return 1;
-  }
-  std::printf("vrdmad accepted the migration to %s.\n", to.c_str());
-  std::fflush(stdout);
+  if (!r) return result(false, "", r.error().message);
+  if (!r->value("ok", false))
+    return result(false, "", "vrdmad refused the migration to " + to + ": " +
+                                 r->value("error", std::string("no reason given")));
+  std::fprintf(say, "vrdmad accepted the migration to %s.\n", to.c_str());
+  std::fflush(say);
   std::string last;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
   while (true) {
     auto st = ask(control, {{"cmd", "status"}});
-    if (!st) {
-      std::fprintf(stderr, "vrdmactl device: %s\n", st.error().message.c_str());
-      return 1;
-    }
+    if (!st) return result(false, last, st.error().message);
     const auto phase = phase_of(*st);
     if (phase != last) {
-      std::printf("%s\n", phase_sentence(phase).c_str());
-      std::fflush(stdout);
+      std::fprintf(say, "%s\n", phase_sentence(phase).c_str());
+      std::fflush(say);
       last = phase;
     }
-    if (phase == "migrated") return 0;
-    if (phase == "failed") {
-      std::fprintf(stderr, "vrdmactl device: the migration to %s failed: %s\n", to.c_str(),
-                   message_of(*st).empty() ? "vrdmad gave no reason" : message_of(*st).c_str());
-      return 1;
-    }
-    if (std::chrono::steady_clock::now() > deadline) {
-      std::fprintf(stderr,
-                   "vrdmactl device: the migration to %s did not finish within %ld s (phase %s); "
-                   "run `vrdmactl device status --control %s` to follow it, or send {\"cmd\":\"cancel\"}.\n",
-                   to.c_str(), timeout_s, phase.c_str(), control.c_str());
-      return 1;
-    }
+    if (phase == "migrated") return result(true, phase, "");
+    if (phase == "failed")
+      return result(false, phase, "the migration to " + to + " failed: " +
+                                      (message_of(*st).empty() ? "vrdmad gave no reason" : message_of(*st)));
+    if (std::chrono::steady_clock::now() > deadline)
+      return result(false, phase, "the migration to " + to + " did not finish within " + std::to_string(timeout_s) +
+                                      " s (phase " + phase + "); run `vrdmactl device status --control " + control +
+                                      "` to follow it, or send {\"cmd\":\"cancel\"}");
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
+}
+
+struct DeviceArgs {
+  std::string control, to;
+  long timeout_s = 60;
+  bool json = false;
+};
+
+}  // namespace
+
+void add_device_commands(CLI::App& top, Commands& out) {
+  auto* device = top.add_subcommand("device", "a running vrdmad, through its control socket");
+  device->require_subcommand(1);
+  auto a = std::make_shared<DeviceArgs>();
+  auto* st = device->add_subcommand("status", "the device's migration phase and every counter vrdmad keeps");
+  st->add_option("--control", a->control, "the vrdmad's control socket (vrdmad --control)")->required();
+  st->add_flag("--json", a->json, "vrdmad's status object, as it sent it");
+  out.push_back({st, [a] { return status(a->control, a->json); }});
+  auto* mig = device->add_subcommand("migrate", "move the device (not the guest) to another vrdmad, and follow it");
+  mig->add_option("--control", a->control, "the vrdmad's control socket (vrdmad --control)")->required();
+  mig->add_option("--to", a->to, "the destination vrdmad (its --incoming address), tcp:IP:PORT")->required();
+  mig->add_option("--timeout", a->timeout_s, "give up waiting after S seconds")
+      ->capture_default_str()->check(CLI::Range(1L, 86400L));
+  mig->add_flag("--json", a->json, "one JSON object at the end (ok, phase, error); the phases go to stderr");
+  out.push_back({mig, [a] { return migrate(a->control, a->to, a->timeout_s, a->json); }});
 }
 
 }  // namespace vrdma::integration

@@ -11,6 +11,7 @@
 #include <memory>
 #include <set>
 
+#include "vrdma/sriov/parse.hpp"
 #include "vrdma/virtio_rdma.h"
 
 namespace vrdma::integration {
@@ -298,6 +299,10 @@ Result<std::string> attach_device(const std::string& xml, const AttachOptions& o
                                               "backend), not " + m.engine);
   if (!m.notices.empty() && !notice_addresses_ok(m.notices))
     return make_error(Errc::invalid_argument, "--notices " + m.notices + " is not " + kNoticesHint);
+  if (const auto why = engine_error(m.engine); !why.empty()) return make_error(Errc::invalid_argument, why);
+  if (!m.mac.empty())
+    if (auto mac = sriov::parse_mac(m.mac); !mac)
+      return make_error(Errc::invalid_argument, "--mac " + m.mac.substr(0, 32) + ": " + mac.error().message);
   auto doc = read(xml, true);
   if (!doc) return std::move(doc).error();
   xmlNode* root = xmlDocGetRootElement(doc->get());
@@ -400,6 +405,66 @@ Result<std::string> rewrite_sockets(const std::string& xml, const DeviceMeta& fr
   std::string s(reinterpret_cast<const char*>(out), static_cast<std::size_t>(len));
   xmlFree(out);
   return s;
+}
+
+std::string engine_error(std::string_view engine) {
+  const std::string e(engine.substr(0, 128));
+  const char* hint = "an engine is soft:<the guest's IPv4 address or a host interface>, verbs:<an RDMA device or its "
+                     "PCI address>, or verbs:vf (a VF from the pool)";
+  const auto colon = engine.find(':');
+  const std::string_view prefix = engine.substr(0, colon);
+  if (colon == std::string_view::npos || (prefix != "soft" && prefix != "verbs"))
+    return "'" + e + "' is not an engine: " + hint;
+  const std::string_view rest = engine.substr(colon + 1);
+  const auto q = rest.find('?');
+  const std::string_view spec = rest.substr(0, q);
+  if (spec.empty()) return "the engine '" + e + "' names no device: " + hint;
+  for (char c : spec)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-' && c != ':')
+      return "the engine '" + e + "' has a character no device name or address has ('" + std::string(1, c) + "'): " + hint;
+  if (prefix == "soft" && spec.find_first_not_of("0123456789.") == std::string_view::npos) {
+    in_addr a{};
+    if (::inet_pton(AF_INET, std::string(spec).c_str(), &a) != 1)
+      return "the engine '" + e + "' does not name an IPv4 address: " + hint;
+  }
+  if (q != std::string_view::npos) {
+    std::string_view opts = rest.substr(q + 1);
+    while (true) {
+      const auto amp = opts.find('&');
+      const std::string_view kv = opts.substr(0, amp);
+      const auto eq = kv.find('=');
+      if (eq == 0 || eq == std::string_view::npos || eq + 1 == kv.size())
+        return "the engine option '" + std::string(kv.substr(0, 64)) + "' is not key=value (e.g. soft:10.0.0.5?mtu=1024)";
+      if (amp == std::string_view::npos) break;
+      opts = opts.substr(amp + 1);
+    }
+  }
+  return "";
+}
+
+Result<std::string> detach_device(const std::string& xml) {
+  auto doc = read(xml);
+  if (!doc) return std::move(doc).error();
+  xmlNode* root = xmlDocGetRootElement(doc->get());
+  if (!xmlStrEqual(root->name, X("domain"))) return make_error(Errc::invalid_argument, "the XML is not a <domain>");
+  xmlNode* e = vrdma_element(root);
+  if (e == nullptr)
+    return make_error(Errc::not_found, "the domain has no vrdma:device element, so there is nothing to detach");
+  const std::string socket = attr(e, "socket");
+  if (xmlNode* devices = child(root, "devices"); devices && !socket.empty()) {
+    for (xmlNode* d = devices->children; d;) {
+      xmlNode* next = d->next;
+      if (d->type == XML_ELEMENT_NODE && xmlStrEqual(d->name, X("disk")))
+        if (xmlNode* s = child(d, "source"); s && attr(s, "path") == socket) {
+          xmlUnlinkNode(d);
+          xmlFreeNode(d);
+        }
+      d = next;
+    }
+  }
+  xmlUnlinkNode(e);
+  xmlFreeNode(e);
+  return dump(doc->get());
 }
 
 }  // namespace vrdma::integration

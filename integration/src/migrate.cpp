@@ -8,6 +8,7 @@
 #include <unistd.h>
 #include <libvirt/libvirt.h>
 #include <libvirt/virterror.h>
+#include <nlohmann/json.hpp>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -21,6 +22,7 @@
 #include <string>
 #include <thread>
 
+#include "commands.hpp"
 #include "vf_pool.hpp"
 #include "vrdma/integration/guest_vf.hpp"
 #include "vrdma/integration/migration_vf.hpp"
@@ -133,6 +135,9 @@ unsigned long long typed_ull(virTypedParameterPtr p, int n, const char* name) {
   return 0;
 }
 
+// Progress and notes: stdout, or stderr when --json keeps stdout for the one result object.
+std::FILE* say = stdout;
+
 struct Events {
   std::mutex mu;
   bool completed = false;
@@ -143,8 +148,8 @@ struct Events {
 void on_iteration(virConnectPtr, virDomainPtr, int iteration, void* opaque) {
   auto* ev = static_cast<Events*>(opaque);
   ev->iteration = iteration;
-  std::printf("Memory copy pass %d started.\n", iteration);
-  std::fflush(stdout);
+  std::fprintf(say, "Memory copy pass %d started.\n", iteration);
+  std::fflush(say);
 }
 
 void on_job_completed(virConnectPtr, virDomainPtr, virTypedParameterPtr params, int n, void* opaque) {
@@ -156,22 +161,6 @@ void on_job_completed(virConnectPtr, virDomainPtr, virTypedParameterPtr params, 
   ev->iterations = typed_ull(params, n, VIR_DOMAIN_JOB_MEMORY_ITERATION);
   ev->processed = typed_ull(params, n, VIR_DOMAIN_JOB_DATA_PROCESSED);
   ev->total = typed_ull(params, n, VIR_DOMAIN_JOB_DATA_TOTAL);
-}
-
-int usage() {
-  std::fprintf(stderr,
-               "usage: vrdmactl migrate DOMAIN DEST_URI [--connect SRC_URI] [--migrateuri URI] [--timeout S] "
-               "[--parallel N] [--bandwidth MIB] [--suspend]\n"
-               "  DEST_URI      the destination libvirtd as the source libvirtd reaches it (qemu+tcp://host/system)\n"
-               "  --connect     the source libvirtd (default $LIBVIRT_DEFAULT_URI or qemu:///system)\n"
-               "  --migrateuri  QEMU's migration stream: tcp://host[:port] or rdma://host:port (default: tcp)\n"
-               "  --timeout     abort the migration after S seconds (default 300)\n"
-               "  --parallel    N parallel (multifd) TCP connections (default 2; 1: one stream)\n"
-               "  --bandwidth   at most MIB MiB/s for the memory copy (default: no limit; docs/integration.md says\n"
-               "                why a limit helps TCG guests under QEMU 7.2)\n"
-               "  --suspend     leave the domain paused on the destination (virsh resume DOMAIN runs it), as\n"
-               "                virsh migrate --suspend does\n");
-  return 2;
 }
 
 struct Conn {
@@ -283,42 +272,35 @@ TransportChoice choose_transport(const std::string& requested, const std::string
   return t;
 }
 
-int migrate_cli(const std::vector<std::string>& args) {
-  std::vector<std::string> pos;
-  std::string connect, migrate_uri;
+namespace {
+
+struct MigrateArgs {
+  std::string name, dest, connect, migrate_uri;
   long timeout_s = 300, parallel = -1, bandwidth = 0;
-  bool suspend = false;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const auto& a = args[i];
-    auto value = [&](std::string& out) {
-      if (i + 1 >= args.size()) return false;
-      out = args[++i];
-      return true;
-    };
-    std::string v;
-    if (a == "--help" || a == "-h") return usage();
-    if (a == "--connect" || a == "-c") {
-      if (!value(connect)) return usage();
-    } else if (a == "--migrateuri") {
-      if (!value(migrate_uri)) return usage();
-    } else if (a == "--timeout") {
-      if (!value(v) || (timeout_s = std::strtol(v.c_str(), nullptr, 10)) <= 0) return usage();
-    } else if (a == "--parallel") {
-      if (!value(v) || (parallel = std::strtol(v.c_str(), nullptr, 10)) <= 0) return usage();
-    } else if (a == "--bandwidth") {
-      if (!value(v) || (bandwidth = std::strtol(v.c_str(), nullptr, 10)) <= 0) return usage();
-    } else if (a == "--suspend") {
-      suspend = true;
-    } else if (!a.empty() && a[0] == '-') {
-      std::fprintf(stderr, "vrdmactl migrate: unknown option %s\n", a.c_str());
-      return usage();
-    } else {
-      pos.push_back(a);
+  bool suspend = false, json = false;
+};
+
+int migrate(const MigrateArgs& a) {
+  say = a.json ? stderr : stdout;
+  // With --json every ending is one object on stdout too.
+  auto result = [&](bool ok, const nlohmann::json& extra) {
+    if (a.json) {
+      nlohmann::json j{{"ok", ok}, {"domain", a.name}, {"destination", a.dest}};
+      j.update(extra);
+      std::printf("%s\n", j.dump().c_str());
     }
-  }
-  if (pos.size() != 2) return usage();
-  const std::string& name = pos[0];
-  const std::string& dest = pos[1];
+    return ok ? 0 : 1;
+  };
+  auto failed = [&](const std::string& sentence) {
+    std::fprintf(stderr, "vrdmactl migrate: %s\n", sentence.c_str());
+    return result(false, {{"error", sentence}});
+  };
+  const std::string& name = a.name;
+  const std::string& dest = a.dest;
+  std::string connect = a.connect;
+  const std::string& migrate_uri = a.migrate_uri;
+  const long timeout_s = a.timeout_s, parallel = a.parallel, bandwidth = a.bandwidth;
+  const bool suspend = a.suspend;
   if (connect.empty()) {
     const char* e = std::getenv("LIBVIRT_DEFAULT_URI");
     connect = e && *e ? e : "qemu:///system";
@@ -326,34 +308,27 @@ int migrate_cli(const std::vector<std::string>& args) {
 
   virSetErrorFunc(nullptr, silent_error);
   if (virEventRegisterDefaultImpl() < 0) {
-    std::fprintf(stderr, "vrdmactl migrate: cannot set up libvirt's event loop: %s\n", last_libvirt_error().c_str());
-    return 1;
+    return failed("cannot set up libvirt's event loop: " + last_libvirt_error());
   }
   Conn conn;
   conn.c = virConnectOpen(connect.c_str());
   if (!conn.c) {
-    std::fprintf(stderr, "vrdmactl migrate: cannot connect to the source libvirtd %s: %s\n", connect.c_str(),
-                 last_libvirt_error().c_str());
-    return 1;
+    return failed("cannot connect to the source libvirtd " + connect + ": " + last_libvirt_error());
   }
   Dom dom;
   dom.d = virDomainLookupByName(conn.c, name.c_str());
   if (!dom.d) {
-    std::fprintf(stderr, "vrdmactl migrate: there is no domain %s on %s: %s\n", name.c_str(), connect.c_str(),
-                 last_libvirt_error().c_str());
-    return 1;
+    return failed("there is no domain " + name + " on " + connect + ": " + last_libvirt_error());
   }
   if (virDomainIsActive(dom.d) != 1) {
-    std::fprintf(stderr, "vrdmactl migrate: domain %s is not running, so there is nothing to migrate live.\n",
-                 name.c_str());
-    return 1;
+    return failed("domain " + name + " is not running, so there is nothing to migrate live.");
   }
 
   if (char* xml = virDomainGetXMLDesc(dom.d, 0)) {
     auto info = parse_domain(xml);
     std::free(xml);
     if (info && info->device && info->device->backend == BackendKind::vrdmad)
-      if (auto note = device_migration_note(name, info->device->engine); !note.empty()) std::printf("%s\n", note.c_str());
+      if (auto note = device_migration_note(name, info->device->engine); !note.empty()) std::fprintf(say, "%s\n", note.c_str());
   }
 
   TransportFacts facts;
@@ -368,7 +343,7 @@ int migrate_cli(const std::vector<std::string>& args) {
       if (!m)
         facts.migration_vf_error = m.error().message;
       else
-        std::printf("This host's migration VF %s (RDMA device %s, netdev %s) carries %s%s.\n", m->vf.c_str(),
+        std::fprintf(say, "This host's migration VF %s (RDMA device %s, netdev %s) carries %s%s.\n", m->vf.c_str(),
                     m->ibdev.c_str(), m->netdev.c_str(), m->address.c_str(),
                     m->reused ? "" : " (taken from the pool now; 'vrdmactl migration-vf release' gives it back)");
     }
@@ -398,7 +373,7 @@ int migrate_cli(const std::vector<std::string>& args) {
     facts.cap_sys_resource = have_cap_sys_resource();
   }
   const auto choice = choose_transport(migrate_uri, uri_host(dest), facts, static_cast<int>(parallel));
-  for (const auto& n : choice.notes) std::printf("%s\n", n.c_str());
+  for (const auto& n : choice.notes) std::fprintf(say, "%s\n", n.c_str());
 
   Events ev;
   const int id_iter = virConnectDomainEventRegisterAny(conn.c, dom.d, VIR_DOMAIN_EVENT_ID_MIGRATION_ITERATION,
@@ -427,10 +402,10 @@ int migrate_cli(const std::vector<std::string>& args) {
     virTypedParamsAddInt(&params, &nparams, &maxparams, VIR_MIGRATE_PARAM_PARALLEL_CONNECTIONS, choice.parallel);
   }
 
-  std::printf("Migrating domain %s from %s to %s%s%s.\n", name.c_str(), connect.c_str(), dest.c_str(),
+  std::fprintf(say, "Migrating domain %s from %s to %s%s%s.\n", name.c_str(), connect.c_str(), dest.c_str(),
               choice.migrate_uri.empty() ? "" : " over ", choice.migrate_uri.c_str());
-  if (bandwidth > 0) std::printf("The memory copy is limited to %ld MiB/s.\n", bandwidth);
-  std::fflush(stdout);
+  if (bandwidth > 0) std::fprintf(say, "The memory copy is limited to %ld MiB/s.\n", bandwidth);
+  std::fflush(say);
   const auto t0 = Clock::now();
   std::atomic<bool> done{false}, timed_out{false};
   std::thread progress([&] {
@@ -440,8 +415,8 @@ int migrate_cli(const std::vector<std::string>& args) {
       if (done) break;
       if (Clock::now() - t0 > std::chrono::seconds(timeout_s) && !timed_out) {
         timed_out = true;
-        std::printf("The migration did not finish within %ld s; aborting it.\n", timeout_s);
-        std::fflush(stdout);
+        std::fprintf(say, "The migration did not finish within %ld s; aborting it.\n", timeout_s);
+        std::fflush(say);
         virDomainAbortJob(dom.d);
       }
       int type = 0;
@@ -453,10 +428,10 @@ int migrate_cli(const std::vector<std::string>& args) {
           const auto remaining = typed_ull(p, n, VIR_DOMAIN_JOB_DATA_REMAINING);
           if (total && remaining != last_remaining) {
             const int pct = static_cast<int>(100 - (remaining * 100) / (total ? total : 1));
-            std::printf("[%-20s] %3d%%  %s of %s remaining (memory pass %d).\n",
+            std::fprintf(say, "[%-20s] %3d%%  %s of %s remaining (memory pass %d).\n",
                         std::string(static_cast<std::size_t>(pct / 5), '#').c_str(), pct, mib(remaining).c_str(),
                         mib(total).c_str(), ev.iteration.load());
-            std::fflush(stdout);
+            std::fflush(say);
             last_remaining = remaining;
           }
         }
@@ -485,24 +460,53 @@ int migrate_cli(const std::vector<std::string>& args) {
   loop.join();
   if (timer >= 0) virEventRemoveTimeout(timer);
 
-  if (rc < 0) {
-    std::fprintf(stderr, "vrdmactl migrate: the migration of %s to %s failed%s: %s\n", name.c_str(), dest.c_str(),
-                 timed_out ? " (aborted after the timeout)" : "", err.c_str());
-    std::fprintf(stderr, "The domain still runs on %s.\n", connect.c_str());
-    return 1;
-  }
+  if (rc < 0)
+    return failed("the migration of " + name + " to " + dest + " failed" +
+                  (timed_out ? " (aborted after the timeout)" : "") + ": " + err + ". The domain still runs on " +
+                  connect + ".");
   std::lock_guard lk(ev.mu);
   const char* now = suspend ? "is now paused on" : "now runs on";
+  nlohmann::json figures{{"transport", choice.migrate_uri.empty() ? "libvirt's default" : choice.migrate_uri},
+                         {"rdma", choice.rdma}, {"suspended", suspend}};
   if (ev.completed) {
-    std::printf("Domain %s %s %s: the migration took %llu ms with %llu ms of downtime, "
-                "%llu memory passes, %s transferred.\n",
-                name.c_str(), now, dest.c_str(), ev.elapsed_ms, ev.downtime_ms, ev.iterations, mib(ev.processed).c_str());
+    std::fprintf(say, "Domain %s %s %s: the migration took %llu ms with %llu ms of downtime, "
+                      "%llu memory passes, %s transferred.\n",
+                 name.c_str(), now, dest.c_str(), ev.elapsed_ms, ev.downtime_ms, ev.iterations, mib(ev.processed).c_str());
+    figures.update({{"elapsed_ms", ev.elapsed_ms}, {"downtime_ms", ev.downtime_ms}, {"memory_passes", ev.iterations},
+                    {"bytes_transferred", ev.processed}});
   } else {
-    std::printf("Domain %s %s %s: the migration took %.0f ms (libvirt reported no job figures).\n",
-                name.c_str(), now, dest.c_str(), wall * 1000);
+    std::fprintf(say, "Domain %s %s %s: the migration took %.0f ms (libvirt reported no job figures).\n",
+                 name.c_str(), now, dest.c_str(), wall * 1000);
+    figures["elapsed_ms"] = static_cast<unsigned long long>(wall * 1000);
   }
-  if (suspend) std::printf("It runs once resumed there: virsh -c %s resume %s\n", dest.c_str(), name.c_str());
-  return 0;
+  if (suspend) std::fprintf(say, "It runs once resumed there: virsh -c %s resume %s\n", dest.c_str(), name.c_str());
+  return result(true, figures);
+}
+
+}  // namespace
+
+void add_migrate_command(CLI::App& top, Commands& out) {
+  auto a = std::make_shared<MigrateArgs>();
+  auto* m = top.add_subcommand("migrate", "live-migrate a libvirt domain with its virtio RDMA device, with progress");
+  m->add_option("domain", a->name, "the domain's name")->required();
+  m->add_option("dest_uri", a->dest, "the destination libvirtd as the source libvirtd reaches it (qemu+tcp://host/system)")
+      ->required();
+  m->add_option("-c,--connect", a->connect, "the source libvirtd (default $LIBVIRT_DEFAULT_URI or qemu:///system)");
+  m->add_option("--migrateuri", a->migrate_uri,
+                "QEMU's migration stream: tcp://host[:port] or rdma://host:port (default: tcp)");
+  m->add_option("--timeout", a->timeout_s, "abort the migration after S seconds")->capture_default_str()
+      ->check(CLI::Range(1L, 86400L));
+  m->add_option("--parallel", a->parallel, "N parallel (multifd) TCP connections (default 2; 1: one stream)")
+      ->check(CLI::Range(1L, 255L));
+  m->add_option("--bandwidth", a->bandwidth,
+                "at most MIB MiB/s for the memory copy (default: no limit; docs/integration.md says why a limit helps "
+                "TCG guests under QEMU 7.2)")
+      ->check(CLI::Range(1L, 1L << 30));
+  m->add_flag("--suspend", a->suspend,
+              "leave the domain paused on the destination (virsh resume DOMAIN runs it), as virsh migrate --suspend does");
+  m->add_flag("--json", a->json,
+              "one JSON object on stdout at the end (ok, timings, transport or error); progress goes to stderr");
+  out.push_back({m, [a] { return migrate(*a); }});
 }
 
 }  // namespace vrdma::integration

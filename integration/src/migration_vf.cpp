@@ -5,11 +5,14 @@
 #include <fmt/ranges.h>
 #include <unistd.h>
 
+#include <nlohmann/json.hpp>
+
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <vector>
 
+#include "commands.hpp"
 #include "vf_pool.hpp"
 #include "vrdma/sriov/discovery.hpp"
 #include "vrdma/sriov/ledger.hpp"
@@ -284,76 +287,85 @@ Result<std::optional<std::string>> release_migration_vf(const VfPaths& paths, co
 namespace vrdma::integration {
 namespace {
 
-int migration_vf_usage() {
-  std::fprintf(stderr,
-               "usage: vrdmactl migration-vf up|show|release\n"
-               "  up       take this host's migration VF from VRDMA_MIGRATION_POOL and put VRDMA_MIGRATION_ADDRESS on\n"
-               "           its netdev (vrdmactl migrate and the libvirt hook do it by themselves)\n"
-               "  show     which VF it is, its RDMA device, netdev and addresses\n"
-               "  release  take the address off and give the VF back to the pool\n"
-               "The settings come from the environment or /etc/default/vrdma ($VRDMA_DEFAULTS).\n");
-  return 2;
+// With json, one object on stdout instead of the sentence.
+int report(const MigrationVf& m, const std::string& sentence, bool json, const char* action) {
+  if (json)
+    std::printf("%s\n", nlohmann::json{{"action", action}, {"vf", m.vf}, {"ibdev", m.ibdev}, {"netdev", m.netdev},
+                                       {"address", m.address}, {"reused", m.reused}}.dump().c_str());
+  else
+    std::printf("%s%s (RDMA device %s, netdev %s) with %s.\n", sentence.c_str(), m.vf.c_str(), m.ibdev.c_str(),
+                m.netdev.c_str(), m.address.empty() ? "no address" : m.address.c_str());
+  return 0;
 }
 
-void say(const MigrationVf& m, const char* lead) {
-  std::printf("%s%s (RDMA device %s, netdev %s) with %s.\n", lead, m.vf.c_str(), m.ibdev.c_str(), m.netdev.c_str(),
-              m.address.empty() ? "no address" : m.address.c_str());
+int fail(const char* cmd, const std::string& sentence, bool json) {
+  if (json) std::printf("%s\n", nlohmann::json{{"action", cmd}, {"error", sentence}}.dump().c_str());
+  std::fprintf(stderr, "vrdmactl migration-vf %s: %s\n", cmd, sentence.c_str());
+  return 1;
 }
 
-}  // namespace
-
-int migration_vf_cli(const std::vector<std::string>& args) {
-  if (args.size() != 1 || (args[0] != "up" && args[0] != "show" && args[0] != "release")) return migration_vf_usage();
+int migration_vf(const std::string& cmd, bool json) {
   const auto paths = VfPaths::from_environment();
   const auto host = short_hostname();
   auto net = MigrationNet::from_host_settings();
-  if (!net) {
-    std::fprintf(stderr, "vrdmactl migration-vf: %s\n", net.error().message.c_str());
-    return 1;
-  }
-  if (args[0] == "show") {
+  if (!net) return fail(cmd.c_str(), net.error().message, json);
+  if (cmd == "show") {
     auto m = find_migration_vf(paths, host);
-    if (!m) {
-      std::fprintf(stderr, "vrdmactl migration-vf: %s\n", m.error().message.c_str());
-      return 1;
-    }
+    if (!m) return fail("show", m.error().message, json);
     if (!*m) {
-      std::printf("%s has no migration VF%s.\n", host.c_str(),
-                  *net ? " yet ('vrdmactl migration-vf up' takes one)"
-                       : " (VRDMA_MIGRATION_POOL and VRDMA_MIGRATION_ADDRESS in /etc/default/vrdma configure one)");
+      if (json) std::printf("%s\n", nlohmann::json{{"action", "show"}, {"vf", nullptr}, {"configured", static_cast<bool>(*net)}}.dump().c_str());
+      else
+        std::printf("%s has no migration VF%s.\n", host.c_str(),
+                    *net ? " yet ('vrdmactl migration-vf up' takes one)"
+                         : " (VRDMA_MIGRATION_POOL and VRDMA_MIGRATION_ADDRESS in /etc/default/vrdma configure one)");
       return 0;
     }
-    say(**m, ("The migration VF of " + host + " is ").c_str());
-    return 0;
+    return report(**m, "The migration VF of " + host + " is ", json, "show");
   }
-  if (args[0] == "release") {
+  if (cmd == "release") {
     auto r = release_migration_vf(paths, *net ? &**net : nullptr, host);
-    if (!r) {
-      std::fprintf(stderr, "vrdmactl migration-vf: cannot give the migration VF back: %s\n", r.error().message.c_str());
-      return 1;
-    }
-    if (*r)
+    if (!r) return fail("release", "cannot give the migration VF back: " + r.error().message, json);
+    if (json)
+      std::printf("%s\n", nlohmann::json{{"action", "release"}, {"released", *r ? nlohmann::json(**r) : nlohmann::json(nullptr)}}.dump().c_str());
+    else if (*r)
       std::printf("The migration VF %s of %s went back to the pool.\n", (*r)->c_str(), host.c_str());
     else
       std::printf("%s holds no migration VF.\n", host.c_str());
     return 0;
   }
-  if (!*net) {
-    std::fprintf(stderr, "vrdmactl migration-vf: this host has no migration VF configured: set VRDMA_MIGRATION_POOL "
-                         "(the PF whose VFs carry migrations) and VRDMA_MIGRATION_ADDRESS (this host's address on it, "
-                         "e.g. 10.77.0.11/24) in /etc/default/vrdma\n");
-    return 1;
-  }
+  if (!*net)
+    return fail("up", "this host has no migration VF configured: set VRDMA_MIGRATION_POOL (the PF whose VFs carry "
+                      "migrations) and VRDMA_MIGRATION_ADDRESS (this host's address on it, e.g. 10.77.0.11/24) in "
+                      "/etc/default/vrdma", json);
   auto m = ensure_migration_vf(paths, **net, host);
-  if (!m) {
-    std::fprintf(stderr, "vrdmactl migration-vf: cannot set up the migration VF of %s: %s\n", host.c_str(),
-                 m.error().message.c_str());
-    return 1;
-  }
-  say(*m, m->reused ? "The migration VF of this host is " : "This host's migration VF is now ");
-  std::printf("RDMA migrations to this host name its address: --migrateuri rdma://%s:PORT.\n",
-              m->address.substr(0, m->address.find('/')).c_str());
+  if (!m) return fail("up", "cannot set up the migration VF of " + host + ": " + m.error().message, json);
+  report(*m, m->reused ? "The migration VF of this host is " : "This host's migration VF is now ", json, "up");
+  if (!json)
+    std::printf("RDMA migrations to this host name its address: --migrateuri rdma://%s:PORT.\n",
+                m->address.substr(0, m->address.find('/')).c_str());
   return 0;
+}
+
+}  // namespace
+
+void add_migration_vf_commands(CLI::App& top, Commands& out) {
+  auto* mv = top.add_subcommand(
+      "migration-vf",
+      "this host's VF for rdma:// migrations; the settings come from the environment or /etc/default/vrdma "
+      "($VRDMA_DEFAULTS)");
+  mv->require_subcommand(1);
+  auto json = std::make_shared<bool>(false);
+  const std::pair<const char*, const char*> cmds[] = {
+      {"up", "take this host's migration VF from VRDMA_MIGRATION_POOL and put VRDMA_MIGRATION_ADDRESS on its netdev "
+             "(vrdmactl migrate and the libvirt hook do it by themselves)"},
+      {"show", "which VF it is, its RDMA device, netdev and addresses"},
+      {"release", "take the address off and give the VF back to the pool"}};
+  for (const auto& [name, help] : cmds) {
+    auto* c = mv->add_subcommand(name, help);
+    c->add_flag("--json", *json, "one JSON object on stdout");
+    const std::string cmd = name;
+    out.push_back({c, [json, cmd] { return migration_vf(cmd, *json); }});
+  }
 }
 
 }  // namespace vrdma::integration

@@ -11,12 +11,14 @@
 
 #include "perf.hpp"
 #include "perf_cm.hpp"
+#include "vrdma/common/cli.hpp"
 
 using namespace vrdma::perf;
 
 int main(int argc, char** argv) {
   Config c;
-  CLI::App app{"vrdma-perf: RDMA bandwidth and latency over any vrdma provider (soft:, verbs:, pv:)"};
+  CLI::App app{"vrdma-perf: RDMA bandwidth and latency over any vrdma provider (soft:, verbs:, pv:)", "vrdma-perf"};
+  vrdma::cli::prepare(app);
   app.add_option("-d,--device", c.device, "device, e.g. soft:10.0.0.1")->required();
   app.add_option("-t,--test", c.test, "write_bw, read_bw, send_bw, atomic_bw, send_lat, write_lat, read_lat")
       ->check(CLI::IsMember({"write_bw", "read_bw", "send_bw", "atomic_bw", "send_lat", "write_lat", "read_lat"}));
@@ -50,7 +52,7 @@ int main(int argc, char** argv) {
                "write_bw, read_bw with --peer-format perftest: every size from 2 B to 8 MiB, as perftest's -a");
   bool cm = false;
   app.add_flag("--cm", cm, "with --peer-format perftest: the peer runs with -R (RDMA-CM; server role only)");
-  CLI11_PARSE(app, argc, argv);
+  if (auto rc = vrdma::cli::parse(app, argc, argv)) return *rc;
   c.cmp_and_swap = atomic_type == "CMP_AND_SWAP";
   // UD drops a message that finds no receive posted: serve with perftest's UD receive depth.
   if (c.connection == "UD" && app.count("--depth") == 0) c.depth = 512;
@@ -98,3 +100,4 @@ int main(int argc, char** argv) {
   if (c.peer_format != "vrdma") return run_foreign(c);
   return run_native(c);
 }
+

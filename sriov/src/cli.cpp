@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "vrdma/common/cli.hpp"
 #include "vrdma/sriov/control.hpp"
 #include "vrdma/sriov/discovery.hpp"
 #include "vrdma/sriov/ledger.hpp"
@@ -376,6 +377,7 @@ void cmd_network_xml(Ctx& x, const std::string& pf_arg, const std::string& name,
 
 int vf_cli_run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   CLI::App app{"Manage SR-IOV VFs for vrdma backends and migrations", "vrdmactl vf"};
+  cli::prepare(app);
   app.require_subcommand(1);
   app.fallthrough();
   Ctx x{{}, out};

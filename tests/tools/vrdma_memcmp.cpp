@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 
 #include "memcmp.hpp"
+#include "vrdma/common/cli.hpp"
 
 using namespace vrdma::test;
 
@@ -30,12 +31,13 @@ bool resolve(std::string& what) {
 int main(int argc, char** argv) {
   CLI::App app{"vrdma-memcmp: a migrated guest's RAM against its source's, page by page; each page that differs is "
                "told apart as the backend's doing (written after the stop, or unlogged during the migration) or the "
-               "VMM's, from the backends' write journals (VRDMA_WRITE_JOURNAL)"};
+               "VMM's, from the backends' write journals (VRDMA_WRITE_JOURNAL)",
+               "vrdma-memcmp"};
+  vrdma::cli::prepare(app);
   std::string source, dest, report;
   std::vector<std::string> journals;
   bool json = false;
   std::size_t max_pages = 64;
-  app.set_version_flag("--version", "vrdma-memcmp " VRDMA_VERSION);
   app.add_option("source", source, "the source's guest RAM: a file (e.g. /proc/PID/fd/N of its memfd) or pid:PID of "
                                    "a QEMU with a memory-backend-memfd")->required();
   app.add_option("destination", dest, "the destination's guest RAM, the same way")->required();
@@ -43,11 +45,7 @@ int main(int argc, char** argv) {
   app.add_option("--max-pages", max_pages, "list at most this many differing pages")->capture_default_str();
   app.add_flag("--json", json, "one JSON object on stdout");
   app.add_option("--report", report, "also write the JSON object to this file");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
-  }
+  if (auto rc = vrdma::cli::parse(app, argc, argv)) return *rc;
   if (!resolve(source) || !resolve(dest)) return 3;
   auto rep = memcmp::compare(source, dest, journals, max_pages);
   if (!rep) {
@@ -64,3 +62,4 @@ int main(int argc, char** argv) {
   }
   return rep->differing == 0 ? 0 : 1;
 }
+

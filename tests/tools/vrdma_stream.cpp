@@ -30,6 +30,7 @@
 #include <nlohmann/json.hpp>
 
 #include "rdma_stream.hpp"
+#include "vrdma/common/cli.hpp"
 #include "vrdma/common/fd.hpp"
 #include "vrdma/nicdrv/registry.hpp"
 
@@ -105,7 +106,8 @@ class Lines {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"vrdma-stream: a checked RC stream against a peer, over any provider"};
+  CLI::App app{"vrdma-stream: a checked RC stream against a peer, over any provider", "vrdma-stream"};
+  vrdma::cli::prepare(app);
   std::string device, connect;
   std::uint16_t port = 18700;
   std::size_t msgs = 2000;
@@ -125,7 +127,7 @@ int main(int argc, char** argv) {
   app.add_option("--end-after", end_after, "messages each way after --end-file appears")
       ->capture_default_str()
       ->check(CLI::Range(200, 1000000));
-  CLI11_PARSE(app, argc, argv);
+  if (auto rc = vrdma::cli::parse(app, argc, argv)) return *rc;
   if (!end_file.empty() && !connect.empty()) {
     std::fprintf(stderr, "vrdma-stream: --end-file is for the server (without -c): the server decides the end\n");
     return 2;

@@ -41,6 +41,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "vrdma/common/cli.hpp"
 #include "vrdma/common/log.hpp"
 #include "vrdma/migration/switchover.hpp"
 #include "vrdma/vhost/peer_notice.hpp"
@@ -75,6 +76,7 @@ nlohmann::json stats_json(const vhost::RdmaDevice& dev, const migration::Migrati
   const auto s = dev.stats();
   const auto& b = srv.stats();
   return {
+      {"version", std::string(cli::version())},
       {"migration", migration_json(mig)},
       {"engine", engine},
       {"connected", srv.connected()},
@@ -322,7 +324,8 @@ int supervise(int argc, char** argv) {
 int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i)
     if (std::strcmp(argv[i], "--supervise") == 0) return supervise(argc, argv);
-  CLI::App app{"vrdmad: virtio RDMA device backend (vhost-user), one process per guest device"};
+  CLI::App app{"vrdmad: virtio RDMA device backend (vhost-user), one process per guest device", "vrdmad"};
+  vrdma::cli::prepare(app);
   std::string sock, engine_name, control, incoming, announce, mac = "52:54:00:00:00:01";
   vhost::RdmaDeviceOptions opts;
   auto& lim = opts.limits;
@@ -370,7 +373,7 @@ int main(int argc, char** argv) {
   app.add_option("--max-registered-bytes", lim.max_registered_bytes, "registered memory per guest, in bytes")
       ->capture_default_str();
   app.add_option("--max-qp-wr", lim.max_qp_wr, "work requests per queue")->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
+  if (auto rc = vrdma::cli::parse(app, argc, argv)) return *rc;
   // SIGTERM/SIGINT end the event loop through a signalfd. Blocked before any thread exists (the
   // engine's own), so that no thread takes them with their default action instead.
   sigset_t mask;

@@ -77,11 +77,17 @@ grep -q -- "--notices 10.0.0.5" "$W/g1.sock.args" || fail "the domain's notices 
 
 # vrdmactl device migrate: phases as sentences until migrated.
 C=$W/g1.ctl
-out=$("$V" device migrate --control "$C" --to tcp:10.99.9.2:7811 --timeout 10) || fail "device migrate failed: $out"
+out=$("$V" device migrate --control "$C" --to tcp:10.99.9.2:7811 --timeout 10 --json 2>"$W/phases") || fail "device migrate failed: $out"
+echo "$out" | python3 -c 'import json,sys; j=json.loads(sys.stdin.read()); sys.exit(0 if j == {"ok": True, "to": "tcp:10.99.9.2:7811", "phase": "migrated"} else 1)' ||
+  fail "device migrate --json: not one result object: $out"
+out=$(cat "$W/phases")
 echo "$out" | grep -q "vrdmad accepted the migration to tcp:10.99.9.2:7811" || fail "no acceptance line: $out"
 echo "$out" | grep -q "waits for the guest's rings to stop" || fail "the armed phase was not reported: $out"
 echo "$out" | grep -q "The device was migrated" || fail "the migrated phase was not reported: $out"
 "$V" device status --control "$C" | grep -q "The device was migrated" || fail "device status after migration"
+# --json: vrdmad's status object as sent; migrate's one result object (phases on stderr).
+"$V" device status --control "$C" --json | python3 -c 'import json,sys; j=json.load(sys.stdin); sys.exit(0 if j["migration"]["phase"] == "migrated" else 1)' ||
+  fail "device status --json is not vrdmad's status object"
 dom "$GOOD" | "$V" hook qemu g1 release end - || fail "release end failed"
 
 # A backend that exits at start: status 1 and its own words.

@@ -10,8 +10,8 @@ trap 'rm -rf "$D"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 DESTDIR=$D cmake --install "$B" --component integration >/dev/null || fail "cmake --install failed"
 [ -x "$D$PREFIX/bin/vrdmactl" ] || fail "no $PREFIX/bin/vrdmactl"
-u=$("$D$PREFIX/bin/vrdmactl" 2>&1)
-echo "$u" | grep -q "vrdmactl migrate DOMAIN DEST_URI" || fail "the installed vrdmactl does not run: $u"
+u=$("$D$PREFIX/bin/vrdmactl" --help 2>&1)
+echo "$u" | grep -q "^  migrate  *live-migrate a libvirt domain" || fail "the installed vrdmactl does not run: $u"
 H=$D$ETC/libvirt/hooks/qemu
 [ -x "$H" ] || fail "no executable $ETC/libvirt/hooks/qemu"
 grep -q "^exec $PREFIX/bin/vrdmactl hook qemu \"\$@\"$" "$H" || fail "the hook does not exec the installed vrdmactl"

@@ -44,10 +44,15 @@ struct Fixture {
 };
 }  // namespace
 
-BOOST_AUTO_TEST_CASE(without_a_subcommand_vrdmactl_prints_usage_and_exits_2) {
+BOOST_AUTO_TEST_CASE(without_a_subcommand_vrdmactl_says_where_help_is_and_exits_2) {
   auto o = run("");
   BOOST_TEST(o.rc == 2);
-  BOOST_TEST(o.text.find("usage: vrdmactl vf") != std::string::npos);
+  BOOST_TEST(o.text.find("vrdmactl: A subcommand is required (run 'vrdmactl --help' for the options)") !=
+                 std::string::npos,
+             o.text);
+  auto h = run("--help");
+  BOOST_TEST(h.rc == 0);
+  BOOST_TEST(h.text.find("migration-vf") != std::string::npos, h.text);
   BOOST_TEST(run("vf --help").rc == 0);
   BOOST_TEST(run("vf bogus").rc == 2);
 }

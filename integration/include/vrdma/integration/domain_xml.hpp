@@ -113,7 +113,14 @@ struct AttachOptions {
 // options lack socket/engine.
 Result<std::string> attach_device(const std::string& xml, const AttachOptions& opts);
 
-// `vrdmactl domain attach ...` (args after "domain").
-int domain_cli(const std::vector<std::string>& args);
+// "" when `engine` is a well-formed vrdmad engine name (soft:<IPv4 | ifname>, verbs:<ibdev |
+// PCI address>, verbs:vf, each with ?key=value&... options); otherwise the sentence saying why.
+// The engine itself opens on the host that runs the guest: this checks only its form.
+std::string engine_error(std::string_view engine);
+
+// The domain XML without the virtio RDMA device: the vrdma:device element and the disk on its
+// socket go; the shared memory backing stays (other vhost-user devices may need it). Errors:
+// the XML does not parse, or it has no vrdma:device.
+Result<std::string> detach_device(const std::string& xml);
 
 }  // namespace vrdma::integration

@@ -55,12 +55,6 @@ std::string device_migration_note(const std::string& domain, const std::string& 
 // The host part of a libvirt or migration URI: qemu+tcp://h/system -> h, tcp://h:p -> h, tcp:h:p -> h.
 std::string uri_host(const std::string& uri);
 
-// args excludes "migrate". Exit status: 0 migrated, 1 failed, 2 usage.
-int migrate_cli(const std::vector<std::string>& args);
-
-// args excludes "device": status|migrate --control PATH [--to tcp:IP:PORT] [--timeout S].
-int device_cli(const std::vector<std::string>& args);
-
 // One sentence for a vrdmad migration phase ("idle", "armed", ...).
 std::string phase_sentence(const std::string& phase);
 

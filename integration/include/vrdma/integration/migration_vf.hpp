@@ -63,7 +63,4 @@ Result<std::optional<MigrationVf>> find_migration_vf(const VfPaths& paths, const
 Result<std::optional<std::string>> release_migration_vf(const VfPaths& paths, const MigrationNet* net,
                                                         const std::string& host);
 
-// `vrdmactl migration-vf up|show|release`.
-int migration_vf_cli(const std::vector<std::string>& args);
-
 }  // namespace vrdma::integration
