@@ -2,11 +2,16 @@
 
 #include <fmt/format.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
 
 #include "passed_fds.hpp"
 
@@ -142,12 +147,50 @@ Status Channel::send(const Message& m) {
   return send_raw(buf.data(), sizeof(Header) + size, fds, n);
 }
 
+namespace {
+
+// True when /proc/net/unix (this network namespace's UNIX sockets) lists a listening socket
+// bound to `path`. Lines: "Num RefCount Protocol Flags Type St Inode Path"; Flags has
+// __SO_ACCEPTCON (0x10000) on a listener. Reading it touches nothing of the listener.
+bool someone_listens(const std::string& path) {
+  std::ifstream in("/proc/net/unix");
+  std::string line;
+  std::getline(in, line);  // the header
+  while (std::getline(in, line)) {
+    std::istringstream f(line);
+    std::string num, refs, proto, flags, type, state, inode, bound;
+    if (!(f >> num >> refs >> proto >> flags >> type >> state >> inode >> bound)) continue;
+    if (bound != path) continue;
+    if ((std::strtoul(flags.c_str(), nullptr, 16) & 0x10000UL) != 0) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+Status claim_socket_path(const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return {};
+    return errno_error(errno, "looking at " + path);
+  }
+  if (!S_ISSOCK(st.st_mode))
+    return make_error(Errc::invalid_argument,
+                      path + " exists and is not a socket; remove it or choose another path for the socket");
+  if (someone_listens(path))
+    return make_error(Errc::busy, "another process listens on " + path +
+                                      " (a second backend for the same device?); stop it first, or give this one "
+                                      "another socket path");
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) return errno_error(errno, "removing the stale socket " + path);
+  return {};
+}
+
 Result<UniqueFd> listen_unix(const std::string& path, int backlog) {
   auto addr = unix_addr(path);
   if (!addr) return std::move(addr).error();
+  VRDMA_TRY(claim_socket_path(path));
   UniqueFd s(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!s) return errno_error(errno, "socket(AF_UNIX)");
-  ::unlink(path.c_str());
   if (::bind(s.get(), reinterpret_cast<const sockaddr*>(&*addr), sizeof(sockaddr_un)) != 0)
     return errno_error(errno, fmt::format("bind vhost-user socket {}", path));
   if (::listen(s.get(), backlog) != 0) return errno_error(errno, "listen");

@@ -47,6 +47,7 @@
 #include "vrdma/vhost/peer_notice.hpp"
 #include "vrdma/nicdrv/registry.hpp"
 #include "vrdma/vhost/backend.hpp"
+#include "vrdma/vhost/channel.hpp"
 #include "vrdma/vhost/rdma_device.hpp"
 
 using namespace vrdma;
@@ -118,6 +119,7 @@ Result<UniqueFd> listen_unix(const std::string& path) {
   // (a client that connected between bind and listen was refused).
   const std::string tmp = path + ".new";
   if (tmp.size() >= sizeof a.sun_path) return make_error(Errc::invalid_argument, "control socket path too long: " + path);
+  VRDMA_TRY(vhost::claim_socket_path(path));
   std::memcpy(a.sun_path, tmp.c_str(), tmp.size() + 1);
   ::unlink(tmp.c_str());
   if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return errno_error(errno, "binding " + tmp);

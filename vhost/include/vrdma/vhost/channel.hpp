@@ -39,7 +39,13 @@ class Channel {
   UniqueFd sock_;
 };
 
-// Creates a listening UNIX socket at path (an existing socket file is replaced).
+// Makes `path` free for a new listening socket: nothing there, or a socket file nobody listens
+// on any more (a backend that died left it), which is removed. Errors: busy when a process of this
+// network namespace listens on it (a second backend for the same device would steal its guest),
+// invalid_argument when something that is not a socket is there (never removed).
+Status claim_socket_path(const std::string& path);
+
+// Creates a listening UNIX socket at path, claimed first (claim_socket_path).
 Result<UniqueFd> listen_unix(const std::string& path, int backlog = 4);
 
 }  // namespace vrdma::vhost
