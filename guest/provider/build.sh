@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Builds libvrdma (vrdma.c), the rdma-core provider of virtio_rdma.ko's devices, for the host's
-# libibverbs (Debian 12: rdma-core 44.0, provider ABI IBVERBS_PRIVATE_34). libibverbs' provider
-# interface (infiniband/driver.h, ibv_cmd_*) is only in rdma-core's source, so that source is
+# Builds libvrdma (the *.c here, by role: vrdma.h), the rdma-core provider of virtio_rdma.ko's
+# devices, for the host's libibverbs (Debian 12: rdma-core 44.0, provider ABI IBVERBS_PRIVATE_34).
+# libibverbs' provider interface (infiniband/driver.h, ibv_cmd_*) is only in rdma-core's source, so that source is
 # fetched once from Debian's archive (apt-get source with a private deb-src list: the machine
 # needs none of its own; the installed version's, else the next release's of the same private
 # ABI, below) into $VRDMA_RIG_CACHE (default /var/cache/vrdma-rig)/rdma-core-VERSION,
@@ -85,7 +85,7 @@ same_pabi "$RC" || unavailable "rdma-core in $RC is not of $PABI"
 
 # The provider's ABI suffix is the private ABI's number (rdmav34 for IBVERBS_PRIVATE_34).
 mkdir -p "$OUT"
-cc -std=gnu11 -O2 -g -fPIC -shared -Wall -Wextra -Werror -D_GNU_SOURCE \
+cc -std=gnu11 -O2 -g -fPIC -shared -fvisibility=hidden -Wall -Wextra -Werror -D_GNU_SOURCE \
   -include "$RC/build/include/config.h" -isystem "$RC/build/include" -I"$SRC/include" -I"$SRC/guest/include" \
-  -Wl,-z,defs -o "$OUT/libvrdma-rdmav${PABI#IBVERBS_PRIVATE_}.so" "$HERE/vrdma.c" /usr/lib/x86_64-linux-gnu/libibverbs.so.1
+  -Wl,-z,defs -o "$OUT/libvrdma-rdmav${PABI#IBVERBS_PRIVATE_}.so" "$HERE"/*.c /usr/lib/x86_64-linux-gnu/libibverbs.so.1
 echo "driver vrdma" > "$OUT/vrdma.driver"
