@@ -4,7 +4,7 @@
  * "The rdma-core provider"). Control verbs are the uverbs write() commands (ibv_cmd_*) with the
  * driver's udata (guest/include/vrdma/virtio_rdma_abi.h); the data path is the device's rings
  * (include/vrdma/virtio_rdma.h), which the kernel allocates and this library maps (objects.c,
- * post.c; vrdma.h says which file does what). Every value the kernel answers in udata is
+ * post.c, wr.c; vrdma.h says which file does what). Every value the kernel answers in udata is
  * checked before use.
  *
  * This file: the device (matched by name, "vrdma*": the module registers RDMA_DRIVER_UNKNOWN),
@@ -165,6 +165,7 @@ static const struct verbs_context_ops vrdma_ctx_ops = {
 	.req_notify_cq = vrdma_req_notify_cq,
 	.destroy_cq = vrdma_destroy_cq,
 	.create_qp = vrdma_create_qp,
+	.create_qp_ex = vrdma_create_qp_ex,
 	.query_qp = vrdma_query_qp,
 	.modify_qp = vrdma_modify_qp,
 	.destroy_qp = vrdma_destroy_qp,

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: (GPL-2.0 OR BSD-2-Clause)
 /*
- * libvrdma's objects with rings: CQ, QP and SRQ. Each is created through uverbs with the driver's udata answer
+ * libvrdma's objects with rings: CQ, QP (ibv_create_qp and ibv_create_qp_ex with send ops flags)
+ * and SRQ. Each is created through uverbs with the driver's udata answer
  * (guest/include/vrdma/virtio_rdma_abi.h), which is checked against the contract (depths powers of
  * two, at least what was asked and within GET_CONTEXT's limits, strides as the contract computes
  * them, every part inside a mapping of whole pages) before its rings are mapped. An answer that
@@ -115,18 +116,23 @@ int vrdma_destroy_cq(struct ibv_cq *ibcq)
 /* ---- QP ------------------------------------------------------------------------------------- */
 
 
-struct ibv_qp *vrdma_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
+/*
+ * Both ibv_create_qp and ibv_create_qp_ex: RC or UD, optionally with the send ops flags of the
+ * extended send API (wr.c: flags this provider cannot do are refused with EOPNOTSUPP).
+ */
+struct ibv_qp *vrdma_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *attr)
 {
-	struct ibv_context *ctx = pd->context;
 	struct vrdma_context *vctx = to_vctx(ctx);
 	struct ibv_create_qp cmd;
 	struct vrdma_create_qp_resp resp;
 	struct virtio_rdma_abi_create_qp_resp *r = &resp.drv;
 	struct vrdma_qp *qp;
-	struct ibv_qp_cap asked = attr->cap;  /* ibv_cmd_create_qp overwrites it with the answer */
+	struct ibv_qp_cap asked = attr->cap;  /* ibv_cmd_create_qp_ex overwrites it with the answer */
 	int srq = attr->srq != NULL;
 
-	if (attr->qp_type != IBV_QPT_RC && attr->qp_type != IBV_QPT_UD) {
+	if (attr->comp_mask & ~(uint32_t)(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) ||
+	    !(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || (attr->qp_type != IBV_QPT_RC && attr->qp_type != IBV_QPT_UD) ||
+	    vrdma_check_send_ops(attr)) {
 		errno = EOPNOTSUPP;
 		return NULL;
 	}
@@ -134,13 +140,15 @@ struct ibv_qp *vrdma_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 	if (!qp)
 		return NULL;
 	memset(&resp, 0, sizeof(resp));
-	if (ibv_cmd_create_qp(pd, &qp->ibv_qp, attr, &cmd, sizeof(cmd), &resp.ibv_resp, sizeof(resp)))
+	/* libibverbs fills vqp's comp_mask (struct vrdma_vqp: the installed library's verbs_qp). */
+	if (ibv_cmd_create_qp_ex(ctx, (struct verbs_qp *)&qp->vqp, attr, &cmd, sizeof(cmd), &resp.ibv_resp,
+				 sizeof(resp)))
 		goto err_free;
 	/*
 	 * The rings as answered: depths and strides as both sides compute them, parts inside the map.
 	 * (The QPN is compared with libibverbs' qp_num: on the ioctl path the core response is unused.)
 	 */
-	if (r->qp_num != qp->ibv_qp.qp_num || !is_pow2(r->sq_depth) || r->sq_depth < asked.max_send_wr ||
+	if (r->qp_num != qp->vqp.qp.qp_num || !is_pow2(r->sq_depth) || r->sq_depth < asked.max_send_wr ||
 	    r->sq_depth > vctx->lim.max_qp_wr || r->max_send_sge < asked.max_send_sge || r->max_send_sge < 1 ||
 	    r->max_send_sge > vctx->lim.max_sge || r->max_inline < asked.max_inline_data ||
 	    r->max_inline > vctx->lim.max_inline || r->sq_stride != virtio_rdma_send_stride(r->max_send_sge, r->max_inline) ||
@@ -170,14 +178,38 @@ struct ibv_qp *vrdma_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 	attr->cap.max_inline_data = r->max_inline;
 	pthread_mutex_init(&qp->sq_lock, NULL);
 	pthread_mutex_init(&qp->rq_lock, NULL);
-	return &qp->ibv_qp;
+	if (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) {
+		vrdma_set_send_ops(qp, attr->send_ops_flags);
+		qp->vqp.comp_mask |= VERBS_QP_EX;  /* ibv_qp_to_qp_ex answers it */
+	}
+	return &qp->vqp.qp;
 
 err_destroy:
-	ibv_cmd_destroy_qp(&qp->ibv_qp);
+	ibv_cmd_destroy_qp(&qp->vqp.qp);
 	errno = EPROTO;
 err_free:
 	free(qp);
 	return NULL;
+}
+
+struct ibv_qp *vrdma_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
+{
+	struct ibv_qp_init_attr_ex ex = {
+		.qp_context = attr->qp_context,
+		.send_cq = attr->send_cq,
+		.recv_cq = attr->recv_cq,
+		.srq = attr->srq,
+		.cap = attr->cap,
+		.qp_type = attr->qp_type,
+		.sq_sig_all = attr->sq_sig_all,
+		.comp_mask = IBV_QP_INIT_ATTR_PD,
+		.pd = pd,
+	};
+	struct ibv_qp *qp = vrdma_create_qp_ex(pd->context, &ex);
+
+	if (qp)
+		attr->cap = ex.cap;
+	return qp;
 }
 
 int vrdma_query_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int attr_mask, struct ibv_qp_init_attr *init_attr)

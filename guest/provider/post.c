@@ -6,7 +6,7 @@
  * producer is stored into the doorbell record (release) and the doorbell is the uverbs
  * POST_SEND / POST_RECV / POST_SRQ_RECV command carrying no work request, which the driver turns
  * into the device's doorbell. CQEs are read by the owner/phase rule and the consumer index
- * written back.
+ * written back. The send WQE parts here are shared with the extended send API (wr.c).
  */
 #include <errno.h>
 #include <sched.h>
@@ -152,7 +152,7 @@ static int write_send_wqe(struct vrdma_qp *qp, const struct ibv_send_wr *wr, str
 
 	if (wr->opcode > IBV_WR_ATOMIC_FETCH_AND_ADD || wr->num_sge < 0)
 		return EINVAL;
-	if (qp->ibv_qp.qp_type == IBV_QPT_UD && wr->opcode != IBV_WR_SEND && wr->opcode != IBV_WR_SEND_WITH_IMM)
+	if (qp->vqp.qp.qp_type == IBV_QPT_UD && wr->opcode != IBV_WR_SEND && wr->opcode != IBV_WR_SEND_WITH_IMM)
 		return EINVAL;
 	h->flags = vrdma_send_flags(qp, wr->send_flags);
 	if (wr->send_flags & IBV_SEND_INLINE) {
@@ -187,7 +187,7 @@ static int write_send_wqe(struct vrdma_qp *qp, const struct ibv_send_wr *wr, str
 	default:
 		break;
 	}
-	if (qp->ibv_qp.qp_type == IBV_QPT_UD) {
+	if (qp->vqp.qp.qp_type == IBV_QPT_UD) {
 		if (!wr->wr.ud.ah)
 			return EINVAL;
 		h->ah = htole32(to_vah(wr->wr.ud.ah)->handle);
@@ -211,7 +211,7 @@ int vrdma_sq_ring(struct vrdma_qp *qp, uint32_t start)
 		return 0;
 	__atomic_store_n(&qp_db(qp)->sq_producer, qp->sq_prod, __ATOMIC_RELEASE);
 	do
-		err = ibv_cmd_post_send(&qp->ibv_qp, NULL, &bad);  /* the doorbell: no work request */
+		err = ibv_cmd_post_send(&qp->vqp.qp, NULL, &bad);  /* the doorbell: no work request */
 	while (doorbell_again(err, &tries));
 	if (err) {
 		qp->sq_prod = start;
