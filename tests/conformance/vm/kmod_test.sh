@@ -22,8 +22,9 @@
 # lost PDs without naming their handles at the new backend, and a new process gets a PD there.
 # Step 4e: the rdma-core provider (guest/provider/build.sh) under Debian's unmodified ibv_devices,
 # ibv_devinfo, ibv_rc/ud/srq_pingpong (as uid 1000, both roles, against vrdma-perf: every byte
-# verified) and perftest's ib_write_bw / ib_send_bw (as clients, packets counted); skipped with a
-# reason if the provider cannot be built.
+# verified), verbs_wr (the provider's ibv_wr_* API: every builder and setter, abort, latched
+# errors, one doorbell a batch) and perftest's ib_write_bw / ib_send_bw (as clients, packets
+# counted); skipped with a reason if the provider cannot be built.
 # Every guest command runs under `timeout`.
 #   kmod_test.sh SOURCE_DIR VRDMAD VRDMA-PERF   exits 77 (skip) without root, QEMU, the guest kernel or its headers
 #   KEEP_WORK=1 keeps the logs.
@@ -100,6 +101,10 @@ out=$(
     cp "$work/provider/vrdma.driver" "$ROOT/etc/libibverbs.d/"
     # shellcheck disable=SC2086
     guest_files "$ROOT" $tools
+    # verbs_wr: the extended send API through Debian's libibverbs (perftest does not use it here).
+    cc -std=gnu11 -O2 -Wall -Wextra -Werror -o "$work/verbs_wr" "$HERE/verbs_wr.c" -libverbs >&2 || exit 1
+    cp "$work/verbs_wr" "$ROOT/usr/bin/"
+    guest_libs "$ROOT" "$work/verbs_wr"
     echo "root:x:0:0::/:/bin/sh" > "$ROOT/etc/passwd"
     echo "vrdma:x:1000:1000::/tmp:/bin/sh" >> "$ROOT/etc/passwd"
     printf 'root:x:0:\nvrdma:x:1000:\n' > "$ROOT/etc/group"
@@ -408,6 +413,21 @@ if [ -n "$PROVIDER" ]; then
   # SRQ: 16 RC QPs a side (the tool's default), every receive from one SRQ; -n counts over all QPs.
   pp_case srqpp ibv_srq_pingpong "--peer-format pingpong --srq --size 4096 --iters 400 --mtu 1024" \
     "-d vrdma0 -g ${G:-1} -m 1024 -s 4096 -n 400 -c" 4096 400 1600
+  # The extended send API (docs/virtio-rdma.md "The rdma-core provider"), uid 1000: every builder
+  # and setter, wr_abort, the latched errors, UD addresses (verbs_wr.c); vrdmad saw exactly the
+  # doorbells and send WQEs the program posted (one doorbell a batch; nothing of an aborted or
+  # failed one) and refused none.
+  s0=$(vstatus)
+  guest 60 "$work/verbs_wr.out" "su -s /bin/sh vrdma -c \"id; timeout 40 verbs_wr ${G:-1}\"" || true
+  s1=$(vstatus)
+  sed 's/^/  guest: /' "$work/verbs_wr.out" | grep -v "===" | cut -c1-220
+  rung=$(sed -n 's/^doorbells=\([0-9]*\) send_wqes=\([0-9]*\)$/\1 \2/p' "$work/verbs_wr.out")
+  grew() { local a b; a=$(jfield "$s0" "$1"); b=$(jfield "$s1" "$1"); [[ $a =~ ^[0-9]+$ && $b =~ ^[0-9]+$ ]] && echo $((b - a)) || echo "?"; }
+  saw="$(grew doorbells) $(grew send_wqes)"
+  check "verbs_wr (uid 1000): ibv_create_qp_ex send ops and every ibv_wr_* builder and setter, abort, latched errors, UD ($(grep -c '^ok ' "$work/verbs_wr.out") checks)" \
+    bash -c "grep -q '^uid=1000(vrdma)' '$work/verbs_wr.out' && grep -q '^verbs_wr: 0 failed' '$work/verbs_wr.out' && [ \$(grep -c '^ok ' '$work/verbs_wr.out') -ge 20 ]"
+  check "vrdmad counted exactly the program's doorbells and send WQEs (program: ${rung:-?}, vrdmad: $saw), no doorbell or WQE error" \
+    bash -c "[ -n '$rung' ] && [ '$rung' = '$saw' ] && [ '$(grew doorbell_errors)' = 0 ] && [ '$(grew wqe_errors)' = 0 ]"
   # perftest: RDMA WRITE and SEND bandwidth, the guest writing / sending into vrdma-perf.
   pt_case write_bw ib_write_bw write_bw
   pt_case send_bw ib_send_bw send_bw
