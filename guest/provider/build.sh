@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Builds libvrdma (vrdma.c), the rdma-core provider of virtio_rdma.ko's devices, for the host's
-# libibverbs (Debian 12: rdma-core 44.0, provider ABI IBVERBS_PRIVATE_34). libibverbs' provider
-# interface (infiniband/driver.h, ibv_cmd_*) is only in rdma-core's source, so that source is
+# Builds libvrdma (the *.c here, by role: vrdma.h), the rdma-core provider of virtio_rdma.ko's
+# devices, for the host's libibverbs (Debian 12: rdma-core 44.0, provider ABI IBVERBS_PRIVATE_34).
+# libibverbs' provider interface (infiniband/driver.h, ibv_cmd_*) is only in rdma-core's source, so that source is
 # fetched once from Debian's archive (apt-get source with a private deb-src list: the machine
 # needs none of its own; the installed version's, else the next release's of the same private
 # ABI, below) into $VRDMA_RIG_CACHE (default /var/cache/vrdma-rig)/rdma-core-VERSION,
@@ -83,9 +83,21 @@ fi
 flock -u 9
 same_pabi "$RC" || unavailable "rdma-core in $RC is not of $PABI"
 
-# The provider's ABI suffix is the private ABI's number (rdmav34 for IBVERBS_PRIVATE_34).
+# The installed library's sizeof(struct ibv_qp_ex), from its own header (libibverbs-dev of the
+# same version): struct verbs_qp's comp_mask follows it, and it grew after 44.0 (wr_flush) within
+# private ABI 34, so the headers above may not say it (vrdma.h, struct vrdma_vqp).
 mkdir -p "$OUT"
-cc -std=gnu11 -O2 -g -fPIC -shared -Wall -Wextra -Werror -D_GNU_SOURCE \
+DEVVER=$(dpkg-query -W -f='${Version}' libibverbs-dev 2>/dev/null) || unavailable "libibverbs-dev (the installed libibverbs' header) is not installed"
+[ "$DEVVER" = "$VER" ] || unavailable "libibverbs-dev $DEVVER is not the installed libibverbs1 $VER"
+printf '#include <stdio.h>\n#include <infiniband/verbs.h>\nint main(void) { printf("%%zu\\n", sizeof(struct ibv_qp_ex)); return 0; }\n' \
+  | cc -x c -o "$OUT/.qp_ex_size" - || unavailable "the installed <infiniband/verbs.h> does not compile"
+QP_EX_SIZE=$("$OUT/.qp_ex_size")
+rm -f "$OUT/.qp_ex_size"
+
+# The provider's ABI suffix is the private ABI's number (rdmav34 for IBVERBS_PRIVATE_34). Like
+# rdma-core's own providers: -fno-strict-aliasing (container_of over libibverbs' structs).
+cc -std=gnu11 -O2 -g -fPIC -shared -fvisibility=hidden -fno-strict-aliasing -Wall -Wextra -Werror -D_GNU_SOURCE \
+  -DVRDMA_IBV_QP_EX_SIZE="$QP_EX_SIZE" \
   -include "$RC/build/include/config.h" -isystem "$RC/build/include" -I"$SRC/include" -I"$SRC/guest/include" \
-  -Wl,-z,defs -o "$OUT/libvrdma-rdmav${PABI#IBVERBS_PRIVATE_}.so" "$HERE/vrdma.c" /usr/lib/x86_64-linux-gnu/libibverbs.so.1
+  -Wl,-z,defs -o "$OUT/libvrdma-rdmav${PABI#IBVERBS_PRIVATE_}.so" "$HERE"/*.c /usr/lib/x86_64-linux-gnu/libibverbs.so.1
 echo "driver vrdma" > "$OUT/vrdma.driver"

@@ -22,8 +22,10 @@
 # lost PDs without naming their handles at the new backend, and a new process gets a PD there.
 # Step 4e: the rdma-core provider (guest/provider/build.sh) under Debian's unmodified ibv_devices,
 # ibv_devinfo, ibv_rc/ud/srq_pingpong (as uid 1000, both roles, against vrdma-perf: every byte
-# verified) and perftest's ib_write_bw / ib_send_bw (as clients, packets counted); skipped with a
-# reason if the provider cannot be built.
+# verified), verbs_wr (the provider's ibv_wr_* API: every builder and setter, abort, latched
+# errors, one doorbell a batch) and perftest's unmodified tools with their defaults: every RC
+# bandwidth and latency test as client, write/read/send bandwidth as server, ib_send_bw over UD
+# (the data's packets counted); skipped with a reason if the provider cannot be built.
 # Every guest command runs under `timeout`.
 #   kmod_test.sh SOURCE_DIR VRDMAD VRDMA-PERF   exits 77 (skip) without root, QEMU, the guest kernel or its headers
 #   KEEP_WORK=1 keeps the logs.
@@ -92,14 +94,19 @@ out=$(
   # provider's checks are skipped (PROVIDER-SKIP) and the rest runs.
   prc=0
   "$SRC/guest/provider/build.sh" "$work/provider" || prc=$?
-  tools=$(command -v ibv_devices ibv_devinfo ibv_rc_pingpong ibv_ud_pingpong ibv_srq_pingpong ib_write_bw ib_send_bw || true)
-  if [ $prc -eq 0 ] && [ "$(echo "$tools" | wc -w)" -eq 7 ]; then
+  tools=$(command -v ibv_devices ibv_devinfo ibv_rc_pingpong ibv_ud_pingpong ibv_srq_pingpong ib_write_bw ib_send_bw ib_read_bw \
+    ib_atomic_bw ib_write_lat ib_send_lat ib_read_lat || true)
+  if [ $prc -eq 0 ] && [ "$(echo "$tools" | wc -w)" -eq 12 ]; then
     pdir="$(dirname "$(readlink -f /usr/lib/x86_64-linux-gnu/libibverbs.so.1)")/libibverbs"
     mkdir -p "$ROOT/$pdir" "$ROOT/etc/libibverbs.d"
     cp "$work"/provider/libvrdma-rdmav*.so "$ROOT/$pdir/"
     cp "$work/provider/vrdma.driver" "$ROOT/etc/libibverbs.d/"
     # shellcheck disable=SC2086
     guest_files "$ROOT" $tools
+    # verbs_wr: the extended send API through Debian's libibverbs (perftest does not use it here).
+    cc -std=gnu11 -O2 -Wall -Wextra -Werror -o "$work/verbs_wr" "$HERE/verbs_wr.c" -libverbs >&2 || exit 1
+    cp "$work/verbs_wr" "$ROOT/usr/bin/"
+    guest_libs "$ROOT" "$work/verbs_wr"
     echo "root:x:0:0::/:/bin/sh" > "$ROOT/etc/passwd"
     echo "vrdma:x:1000:1000::/tmp:/bin/sh" >> "$ROOT/etc/passwd"
     printf 'root:x:0:\nvrdma:x:1000:\n' > "$ROOT/etc/group"
@@ -107,7 +114,7 @@ out=$(
   elif [ $prc -eq 3 ]; then
     echo "PROVIDER-SKIP: the provider could not be built (above)" >&2
   elif [ $prc -eq 0 ]; then
-    echo "PROVIDER-SKIP: ibv_devices, ibv_devinfo, an ibv_*_pingpong (ibverbs-utils) or ib_write_bw/ib_send_bw (perftest) is not installed" >&2
+    echo "PROVIDER-SKIP: ibv_devices, ibv_devinfo, an ibv_*_pingpong (ibverbs-utils) or a perftest tool is not installed" >&2
   else
     exit 1
   fi
@@ -370,24 +377,68 @@ pp_case() {
   check "$tool (uid 1000) as server: $iters x $size B each way with vrdma-perf, every byte verified" \
     pp_ok "$work/${name}_s.host" "$work/${name}_s.guest" "$size" "$iters" "$packets"
 }
-# pt_case NAME TOOL TEST: perftest's TOOL (65536 B x 200, MTU 1024, the post_send verb: the
-# provider has no ibv_wr_* API yet) in the guest (uid 1000) as client against vrdma-perf serving
-# --peer-format perftest; both exit 0 and vrdma-perf's engine received the 200 x 64 packets.
-pt_case() {
-  local name=$1 tool=$2 test=$3 hp ok=1
-  timeout 90 ip netns exec "$NS" "$PERF" --device soft:$PERFIP --peer-format perftest --test "$test" --size 65536 \
-    --mtu 1024 >"$work/$name.host" 2>&1 &
-  hp=$!
-  for _ in $(seq 100); do ip netns exec "$NS" ss -ltn 2>/dev/null | grep -q ':18515 ' && break; sleep 0.1; done
-  guest 90 "$work/$name.guest" "su -s /bin/sh vrdma -c \"id; timeout 60 $tool -d vrdma0 -x ${G:-1} -F -m 1024 -s 65536 -n 200 --use_old_post_send $TCPHOST\"" &&
-    wait $hp && ok=0
-  kill $hp 2>/dev/null || true
-  wait $hp 2>/dev/null || true
-  sed 's/^/  guest: /' "$work/$name.guest" | grep -v "===" | grep -vE "^  guest: -+$" | cut -c1-200; sed 's/^/  host: /' "$work/$name.host" | cut -c1-400
-  check "$tool (uid 1000) as client: 200 x 64 KiB into vrdma-perf ($test), all 12800 packets received" \
-    bash -c "[ $ok = 0 ] && grep -q '^uid=1000(vrdma)' '$work/$name.guest' && grep -qE '^ *65536 +200 ' '$work/$name.guest' &&
-      python3 -c 'import json,sys; l=[x for x in open(sys.argv[1]) if x.lstrip().startswith(\"{\")]; e=json.loads(l[-1])[\"engine\"]; sys.exit(0 if e[\"rx_packets\"] >= 12800 and e[\"rx_dropped_icrc\"] == 0 else 1)' '$work/$name.host'"
+# perftest's tools, unmodified and with their defaults. They post through ibv_post_send here:
+# perftest (4.5-0.17, Debian 12's, as upstream's since 2020) uses the ibv_wr_* API only on the
+# devices it knows by vendor part id and falls back on any other (vrdma0 answers vendor 0), so
+# --use_old_post_send changes nothing and verbs_wr (above) drives the ibv_wr_* API; perftest also
+# disables inline data on a device it does not know. The data moved: vrdma-perf's
+# engine counts, on its side, the packets N messages of SIZE take at MTU 1024 (the side that
+# carries them is ours for what we send: our WRITEs/SENDs/atomics as client, READ responses as
+# server; the guest's for the rest; latency tests both ways), with no ICRC error, and a SEND
+# server has received all N messages (perftest does not check its data).
+pt_moved() {  # pt_moved OUR-ROLE(server|client) TEST N SIZE HOSTLOG
+  python3 - "$@" <<'PY'
+import json, sys
+role, test, n, size, log = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+lines = [l for l in open(log) if l.lstrip().startswith("{")]
+if not lines: print("  no JSON from vrdma-perf"); sys.exit(1)
+j = json.loads(lines[-1]); e = j.get("engine", {})
+per = max(1, -(-size // 1024)) * n
+if test in ("send_lat", "write_lat"):
+    need = {"rx": per, "tx": per}
+elif test in ("read_bw", "read_lat"):
+    need = {"tx" if role == "server" else "rx": per}
+else:  # write_bw, send_bw, atomic_bw
+    need = {"rx" if role == "server" else "tx": per}
+got = {"rx": e.get("rx_packets", 0), "tx": e.get("tx_packets", 0)}
+bad = [f"{k} {got[k]} < {v}" for k, v in need.items() if got[k] < v]
+if e.get("rx_dropped_icrc", 1) != 0: bad.append(f"rx_dropped_icrc {e.get('rx_dropped_icrc')}")
+if test == "send_bw" and role == "server" and j.get("ops", 0) < n: bad.append(f"received {j.get('ops', 0)} of {n} SENDs")
+if bad: print(f"  data did not move: {test}, {n} x {size} B at MTU 1024: " + ", ".join(bad)); sys.exit(1)
+print(f"  moved: {test} {n} x {size} B, our engine rx {got['rx']} tx {got['tx']} packets (needed {need})")
+PY
 }
+# pt_case NAME ROLE TOOL TEST SIZE [TOOL-ARGS [VRDMA-PERF-ARGS]]: perftest's TOOL -n 200 -s SIZE
+# -m 1024 in the guest (uid 1000) as ROLE: client against vrdma-perf serving --peer-format
+# perftest --test TEST, or server with vrdma-perf connecting. Both exit 0, the tool prints its
+# result line (SIZE, 200 iterations) and the data moved (pt_moved).
+pt_case() {
+  local name=$1 role=$2 tool=$3 test=$4 size=$5 targs=${6:-} pargs=${7:-} hp ok=1 n=200 our
+  local cmd="$tool -d vrdma0 -x ${G:-1} -F -m 1024 -s $size -n $n $targs"
+  # shellcheck disable=SC2086
+  if [ "$role" = client ]; then
+    our=server
+    timeout 90 ip netns exec "$NS" "$PERF" --device soft:$PERFIP --peer-format perftest --test "$test" --size "$size" \
+      --mtu 1024 $pargs >"$work/$name.host" 2>&1 &
+    hp=$!
+    for _ in $(seq 100); do ip netns exec "$NS" ss -ltn 2>/dev/null | grep -q ':18515 ' && break; sleep 0.1; done
+    guest 90 "$work/$name.guest" "su -s /bin/sh vrdma -c \"id; timeout 60 $cmd $TCPHOST\"" && wait $hp && ok=0
+    kill $hp 2>/dev/null || true
+    wait $hp 2>/dev/null || true
+  else
+    our=client
+    guest 15 "$work/$name.start" "((su -s /bin/sh vrdma -c \"id; timeout 60 $cmd\"; echo tool-rc=\$?) > /tmp/$name.out 2>&1 &); sleep 1" || true
+    timeout 90 ip netns exec "$NS" "$PERF" --device soft:$PERFIP --connect $TCPGUEST --peer-format perftest --test "$test" \
+      --size "$size" --iters $n --mtu 1024 $pargs >"$work/$name.host" 2>&1 && ok=0
+    guest 70 "$work/$name.guest" "for i in \$(seq 250); do grep -q '^tool-rc=' /tmp/$name.out && break; sleep 0.2; done; cat /tmp/$name.out" || true
+    grep -q '^tool-rc=0$' "$work/$name.guest" || ok=1
+  fi
+  sed 's/^/  guest: /' "$work/$name.guest" | grep -v "===" | grep -vE "^  guest: -+$" | cut -c1-200; sed 's/^/  host: /' "$work/$name.host" | cut -c1-400
+  check "$tool${targs:+ $targs} (uid 1000) as $role ($test): $n x $size B with vrdma-perf, both exit 0, the data moved" \
+    bash -c "[ $ok = 0 ] && grep -q '^uid=1000(vrdma)' '$work/$name.guest' && grep -qE '^ *$size +$n ' '$work/$name.guest' &&
+      pt_moved $our $test $n $size '$work/$name.host'"
+}
+export -f pt_moved
 if [ -n "$PROVIDER" ]; then
   ip -n "$NS" addr add $PERFIP/24 dev br0
   ip -n "$NS" addr add $TCPHOST/24 dev tap0
@@ -408,9 +459,35 @@ if [ -n "$PROVIDER" ]; then
   # SRQ: 16 RC QPs a side (the tool's default), every receive from one SRQ; -n counts over all QPs.
   pp_case srqpp ibv_srq_pingpong "--peer-format pingpong --srq --size 4096 --iters 400 --mtu 1024" \
     "-d vrdma0 -g ${G:-1} -m 1024 -s 4096 -n 400 -c" 4096 400 1600
-  # perftest: RDMA WRITE and SEND bandwidth, the guest writing / sending into vrdma-perf.
-  pt_case write_bw ib_write_bw write_bw
-  pt_case send_bw ib_send_bw send_bw
+  # The extended send API (docs/virtio-rdma.md "The rdma-core provider"), uid 1000: every builder
+  # and setter, wr_abort, the latched errors, UD addresses (verbs_wr.c); vrdmad saw exactly the
+  # doorbells and send WQEs the program posted (one doorbell a batch; nothing of an aborted or
+  # failed one) and refused none.
+  s0=$(vstatus)
+  guest 60 "$work/verbs_wr.out" "su -s /bin/sh vrdma -c \"id; timeout 40 verbs_wr ${G:-1}\"" || true
+  s1=$(vstatus)
+  sed 's/^/  guest: /' "$work/verbs_wr.out" | grep -v "===" | cut -c1-220
+  rung=$(sed -n 's/^doorbells=\([0-9]*\) send_wqes=\([0-9]*\)$/\1 \2/p' "$work/verbs_wr.out")
+  grew() { local a b; a=$(jfield "$s0" "$1"); b=$(jfield "$s1" "$1"); [[ $a =~ ^[0-9]+$ && $b =~ ^[0-9]+$ ]] && echo $((b - a)) || echo "?"; }
+  saw="$(grew doorbells) $(grew send_wqes)"
+  check "verbs_wr (uid 1000): ibv_create_qp_ex send ops and every ibv_wr_* builder and setter, abort, latched errors, UD ($(grep -c '^ok ' "$work/verbs_wr.out") checks)" \
+    bash -c "grep -q '^uid=1000(vrdma)' '$work/verbs_wr.out' && grep -q '^verbs_wr: 0 failed' '$work/verbs_wr.out' && [ \$(grep -c '^ok ' '$work/verbs_wr.out') -ge 20 ]"
+  check "vrdmad counted exactly the program's doorbells and send WQEs (program: ${rung:-?}, vrdmad: $saw), no doorbell or WQE error" \
+    bash -c "[ -n '$rung' ] && [ '$rung' = '$saw' ] && [ '$(grew doorbell_errors)' = 0 ] && [ '$(grew wqe_errors)' = 0 ]"
+  # perftest with its defaults, the guest as client: every RC test; as server: the bandwidth
+  # tests (vrdma-perf writes, reads, sends); and ib_send_bw over UD as client.
+  pt_case write_bw_c client ib_write_bw write_bw 65536
+  pt_case send_bw_c client ib_send_bw send_bw 65536
+  pt_case read_bw_c client ib_read_bw read_bw 65536
+  pt_case atomic_faa_c client ib_atomic_bw atomic_bw 8
+  pt_case atomic_cas_c client ib_atomic_bw atomic_bw 8 "-A CMP_AND_SWAP"
+  pt_case write_lat_c client ib_write_lat write_lat 64 "" "--iters 200"
+  pt_case send_lat_c client ib_send_lat send_lat 64 "" "--iters 200"
+  pt_case read_lat_c client ib_read_lat read_lat 4096 "" "--iters 200"
+  pt_case write_bw_s server ib_write_bw write_bw 65536
+  pt_case read_bw_s server ib_read_bw read_bw 65536
+  pt_case send_bw_s server ib_send_bw send_bw 65536
+  pt_case send_bw_ud_c client ib_send_bw send_bw 1024 "-c UD" "--connection UD"
   s=$(vwait objects.pd 0 5)
   check "the tools' PDs, MRs, CQs, QPs, AHs and SRQs were destroyed (vrdmad objects $(jfield "$s" objects))" \
     bash -c "[ '$(jfield "$s" objects.pd)$(jfield "$s" objects.mr)$(jfield "$s" objects.cq)$(jfield "$s" objects.qp)$(jfield "$s" objects.ah)$(jfield "$s" objects.srq)' = 000000 ]"

@@ -1,0 +1,365 @@
+// SPDX-License-Identifier: (GPL-2.0 OR BSD-2-Clause)
+/*
+ * libvrdma's data path over the contract's rings ("Rings in guest memory", include/vrdma/
+ * virtio_rdma.h) mapped from the kernel: WQEs are written at the free-running producer index, a
+ * WR is refused while the ring is full by the device's sq_consumed / rq_consumed (ENOMEM), the
+ * producer is stored into the doorbell record (release) and the doorbell is the uverbs
+ * POST_SEND / POST_RECV / POST_SRQ_RECV command carrying no work request, which the driver turns
+ * into the device's doorbell. CQEs are read by the owner/phase rule and the consumer index
+ * written back. The send WQE parts here are shared with the extended send API (wr.c).
+ */
+#include <errno.h>
+#include <sched.h>
+#include <string.h>
+#include <unistd.h>
+#include <endian.h>
+
+#include "vrdma.h"
+
+/* ---- CQ ------------------------------------------------------------------------------------- */
+static void cqe_to_wc(const struct virtio_rdma_cqe *e, struct ibv_wc *wc)
+{
+	memset(wc, 0, sizeof(*wc));
+	wc->wr_id = le64toh(e->wr_id);
+	wc->status = (enum ibv_wc_status)e->status;
+	wc->opcode = (enum ibv_wc_opcode)e->opcode;
+	wc->vendor_err = le32toh(e->vendor_err);
+	wc->byte_len = le32toh(e->byte_len);
+	wc->imm_data = le32toh(e->imm_data);  /* the value the peer put in its WR, unchanged */
+	wc->qp_num = le32toh(e->qp_num);
+	wc->src_qp = le32toh(e->src_qp);
+	if (e->wc_flags & VIRTIO_RDMA_WC_WITH_IMM)
+		wc->wc_flags |= IBV_WC_WITH_IMM;
+	if (e->wc_flags & VIRTIO_RDMA_WC_GRH)
+		wc->wc_flags |= IBV_WC_GRH;
+}
+
+int vrdma_poll_cq(struct ibv_cq *ibcq, int num, struct ibv_wc *wc)
+{
+	struct vrdma_cq *cq = to_vcq(ibcq);
+	struct virtio_rdma_cq_control *ctl = (void *)cq->map;
+	int n = 0;
+
+	pthread_spin_lock(&cq->lock);
+	while (n < num) {
+		const struct virtio_rdma_cqe *e =
+			(const void *)(cq->map + VIRTIO_RDMA_CQE_OFFSET + (cq->next & (cq->depth - 1)) * VIRTIO_RDMA_CQE_SIZE);
+
+		/* The owner byte is written last by the device (release): acquire it, then the body. */
+		if (__atomic_load_n(&e->owner, __ATOMIC_ACQUIRE) != virtio_rdma_cqe_phase(cq->next, cq->depth))
+			break;
+		cqe_to_wc(e, &wc[n++]);
+		cq->next++;
+	}
+	if (n)
+		__atomic_store_n(&ctl->consumer, htole32(cq->next), __ATOMIC_RELEASE);
+	pthread_spin_unlock(&cq->lock);
+	return n;
+}
+
+int vrdma_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
+{
+	return ibv_cmd_req_notify_cq(ibcq, solicited_only);
+}
+
+/*
+ * The doorbell queue is the device's, shared by every ring of the guest: the driver answers
+ * EAGAIN while it is full. The WQEs are already in the ring then, so the post waits for room
+ * (the device drains the queue) for up to about a second rather than fail at once.
+ */
+static int doorbell_again(int err, unsigned int *tries)
+{
+	if (err != EAGAIN || ++*tries > 20000)
+		return 0;
+	if (*tries < 100)
+		sched_yield();
+	else
+		usleep(50);
+	return 1;
+}
+
+/* ---- Send queue ----------------------------------------------------------------------------- */
+
+static struct virtio_rdma_abi_qp_db *qp_db(struct vrdma_qp *qp)
+{
+	return (void *)(qp->map + qp->abi.db_offset);
+}
+
+static struct virtio_rdma_qp_status *qp_status(struct vrdma_qp *qp)
+{
+	return (void *)(qp->map + qp->abi.status_offset);
+}
+
+struct virtio_rdma_send_wqe *vrdma_sq_next(struct vrdma_qp *qp)
+{
+	uint32_t consumed = le32toh(__atomic_load_n(&qp_status(qp)->sq_consumed, __ATOMIC_ACQUIRE));
+	uint8_t *w;
+
+	if (qp->sq_prod - consumed >= qp->abi.sq_depth)
+		return NULL;
+	w = qp->map + qp->abi.sq_offset + (size_t)(qp->sq_prod & (qp->abi.sq_depth - 1)) * qp->abi.sq_stride;
+	memset(w, 0, qp->abi.sq_stride);
+	return (void *)w;
+}
+
+uint8_t vrdma_send_flags(const struct vrdma_qp *qp, unsigned int f)
+{
+	uint8_t flags = 0;
+
+	if (f & IBV_SEND_FENCE)
+		flags |= VIRTIO_RDMA_SEND_FENCE;
+	if ((f & IBV_SEND_SIGNALED) || qp->sig_all)
+		flags |= VIRTIO_RDMA_SEND_SIGNALED;
+	if (f & IBV_SEND_SOLICITED)
+		flags |= VIRTIO_RDMA_SEND_SOLICITED;
+	return flags;
+}
+
+/* The WQE's gather list (it has none yet); EINVAL beyond the QP's max_send_sge. */
+int vrdma_wqe_sges(const struct vrdma_qp *qp, struct virtio_rdma_send_wqe *h, const struct ibv_sge *sg, size_t n)
+{
+	struct virtio_rdma_sge *out = (void *)(h + 1);
+
+	if (n > qp->abi.max_send_sge || (h->flags & VIRTIO_RDMA_SEND_INLINE))
+		return EINVAL;
+	for (size_t i = 0; i < n; i++) {
+		out[i].addr = htole64(sg[i].addr);
+		out[i].length = htole32(sg[i].length);
+		out[i].lkey = htole32(sg[i].lkey);
+	}
+	h->num_sge = (uint8_t)n;
+	return 0;
+}
+
+/* Appends len bytes to the WQE's inline data; EINVAL beyond the QP's max_inline. */
+int vrdma_wqe_inline(const struct vrdma_qp *qp, struct virtio_rdma_send_wqe *h, const void *addr, size_t len)
+{
+	uint32_t have = le32toh(h->inline_len);
+
+	if (h->num_sge || len > qp->abi.max_inline - have)
+		return EINVAL;
+	if (len)
+		memcpy((uint8_t *)(h + 1) + have, addr, len);
+	h->inline_len = htole32(have + (uint32_t)len);
+	h->flags |= VIRTIO_RDMA_SEND_INLINE;
+	return 0;
+}
+
+/* One send WR into the WQE h; 0 or an errno. */
+static int write_send_wqe(struct vrdma_qp *qp, const struct ibv_send_wr *wr, struct virtio_rdma_send_wqe *h)
+{
+	int ret;
+
+	if (wr->opcode > IBV_WR_ATOMIC_FETCH_AND_ADD || wr->num_sge < 0)
+		return EINVAL;
+	if (qp->vqp.qp.qp_type == IBV_QPT_UD && wr->opcode != IBV_WR_SEND && wr->opcode != IBV_WR_SEND_WITH_IMM)
+		return EINVAL;
+	h->flags = vrdma_send_flags(qp, wr->send_flags);
+	if (wr->send_flags & IBV_SEND_INLINE) {
+		for (int i = 0; i < wr->num_sge; i++) {
+			ret = vrdma_wqe_inline(qp, h, (void *)(uintptr_t)wr->sg_list[i].addr, wr->sg_list[i].length);
+			if (ret)
+				return ret;
+		}
+		h->flags |= VIRTIO_RDMA_SEND_INLINE;  /* also with no bytes */
+	} else {
+		ret = vrdma_wqe_sges(qp, h, wr->sg_list, (size_t)wr->num_sge);
+		if (ret)
+			return ret;
+	}
+	h->wr_id = htole64(wr->wr_id);
+	h->opcode = (uint8_t)wr->opcode;
+	h->imm_data = htole32(wr->imm_data);  /* the value the WR carries, unchanged */
+	switch (wr->opcode) {
+	case IBV_WR_RDMA_WRITE:
+	case IBV_WR_RDMA_WRITE_WITH_IMM:
+	case IBV_WR_RDMA_READ:
+		h->remote_addr = htole64(wr->wr.rdma.remote_addr);
+		h->rkey = htole32(wr->wr.rdma.rkey);
+		break;
+	case IBV_WR_ATOMIC_CMP_AND_SWP:
+	case IBV_WR_ATOMIC_FETCH_AND_ADD:
+		h->remote_addr = htole64(wr->wr.atomic.remote_addr);
+		h->rkey = htole32(wr->wr.atomic.rkey);
+		h->compare_add = htole64(wr->wr.atomic.compare_add);
+		h->swap = htole64(wr->wr.atomic.swap);
+		break;
+	default:
+		break;
+	}
+	if (qp->vqp.qp.qp_type == IBV_QPT_UD) {
+		if (!wr->wr.ud.ah)
+			return EINVAL;
+		h->ah = htole32(to_vah(wr->wr.ud.ah)->handle);
+		h->remote_qpn = htole32(wr->wr.ud.remote_qpn);
+		h->remote_qkey = htole32(wr->wr.ud.remote_qkey);
+	}
+	return 0;
+}
+
+/*
+ * The WQEs from start to sq_prod made visible: the producer into the doorbell record (release),
+ * then one doorbell. When it cannot be rung none of them is posted: sq_prod goes back to start.
+ */
+int vrdma_sq_ring(struct vrdma_qp *qp, uint32_t start)
+{
+	struct ibv_send_wr *bad;
+	unsigned int tries = 0;
+	int err;
+
+	if (qp->sq_prod == start)
+		return 0;
+	__atomic_store_n(&qp_db(qp)->sq_producer, qp->sq_prod, __ATOMIC_RELEASE);
+	do
+		err = ibv_cmd_post_send(&qp->vqp.qp, NULL, &bad);  /* the doorbell: no work request */
+	while (doorbell_again(err, &tries));
+	if (err) {
+		qp->sq_prod = start;
+		__atomic_store_n(&qp_db(qp)->sq_producer, start, __ATOMIC_RELEASE);
+	}
+	return err;
+}
+
+int vrdma_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr)
+{
+	struct vrdma_qp *qp = to_vqp(ibqp);
+	struct ibv_send_wr *first = wr;
+	uint32_t start;
+	int ret = 0, err;
+
+	pthread_mutex_lock(&qp->sq_lock);
+	start = qp->sq_prod;
+	for (; wr; wr = wr->next) {
+		struct virtio_rdma_send_wqe *h = vrdma_sq_next(qp);
+
+		if (!h) {
+			ret = ENOMEM;
+			break;
+		}
+		ret = write_send_wqe(qp, wr, h);
+		if (ret)
+			break;
+		qp->sq_prod++;
+	}
+	*bad_wr = ret ? wr : NULL;
+	err = vrdma_sq_ring(qp, start);
+	if (err) {  /* not rung: none of this call's WRs is posted */
+		ret = err;
+		*bad_wr = first;
+	}
+	pthread_mutex_unlock(&qp->sq_lock);
+	return ret;
+}
+
+/* ---- Receive queues ------------------------------------------------------------------------- */
+
+/* One receive WR into the WQE at w (stride bytes, room for max_sge SGEs). */
+static int write_recv_wqe(const struct ibv_recv_wr *wr, uint8_t *w, uint32_t stride, uint32_t max_sge)
+{
+	struct virtio_rdma_recv_wqe *h = (void *)w;
+	struct virtio_rdma_sge *sg = (void *)(h + 1);
+
+	if (wr->num_sge < 0 || (uint32_t)wr->num_sge > max_sge)
+		return EINVAL;
+	memset(w, 0, stride);
+	for (int i = 0; i < wr->num_sge; i++) {
+		sg[i].addr = htole64(wr->sg_list[i].addr);
+		sg[i].length = htole32(wr->sg_list[i].length);
+		sg[i].lkey = htole32(wr->sg_list[i].lkey);
+	}
+	h->wr_id = htole64(wr->wr_id);
+	h->num_sge = htole32((uint32_t)wr->num_sge);
+	return 0;
+}
+
+int vrdma_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr)
+{
+	struct vrdma_qp *qp = to_vqp(ibqp);
+	struct ibv_recv_wr *bad, *first = wr;
+	uint32_t start;
+	int ret = 0;
+
+	if (ibqp->srq) {
+		*bad_wr = wr;
+		return EINVAL;
+	}
+	pthread_mutex_lock(&qp->rq_lock);
+	start = qp->rq_prod;
+	for (; wr; wr = wr->next) {
+		uint32_t consumed = le32toh(__atomic_load_n(&qp_status(qp)->rq_consumed, __ATOMIC_ACQUIRE));
+
+		if (qp->rq_prod - consumed >= qp->abi.rq_depth) {
+			ret = ENOMEM;
+			break;
+		}
+		ret = write_recv_wqe(wr, qp->map + qp->abi.rq_offset +
+					     (size_t)(qp->rq_prod & (qp->abi.rq_depth - 1)) * qp->abi.rq_stride,
+				     qp->abi.rq_stride, qp->abi.max_recv_sge);
+		if (ret)
+			break;
+		qp->rq_prod++;
+	}
+	*bad_wr = ret ? wr : NULL;
+	if (qp->rq_prod != start) {
+		unsigned int tries = 0;
+		int err;
+
+		__atomic_store_n(&qp_db(qp)->rq_producer, qp->rq_prod, __ATOMIC_RELEASE);
+		do
+			err = ibv_cmd_post_recv(ibqp, NULL, &bad);
+		while (doorbell_again(err, &tries));
+		if (err) {
+			qp->rq_prod = start;
+			__atomic_store_n(&qp_db(qp)->rq_producer, start, __ATOMIC_RELEASE);
+			ret = err;
+			*bad_wr = first;
+		}
+	}
+	pthread_mutex_unlock(&qp->rq_lock);
+	return ret;
+}
+
+
+int vrdma_post_srq_recv(struct ibv_srq *ibsrq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr)
+{
+	struct vrdma_srq *srq = to_vsrq(ibsrq);
+	struct virtio_rdma_qp_status *st = (void *)(srq->map + srq->abi.status_offset);
+	struct virtio_rdma_abi_qp_db *db = (void *)(srq->map + srq->abi.db_offset);
+	struct ibv_recv_wr *bad, *first = wr;
+	uint32_t start;
+	int ret = 0;
+
+	pthread_mutex_lock(&srq->lock);
+	start = srq->prod;
+	for (; wr; wr = wr->next) {
+		if (srq->prod - le32toh(__atomic_load_n(&st->rq_consumed, __ATOMIC_ACQUIRE)) >= srq->abi.depth) {
+			ret = ENOMEM;
+			break;
+		}
+		ret = write_recv_wqe(wr, srq->map + srq->abi.ring_offset +
+					     (size_t)(srq->prod & (srq->abi.depth - 1)) * srq->abi.stride,
+				     srq->abi.stride, srq->abi.max_sge);
+		if (ret)
+			break;
+		srq->prod++;
+	}
+	*bad_wr = ret ? wr : NULL;
+	if (srq->prod != start) {
+		unsigned int tries = 0;
+		int err;
+
+		__atomic_store_n(&db->rq_producer, srq->prod, __ATOMIC_RELEASE);
+		do
+			err = ibv_cmd_post_srq_recv(ibsrq, NULL, &bad);
+		while (doorbell_again(err, &tries));
+		if (err) {
+			srq->prod = start;
+			__atomic_store_n(&db->rq_producer, start, __ATOMIC_RELEASE);
+			ret = err;
+			*bad_wr = first;
+		}
+	}
+	pthread_mutex_unlock(&srq->lock);
+	return ret;
+}
+
