@@ -72,6 +72,7 @@ std::vector<std::string> backend_argv(const DeviceMeta& m, bool incoming, const 
   if (incoming) a.insert(a.end(), {"--incoming", m.incoming});
   if (m.poll_us != 0) a.insert(a.end(), {"--poll-us", std::to_string(m.poll_us)});
   if (!m.notices.empty()) a.insert(a.end(), {"--notices", m.notices});
+  if (!m.domain.empty()) a.insert(a.end(), {"--domain", m.domain});
   // A backend that crashes or is killed is started again at once (by vrdmad's own parent): a
   // destination that dies before it loaded the guest's state then still takes it from guest
   // memory, and the guest's connections survive (docs/migration.md "A backend that dies").

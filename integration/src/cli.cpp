@@ -49,6 +49,7 @@ int vrdmactl_main(int argc, char** argv) {
   app.add_subcommand("hook", "libvirt's qemu hook: " + std::string(kHookUsage) + " (libvirt runs it)");
   Commands commands;
   add_domain_commands(app, commands);
+  add_list_command(app, commands);
   add_migrate_command(app, commands);
   add_device_commands(app, commands);
   add_migration_vf_commands(app, commands);

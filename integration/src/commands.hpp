@@ -19,5 +19,6 @@ void add_migrate_command(CLI::App& top, Commands& out);        // migrate.cpp
 void add_migration_vf_commands(CLI::App& top, Commands& out);  // migration_vf.cpp
 void add_device_commands(CLI::App& top, Commands& out);        // device_cli.cpp
 void add_domain_commands(CLI::App& top, Commands& out);        // domain_cli.cpp
+void add_list_command(CLI::App& top, Commands& out);           // list_cli.cpp
 
 }  // namespace vrdma::integration

@@ -256,6 +256,7 @@ Result<DomainInfo> parse_domain(const std::string& xml) {
   } else if (m.disk.empty()) {
     return missing("disk");
   }
+  m.domain = info.name;
   info.device = m;
   return info;
 }

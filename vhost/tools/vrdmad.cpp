@@ -30,8 +30,10 @@
 #include <chrono>
 #include <csignal>
 #include <deque>
+#include <fstream>
 #include <functional>
 #include <map>
+#include <optional>
 #include <thread>
 #include <vector>
 #include <cstdio>
@@ -46,6 +48,7 @@
 #include "vrdma/migration/switchover.hpp"
 #include "vrdma/vhost/peer_notice.hpp"
 #include "vrdma/nicdrv/registry.hpp"
+#include "vrdma/nicdrv/soft.hpp"
 #include "vrdma/vhost/backend.hpp"
 #include "vrdma/vhost/channel.hpp"
 #include "vrdma/vhost/rdma_device.hpp"
@@ -72,12 +75,51 @@ bool parse_mac(const std::string& s, std::uint8_t (&mac)[6]) {
   return true;
 }
 
+// What the engine put on and took off the wire: the soft engine's own counters; a NIC's port
+// counters from sysfs (the data counters count 4-byte words, IBA 16.1.3.5); {} when neither.
+nlohmann::json wire_json(const nicdrv::Device& engine, const std::string& name) {
+  if (auto st = nicdrv::soft::stats(engine))
+    return {{"tx_packets", st->tx_packets},
+            {"rx_packets", st->rx_packets},
+            {"tx_bytes", st->tx_bytes},
+            {"rx_bytes", st->rx_bytes},
+            {"retransmits", st->retransmits},
+            {"timeouts", st->timeouts},
+            {"read_rereads", st->read_rereads},
+            {"rnr_naks_sent", st->rnr_naks_sent},
+            {"rnr_naks_received", st->rnr_naks_received},
+            {"seq_naks_sent", st->seq_naks_sent},
+            {"seq_naks_received", st->seq_naks_received},
+            {"duplicates_received", st->duplicates_received},
+            {"rx_dropped", st->rx_dropped_icrc + st->rx_dropped_malformed + st->rx_dropped_no_qp + st->rx_dropped_qkey +
+                               st->rx_dropped_pkey + st->rx_longer_than_mtu}};
+  if (name.rfind("verbs:", 0) != 0) return nlohmann::json::object();
+  const std::string dir = "/sys/class/infiniband/" + name.substr(6, name.find('?') == std::string::npos
+                                                                        ? std::string::npos
+                                                                        : name.find('?') - 6) + "/ports/1/counters/";
+  auto counter = [&](const char* file) -> std::optional<std::uint64_t> {
+    std::ifstream in(dir + file);
+    std::uint64_t v = 0;
+    if (in >> v) return v;
+    return std::nullopt;
+  };
+  nlohmann::json j = nlohmann::json::object();
+  if (auto v = counter("port_xmit_packets")) j["tx_packets"] = *v;
+  if (auto v = counter("port_rcv_packets")) j["rx_packets"] = *v;
+  if (auto v = counter("port_xmit_data")) j["tx_bytes"] = *v * 4;
+  if (auto v = counter("port_rcv_data")) j["rx_bytes"] = *v * 4;
+  return j;
+}
+
 nlohmann::json stats_json(const vhost::RdmaDevice& dev, const migration::MigratingDevice& mig,
-                          const vhost::BackendServer& srv, const std::string& engine) {
+                          const vhost::BackendServer& srv, const std::string& engine, const nicdrv::Device& wire,
+                          const std::string& domain, const std::string& socket) {
   const auto s = dev.stats();
   const auto& b = srv.stats();
   return {
       {"version", std::string(cli::version())},
+      {"domain", domain},
+      {"socket", socket},
       {"migration", migration_json(mig)},
       {"engine", engine},
       {"connected", srv.connected()},
@@ -106,6 +148,7 @@ nlohmann::json stats_json(const vhost::RdmaDevice& dev, const migration::Migrati
         {"qps_paused", s.qps_paused},
         {"qps_repointed", s.qps_repointed}}},
       {"vhost", {{"connections", b.connections}, {"messages", b.messages}, {"rejected", b.rejected}, {"kicks", b.kicks}}},
+      {"wire", wire_json(wire, engine)},
   };
 }
 
@@ -339,6 +382,9 @@ int main(int argc, char** argv) {
   app.add_option("--announce", announce,
                  "interface holding the guest's address on this host (soft engine): kept silent (NOARP) while the "
                  "guest is elsewhere, announced with gratuitous ARPs when it arrives");
+  std::string domain;
+  app.add_option("--domain", domain, "the libvirt domain this backend serves (the hook passes it): named in the status "
+                                     "and in `vrdmactl list`");
   bool supervised = false;  // handled before parsing (supervise()); listed for --help
   app.add_flag("--supervise", supervised,
                "keep a parent process that starts the backend again (with --incoming guest) when it crashes or is "
@@ -396,6 +442,11 @@ int main(int argc, char** argv) {
     (void)::setrlimit(RLIMIT_NOFILE, &rl);
   }
 
+  // A live backend's socket is refused before anything else is opened (channel.hpp).
+  if (auto st = vhost::claim_socket_path(sock); !st.ok()) {
+    log::error("vrdmad: cannot serve {}: {}", sock, st.error().message);
+    return 1;
+  }
   auto engine = nicdrv::open_device(engine_name);
   if (!engine) {
     log::error("vrdmad: cannot open engine {}: {}", engine_name, engine.error().message);
@@ -536,7 +587,7 @@ int main(int argc, char** argv) {
       if (req.is_discarded() || !req.is_object() || !req.contains("cmd") || !req["cmd"].is_string()) {
         reply = {{"error", "the request is not a JSON object with a \"cmd\" string; send {\"cmd\":\"status\"}"}};
       } else if (req["cmd"] == "status" || req["cmd"] == "stats") {
-        reply = stats_json(dev, mig, **srv, engine_name);
+        reply = stats_json(dev, mig, **srv, engine_name, **engine, domain, sock);
         if (!notices_ip.empty()) {
           reply["notices"]["listening"] = notices_listening();
           auto& where = reply["notices"]["addresses"] = nlohmann::json::array();
@@ -573,7 +624,7 @@ int main(int argc, char** argv) {
                          : loop->run_polling(std::chrono::microseconds(poll_us), [&] { return dev.poll_round(); },
                                              [&] { dev.poll_idle(); });
   if (!st.ok()) log::error("vrdmad: event loop failed: {}", st.error().message);
-  log::info("vrdmad: exiting: {}", stats_json(dev, mig, **srv, engine_name).dump());
+  log::info("vrdmad: exiting: {}", stats_json(dev, mig, **srv, engine_name, **engine, domain, sock).dump());
   if (!control.empty()) ::unlink(control.c_str());
   return st.ok() ? 0 : 1;
 }

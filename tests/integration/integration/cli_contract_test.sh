@@ -40,7 +40,7 @@ usage() {
 }
 # Every vrdmactl command has its help on stdout.
 for cmd in "domain" "domain attach" "domain detach" "migrate" "device" "device status" "device migrate" \
-  "migration-vf" "migration-vf up" "migration-vf show" "migration-vf release" "vf" "vf list" "vf assign" "hook"; do
+  "migration-vf" "migration-vf up" "migration-vf show" "migration-vf release" "vf" "vf list" "vf assign" "hook" "list"; do
   # shellcheck disable=SC2086
   run "$V" $cmd --help
   checks=$((checks + 1))
@@ -88,6 +88,10 @@ if "$V" domain attach --socket $S --engine soft:10.0.0.5 --xml "$W/dom.xml" >"$W
 else
   fail "domain attach | detach failed"
 fi
-# device status/migrate --json: one object on stdout (against a missing socket: the error object).
+# list: an empty run folder says so; --json is one object with no backends.
+checks=$((checks + 1))
+[ "$("$V" list --dir "$W")" = "No vrdmad backend has a control socket in $W." ] || fail "vrdmactl list on an empty folder"
+checks=$((checks + 1))
+[ "$("$V" list --dir "$W" --json)" = "{\"backends\":[],\"dir\":\"$W\"}" ] || fail "vrdmactl list --json on an empty folder: $("$V" list --dir "$W" --json)"
 echo "$checks checks, $fails failed"
 [ "$fails" = 0 ]

@@ -53,6 +53,7 @@ grep -q -- "--engine soft:10.0.0.5 --control $W/g1.$host.ctl --mac 52:54:00:00:0
 grep -q -- "--supervise" "$S.args" || fail "the incoming backend is not supervised: $(cat "$S.args")"
 grep -q -- "--poll-us 200" "$S.args" || fail "the domain's poll-us did not reach vrdmad: $(cat "$S.args")"
 grep -q -- "--notices 10.0.0.5" "$S.args" || fail "the domain's notices address did not reach vrdmad: $(cat "$S.args")"
+grep -q -- "--domain g1" "$S.args" || fail "the domain's name did not reach vrdmad (vrdmactl list names it): $(cat "$S.args")"
 pid=$(cat "$S.pid")
 "$V" device status --control "$W/g1.$host.ctl" | grep -q "waits for an incoming migration" ||
   fail "vrdmactl device status does not describe the incoming phase"

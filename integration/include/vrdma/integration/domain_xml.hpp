@@ -72,6 +72,7 @@ struct DeviceMeta {
   std::string notices;         // vrdmad --notices: the guest's addresses (IPv4/IPv6, comma-separated) for peer notices on a NIC
   std::string disk;            // vhost-user-blk --disk (required for vhost-user-blk)
   std::optional<VfRequest> vf; // set exactly when engine is verbs:vf
+  std::string domain;          // the domain's name (parse_domain sets it): vrdmad --domain, for status and logs
 };
 
 struct DomainInfo {

@@ -1,0 +1,132 @@
+// `vrdmactl list`: every vrdmad whose control socket is in the run folder, with its counters.
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "backend_proc.hpp"
+#include "commands.hpp"
+
+namespace vrdma::integration {
+namespace {
+
+struct ListArgs {
+  std::string dir = "/run/vrdma";
+  bool json = false;
+};
+
+std::uint64_t num(const nlohmann::json& j, const char* a, const char* b = nullptr) {
+  const nlohmann::json* v = &j;
+  for (const char* k : {a, b}) {
+    if (k == nullptr) break;
+    if (!v->is_object() || !v->contains(k)) return 0;
+    v = &(*v)[k];
+  }
+  return v->is_number_unsigned() ? v->get<std::uint64_t>() : 0;
+}
+
+std::string str(const nlohmann::json& j, const char* a, const char* b = nullptr) {
+  const nlohmann::json* v = &j;
+  for (const char* k : {a, b}) {
+    if (k == nullptr) break;
+    if (!v->is_object() || !v->contains(k)) return "";
+    v = &(*v)[k];
+  }
+  return v->is_string() ? v->get<std::string>() : "";
+}
+
+// 1234567 -> "1.2M": the table stays narrow; --json has the exact numbers.
+std::string human(std::uint64_t v) {
+  const char* unit[] = {"", "k", "M", "G", "T", "P"};
+  double d = static_cast<double>(v);
+  int u = 0;
+  while (d >= 1000 && u < 5) {
+    d /= 1000;
+    ++u;
+  }
+  char b[32];
+  std::snprintf(b, sizeof b, u == 0 ? "%.0f%s" : "%.1f%s", d, unit[u]);
+  return b;
+}
+
+// Everything a backend counted as refused or lost: bad commands, doorbells and WQEs, CQ
+// overruns, dropped events, packets the engine dropped.
+std::uint64_t errors(const nlohmann::json& s) {
+  return num(s, "command_errors") + num(s, "doorbell_errors") + num(s, "wqe_errors") + num(s, "cq_overruns") +
+         num(s, "events_dropped") + num(s, "wire", "rx_dropped");
+}
+
+int list(const ListArgs& a) {
+  std::error_code ec;
+  std::vector<std::string> controls;
+  for (const auto& e : std::filesystem::directory_iterator(a.dir, ec)) {
+    struct stat st {};
+    if (e.path().extension() == ".ctl" && ::stat(e.path().c_str(), &st) == 0 && S_ISSOCK(st.st_mode))
+      controls.push_back(e.path().string());
+  }
+  if (ec && ec != std::errc::no_such_file_or_directory) {
+    std::fprintf(stderr, "vrdmactl list: cannot read %s: %s\n", a.dir.c_str(), ec.message().c_str());
+    return 1;
+  }
+  std::sort(controls.begin(), controls.end());
+  nlohmann::json all = nlohmann::json::array();
+  std::vector<std::vector<std::string>> rows{{"DOMAIN", "ENGINE", "STATE", "QP", "CQ", "MR", "TX PKTS", "RX PKTS",
+                                              "TX BYTES", "RX BYTES", "RETRANS", "ERRORS", "CONTROL"}};
+  for (const auto& c : controls) {
+    auto r = control_request(c, R"({"cmd":"status"})", 2000);
+    nlohmann::json s = r ? nlohmann::json::parse(*r, nullptr, false) : nlohmann::json();
+    if (!r || s.is_discarded() || !s.is_object()) {
+      const std::string why = r ? "answered something that is not JSON" : r.error().message;
+      all.push_back({{"control", c}, {"error", why}});
+      rows.push_back({"-", "-", "not answering", "-", "-", "-", "-", "-", "-", "-", "-", "-", c});
+      continue;
+    }
+    all.push_back({{"control", c}, {"status", s}});
+    const std::string phase = str(s, "migration", "phase");
+    const bool connected = s.value("connected", false);
+    std::string state = connected ? "serving" : "waiting for QEMU";
+    if (!phase.empty() && phase != "idle" && phase != "running") state += " (" + phase + ")";
+    rows.push_back({str(s, "domain").empty() ? "-" : str(s, "domain"), str(s, "engine"), state,
+                    std::to_string(num(s, "objects", "qp")), std::to_string(num(s, "objects", "cq")),
+                    std::to_string(num(s, "objects", "mr")), human(num(s, "wire", "tx_packets")),
+                    human(num(s, "wire", "rx_packets")), human(num(s, "wire", "tx_bytes")),
+                    human(num(s, "wire", "rx_bytes")), std::to_string(num(s, "wire", "retransmits")),
+                    std::to_string(errors(s)), c});
+  }
+  if (a.json) {
+    std::printf("%s\n", nlohmann::json{{"dir", a.dir}, {"backends", all}}.dump().c_str());
+    return 0;
+  }
+  if (controls.empty()) {
+    std::printf("No vrdmad backend has a control socket in %s.\n", a.dir.c_str());
+    return 0;
+  }
+  std::vector<std::size_t> w(rows[0].size(), 0);
+  for (const auto& row : rows)
+    for (std::size_t i = 0; i < row.size(); ++i) w[i] = std::max(w[i], row[i].size());
+  for (const auto& row : rows) {
+    std::string line;
+    for (std::size_t i = 0; i < row.size(); ++i)
+      line += row[i] + (i + 1 < row.size() ? std::string(w[i] - row[i].size() + 2, ' ') : "");
+    std::printf("%s\n", line.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_list_command(CLI::App& top, Commands& out) {
+  auto a = std::make_shared<ListArgs>();
+  auto* l = top.add_subcommand("list", "every vrdmad backend on this host (its control socket in --dir): domain, "
+                                       "engine, state, objects, packets and bytes on the wire, retransmissions, errors");
+  l->add_option("--dir", a->dir, "where the backends' control sockets are (*.ctl)")->capture_default_str();
+  l->add_flag("--json", a->json, "one JSON object: each backend's control socket and vrdmad's whole status");
+  out.push_back({l, [a] { return list(*a); }});
+}
+
+}  // namespace vrdma::integration
