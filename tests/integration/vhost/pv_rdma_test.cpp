@@ -235,13 +235,17 @@ BOOST_AUTO_TEST_CASE(pv_against_a_plain_soft_engine) {
   BOOST_TEST(wire.value("rx_packets", 0ULL) == peer->tx_packets);
   BOOST_TEST(wire.value("tx_bytes", 0ULL) == peer->rx_bytes);
   BOOST_TEST(wire.value("rx_bytes", 0ULL) == peer->tx_bytes);
-  std::string out;
-  if (std::FILE* f = ::popen((std::string(VRDMACTL) + " list --json --dir " + dir.path()).c_str(), "r")) {
-    char buf[4096];
-    std::size_t n = 0;
-    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
-    BOOST_TEST(::pclose(f) == 0);
-  }
+  auto vrdmactl = [&](const std::string& args) {
+    std::string out;
+    if (std::FILE* f = ::popen((std::string(VRDMACTL) + " " + args + " --dir " + dir.path()).c_str(), "r")) {
+      char buf[4096];
+      std::size_t n = 0;
+      while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+      BOOST_TEST(::pclose(f) == 0);
+    }
+    return out;
+  };
+  const std::string out = vrdmactl("list --json");
   auto listed = nlohmann::json::parse(out, nullptr, false);
   BOOST_REQUIRE_MESSAGE(listed.is_object() && listed["backends"].size() == 1U, "vrdmactl list --json: " + out);
   const auto& st = listed["backends"][0]["status"];
@@ -250,6 +254,12 @@ BOOST_AUTO_TEST_CASE(pv_against_a_plain_soft_engine) {
   BOOST_TEST(st["wire"]["rx_bytes"].get<std::uint64_t>() == peer->tx_bytes);
   BOOST_TEST(st["objects"]["qp"].get<int>() == 1);
   BOOST_TEST(st["version"].is_string());
+  // The same counter for Prometheus (node_exporter's textfile collector).
+  const std::string prom = vrdmactl("list --prometheus");
+  const std::string sample = "vrdma_wire_tx_packets_total{domain=\"\",engine=\"soft:" + net.ip_a() + "\",control=\"" +
+                             v.ctl + "\"} " + std::to_string(peer->rx_packets) + "\n";
+  BOOST_TEST(prom.find("# TYPE vrdma_wire_tx_packets_total counter\n") != std::string::npos, prom);
+  BOOST_TEST(prom.find(sample) != std::string::npos, prom);
 }
 
 BOOST_AUTO_TEST_CASE(per_guest_limits_are_enforced) {
