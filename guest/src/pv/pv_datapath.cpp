@@ -9,7 +9,7 @@
 #include <fmt/format.h>
 
 #include "pv_internal.hpp"
-#include "vrdma/vhost/virtio_rdma_conv.hpp"
+#include "vrdma/nicdrv/virtio_rdma_conv.hpp"
 
 namespace vrdma::pv::detail {
 
@@ -38,18 +38,7 @@ std::size_t PvCq::take(std::span<WorkCompletion> out) {
     vd::Cqe& c = cqes[consumer_ & (depth_ - 1)];
     const auto owner = std::atomic_ref<std::uint8_t>(c.owner).load(std::memory_order_acquire);
     if (owner != vd::cqe_phase(consumer_, depth_)) break;
-    WorkCompletion& wc = out[n++];
-    wc = WorkCompletion{};
-    wc.wr_id = c.wr_id;
-    wc.status = static_cast<WcStatus>(c.status);
-    wc.opcode = static_cast<WcOpcode>(c.opcode);
-    wc.vendor_err = c.vendor_err;
-    wc.byte_len = c.byte_len;
-    wc.imm_data = c.imm_data;
-    wc.qp_num = c.qp_num;
-    wc.src_qp = c.src_qp;
-    wc.wc_flags = ((c.wc_flags & vd::kWcWithImm) ? WcFlags::with_imm : WcFlags::none) |
-                  ((c.wc_flags & vd::kWcGrh) ? WcFlags::grh : WcFlags::none);
+    out[n++] = nicdrv::from_cqe(c);
     ++consumer_;
   }
   if (n > 0) std::atomic_ref<std::uint32_t>(ctl->consumer).store(consumer_, std::memory_order_release);
@@ -109,7 +98,7 @@ Status PvQp::modify(const QpAttr& attr, QpAttrMask mask) {
   vd::ModifyQpReq m{};
   m.qp = r_.qp;
   m.mask = static_cast<std::uint32_t>(mask);
-  m.attr = vd::qp_attr_to_wire(attr);
+  m.attr = nicdrv::qp_attr_to_wire(attr);
   VRDMA_TRY(dev_->call_void(vd::Cmd::modify_qp, m));
   if (any(mask & QpAttrMask::state)) state_.store(attr.qp_state);
   return {};
@@ -118,14 +107,15 @@ Status PvQp::modify(const QpAttr& attr, QpAttrMask mask) {
 Result<QpAttr> PvQp::query() const {
   auto w = dev_->call<vd::QpAttrWire>(vd::Cmd::query_qp, vd::HandleReq{r_.qp, 0});
   if (!w) return std::move(w).error();
-  auto a = vd::qp_attr_from_wire(*w);
+  auto a = nicdrv::qp_attr_from_wire(*w);
   if (!a) return make_error(Errc::protocol_error, dev_->name() + ": the device answered QUERY_QP with bad values");
   return *a;
 }
 
 QpState PvQp::state() const noexcept {
   auto w = dev_->call<vd::QpAttrWire>(vd::Cmd::query_qp, vd::HandleReq{r_.qp, 0});
-  if (w && w->qp_state <= static_cast<std::uint8_t>(QpState::err)) return static_cast<QpState>(w->qp_state);
+  if (w)
+    if (auto s = nicdrv::qp_state_from_wire(w->qp_state)) return *s;
   return known_state();
 }
 
@@ -195,10 +185,7 @@ Status PvQp::post_send(std::span<const SendWr> wrs, std::size_t* bad_index) {
     vd::SendWqe w{};
     w.wr_id = wr.wr_id;
     w.opcode = static_cast<std::uint8_t>(wr.opcode);
-    w.flags = static_cast<std::uint8_t>((has(wr.flags, SendFlags::fence) ? vd::kSendFence : 0) |
-                                        (has(wr.flags, SendFlags::signaled) ? vd::kSendSignaled : 0) |
-                                        (has(wr.flags, SendFlags::solicited) ? vd::kSendSolicited : 0) |
-                                        (inl ? vd::kSendInline : 0));
+    w.flags = nicdrv::send_flags_to_wire(wr.flags);
     w.imm_data = wr.imm_data;
     const bool atomic = wr.opcode == WrOpcode::atomic_cmp_and_swp || wr.opcode == WrOpcode::atomic_fetch_and_add;
     w.remote_addr = atomic ? wr.atomic.remote_addr : wr.rdma.remote_addr;

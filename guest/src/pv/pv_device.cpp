@@ -13,6 +13,7 @@
 
 #include "pv_internal.hpp"
 #include "vrdma/common/log.hpp"
+#include "vrdma/nicdrv/virtio_rdma_conv.hpp"
 
 namespace vrdma::pv {
 namespace detail {
@@ -91,30 +92,9 @@ Result<DeviceAttr> PvDevice::query_device() const {
   if (!r) return std::move(r).error();
   vd::DeviceAttrResp w;
   std::memcpy(&w, r->data(), sizeof w);
-  DeviceAttr a;
+  DeviceAttr a = nicdrv::device_attr_from_wire(w);
   a.name = name_;
   a.provider = "pv";
-  a.transport = static_cast<Transport>(std::min<std::uint8_t>(w.transport, 3));
-  a.node_guid = w.node_guid;
-  a.vendor_id = w.vendor_id;
-  a.vendor_part_id = w.vendor_part_id;
-  a.fw_ver = std::string(w.fw_ver, strnlen(w.fw_ver, sizeof w.fw_ver));
-  a.max_mr_size = w.max_mr_size;
-  a.max_qp = w.max_qp;
-  a.max_qp_wr = w.max_qp_wr;
-  a.max_sge = w.max_sge;
-  a.max_cq = w.max_cq;
-  a.max_cqe = w.max_cqe;
-  a.max_mr = w.max_mr;
-  a.max_pd = w.max_pd;
-  a.max_ah = w.max_ah;
-  a.max_srq = w.max_srq;
-  a.max_srq_wr = w.max_srq_wr;
-  a.max_qp_rd_atom = w.max_qp_rd_atom;
-  a.max_qp_init_rd_atom = w.max_qp_init_rd_atom;
-  a.max_inline_data = w.max_inline_data;
-  a.atomic_cap = static_cast<AtomicCap>(std::min<std::uint8_t>(w.atomic_cap, 2));
-  a.phys_port_cnt = w.phys_port_cnt;
   return a;
 }
 
@@ -124,15 +104,7 @@ Result<PortAttr> PvDevice::query_port(std::uint8_t port) const {
   if (!r) return std::move(r).error();
   vd::PortAttrResp w;
   std::memcpy(&w, r->data(), sizeof w);
-  PortAttr a;
-  a.state = static_cast<PortState>(w.state);
-  a.max_mtu = static_cast<Mtu>(w.max_mtu);
-  a.active_mtu = static_cast<Mtu>(w.active_mtu);
-  a.link_layer = static_cast<LinkLayer>(w.link_layer);
-  a.gid_tbl_len = w.gid_tbl_len;
-  a.max_msg_sz = w.max_msg_sz;
-  a.active_speed_mbps = w.active_speed_mbps;
-  return a;
+  return nicdrv::port_attr_from_wire(w);
 }
 
 Result<GidEntry> PvDevice::query_gid(std::uint32_t index, std::uint8_t port) const {

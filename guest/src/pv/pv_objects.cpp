@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 
 #include "pv_internal.hpp"
-#include "vrdma/vhost/virtio_rdma_conv.hpp"
+#include "vrdma/nicdrv/virtio_rdma_conv.hpp"
 
 namespace vrdma::pv::detail {
 
@@ -113,7 +113,7 @@ Result<std::shared_ptr<QueuePair>> PvPd::create_qp(const QpInitAttr& attr, const
 Result<std::shared_ptr<AddressHandle>> PvPd::create_ah(const AhAttr& attr) {
   vd::CreateAhReq r{};
   r.pd = h_;
-  r.ah = vd::ah_to_wire(attr);
+  r.ah = nicdrv::ah_to_wire(attr);
   auto resp = dev_->call<vd::HandleResp>(vd::Cmd::create_ah, r);
   if (!resp) return std::move(resp).error();
   return std::shared_ptr<AddressHandle>(std::make_shared<PvAh>(shared_from_this(), dev_, resp->handle, attr));
