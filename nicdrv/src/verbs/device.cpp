@@ -396,15 +396,7 @@ Result<std::shared_ptr<AddressHandle>> VerbsPd::create_ah(const AhAttr& a) {
   if (*ll == LinkLayer::infiniband)
     return make_error(Errc::not_supported, "create_ah: port " + std::to_string(a.port_num) + " of " + dev_->name() +
                                                " is InfiniBand, which needs a destination LID the API does not carry yet");
-  ibv_ah_attr ia{};
-  ia.is_global = 1;
-  ia.grh.dgid = ibv_gid_of(a.dgid);
-  ia.grh.sgid_index = a.sgid_index;
-  ia.grh.hop_limit = a.hop_limit;
-  ia.grh.traffic_class = a.traffic_class;
-  ia.grh.flow_label = a.flow_label;
-  ia.sl = a.sl;
-  ia.port_num = a.port_num;
+  ibv_ah_attr ia = ah_of(a);
   ibv_ah* ah = ibv_create_ah(pd_, &ia);
   if (ah == nullptr) return verbs_error(errno, dev_->name() + ": create AH to " + a.dgid.str());
   return std::shared_ptr<AddressHandle>(std::make_shared<VerbsAh>(shared_from_this(), ah, a));

@@ -41,19 +41,6 @@ static_assert(static_cast<int>(WcStatus::general_err) == IBV_WC_GENERAL_ERR);
 static_assert(static_cast<int>(WcOpcode::recv_rdma_with_imm) == IBV_WC_RECV_RDMA_WITH_IMM);
 static_assert(static_cast<int>(QpState::err) == IBV_QPS_ERR);
 
-ibv_ah_attr ah_of(const AhAttr& a) {
-  ibv_ah_attr ia{};
-  ia.is_global = 1;
-  ia.grh.dgid = ibv_gid_of(a.dgid);
-  ia.grh.sgid_index = a.sgid_index;
-  ia.grh.hop_limit = a.hop_limit;
-  ia.grh.traffic_class = a.traffic_class;
-  ia.grh.flow_label = a.flow_label;
-  ia.sl = a.sl;
-  ia.port_num = a.port_num;
-  return ia;
-}
-
 AhAttr ah_from(const ibv_ah_attr& ia) {
   AhAttr a;
   a.dgid = gid_of(ia.grh.dgid);
@@ -69,6 +56,19 @@ AhAttr ah_from(const ibv_ah_attr& ia) {
 ibv_qp_state to_ibv(QpState s) { return static_cast<ibv_qp_state>(static_cast<int>(s)); }
 
 }  // namespace
+
+ibv_ah_attr ah_of(const AhAttr& a) {
+  ibv_ah_attr ia{};
+  ia.is_global = 1;
+  ia.grh.dgid = ibv_gid_of(a.dgid);
+  ia.grh.sgid_index = a.sgid_index;
+  ia.grh.hop_limit = a.hop_limit;
+  ia.grh.traffic_class = a.traffic_class;
+  ia.grh.flow_label = a.flow_label;
+  ia.sl = a.sl;
+  ia.port_num = a.port_num;
+  return ia;
+}
 
 void RecvLog::add(std::span<const RecvWr> wrs) {
   std::lock_guard lk(mu_);

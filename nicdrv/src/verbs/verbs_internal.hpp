@@ -261,6 +261,8 @@ int copy_sges(std::span<const Sge> in, ibv_sge* out) noexcept;
 QpState from_ibv(ibv_qp_state s) noexcept;
 Gid gid_of(const ibv_gid& g) noexcept;
 ibv_gid ibv_gid_of(const Gid& g) noexcept;
+// An address handle's attributes as libibverbs takes them (RoCE: always with a GRH); qp.cpp.
+ibv_ah_attr ah_of(const AhAttr& a);
 // The error for a failed libibverbs call that returned or set `err`.
 Error verbs_error(int err, const std::string& what);
 

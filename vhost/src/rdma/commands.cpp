@@ -13,7 +13,7 @@
 
 #include "impl.hpp"
 #include "vrdma/common/log.hpp"
-#include "vrdma/vhost/virtio_rdma_conv.hpp"
+#include "vrdma/nicdrv/virtio_rdma_conv.hpp"
 
 namespace vrdma::vhost {
 
@@ -173,11 +173,8 @@ std::vector<std::uint8_t> RdmaDevice::Impl::execute(const GuestView& g, std::spa
       case vd::Cmd::query_device: {
         auto a = engine->query_device();
         if (!a) return refuse(status_of(a.error()), a.error().message);
-        vd::DeviceAttrResp r{};
-        r.node_guid = a->node_guid;
-        r.max_mr_size = a->max_mr_size;
-        r.vendor_id = a->vendor_id;
-        r.vendor_part_id = a->vendor_part_id;
+        // The engine's attributes within this device's limits.
+        nicdrv::DeviceAttr r = *a;
         auto cap = [](std::uint32_t mine, std::uint32_t eng) { return eng != 0 ? std::min(mine, eng) : mine; };
         r.max_qp = cap(lim.max_qp, a->max_qp);
         r.max_qp_wr = cap(lim.max_qp_wr, a->max_qp_wr);
@@ -189,28 +186,14 @@ std::vector<std::uint8_t> RdmaDevice::Impl::execute(const GuestView& g, std::spa
         r.max_ah = cap(lim.max_ah, a->max_ah);
         r.max_srq = cap(lim.max_srq, a->max_srq);
         r.max_srq_wr = cap(lim.max_qp_wr, a->max_srq_wr);
-        r.max_qp_rd_atom = a->max_qp_rd_atom;
-        r.max_qp_init_rd_atom = a->max_qp_init_rd_atom;
         r.max_inline_data = cap(lim.max_inline, a->max_inline_data);
-        r.atomic_cap = static_cast<std::uint8_t>(a->atomic_cap);
-        r.phys_port_cnt = a->phys_port_cnt;
-        r.transport = static_cast<std::uint8_t>(a->transport);
-        auto fw = fmt::format("vrdmad {} over {}", "0.1", a->fw_ver);
-        std::memcpy(r.fw_ver, fw.data(), std::min(fw.size(), sizeof r.fw_ver - 1));
-        return bytes_of(r);
+        r.fw_ver = fmt::format("vrdmad {} over {}", "0.1", a->fw_ver);
+        return bytes_of(nicdrv::device_attr_to_wire(r));
       }
       case vd::Cmd::query_port: {
         auto p = engine->query_port(1);
         if (!p) return refuse(status_of(p.error()), p.error().message);
-        vd::PortAttrResp r{};
-        r.state = static_cast<std::uint8_t>(p->state);
-        r.max_mtu = static_cast<std::uint8_t>(p->max_mtu);
-        r.active_mtu = static_cast<std::uint8_t>(p->active_mtu);
-        r.link_layer = static_cast<std::uint8_t>(p->link_layer);
-        r.gid_tbl_len = p->gid_tbl_len;
-        r.max_msg_sz = p->max_msg_sz;
-        r.active_speed_mbps = p->active_speed_mbps;
-        return bytes_of(r);
+        return bytes_of(nicdrv::port_attr_to_wire(*p));
       }
       case vd::Cmd::query_gid: {
         if (auto e = need(sizeof(vd::QueryGidReq))) return *e;
@@ -398,7 +381,7 @@ std::vector<std::uint8_t> RdmaDevice::Impl::execute(const GuestView& g, std::spa
         const auto r = req_as<vd::ModifyQpReq>(body);
         auto it = qps.find(r.qp);
         if (it == qps.end()) return refuse(vd::Status::not_found, fmt::format("MODIFY_QP names no QP {}", r.qp));
-        auto attr = vd::qp_attr_from_wire(r.attr);
+        auto attr = nicdrv::qp_attr_from_wire(r.attr);
         if (!attr) return refuse(vd::Status::invalid, "MODIFY_QP carries an out-of-range state, MTU or access value");
         if ((r.mask & ~((1u << 21) - 1)) != 0)
           return refuse(vd::Status::invalid, fmt::format("MODIFY_QP mask {:#x} has unknown bits", r.mask));
@@ -439,7 +422,7 @@ std::vector<std::uint8_t> RdmaDevice::Impl::execute(const GuestView& g, std::spa
         if (!a) return refuse(status_of(a.error()), a.error().message);
         if (it->second.local_peer) a->dest_qp_num = guest_qpn_of(a->dest_qp_num);
         else if (it->second.guest_dest_qpn != 0) a->dest_qp_num = it->second.guest_dest_qpn;  // a re-pointed peer
-        return bytes_of(vd::qp_attr_to_wire(*a));
+        return bytes_of(nicdrv::qp_attr_to_wire(*a));
       }
       case vd::Cmd::destroy_qp: {
         if (auto e = need(sizeof(vd::HandleReq))) return *e;
@@ -465,7 +448,7 @@ std::vector<std::uint8_t> RdmaDevice::Impl::execute(const GuestView& g, std::spa
         if (pit == pds.end()) return refuse(vd::Status::not_found, fmt::format("CREATE_AH names no PD {}", r.pd));
         if (ahs.size() >= lim.max_ah)
           return refuse(vd::Status::no_space, fmt::format("the guest already has {} AHs (limit {})", ahs.size(), lim.max_ah));
-        auto ah = pit->second.eng->create_ah(vd::ah_from_wire(r.ah));
+        auto ah = pit->second.eng->create_ah(nicdrv::ah_from_wire(r.ah));
         if (!ah) return refuse(status_of(ah.error()), ah.error().message);
         const auto h = new_handle();
         ahs[h] = AhObj{r.pd, r.ah, std::move(*ah)};

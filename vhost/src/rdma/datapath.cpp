@@ -10,6 +10,7 @@
 
 #include "impl.hpp"
 #include "vrdma/common/log.hpp"
+#include "vrdma/nicdrv/virtio_rdma_conv.hpp"
 
 namespace vrdma::vhost {
 
@@ -156,12 +157,7 @@ void RdmaDevice::Impl::post_sq(const GuestView& g, std::uint32_t handle, QpObj& 
         wr = nicdrv::SendWr{};
         wr.wr_id = w->wr_id;
         wr.opcode = static_cast<nicdrv::WrOpcode>(w->opcode);
-        std::uint32_t flags = 0;
-        if (w->flags & vd::kSendFence) flags |= static_cast<std::uint32_t>(nicdrv::SendFlags::fence);
-        if (w->flags & vd::kSendSignaled) flags |= static_cast<std::uint32_t>(nicdrv::SendFlags::signaled);
-        if (w->flags & vd::kSendSolicited) flags |= static_cast<std::uint32_t>(nicdrv::SendFlags::solicited);
-        if (w->flags & vd::kSendInline) flags |= static_cast<std::uint32_t>(nicdrv::SendFlags::inline_data);
-        wr.flags = static_cast<nicdrv::SendFlags>(flags);
+        wr.flags = nicdrv::send_flags_from_wire(w->flags);
         wr.imm_data = w->imm_data;
         wr.rdma.remote_addr = w->remote_addr;
         wr.rdma.rkey = w->rkey;

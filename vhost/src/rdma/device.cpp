@@ -11,7 +11,7 @@
 
 #include "impl.hpp"
 #include "vrdma/common/log.hpp"
-#include "vrdma/vhost/virtio_rdma_conv.hpp"
+#include "vrdma/nicdrv/virtio_rdma_conv.hpp"
 #include "vrdma/vhost/write_journal.hpp"
 
 namespace vrdma::vhost {
@@ -394,7 +394,7 @@ void RdmaDevice::Impl::drain_cq(std::uint32_t handle) {
             }
           }
         }
-        auto c = vd::to_cqe(wc);
+        auto c = nicdrv::to_cqe(wc);
         c.qp_num = guest_qpn_of(wc.qp_num);
         (void)write_cqe(handle, cq, g, c);
         ++moved;

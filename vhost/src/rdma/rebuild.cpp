@@ -21,7 +21,7 @@
 #include "vrdma/common/bytes.hpp"
 #include "vrdma/common/log.hpp"
 #include "vrdma/vhost/rebuild_record.hpp"
-#include "vrdma/vhost/virtio_rdma_conv.hpp"
+#include "vrdma/nicdrv/virtio_rdma_conv.hpp"
 
 namespace vrdma::vhost {
 
@@ -203,7 +203,7 @@ Status RdmaDevice::Impl::collect_after_stop(const std::unordered_map<std::uint32
             if (recv && e != expect_flush.end() && ++flushed[q->second] == e->second) --waiting;
             continue;  // flushed by our own stop
           }
-          auto c = vd::to_cqe(wc);
+          auto c = nicdrv::to_cqe(wc);
           c.qp_num = guest_qpn_of(wc.qp_num);
           if (recv) ++qps[q->second].rq_done;
           cq.backlog.push_back(c);

@@ -12,7 +12,7 @@
 #include "impl.hpp"
 #include "vrdma/common/bytes.hpp"
 #include "vrdma/common/log.hpp"
-#include "vrdma/vhost/virtio_rdma_conv.hpp"
+#include "vrdma/nicdrv/virtio_rdma_conv.hpp"
 
 namespace vrdma::vhost {
 namespace {
@@ -79,7 +79,7 @@ Result<std::vector<std::uint8_t>> RdmaDevice::Impl::save_state() {
       if (!n) return make_error(Errc::io_error, fmt::format("CQ {}: {}", h, n.error().message));
       for (std::size_t i = 0; i < *n; ++i) {
         (void)qp_of_completion(wcs[i]);  // counts a receive's (a re-point after the load re-posts the others)
-        cq.backlog.push_back(vd::to_cqe(wcs[i]));
+        cq.backlog.push_back(nicdrv::to_cqe(wcs[i]));
         cq.backlog.back().qp_num = guest_qpn_of(wcs[i].qp_num);
       }
       if (*n < wcs.size()) break;
@@ -254,7 +254,7 @@ Status RdmaDevice::Impl::load_state(std::span<const std::uint8_t> blob) {
     if (!r.get(h) || !r.get(pd) || !r.get(wire)) return fail(bad("truncated AH"));
     auto pit = pds.find(pd);
     if (!fresh(h, ahs.count(h) != 0) || pit == pds.end()) return fail(bad(fmt::format("AH {}", h)));
-    auto ah = pit->second.eng->create_ah(vd::ah_from_wire(wire));
+    auto ah = pit->second.eng->create_ah(nicdrv::ah_from_wire(wire));
     if (!ah) return fail(ah.error());
     ahs[h] = AhObj{pd, wire, std::move(*ah)};
     ++pit->second.users;

@@ -1,8 +1,9 @@
 // Live migration of a virtio RDMA device between two vrdmad processes (docs/migration.md).
 //
-// MigratingDevice wraps the device model (vhost::RdmaDevice) as a vhost::Device and adds the
-// switchover protocol of stream.hpp on top, so the device model itself knows nothing about
-// migration beyond save_state()/load_state():
+// MigratingDevice wraps the device model (vhost::RdmaDevice) as a vhost::Device and runs the
+// switchover protocol of stream.hpp around it. The device model still carries the state itself
+// (the codec, the object layout built ahead, the state area in guest memory; docs/architecture.md
+// says where they are going); this wrapper decides when each is used and talks to the peer:
 //
 //   source                                         destination (vrdmad --incoming tcp:IP:PORT)
 //   migrate_to(addr): connect, HELLO  ---------->  identity checked (GID, MAC, engine, version)

@@ -1,0 +1,114 @@
+// The pv provider's control commands and doorbells: the control queue (one command at a time,
+// answered in place) and the shared doorbell queue (docs/virtio-rdma.md).
+#include <poll.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "pv_internal.hpp"
+#include "vrdma/common/log.hpp"
+
+namespace vrdma::pv::detail {
+
+Errc errc_of(std::uint32_t status) {
+  switch (static_cast<vd::Status>(status)) {
+    case vd::Status::perm: return Errc::access_denied;
+    case vd::Status::not_found: return Errc::not_found;
+    case vd::Status::no_memory: return Errc::no_memory;
+    case vd::Status::fault: return Errc::invalid_argument;
+    case vd::Status::busy: return Errc::busy;
+    case vd::Status::invalid: return Errc::invalid_argument;
+    case vd::Status::no_space: return Errc::limit_exceeded;
+    case vd::Status::not_supported: return Errc::not_supported;
+    default: return Errc::io_error;
+  }
+}
+
+Result<std::vector<std::uint8_t>> PvDevice::command(vd::Cmd cmd, const void* body, std::size_t len, std::size_t resp_len,
+                                                    int timeout_ms) const {
+  if (fatal()) return fatal_error();
+  std::lock_guard lk(cmd_mu_);
+  const std::size_t req_len = sizeof(vd::CmdHeader) + len;
+  const std::size_t rsp_len = sizeof(vd::RespHeader) + std::max<std::size_t>(resp_len, vd::kMaxErrorMessage);
+  if (req_len + rsp_len > cmd_.a.len) return make_error(Errc::invalid_argument, "control command too large");
+  vd::CmdHeader h{static_cast<std::uint32_t>(cmd), 0};
+  std::memcpy(cmd_.a.host, &h, sizeof h);
+  if (len > 0) std::memcpy(cmd_.a.host + sizeof h, body, len);
+  std::memset(cmd_.a.host + 2048, 0, rsp_len);
+  const ChainBuf bufs[2] = {{cmd_.a.gpa, static_cast<std::uint32_t>(req_len), false},
+                            {cmd_.a.gpa + 2048, static_cast<std::uint32_t>(rsp_len), true}};
+  auto id = t_->add(vd::kControlQueue, bufs);
+  if (!id) return std::move(id).error();
+  VRDMA_TRY(t_->publish_and_kick(vd::kControlQueue));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (;;) {
+    if (auto u = t_->get_used(vd::kControlQueue)) {
+      if (u->second < sizeof(vd::RespHeader))
+        return make_error(Errc::protocol_error, fmt::format("{}: the device answered {} with {} bytes", name_,
+                                                            vd::cmd_name(static_cast<std::uint32_t>(cmd)), u->second));
+      vd::RespHeader r;
+      std::memcpy(&r, cmd_.a.host + 2048, sizeof r);
+      if (r.status != 0) {
+        std::string why;
+        if (r.msg_len > 0 && u->second >= sizeof r)
+          why.assign(reinterpret_cast<const char*>(cmd_.a.host + 2048 + sizeof r),
+                     std::min<std::size_t>({r.msg_len, u->second - sizeof r, vd::kMaxErrorMessage}));
+        return make_error(errc_of(r.status),
+                          fmt::format("{}: the device refused {} ({}): {}", name_,
+                                      vd::cmd_name(static_cast<std::uint32_t>(cmd)), std::strerror(static_cast<int>(r.status)),
+                                      why.empty() ? std::string("see vrdmad's log") : why));
+      }
+      const std::size_t got = u->second - sizeof r;
+      std::vector<std::uint8_t> out(resp_len, 0);
+      if (resp_len > 0) std::memcpy(out.data(), cmd_.a.host + 2048 + sizeof r, std::min(got, resp_len));
+      return out;
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0)
+      return make_error(Errc::timeout, fmt::format("{}: the device did not answer {} within {} ms; is vrdmad alive?", name_,
+                                                   vd::cmd_name(static_cast<std::uint32_t>(cmd)), timeout_ms));
+    pollfd p{t_->call_fd(vd::kControlQueue), POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(std::min<long>(left.count(), 100))) > 0) {
+      std::uint64_t n;
+      [[maybe_unused]] auto r = ::read(p.fd, &n, sizeof n);
+    }
+  }
+}
+
+void PvDevice::destroy(vd::Cmd cmd, std::uint32_t handle) const {
+  if (fatal()) return;  // the device has no objects any more
+  auto s = call_void(cmd, vd::HandleReq{handle, 0});
+  if (!s.ok()) log::warn("pv: {} {} failed: {}", vd::cmd_name(static_cast<std::uint32_t>(cmd)), handle, s.error().message);
+}
+
+// One doorbell record through the shared doorbell queue.
+Status PvDevice::ring(vd::DoorbellKind kind, std::uint32_t handle, std::uint32_t value) {
+  if (fatal()) return fatal_error();
+  std::lock_guard lk(db_mu_);
+  while (t_->get_used(vd::kDoorbellQueue)) {
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kCommandTimeoutMs);
+  while (t_->free_slots(vd::kDoorbellQueue) == 0) {
+    if (t_->get_used(vd::kDoorbellQueue)) continue;
+    if (std::chrono::steady_clock::now() > deadline)
+      return make_error(Errc::timeout, name_ + ": the device takes no doorbells; is vrdmad alive?");
+    pollfd p{t_->call_fd(vd::kDoorbellQueue), POLLIN, 0};
+    (void)::poll(&p, 1, 10);
+  }
+  // Doorbell slots are reused round-robin: the queue has 256 descriptors and 256 slots, and
+  // the device returns chains in order, so with a free descriptor the slot 256 doorbells back
+  // has been consumed.
+  const std::uint32_t slot = db_slot_++ % 256;
+  vd::Doorbell d{handle, static_cast<std::uint16_t>(kind), 0, value, 0};
+  std::memcpy(db_.a.host + slot * sizeof d, &d, sizeof d);
+  const ChainBuf b{db_.a.gpa + slot * sizeof d, sizeof d, false};
+  auto id = t_->add(vd::kDoorbellQueue, std::span(&b, 1));
+  if (!id) return std::move(id).error();
+  return t_->publish_and_kick(vd::kDoorbellQueue);
+}
+
+}  // namespace vrdma::pv::detail

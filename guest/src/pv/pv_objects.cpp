@@ -1,0 +1,145 @@
+// The pv provider's objects in a PD (docs/virtio-rdma.md): memory registration (the pages'
+// guest-physical addresses in a list the device reads), QPs and SRQs (their rings and status
+// blocks in DMA memory) and AHs, each one control command.
+#include <algorithm>
+#include <bit>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "pv_internal.hpp"
+#include "vrdma/nicdrv/virtio_rdma_conv.hpp"
+
+namespace vrdma::pv::detail {
+
+Result<std::shared_ptr<MemoryRegion>> PvPd::reg_mr(void* addr, std::size_t length, Access access,
+                                                   const MrOptions& opts) {
+  if (opts.requested_key != 0 || opts.observer)
+    return make_error(Errc::not_supported, dev_->name() + ": requested keys and write observers are backend features, "
+                                                          "not available to a pv guest");
+  auto& t = dev_->transport();
+  auto gpa = t.gpa_of(addr, length);
+  if (!gpa)
+    return make_error(Errc::invalid_argument, fmt::format("{}: {} bytes at {} are not device memory; allocate buffers "
+                                                          "to register with Device::alloc_buffer()", dev_->name(), length,
+                                                          addr));
+  const std::uint64_t first = *gpa & ~std::uint64_t{4095};
+  const std::uint64_t last = (*gpa + std::max<std::size_t>(length, 1) + 4095) & ~std::uint64_t{4095};
+  const auto npages = static_cast<std::uint32_t>((last - first) / 4096);
+  auto list = t.alloc_dma(std::size_t{npages} * 8);
+  if (!list) return std::move(list).error();
+  Dma pages(&t, *list);
+  for (std::uint32_t i = 0; i < npages; ++i) {
+    const std::uint64_t p = first + std::uint64_t{i} * 4096;
+    std::memcpy(pages.a.host + i * 8, &p, 8);
+  }
+  vd::RegMrReq r{};
+  r.pd = h_;
+  r.access = static_cast<std::uint32_t>(access);
+  // The region's first byte is `iova` (the caller's own address by default) and keeps its
+  // offset within the first page, so the device's page arithmetic matches.
+  const std::uint64_t iova = opts.iova != 0 ? opts.iova : reinterpret_cast<std::uint64_t>(addr);
+  if ((iova & 4095) != (*gpa & 4095))
+    return make_error(Errc::invalid_argument, fmt::format("{}: iova {:#x} must have the same offset within a 4 KiB page "
+                                                          "as the buffer ({:#x})", dev_->name(), iova, *gpa & 4095));
+  r.iova = iova;
+  r.length = length;
+  r.pages_gpa = pages.a.gpa;
+  r.npages = npages;
+  r.page_shift = 12;
+  auto resp = dev_->call<vd::RegMrResp>(vd::Cmd::reg_mr, r);
+  if (!resp) return std::move(resp).error();
+  return std::shared_ptr<MemoryRegion>(std::make_shared<PvMr>(shared_from_this(), dev_, *resp, r.iova, length, access));
+}
+
+Result<std::shared_ptr<QueuePair>> PvPd::create_qp(const QpInitAttr& attr, const QpOptions& opts) {
+  if (opts.requested_qpn != 0) return make_error(Errc::not_supported, dev_->name() + ": a pv guest cannot request QPNs");
+  auto* scq = dynamic_cast<PvCq*>(attr.send_cq);
+  auto* rcq = dynamic_cast<PvCq*>(attr.recv_cq);
+  if (scq == nullptr || rcq == nullptr || &scq->device() != dev_.get() || &rcq->device() != dev_.get())
+    return make_error(Errc::invalid_argument, dev_->name() + ": create_qp needs send and receive CQs of this device");
+  auto* srq = attr.srq != nullptr ? dynamic_cast<PvSrq*>(attr.srq) : nullptr;
+  if (attr.srq != nullptr && (srq == nullptr || &srq->device() != dev_.get()))
+    return make_error(Errc::invalid_argument, dev_->name() + ": the SRQ belongs to another device");
+  auto& t = dev_->transport();
+  QpCap cap = attr.cap;
+  cap.max_send_sge = std::max(1u, cap.max_send_sge);
+  cap.max_recv_sge = std::max(1u, cap.max_recv_sge);
+  WqRing sq, rq;
+  sq.depth = std::bit_ceil(std::max(1u, cap.max_send_wr));
+  sq.stride = vd::send_stride(cap.max_send_sge, cap.max_inline_data);
+  auto sqm = t.alloc_dma(std::size_t{sq.depth} * sq.stride);
+  if (!sqm) return std::move(sqm).error();
+  sq.mem = Dma(&t, *sqm);
+  if (srq == nullptr) {
+    rq.depth = std::bit_ceil(std::max(1u, cap.max_recv_wr));
+    rq.stride = vd::recv_stride(cap.max_recv_sge);
+    auto rqm = t.alloc_dma(std::size_t{rq.depth} * rq.stride);
+    if (!rqm) return std::move(rqm).error();
+    rq.mem = Dma(&t, *rqm);
+  }
+  auto stm = t.alloc_dma(sizeof(vd::QpStatus));
+  if (!stm) return std::move(stm).error();
+  Dma status(&t, *stm);
+  vd::CreateQpReq r{};
+  r.pd = h_;
+  r.send_cq = scq->handle();
+  r.recv_cq = rcq->handle();
+  r.srq = srq != nullptr ? srq->handle() : vd::kNoHandle;
+  r.qp_type = static_cast<std::uint8_t>(attr.type);
+  r.sq_sig_all = attr.sq_sig_all ? 1 : 0;
+  r.sq_depth = sq.depth;
+  r.rq_depth = rq.depth;
+  r.max_send_sge = cap.max_send_sge;
+  r.max_recv_sge = cap.max_recv_sge;
+  r.max_inline = cap.max_inline_data;
+  r.sq_gpa = sq.mem.a.gpa;
+  r.rq_gpa = rq.mem.a.gpa;
+  r.status_gpa = status.a.gpa;
+  auto resp = dev_->call<vd::CreateQpResp>(vd::Cmd::create_qp, r);
+  if (!resp) return std::move(resp).error();
+  if (resp->sq_stride != sq.stride || (srq == nullptr && resp->rq_stride != rq.stride))
+    return make_error(Errc::protocol_error, dev_->name() + ": the device computed different WQE strides");
+  cap.max_send_wr = sq.depth;
+  cap.max_recv_wr = rq.depth;
+  // The CQs and SRQ stay alive with the QP, as nicdrv's ownership rule says.
+  std::shared_ptr<SharedReceiveQueue> srq_sp;
+  if (srq != nullptr) srq_sp = srq->shared_from_this();
+  return std::shared_ptr<QueuePair>(std::make_shared<PvQp>(shared_from_this(), dev_, scq->shared_from_this(),
+                                                           rcq->shared_from_this(), std::move(srq_sp), *resp, attr.type,
+                                                           cap, std::move(sq), std::move(rq), std::move(status)));
+}
+
+Result<std::shared_ptr<AddressHandle>> PvPd::create_ah(const AhAttr& attr) {
+  vd::CreateAhReq r{};
+  r.pd = h_;
+  r.ah = nicdrv::ah_to_wire(attr);
+  auto resp = dev_->call<vd::HandleResp>(vd::Cmd::create_ah, r);
+  if (!resp) return std::move(resp).error();
+  return std::shared_ptr<AddressHandle>(std::make_shared<PvAh>(shared_from_this(), dev_, resp->handle, attr));
+}
+
+Result<std::shared_ptr<SharedReceiveQueue>> PvPd::create_srq(std::uint32_t max_wr, std::uint32_t max_sge) {
+  auto& t = dev_->transport();
+  WqRing ring;
+  ring.depth = std::bit_ceil(std::max(1u, max_wr));
+  ring.stride = vd::recv_stride(std::max(1u, max_sge));
+  auto m = t.alloc_dma(std::size_t{ring.depth} * ring.stride);
+  if (!m) return std::move(m).error();
+  ring.mem = Dma(&t, *m);
+  auto stm = t.alloc_dma(sizeof(vd::QpStatus));
+  if (!stm) return std::move(stm).error();
+  Dma status(&t, *stm);
+  vd::CreateSrqReq r{};
+  r.pd = h_;
+  r.depth = ring.depth;
+  r.max_sge = std::max(1u, max_sge);
+  r.ring_gpa = ring.mem.a.gpa;
+  r.status_gpa = status.a.gpa;
+  auto resp = dev_->call<vd::CreateSrqResp>(vd::Cmd::create_srq, r);
+  if (!resp) return std::move(resp).error();
+  return std::shared_ptr<SharedReceiveQueue>(
+      std::make_shared<PvSrq>(shared_from_this(), dev_, resp->srq, std::move(ring), std::move(status), r.max_sge));
+}
+
+}  // namespace vrdma::pv::detail
