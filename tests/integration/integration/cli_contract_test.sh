@@ -7,6 +7,7 @@
 set -uo pipefail
 VERSION=$1
 V=$2
+VRDMAD=$3
 shift
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
@@ -93,5 +94,15 @@ checks=$((checks + 1))
 [ "$("$V" list --dir "$W")" = "No vrdmad backend has a control socket in $W." ] || fail "vrdmactl list on an empty folder"
 checks=$((checks + 1))
 [ "$("$V" list --dir "$W" --json)" = "{\"backends\":[],\"dir\":\"$W\"}" ] || fail "vrdmactl list --json on an empty folder: $("$V" list --dir "$W" --json)"
+# Log lines (common/log.hpp): into a file, an ISO 8601 UTC time and the level; on the journal's
+# stream (JOURNAL_STREAM names stderr), a syslog priority prefix journald files the entry under.
+run "$VRDMAD" --socket "$W/x.sock" --engine soft:203.0.113.9
+checks=$((checks + 1))
+[ "$(rc)" = 1 ] && grep -qE '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z vrdma error: vrdmad: cannot open engine soft:203.0.113.9: .*ip addr add' "$W/err" ||
+  fail "vrdmad's error line in a file: exit $(rc), $(cat "$W/err")"
+: >"$W/journal"
+JOURNAL_STREAM=$(stat -c '%d:%i' "$W/journal") "$VRDMAD" --socket "$W/x.sock" --engine soft:203.0.113.9 2>>"$W/journal"
+checks=$((checks + 1))
+grep -q '^<3>error: vrdmad: cannot open engine soft:203.0.113.9' "$W/journal" || fail "vrdmad's error line on the journal's stream: $(cat "$W/journal")"
 echo "$checks checks, $fails failed"
 [ "$fails" = 0 ]
