@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -170,6 +171,14 @@ Status ensure_backend(const DeviceMeta& m, bool incoming, const BackendPrograms&
   const auto argv = backend_argv(m, incoming, progs);
   if (::access(argv[0].c_str(), X_OK) != 0)
     return make_error(Errc::not_found, "the backend program " + argv[0] + " is not there or not executable");
+  // The socket's folder (e.g. /run/vrdma after a reboot emptied /run) is made when missing.
+  if (const auto dir = std::filesystem::path(m.socket).parent_path(); !dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec)
+      return make_error(Errc::io_error, "cannot create the folder " + dir.string() + " for the socket " + m.socket +
+                                            ": " + ec.message());
+  }
   ::unlink(m.socket.c_str());
   auto pid = spawn_detached(argv, log_file(m));
   if (!pid) return std::move(pid).error();

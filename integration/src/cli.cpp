@@ -19,7 +19,7 @@ constexpr const char* kHookUsage = "vrdmactl hook qemu DOMAIN OPERATION SUB-OPER
 int hook_cli(const std::vector<std::string>& args) {
   if (args.size() == 1 && (args[0] == "--help" || args[0] == "-h")) {
     std::cout << "usage: " << kHookUsage << "\n"
-              << "libvirt's qemu hook (installed as " << "/etc/libvirt/hooks/qemu" << "): it reads the domain XML on "
+              << "libvirt's qemu hook (installed as /etc/libvirt/hooks/qemu.d/vrdma): it reads the domain XML on "
               << "standard input, starts and stops the domain's vrdmad, and rewrites its sockets for a migration.\n";
     return 0;
   }

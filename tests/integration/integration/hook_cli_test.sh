@@ -110,6 +110,11 @@ for m in refuse fail stuck; do
   esac || fail "unclear message for $m: $err"
   dom "$GOOD" | "$V" hook qemu g1 release end - || fail "release ($m) failed"
 done
+# A socket folder that is not there (a reboot emptied /run): the hook makes it.
+FRESH="socket='$W/fresh/run/g1.sock' engine='soft:10.0.0.5'"
+dom "$FRESH" | "$V" hook qemu g1 prepare begin - || fail "prepare with a missing socket folder failed"
+[ -S "$W/fresh/run/g1.sock" ] || fail "the hook did not make the socket folder $W/fresh/run"
+dom "$FRESH" | "$V" hook qemu g1 release end - || fail "release (fresh folder) failed"
 err=$("$V" device status --control "$W/none.ctl" 2>&1)
 [ $? = 1 ] && echo "$err" | grep -q "connecting to vrdmad's control socket $W/none.ctl" ||
   fail "device status on a missing socket: $err"

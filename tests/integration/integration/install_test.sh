@@ -12,8 +12,11 @@ DESTDIR=$D cmake --install "$B" --component integration >/dev/null || fail "cmak
 [ -x "$D$PREFIX/bin/vrdmactl" ] || fail "no $PREFIX/bin/vrdmactl"
 u=$("$D$PREFIX/bin/vrdmactl" --help 2>&1)
 echo "$u" | grep -q "^  migrate  *live-migrate a libvirt domain" || fail "the installed vrdmactl does not run: $u"
-H=$D$ETC/libvirt/hooks/qemu
-[ -x "$H" ] || fail "no executable $ETC/libvirt/hooks/qemu"
+H=$D$ETC/libvirt/hooks/qemu.d/vrdma
+[ -x "$H" ] || fail "no executable $ETC/libvirt/hooks/qemu.d/vrdma"
+[ ! -e "$D$ETC/libvirt/hooks/qemu" ] || fail "the install replaces the operator's own $ETC/libvirt/hooks/qemu"
+T=$D$PREFIX/lib/tmpfiles.d/vrdma.conf
+grep -q "^d /run/vrdma 0755 root root -$" "$T" || fail "no tmpfiles.d entry making /run/vrdma at boot"
 grep -q "^exec $PREFIX/bin/vrdmactl hook qemu \"\$@\"$" "$H" || fail "the hook does not exec the installed vrdmactl"
 grep -q "\. $ETC/default/vrdma" "$H" || fail "the hook does not read $ETC/default/vrdma"
 [ -f "$D$ETC/default/vrdma" ] || fail "no $ETC/default/vrdma"
