@@ -1,5 +1,6 @@
 #include "vrdma/common/result.hpp"
 
+#include <cerrno>
 #include <cstring>
 
 namespace vrdma {
@@ -43,24 +44,47 @@ bool Error::retryable() const noexcept {
 
 Error make_error(Errc e, std::string message) { return Error{make_error_code(e), std::move(message)}; }
 
-Error errno_error(int err, std::string what) {
-  Errc e = Errc::io_error;
+Errc errc_of_errno(int err) noexcept {
   switch (err) {
-    case EINVAL: e = Errc::invalid_argument; break;
-    case EOPNOTSUPP: e = Errc::not_supported; break;
-    case ENODEV: case ENXIO: e = Errc::no_device; break;
-    case ENOMEM: case ENOSPC: case ENOBUFS: e = Errc::no_memory; break;
-    case EBUSY: e = Errc::busy; break;
-    case EAGAIN: e = Errc::would_block; break;
-    case EACCES: case EPERM: e = Errc::access_denied; break;
-    case ENOENT: e = Errc::not_found; break;
-    case ETIMEDOUT: e = Errc::timeout; break;
-    case ECONNRESET: case EPIPE: case ECONNREFUSED: e = Errc::connection_lost; break;
-    default: break;
+    case 0: return Errc::ok;
+    case EINVAL: case EFAULT: return Errc::invalid_argument;
+    case EOPNOTSUPP: return Errc::not_supported;
+    case ENODEV: case ENXIO: return Errc::no_device;
+    case ENOMEM: case ENOBUFS: return Errc::no_memory;
+    case ENOSPC: return Errc::limit_exceeded;
+    case EBUSY: return Errc::busy;
+    case EAGAIN: return Errc::would_block;
+    case EACCES: case EPERM: return Errc::access_denied;
+    case ENOENT: return Errc::not_found;
+    case ETIMEDOUT: return Errc::timeout;
+    case ECONNRESET: case EPIPE: case ECONNREFUSED: return Errc::connection_lost;
+    default: return Errc::io_error;
   }
+}
+
+int errno_of(Errc e) noexcept {
+  switch (e) {
+    case Errc::ok: return 0;
+    case Errc::invalid_argument: return EINVAL;
+    case Errc::not_supported: return EOPNOTSUPP;
+    case Errc::no_device: return ENODEV;
+    case Errc::no_memory: return ENOMEM;
+    case Errc::limit_exceeded: return ENOSPC;
+    case Errc::busy: return EBUSY;
+    case Errc::would_block: return ENOMEM;  // a full queue, as ibv_post_send answers it
+    case Errc::bad_state: return EINVAL;
+    case Errc::access_denied: return EPERM;
+    case Errc::not_found: return ENOENT;
+    case Errc::timeout: return ETIMEDOUT;
+    case Errc::io_error: case Errc::protocol_error: case Errc::connection_lost: return EIO;
+  }
+  return EIO;
+}
+
+Error errno_error(int err, std::string what) {
   what += ": ";
   what += std::strerror(err);
-  return Error{make_error_code(e), std::move(what)};
+  return Error{make_error_code(errc_of_errno(err)), std::move(what)};
 }
 
 }  // namespace vrdma

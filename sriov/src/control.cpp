@@ -111,7 +111,7 @@ Status set_num_vfs(const SysfsRoot& sysfs, const PciAddress& pf, std::uint32_t n
       return make_error(Errc::not_supported, fmt::format("driver {} of PF {} does not support SR-IOV configuration "
                                                          "through sysfs: {}",
                                                          pf_driver, pf.str(), e.message));
-    return make_error(e.is(Errc::no_memory) ? Errc::no_memory : Errc::io_error,
+    return make_error(e.is(Errc::no_memory) || e.is(Errc::limit_exceeded) ? Errc::no_memory : Errc::io_error,
                       fmt::format("the kernel could not set {} VFs on PF {}: {}; check dmesg (SR-IOV disabled in "
                                   "firmware/BIOS, or not enough PCI bus numbers)",
                                   n, pf.str(), e.message));

@@ -43,24 +43,9 @@ struct MrBox {
 
 thread_local std::string g_last_error;
 
-int errno_of(const Error& e) {
-  if (e.is(Errc::invalid_argument)) return EINVAL;
-  if (e.is(Errc::not_supported)) return EOPNOTSUPP;
-  if (e.is(Errc::no_device)) return ENODEV;
-  if (e.is(Errc::no_memory)) return ENOMEM;
-  if (e.is(Errc::limit_exceeded)) return ENOSPC;
-  if (e.is(Errc::busy)) return EBUSY;
-  if (e.is(Errc::would_block)) return EAGAIN;
-  if (e.is(Errc::bad_state)) return EINVAL;
-  if (e.is(Errc::access_denied)) return EPERM;
-  if (e.is(Errc::not_found)) return ENOENT;
-  if (e.is(Errc::timeout)) return ETIMEDOUT;
-  return EIO;
-}
-
 int fail(const Error& e) {
   g_last_error = e.message;
-  errno = errno_of(e);
+  errno = errno_of(e.errc());
   return errno;
 }
 template <class T>

@@ -14,18 +14,10 @@
 
 namespace vrdma::pv::detail {
 
+// A command's status is an errno number (the contract): its kind is common/result.hpp's.
 Errc errc_of(std::uint32_t status) {
-  switch (static_cast<vd::Status>(status)) {
-    case vd::Status::perm: return Errc::access_denied;
-    case vd::Status::not_found: return Errc::not_found;
-    case vd::Status::no_memory: return Errc::no_memory;
-    case vd::Status::fault: return Errc::invalid_argument;
-    case vd::Status::busy: return Errc::busy;
-    case vd::Status::invalid: return Errc::invalid_argument;
-    case vd::Status::no_space: return Errc::limit_exceeded;
-    case vd::Status::not_supported: return Errc::not_supported;
-    default: return Errc::io_error;
-  }
+  const Errc e = errc_of_errno(static_cast<int>(status));
+  return e == Errc::ok ? Errc::io_error : e;  // a refusal said "success": the device broke the contract
 }
 
 Result<std::vector<std::uint8_t>> PvDevice::command(vd::Cmd cmd, const void* body, std::size_t len, std::size_t resp_len,

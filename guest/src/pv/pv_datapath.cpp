@@ -64,7 +64,7 @@ Result<std::size_t> write_recv_wqes(WqRing& ring, const vd::QpStatus* status, bo
         std::atomic_ref<const std::uint32_t>(rq ? status->rq_consumed : status->rq_consumed).load(std::memory_order_acquire);
     if (ring.produced - consumed >= ring.depth) {
       if (bad) *bad = i;
-      return make_error(Errc::no_memory, fmt::format("{}: receive ring is full ({} work requests)", what, ring.depth));
+      return make_error(Errc::would_block, fmt::format("{}: receive ring is full ({} work requests)", what, ring.depth));
     }
     if (wrs[i].sg_list.size() > max_sge) {
       if (bad) *bad = i;
@@ -155,7 +155,7 @@ Status PvQp::post_send(std::span<const SendWr> wrs, std::size_t* bad_index) {
     const SendWr& wr = wrs[i];
     const std::uint32_t consumed = std::atomic_ref<const std::uint32_t>(st->sq_consumed).load(std::memory_order_acquire);
     if (sq_.produced - consumed >= sq_.depth) {
-      result = fail(i, make_error(Errc::no_memory, fmt::format("{}: send queue is full ({} work requests); poll the CQ "
+      result = fail(i, make_error(Errc::would_block, fmt::format("{}: send queue is full ({} work requests); poll the CQ "
                                                                "before posting more", qp_name(), sq_.depth)));
       break;
     }

@@ -165,7 +165,7 @@ Status SoftQp::post_send(std::span<const SendWr> wrs, std::size_t* bad_index) {
   for (std::size_t i = 0; i < wrs.size(); ++i) {
     const SendWr& wr = wrs[i];
     if (sq_tail - sq_head >= sq.size())
-      return fail(i, make_error(Errc::no_memory, qp_name(*this) + ": send queue is full (" + std::to_string(sq.size()) +
+      return fail(i, make_error(Errc::would_block, qp_name(*this) + ": send queue is full (" + std::to_string(sq.size()) +
                                                      " work requests); poll the CQ before posting more"));
     if (wr.sg_list.size() > cap.max_send_sge)
       return fail(i, make_error(Errc::invalid_argument, qp_name(*this) + ": " + std::to_string(wr.sg_list.size()) +
@@ -244,7 +244,7 @@ Status SoftQp::post_recv(std::span<const RecvWr> wrs, std::size_t* bad_index) {
   for (std::size_t i = 0; i < wrs.size(); ++i) {
     const RecvWr& wr = wrs[i];
     if (rq.size() >= rq_max)
-      return fail(i, make_error(Errc::no_memory, qp_name(*this) + ": receive queue is full (" + std::to_string(rq_max) + " work requests)"));
+      return fail(i, make_error(Errc::would_block, qp_name(*this) + ": receive queue is full (" + std::to_string(rq_max) + " work requests)"));
     if (wr.sg_list.size() > cap.max_recv_sge)
       return fail(i, make_error(Errc::invalid_argument, qp_name(*this) + ": " + std::to_string(wr.sg_list.size()) +
                                                             " SGEs exceed max_recv_sge " + std::to_string(cap.max_recv_sge)));
@@ -269,7 +269,7 @@ Status SoftSrq::post_recv(std::span<const RecvWr> wrs, std::size_t* bad_index) {
     const RecvWr& wr = wrs[i];
     if (queue.size() >= max_wr_ || wr.sg_list.size() > max_sge_) {
       if (bad_index) *bad_index = i;
-      return make_error(queue.size() >= max_wr_ ? Errc::no_memory : Errc::invalid_argument,
+      return make_error(queue.size() >= max_wr_ ? Errc::would_block : Errc::invalid_argument,
                         queue.size() >= max_wr_ ? "SRQ is full (" + std::to_string(max_wr_) + " work requests)"
                                                 : "SRQ receive has more SGEs than max_sge " + std::to_string(max_sge_));
     }

@@ -522,7 +522,7 @@ Status VerbsSrq::post_recv(std::span<const RecvWr> wrs, std::size_t* bad_index) 
     if (int e = ibv_post_srq_recv(srq_, &r, &bad); e != 0) {
       log_.undo_last();
       if (bad_index) *bad_index = i;
-      if (e == ENOMEM) return make_error(Errc::no_memory, "SRQ on " + pd_->dev().name() + " is full (" + std::to_string(max_wr_) + " work requests)");
+      if (e == ENOMEM) return make_error(Errc::would_block, "SRQ on " + pd_->dev().name() + " is full (" + std::to_string(max_wr_) + " work requests)");
       return verbs_error(e, "SRQ on " + pd_->dev().name() + ": post receive");
     }
   }

@@ -374,7 +374,7 @@ Status VerbsQp::post_send(std::span<const SendWr> wrs, std::size_t* bad_index) {
     if (int e = ibv_post_send(qp_, w, &bad); e != 0) {
       const std::size_t at = base + (bad != nullptr ? static_cast<std::size_t>(bad - w) : 0);
       if (e == ENOMEM)
-        return fail(at, make_error(Errc::no_memory, what() + ": send queue is full (" + std::to_string(cap_.max_send_wr) +
+        return fail(at, make_error(Errc::would_block, what() + ": send queue is full (" + std::to_string(cap_.max_send_wr) +
                                                         " work requests); poll the CQ before posting more"));
       return fail(at, verbs_error(e, what() + ": the NIC refused send work request " + std::to_string(at)));
     }
@@ -412,7 +412,7 @@ Status VerbsQp::post_recv(std::span<const RecvWr> wrs, std::size_t* bad_index) {
       if (log_)
         for (std::size_t k = at - base; k < n; ++k) log_->undo_last();
       if (e == ENOMEM)
-        return fail(at, make_error(Errc::no_memory, what() + ": receive queue is full (" + std::to_string(cap_.max_recv_wr) +
+        return fail(at, make_error(Errc::would_block, what() + ": receive queue is full (" + std::to_string(cap_.max_recv_wr) +
                                                         " work requests)"));
       return fail(at, verbs_error(e, what() + ": the NIC refused receive work request " + std::to_string(at)));
     }

@@ -31,16 +31,16 @@ using CmdResult = std::variant<T, Refusal>;
 
 Refusal refuse(vd::Status s, std::string why) { return {s, std::move(why)}; }
 
+// The command's status: the errno of the error's kind (common/result.hpp), when the contract has
+// that status; EIO otherwise.
 vd::Status status_of(const Error& e) {
-  if (e.is(Errc::invalid_argument)) return vd::Status::invalid;
-  if (e.is(Errc::not_supported)) return vd::Status::not_supported;
-  if (e.is(Errc::no_memory)) return vd::Status::no_memory;
-  if (e.is(Errc::limit_exceeded)) return vd::Status::no_space;
-  if (e.is(Errc::busy)) return vd::Status::busy;
-  if (e.is(Errc::bad_state)) return vd::Status::invalid;
-  if (e.is(Errc::access_denied)) return vd::Status::perm;
-  if (e.is(Errc::not_found)) return vd::Status::not_found;
-  return vd::Status::io;
+  const int n = errno_of(e.errc());
+  switch (n) {
+    case VIRTIO_RDMA_S_PERM: case VIRTIO_RDMA_S_NOT_FOUND: case VIRTIO_RDMA_S_NO_MEMORY: case VIRTIO_RDMA_S_FAULT:
+    case VIRTIO_RDMA_S_BUSY: case VIRTIO_RDMA_S_INVALID: case VIRTIO_RDMA_S_NO_SPACE: case VIRTIO_RDMA_S_NOT_SUPPORTED:
+      return static_cast<vd::Status>(n);
+    default: return vd::Status::io;
+  }
 }
 
 bool pow2(std::uint32_t v) { return v != 0 && std::has_single_bit(v); }

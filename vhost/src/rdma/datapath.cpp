@@ -216,7 +216,7 @@ void RdmaDevice::Impl::post_sq(const GuestView& g, std::uint32_t handle, QpObj& 
       auto s = qp.eng->post_send(std::span<const nicdrv::SendWr>(wrs.data(), n), &bad);
       if (!s.ok()) {
         posted = bad;
-        if (s.error().is(Errc::no_memory) || s.error().is(Errc::would_block) || s.error().is(Errc::bad_state)) {
+        if (s.error().is(Errc::would_block) || s.error().is(Errc::bad_state)) {
           // Engine queue full (or QP not yet able to send): the rest waits in the ring.
           engine_full = true;
           idx = static_cast<std::uint32_t>(slot_idx[bad]);
@@ -271,7 +271,7 @@ void post_recv_ring(const GuestView& g, WorkRing& ring, std::uint32_t max_sge, s
       std::size_t bad = n;
       auto s = post(std::span<const nicdrv::RecvWr>(wrs.data(), n), &bad);
       if (!s.ok()) {
-        if (s.error().is(Errc::no_memory) || s.error().is(Errc::would_block) || s.error().is(Errc::bad_state)) {
+        if (s.error().is(Errc::would_block) || s.error().is(Errc::bad_state)) {
           full = true;
           idx = slot[bad];
         } else {

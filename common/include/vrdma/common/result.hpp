@@ -42,10 +42,19 @@ struct Error {
   // Worth retrying the same call later (queue full, timeout, lost connection).
   [[nodiscard]] bool retryable() const noexcept;
   [[nodiscard]] bool is(Errc e) const noexcept { return code == make_error_code(e); }
+  // Its kind (io_error for a code of another category).
+  [[nodiscard]] Errc errc() const noexcept {
+    return code.category() == vrdma_category() ? static_cast<Errc>(code.value()) : Errc::io_error;
+  }
 };
 
 Error make_error(Errc e, std::string message);
-// Maps an errno value (the single place where we do that) to an Error.
+// errno values and error kinds, both ways, each written once (errno_error, libpvverbs' C API, and
+// the virtio RDMA device's command statuses, which are errno numbers, use these).
+// A queue that is full is would_block, answered as ENOMEM, as ibv_post_send answers it.
+Errc errc_of_errno(int err) noexcept;
+int errno_of(Errc e) noexcept;
+// An Error of errno_of's kind: "what: strerror(err)".
 Error errno_error(int err, std::string what);
 
 template <class T>
