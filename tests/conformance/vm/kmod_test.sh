@@ -439,6 +439,48 @@ pt_case() {
       pt_moved $our $test $n $size '$work/$name.host'"
 }
 export -f pt_moved
+# 4f. Two processes on vrdma0 at once, one SIGKILLed mid-run (issue 25): a "victim"
+# ibv_rc_pingpong client (uid 1000) exchanging 4 KiB messages without end with a vrdma-perf on
+# port 18517, and a "survivor" ibv_rc_pingpong server (uid 1000, port 18518) holding its PD, MR,
+# CQ and QP, its receives posted. The victim is SIGKILLed while its messages flow: ib_core's
+# cleanup of its context destroys its objects through the driver (vrdmad's counts back to the
+# survivor's one of each) and the survivor's QP, made before the kill, then serves 200 messages
+# with a vrdma-perf connecting (every byte verified); after it exits vrdmad holds nothing. The
+# guest's log has no WARNING/BUG/Oops, vrdmad's no error while the survivor ran.
+listening() { for _ in $(seq 100); do ip netns exec "$NS" ss -ltn 2>/dev/null | grep -q ":$1 " && return 0; sleep 0.1; done; return 1; }
+two_processes() {
+  local hv log0 s0 s1 held after victim pp="-d vrdma0 -g ${G:-1} -s 4096"
+  log0=$(wc -l < "$work/vrdmad.log")
+  timeout 90 ip netns exec "$NS" "$PERF" --device soft:$PERFIP --peer-format pingpong --size 4096 --iters 100000000 --mtu 1024 \
+    --port 18517 >"$work/victim.host" 2>&1 &
+  hv=$!
+  listening 18517 || true
+  guest 30 "$work/two.start" "(su -s /bin/sh vrdma -c \"id; timeout 60 ibv_rc_pingpong $pp -n 100000000 -p 18517 $TCPHOST\" > /tmp/victim.out 2>&1 &); (su -s /bin/sh vrdma -c \"id; timeout 60 ibv_rc_pingpong $pp -n 200 -p 18518\" > /tmp/survivor.out 2>&1 &); sleep 1; for p in \$(pidof ibv_rc_pingpong); do grep -q 18517 /proc/\$p/cmdline && echo victim=\$p; done" || true
+  victim=$(sed -n 's/^victim=\([0-9]*\)$/\1/p' "$work/two.start" | head -1)
+  vwait objects.qp 2 10 >/dev/null; sleep 0.5; s0=$(vstatus); sleep 0.5; s1=$(vstatus)
+  held="$(jfield "$s1" objects.pd)$(jfield "$s1" objects.mr)$(jfield "$s1" objects.cq)$(jfield "$s1" objects.qp)"
+  guest 30 "$work/two.kill" "kill -9 ${victim:-none}; for i in \$(seq 50); do [ -d /proc/${victim:-none} ] || break; sleep 0.1; done; [ -d /proc/${victim:-none} ] || echo victim gone; dmesg | grep -E \"WARNING|BUG|Oops\" || true" || true
+  after=$(vwait objects.qp 1 10)
+  kill $hv 2>/dev/null || true
+  wait $hv 2>/dev/null || true
+  sed 's/^/  guest: /' "$work/two.start" "$work/two.kill" | grep -v "===" | cut -c1-200
+  check "two processes (uid 1000) on vrdma0 at once, each holding a PD, MR, CQ and QP (objects $(jfield "$s1" objects)), the victim's SENDs flowing (vrdmad send WQEs $(jfield "$s0" send_wqes) -> $(jfield "$s1" send_wqes) in 0.5 s)" \
+    bash -c "[ -n '$victim' ] && [ '$held' = 2222 ] && [ '$(jfield "$s1" send_wqes)' -gt '$(jfield "$s0" send_wqes)' ]"
+  check "the SIGKILLed one's objects were destroyed, the survivor's kept (vrdmad objects $(jfield "$after" objects))" \
+    bash -c "grep -q '^victim gone' '$work/two.kill' && [ '$(jfield "$after" objects.pd)$(jfield "$after" objects.mr)$(jfield "$after" objects.cq)$(jfield "$after" objects.qp)' = 1111 ]"
+  timeout 90 ip netns exec "$NS" "$PERF" --device soft:$PERFIP --connect $TCPGUEST --port 18518 --peer-format pingpong \
+    --size 4096 --iters 200 --mtu 1024 >"$work/survivor.host" 2>&1 || true
+  guest 70 "$work/survivor.guest" "for i in \$(seq 250); do pidof ibv_rc_pingpong >/dev/null || break; sleep 0.2; done; cat /tmp/survivor.out; dmesg | grep -E \"WARNING|BUG|Oops\" || true" || true
+  s=$(vwait objects.pd 0 10)
+  sed 's/^/  guest: /' "$work/survivor.guest" | grep -v "===" | cut -c1-200; sed 's/^/  host: /' "$work/survivor.host" | cut -c1-400
+  tail -n +"$((log0 + 1))" "$work/vrdmad.log" | grep -iE 'error|refused|warn|fail' > "$work/two.vrdmad" || true
+  sed 's/^/  vrdmad: /' "$work/two.vrdmad" | cut -c1-300
+  check "the survivor carried on: 200 x 4096 B each way with vrdma-perf after the kill, every byte verified" \
+    pp_ok "$work/survivor.host" "$work/survivor.guest" 4096 200 800
+  check "the survivor's objects destroyed when it exited (vrdmad objects $(jfield "$s" objects)); no WARNING/BUG/Oops in the guest, no error in vrdmad's log" \
+    bash -c "[ '$(jfield "$s" objects.pd)$(jfield "$s" objects.mr)$(jfield "$s" objects.cq)$(jfield "$s" objects.qp)' = 0000 ] &&
+      ! grep -qE 'WARNING|BUG|Oops' '$work/two.kill' '$work/survivor.guest' && [ ! -s '$work/two.vrdmad' ]"
+}
 if [ -n "$PROVIDER" ]; then
   ip -n "$NS" addr add $PERFIP/24 dev br0
   ip -n "$NS" addr add $TCPHOST/24 dev tap0
@@ -491,6 +533,7 @@ if [ -n "$PROVIDER" ]; then
   s=$(vwait objects.pd 0 5)
   check "the tools' PDs, MRs, CQs, QPs, AHs and SRQs were destroyed (vrdmad objects $(jfield "$s" objects))" \
     bash -c "[ '$(jfield "$s" objects.pd)$(jfield "$s" objects.mr)$(jfield "$s" objects.cq)$(jfield "$s" objects.qp)$(jfield "$s" objects.ah)$(jfield "$s" objects.srq)' = 000000 ]"
+  two_processes
 else
   echo "SKIP the provider's checks (4e): no provider in the guest"
 fi
