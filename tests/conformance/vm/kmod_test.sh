@@ -492,6 +492,9 @@ mtu_and_loss() {
     "-d vrdma0 -g $g -m 4096 -s 8192 -n 100 -c" 8192 100 200 client
   pt_case write_bw_4k_c client ib_write_bw write_bw 65536
   pt_case read_bw_4k_c client ib_read_bw read_bw 65536
+  # The engines send runs of packets with UDP segmentation offload, which lo delivers whole: with
+  # it off, lo's transmit path cuts the runs and the input hook sees (and drops) single packets.
+  ip netns exec "$NS" ethtool -K lo tx-udp-segmentation off || echo "  (lo keeps its UDP segmentation offload: a drop takes a whole run)"
   ip netns exec "$NS" nft -f - <<'EOF'
 table inet vrdma_loss {
   chain in { type filter hook input priority 0; udp dport 4791 numgen random mod 100 < 2 counter drop; }
@@ -505,6 +508,7 @@ EOF
   lossy read_bw_4kl_c pt_case read_bw_4kl_c client ib_read_bw read_bw 65536
   dropped=$(ip netns exec "$NS" nft list table inet vrdma_loss | sed -n 's/.*counter packets \([0-9]*\).*/\1/p')
   ip netns exec "$NS" nft delete table inet vrdma_loss
+  ip netns exec "$NS" ethtool -K lo tx-udp-segmentation on || true
   check "nftables dropped RoCE packets in the loss round ($dropped)" bash -c "[ '${dropped:-0}' -gt 0 ]"
   unset MTU PT_N LOSS
 }
@@ -516,7 +520,7 @@ two_processes() {
     --port 18517 >"$work/victim.host" 2>&1 &
   hv=$!
   listening 18517 || true
-  guest 30 "$work/two.start" "(su -s /bin/sh vrdma -c \"id; timeout 60 ibv_rc_pingpong $pp -n 100000000 -p 18517 $TCPHOST\" > /tmp/victim.out 2>&1 &); (su -s /bin/sh vrdma -c \"id; timeout 60 ibv_rc_pingpong $pp -n 200 -p 18518\" > /tmp/survivor.out 2>&1 &); sleep 1; for p in \$(pidof ibv_rc_pingpong); do grep -q 18517 /proc/\$p/cmdline && echo victim=\$p; done" || true
+  guest 30 "$work/two.start" "(su -s /bin/sh vrdma -c \"id; timeout 60 ibv_rc_pingpong $pp -n 100000000 -p 18517 $TCPHOST\" > /tmp/victim.out 2>&1 &); (su -s /bin/sh vrdma -c \"id; timeout 60 ibv_rc_pingpong $pp -n 200 -p 18518\" > /tmp/survivor.out 2>&1 &); for i in \$(seq 100); do v=; for p in \$(pidof ibv_rc_pingpong); do grep -q 18517 /proc/\$p/cmdline && v=\$p; done; [ -n \"\$v\" ] && break; sleep 0.1; done; echo victim=\$v" || true
   victim=$(sed -n 's/^victim=\([0-9]*\)$/\1/p' "$work/two.start" | head -1)
   vwait objects.qp 2 10 >/dev/null; sleep 0.5; s0=$(vstatus); sleep 0.5; s1=$(vstatus)
   held="$(jfield "$s1" objects.pd)$(jfield "$s1" objects.mr)$(jfield "$s1" objects.cq)$(jfield "$s1" objects.qp)"
