@@ -382,12 +382,15 @@ Outcome run_read_lat(Ctx& x) {
 }
 
 // A soft engine's packet counters in the JSON ("engine"): what a case checks moved (and was lost).
+// Our own resends (retransmits, read_rereads, tail_probes) and what says the peer resent: the
+// sequence NAKs we sent for its gaps and the duplicates we received (IBA 9.7.5.1.1, 9.9.2).
 void add_engine_stats(json& out, const nicdrv::Device& dev) {
   auto st = soft::stats(dev);
   if (!st) return;
   out["engine"] = {{"rx_dropped_icrc", st->rx_dropped_icrc}, {"rx_dropped_malformed", st->rx_dropped_malformed},
                    {"rx_longer_than_mtu", st->rx_longer_than_mtu}, {"retransmits", st->retransmits},
-                   {"read_rereads", st->read_rereads}, {"tail_probes", st->tail_probes}, {"tx_packets", st->tx_packets}, {"rx_packets", st->rx_packets}};
+                   {"read_rereads", st->read_rereads}, {"tail_probes", st->tail_probes}, {"tx_packets", st->tx_packets}, {"rx_packets", st->rx_packets},
+                   {"seq_naks_sent", st->seq_naks_sent}, {"duplicates_received", st->duplicates_received}};
 }
 
 }  // namespace vrdma::perf

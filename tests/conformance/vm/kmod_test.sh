@@ -24,8 +24,11 @@
 # ibv_devinfo, ibv_rc/ud/srq_pingpong (as uid 1000, both roles, against vrdma-perf: every byte
 # verified), verbs_wr (the provider's ibv_wr_* API: every builder and setter, abort, latched
 # errors, one doorbell a batch) and perftest's unmodified tools with their defaults: every RC
-# bandwidth and latency test as client, write/read/send bandwidth as server, ib_send_bw over UD
-# (the data's packets counted); skipped with a reason if the provider cannot be built.
+# bandwidth and latency test as client, write/read/send bandwidth and every latency test as
+# server, ib_send_bw over UD (the data's packets counted); 4f: two tools at once, one SIGKILLed
+# mid-run (its objects freed by the driver, the other's data verified after); 4g: path MTU 4096,
+# then 2 % of RoCE packets dropped both ways (nftables), the retransmissions counted; skipped with
+# a reason if the provider cannot be built.
 # Every guest command runs under `timeout`.
 #   kmod_test.sh SOURCE_DIR VRDMAD VRDMA-PERF   exits 77 (skip) without root, QEMU, the guest kernel or its headers
 #   KEEP_WORK=1 keeps the logs.
@@ -134,7 +137,9 @@ grep "^BUILT" "$work/make_guest.err" | sed 's/^BUILT/virtio_rdma.ko built/'
 DEVIP=10.77.9.12 GMAC=52:54:00:77:09:0c
 ip netns add "$NS"
 ip -n "$NS" link set lo up
-ip -n "$NS" link add br0 type bridge
+# MTU 9000: the soft engines (vrdmad's and vrdma-perf's) take their active MTU from br0, 4096 here,
+# so that the tools can run -m 4096 (4g); the other cases ask for 1024 themselves.
+ip -n "$NS" link add br0 mtu 9000 type bridge
 ip -n "$NS" addr add $DEVIP/24 dev br0
 ip -n "$NS" link set br0 up
 ip -n "$NS" tuntap add tap0 mode tap
@@ -358,18 +363,19 @@ ok = (j.get("verified") is True and j.get("ops", 0) >= iters and e.get("rx_packe
 sys.exit(0 if ok else 1)
 PY
 }
-# pp_case NAME TOOL VRDMA-PERF-ARGS TOOL-ARGS SIZE ITERS PACKETS: the tool in the guest (uid 1000) as
-# client against vrdma-perf serving, then as server with vrdma-perf connecting.
+# pp_case NAME TOOL VRDMA-PERF-ARGS TOOL-ARGS SIZE ITERS PACKETS [ROLES]: the tool in the guest (uid 1000) as
+# client against vrdma-perf serving, then (ROLES "client server", the default) as server with vrdma-perf connecting.
 pp_case() {
-  local name=$1 tool=$2 args=$3 targs=$4 size=$5 iters=$6 packets=$7 hp
+  local name=$1 tool=$2 args=$3 targs=$4 size=$5 iters=$6 packets=$7 roles=${8:-client server} hp
   timeout 90 ip netns exec "$NS" "$PERF" --device soft:$PERFIP $args >"$work/${name}_c.host" 2>&1 &
   hp=$!
   for _ in $(seq 100); do ip netns exec "$NS" ss -ltn 2>/dev/null | grep -q ':18515 ' && break; sleep 0.1; done
   guest 90 "$work/${name}_c.guest" "su -s /bin/sh vrdma -c \"id; timeout 60 $tool $targs $TCPHOST\"" || true
   wait $hp 2>/dev/null || true
   sed 's/^/  guest: /' "$work/${name}_c.guest" | grep -v "===" | cut -c1-200; sed 's/^/  host: /' "$work/${name}_c.host" | cut -c1-400
-  check "$tool (uid 1000) as client: $iters x $size B each way with vrdma-perf, every byte verified" \
+  check "$tool (uid 1000) as client: $iters x $size B each way${LOSS:+ with $LOSS} with vrdma-perf, every byte verified" \
     pp_ok "$work/${name}_c.host" "$work/${name}_c.guest" "$size" "$iters" "$packets"
+  [[ $roles == *server* ]] || return 0
   guest 15 "$work/${name}_s.start" "(su -s /bin/sh vrdma -c \"id; timeout 60 $tool $targs\" > /tmp/${name}_s.out 2>&1 &); sleep 1" || true
   timeout 90 ip netns exec "$NS" "$PERF" --device soft:$PERFIP --connect $TCPGUEST $args >"$work/${name}_s.host" 2>&1 || true
   guest 70 "$work/${name}_s.guest" "for i in \$(seq 250); do pidof $tool >/dev/null || break; sleep 0.2; done; cat /tmp/${name}_s.out" || true
@@ -386,14 +392,15 @@ pp_case() {
 # carries them is ours for what we send: our WRITEs/SENDs/atomics as client, READ responses as
 # server; the guest's for the rest; latency tests both ways), with no ICRC error, and a SEND
 # server has received all N messages (perftest does not check its data).
-pt_moved() {  # pt_moved OUR-ROLE(server|client) TEST N SIZE HOSTLOG
+pt_moved() {  # pt_moved OUR-ROLE(server|client) TEST N SIZE HOSTLOG [MTU]
   python3 - "$@" <<'PY'
 import json, sys
 role, test, n, size, log = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+mtu = int(sys.argv[6]) if len(sys.argv) > 6 else 1024
 lines = [l for l in open(log) if l.lstrip().startswith("{")]
 if not lines: print("  no JSON from vrdma-perf"); sys.exit(1)
 j = json.loads(lines[-1]); e = j.get("engine", {})
-per = max(1, -(-size // 1024)) * n
+per = max(1, -(-size // mtu)) * n
 if test in ("send_lat", "write_lat"):
     need = {"rx": per, "tx": per}
 elif test in ("read_bw", "read_lat"):
@@ -404,22 +411,23 @@ got = {"rx": e.get("rx_packets", 0), "tx": e.get("tx_packets", 0)}
 bad = [f"{k} {got[k]} < {v}" for k, v in need.items() if got[k] < v]
 if e.get("rx_dropped_icrc", 1) != 0: bad.append(f"rx_dropped_icrc {e.get('rx_dropped_icrc')}")
 if test == "send_bw" and role == "server" and j.get("ops", 0) < n: bad.append(f"received {j.get('ops', 0)} of {n} SENDs")
-if bad: print(f"  data did not move: {test}, {n} x {size} B at MTU 1024: " + ", ".join(bad)); sys.exit(1)
+if bad: print(f"  data did not move: {test}, {n} x {size} B at MTU {mtu}: " + ", ".join(bad)); sys.exit(1)
 print(f"  moved: {test} {n} x {size} B, our engine rx {got['rx']} tx {got['tx']} packets (needed {need})")
 PY
 }
-# pt_case NAME ROLE TOOL TEST SIZE [TOOL-ARGS [VRDMA-PERF-ARGS]]: perftest's TOOL -n 200 -s SIZE
-# -m 1024 in the guest (uid 1000) as ROLE: client against vrdma-perf serving --peer-format
+# pt_case NAME ROLE TOOL TEST SIZE [TOOL-ARGS [VRDMA-PERF-ARGS]]: perftest's TOOL -n N -s SIZE
+# -m MTU in the guest (uid 1000) as ROLE: client against vrdma-perf serving --peer-format
 # perftest --test TEST, or server with vrdma-perf connecting. Both exit 0, the tool prints its
-# result line (SIZE, 200 iterations) and the data moved (pt_moved).
+# result line (SIZE, N iterations) and its MTU, and the data moved (pt_moved). N is $PT_N (200),
+# MTU $MTU (1024); $LOSS names the loss the case runs under.
 pt_case() {
-  local name=$1 role=$2 tool=$3 test=$4 size=$5 targs=${6:-} pargs=${7:-} hp ok=1 n=200 our
-  local cmd="$tool -d vrdma0 -x ${G:-1} -F -m 1024 -s $size -n $n $targs"
+  local name=$1 role=$2 tool=$3 test=$4 size=$5 targs=${6:-} pargs=${7:-} hp ok=1 n=${PT_N:-200} mtu=${MTU:-1024} our
+  local cmd="$tool -d vrdma0 -x ${G:-1} -F -m $mtu -s $size -n $n $targs"
   # shellcheck disable=SC2086
   if [ "$role" = client ]; then
     our=server
     timeout 90 ip netns exec "$NS" "$PERF" --device soft:$PERFIP --peer-format perftest --test "$test" --size "$size" \
-      --mtu 1024 $pargs >"$work/$name.host" 2>&1 &
+      --mtu $mtu $pargs >"$work/$name.host" 2>&1 &
     hp=$!
     for _ in $(seq 100); do ip netns exec "$NS" ss -ltn 2>/dev/null | grep -q ':18515 ' && break; sleep 0.1; done
     guest 90 "$work/$name.guest" "su -s /bin/sh vrdma -c \"id; timeout 60 $cmd $TCPHOST\"" && wait $hp && ok=0
@@ -429,16 +437,115 @@ pt_case() {
     our=client
     guest 15 "$work/$name.start" "((su -s /bin/sh vrdma -c \"id; timeout 60 $cmd\"; echo tool-rc=\$?) > /tmp/$name.out 2>&1 &); sleep 1" || true
     timeout 90 ip netns exec "$NS" "$PERF" --device soft:$PERFIP --connect $TCPGUEST --peer-format perftest --test "$test" \
-      --size "$size" --iters $n --mtu 1024 $pargs >"$work/$name.host" 2>&1 && ok=0
+      --size "$size" --iters $n --mtu $mtu $pargs >"$work/$name.host" 2>&1 && ok=0
     guest 70 "$work/$name.guest" "for i in \$(seq 250); do grep -q '^tool-rc=' /tmp/$name.out && break; sleep 0.2; done; cat /tmp/$name.out" || true
     grep -q '^tool-rc=0$' "$work/$name.guest" || ok=1
   fi
   sed 's/^/  guest: /' "$work/$name.guest" | grep -v "===" | grep -vE "^  guest: -+$" | cut -c1-200; sed 's/^/  host: /' "$work/$name.host" | cut -c1-400
-  check "$tool${targs:+ $targs} (uid 1000) as $role ($test): $n x $size B with vrdma-perf, both exit 0, the data moved" \
-    bash -c "[ $ok = 0 ] && grep -q '^uid=1000(vrdma)' '$work/$name.guest' && grep -qE '^ *$size +$n ' '$work/$name.guest' &&
-      pt_moved $our $test $n $size '$work/$name.host'"
+  # perftest's ib_read_lat server only lends its buffer: it prints no result line.
+  local line="grep -qE '^ *$size +$n ' '$work/$name.guest'"
+  [ "$role$test" != serverread_lat ] || line=true
+  check "$tool${targs:+ $targs} (uid 1000) as $role ($test): $n x $size B at MTU $mtu${LOSS:+ with $LOSS} with vrdma-perf, both exit 0, the data moved" \
+    bash -c "[ $ok = 0 ] && grep -q '^uid=1000(vrdma)' '$work/$name.guest' && $line &&
+      grep -qE '^ *Mtu +: $mtu\[B\]' '$work/$name.guest' && pt_moved $our $test $n $size '$work/$name.host' $mtu"
 }
 export -f pt_moved
+# 4f. Two processes on vrdma0 at once, one SIGKILLed mid-run (issue 25): a "victim"
+# ibv_rc_pingpong client (uid 1000) exchanging 4 KiB messages without end with a vrdma-perf on
+# port 18517, and a "survivor" ibv_rc_pingpong server (uid 1000, port 18518) holding its PD, MR,
+# CQ and QP, its receives posted. The victim is SIGKILLed while its messages flow: ib_core's
+# cleanup of its context destroys its objects through the driver (vrdmad's counts back to the
+# survivor's one of each) and the survivor's QP, made before the kill, then serves 200 messages
+# with a vrdma-perf connecting (every byte verified); after it exits vrdmad holds nothing. The
+# guest's log has no WARNING/BUG/Oops, vrdmad's no error while the survivor ran.
+# 4g. Path MTU 4096 (br0's MTU 9000 gives both soft engines an active MTU of 4096), then the same
+# with nftables dropping 2 % of RoCE packets both ways (every RoCE packet here is delivered
+# locally in the namespace: the input hook sees each once, whichever way it goes). The data is
+# checked as above, and vrdma-perf's engine counters show the loss was repaired: its own resends
+# (retransmits, re-read READs, tail probes) or the guest side's (vrdmad's engine): the sequence
+# NAKs it sent for their gaps and the duplicates it received (and vrdmad's own counts when its
+# status has them, "wire").
+resent() {  # resent STATUS-BEFORE STATUS-AFTER HOSTLOG
+  python3 - "$@" <<'PY'
+import json, sys
+def wire(s):
+    try: return json.loads(s).get("wire") or {}
+    except Exception: return {}
+a, b = wire(sys.argv[1]), wire(sys.argv[2])
+ours = {k: b.get(k, 0) - a.get(k, 0) for k in ("retransmits", "read_rereads") if k in b}
+lines = [l for l in open(sys.argv[3]) if l.lstrip().startswith("{")]
+e = json.loads(lines[-1]).get("engine", {}) if lines else {}
+peer = {k: e.get(k, 0) for k in ("retransmits", "read_rereads", "tail_probes", "seq_naks_sent", "duplicates_received")}
+print(f"  resent: vrdma-perf {peer}" + (f", vrdmad {ours}" if ours else ""))
+sys.exit(0 if sum(peer.values()) + sum(ours.values()) > 0 else 1)
+PY
+}
+lossy() {  # lossy HOSTLOG-NAME CASE-FUNCTION ARGS...: the case, then its retransmissions checked
+  local name=$1 s0 s1; shift
+  s0=$(vstatus); "$@"; s1=$(vstatus)
+  check "$name: the loss was repaired by retransmission" resent "$s0" "$s1" "$work/$name.host"
+}
+mtu_and_loss() {
+  local g=${G:-1} dropped
+  MTU=4096 PT_N=100
+  pp_case rc4k ibv_rc_pingpong "--peer-format pingpong --size 8192 --iters 100 --mtu 4096" \
+    "-d vrdma0 -g $g -m 4096 -s 8192 -n 100 -c" 8192 100 200 client
+  pt_case write_bw_4k_c client ib_write_bw write_bw 65536
+  pt_case read_bw_4k_c client ib_read_bw read_bw 65536
+  # The engines send runs of packets with UDP segmentation offload, which lo delivers whole: with
+  # it off, lo's transmit path cuts the runs and the input hook sees (and drops) single packets.
+  ip netns exec "$NS" ethtool -K lo tx-udp-segmentation off || echo "  (lo keeps its UDP segmentation offload: a drop takes a whole run)"
+  ip netns exec "$NS" nft -f - <<'EOF'
+table inet vrdma_loss {
+  chain in { type filter hook input priority 0; udp dport 4791 numgen random mod 100 < 2 counter drop; }
+}
+EOF
+  LOSS="2 % loss"
+  lossy rc4kl_c pp_case rc4kl ibv_rc_pingpong "--peer-format pingpong --size 8192 --iters 200 --mtu 4096" \
+    "-d vrdma0 -g $g -m 4096 -s 8192 -n 200 -c" 8192 200 400 client
+  lossy write_bw_4kl_c pt_case write_bw_4kl_c client ib_write_bw write_bw 65536
+  lossy write_bw_4kl_s pt_case write_bw_4kl_s server ib_write_bw write_bw 65536
+  lossy read_bw_4kl_c pt_case read_bw_4kl_c client ib_read_bw read_bw 65536
+  dropped=$(ip netns exec "$NS" nft list table inet vrdma_loss | sed -n 's/.*counter packets \([0-9]*\).*/\1/p')
+  ip netns exec "$NS" nft delete table inet vrdma_loss
+  ip netns exec "$NS" ethtool -K lo tx-udp-segmentation on || true
+  check "nftables dropped RoCE packets in the loss round ($dropped)" bash -c "[ '${dropped:-0}' -gt 0 ]"
+  unset MTU PT_N LOSS
+}
+listening() { for _ in $(seq 100); do ip netns exec "$NS" ss -ltn 2>/dev/null | grep -q ":$1 " && return 0; sleep 0.1; done; return 1; }
+two_processes() {
+  local hv log0 s0 s1 held after victim pp="-d vrdma0 -g ${G:-1} -s 4096"
+  log0=$(wc -l < "$work/vrdmad.log")
+  timeout 90 ip netns exec "$NS" "$PERF" --device soft:$PERFIP --peer-format pingpong --size 4096 --iters 100000000 --mtu 1024 \
+    --port 18517 >"$work/victim.host" 2>&1 &
+  hv=$!
+  listening 18517 || true
+  guest 30 "$work/two.start" "(su -s /bin/sh vrdma -c \"id; timeout 60 ibv_rc_pingpong $pp -n 100000000 -p 18517 $TCPHOST\" > /tmp/victim.out 2>&1 &); (su -s /bin/sh vrdma -c \"id; timeout 60 ibv_rc_pingpong $pp -n 200 -p 18518\" > /tmp/survivor.out 2>&1 &); for i in \$(seq 100); do v=; for p in \$(pidof ibv_rc_pingpong); do grep -q 18517 /proc/\$p/cmdline && v=\$p; done; [ -n \"\$v\" ] && break; sleep 0.1; done; echo victim=\$v" || true
+  victim=$(sed -n 's/^victim=\([0-9]*\)$/\1/p' "$work/two.start" | head -1)
+  vwait objects.qp 2 10 >/dev/null; sleep 0.5; s0=$(vstatus); sleep 0.5; s1=$(vstatus)
+  held="$(jfield "$s1" objects.pd)$(jfield "$s1" objects.mr)$(jfield "$s1" objects.cq)$(jfield "$s1" objects.qp)"
+  guest 30 "$work/two.kill" "kill -9 ${victim:-none}; for i in \$(seq 50); do [ -d /proc/${victim:-none} ] || break; sleep 0.1; done; [ -d /proc/${victim:-none} ] || echo victim gone; dmesg | grep -E \"WARNING|BUG|Oops\" || true" || true
+  after=$(vwait objects.qp 1 10)
+  kill $hv 2>/dev/null || true
+  wait $hv 2>/dev/null || true
+  sed 's/^/  guest: /' "$work/two.start" "$work/two.kill" | grep -v "===" | cut -c1-200
+  check "two processes (uid 1000) on vrdma0 at once, each holding a PD, MR, CQ and QP (objects $(jfield "$s1" objects)), the victim's SENDs flowing (vrdmad send WQEs $(jfield "$s0" send_wqes) -> $(jfield "$s1" send_wqes) in 0.5 s)" \
+    bash -c "[ -n '$victim' ] && [ '$held' = 2222 ] && [ '$(jfield "$s1" send_wqes)' -gt '$(jfield "$s0" send_wqes)' ]"
+  check "the SIGKILLed one's objects were destroyed, the survivor's kept (vrdmad objects $(jfield "$after" objects))" \
+    bash -c "grep -q '^victim gone' '$work/two.kill' && [ '$(jfield "$after" objects.pd)$(jfield "$after" objects.mr)$(jfield "$after" objects.cq)$(jfield "$after" objects.qp)' = 1111 ]"
+  timeout 90 ip netns exec "$NS" "$PERF" --device soft:$PERFIP --connect $TCPGUEST --port 18518 --peer-format pingpong \
+    --size 4096 --iters 200 --mtu 1024 >"$work/survivor.host" 2>&1 || true
+  guest 70 "$work/survivor.guest" "for i in \$(seq 250); do pidof ibv_rc_pingpong >/dev/null || break; sleep 0.2; done; cat /tmp/survivor.out; dmesg | grep -E \"WARNING|BUG|Oops\" || true" || true
+  s=$(vwait objects.pd 0 10)
+  sed 's/^/  guest: /' "$work/survivor.guest" | grep -v "===" | cut -c1-200; sed 's/^/  host: /' "$work/survivor.host" | cut -c1-400
+  tail -n +"$((log0 + 1))" "$work/vrdmad.log" | grep -iE 'error|refused|warn|fail' > "$work/two.vrdmad" || true
+  sed 's/^/  vrdmad: /' "$work/two.vrdmad" | cut -c1-300
+  check "the survivor carried on: 200 x 4096 B each way with vrdma-perf after the kill, every byte verified" \
+    pp_ok "$work/survivor.host" "$work/survivor.guest" 4096 200 800
+  check "the survivor's objects destroyed when it exited (vrdmad objects $(jfield "$s" objects)); no WARNING/BUG/Oops in the guest, no error in vrdmad's log" \
+    bash -c "[ '$(jfield "$s" objects.pd)$(jfield "$s" objects.mr)$(jfield "$s" objects.cq)$(jfield "$s" objects.qp)' = 0000 ] &&
+      ! grep -qE 'WARNING|BUG|Oops' '$work/two.kill' '$work/survivor.guest' && [ ! -s '$work/two.vrdmad' ]"
+}
 if [ -n "$PROVIDER" ]; then
   ip -n "$NS" addr add $PERFIP/24 dev br0
   ip -n "$NS" addr add $TCPHOST/24 dev tap0
@@ -475,7 +582,8 @@ if [ -n "$PROVIDER" ]; then
   check "vrdmad counted exactly the program's doorbells and send WQEs (program: ${rung:-?}, vrdmad: $saw), no doorbell or WQE error" \
     bash -c "[ -n '$rung' ] && [ '$rung' = '$saw' ] && [ '$(grew doorbell_errors)' = 0 ] && [ '$(grew wqe_errors)' = 0 ]"
   # perftest with its defaults, the guest as client: every RC test; as server: the bandwidth
-  # tests (vrdma-perf writes, reads, sends); and ib_send_bw over UD as client.
+  # tests (vrdma-perf writes, reads, sends) and the latency tests (vrdma-perf --connect: WRITE and
+  # SEND ping-pong, READs of the guest's buffer); and ib_send_bw over UD as client.
   pt_case write_bw_c client ib_write_bw write_bw 65536
   pt_case send_bw_c client ib_send_bw send_bw 65536
   pt_case read_bw_c client ib_read_bw read_bw 65536
@@ -487,10 +595,15 @@ if [ -n "$PROVIDER" ]; then
   pt_case write_bw_s server ib_write_bw write_bw 65536
   pt_case read_bw_s server ib_read_bw read_bw 65536
   pt_case send_bw_s server ib_send_bw send_bw 65536
+  pt_case write_lat_s server ib_write_lat write_lat 64
+  pt_case send_lat_s server ib_send_lat send_lat 64
+  pt_case read_lat_s server ib_read_lat read_lat 4096
   pt_case send_bw_ud_c client ib_send_bw send_bw 1024 "-c UD" "--connection UD"
   s=$(vwait objects.pd 0 5)
   check "the tools' PDs, MRs, CQs, QPs, AHs and SRQs were destroyed (vrdmad objects $(jfield "$s" objects))" \
     bash -c "[ '$(jfield "$s" objects.pd)$(jfield "$s" objects.mr)$(jfield "$s" objects.cq)$(jfield "$s" objects.qp)$(jfield "$s" objects.ah)$(jfield "$s" objects.srq)' = 000000 ]"
+  t=$(date +%s); two_processes; echo "  (two processes: $(($(date +%s) - t)) s)"
+  t=$(date +%s); mtu_and_loss; echo "  (MTU 4096 and loss: $(($(date +%s) - t)) s)"
 else
   echo "SKIP the provider's checks (4e): no provider in the guest"
 fi
