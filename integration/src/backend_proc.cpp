@@ -139,6 +139,15 @@ int backend_pid(const DeviceMeta& m) {
   return cmdline(pid).find(" " + m.socket) != std::string::npos ? pid : 0;
 }
 
+Result<nlohmann::json> control_json(const std::string& path, const nlohmann::json& request, int timeout_ms) {
+  auto r = control_request(path, request.dump(), timeout_ms);
+  if (!r) return std::move(r).error();
+  auto j = nlohmann::json::parse(*r, nullptr, false);
+  if (j.is_discarded() || !j.is_object())
+    return make_error(Errc::protocol_error, "vrdmad at " + path + " answered something that is not JSON: " + *r);
+  return j;
+}
+
 Result<std::string> control_request(const std::string& path, const std::string& line, int timeout_ms) {
   UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!fd) return errno_error(errno, "creating a socket");

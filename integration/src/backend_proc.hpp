@@ -4,6 +4,8 @@
 // <socket>.log.
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <string>
 
 #include "vrdma/common/result.hpp"
@@ -31,5 +33,7 @@ Status stop_backend(const DeviceMeta& m);
 
 // One request line to a vrdmad control socket, one JSON line back (timeout_ms for both).
 Result<std::string> control_request(const std::string& path, const std::string& line, int timeout_ms = 2000);
+// The same with the answer parsed: a JSON object, or a protocol_error naming what came back.
+Result<nlohmann::json> control_json(const std::string& path, const nlohmann::json& request, int timeout_ms);
 
 }  // namespace vrdma::integration

@@ -14,12 +14,7 @@ namespace vrdma::integration {
 namespace {
 
 Result<nlohmann::json> ask(const std::string& control, const nlohmann::json& req) {
-  auto r = control_request(control, req.dump(), 5000);
-  if (!r) return std::move(r).error();
-  auto j = nlohmann::json::parse(*r, nullptr, false);
-  if (j.is_discarded() || !j.is_object())
-    return make_error(Errc::protocol_error, "vrdmad at " + control + " answered something that is not JSON: " + *r);
-  return j;
+  return control_json(control, req, 5000);
 }
 
 std::string phase_of(const nlohmann::json& status) {

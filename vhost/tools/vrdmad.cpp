@@ -94,9 +94,9 @@ nlohmann::json wire_json(const nicdrv::Device& engine, const std::string& name) 
             {"rx_dropped", st->rx_dropped_icrc + st->rx_dropped_malformed + st->rx_dropped_no_qp + st->rx_dropped_qkey +
                                st->rx_dropped_pkey + st->rx_longer_than_mtu}};
   if (name.rfind("verbs:", 0) != 0) return nlohmann::json::object();
-  const std::string dir = "/sys/class/infiniband/" + name.substr(6, name.find('?') == std::string::npos
-                                                                        ? std::string::npos
-                                                                        : name.find('?') - 6) + "/ports/1/counters/";
+  const auto options = name.find('?');  // verbs:IBDEV[?OPTIONS]
+  const std::string ibdev = name.substr(6, options == std::string::npos ? std::string::npos : options - 6);
+  const std::string dir = "/sys/class/infiniband/" + ibdev + "/ports/1/counters/";
   auto counter = [&](const char* file) -> std::optional<std::uint64_t> {
     std::ifstream in(dir + file);
     std::uint64_t v = 0;
