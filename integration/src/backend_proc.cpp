@@ -1,6 +1,7 @@
 #include "backend_proc.hpp"
 
 #include <fcntl.h>
+#include <grp.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "vrdma/common/fd.hpp"
+#include "vrdma/integration/migration_vf.hpp"
 #include "vrdma/sriov/ledger.hpp"
 
 namespace vrdma::integration {
@@ -74,6 +76,7 @@ std::vector<std::string> backend_argv(const DeviceMeta& m, bool incoming, const 
   if (m.poll_us != 0) a.insert(a.end(), {"--poll-us", std::to_string(m.poll_us)});
   if (!m.notices.empty()) a.insert(a.end(), {"--notices", m.notices});
   if (!m.domain.empty()) a.insert(a.end(), {"--domain", m.domain});
+  if (!progs.qemu_group.empty()) a.insert(a.end(), {"--socket-group", progs.qemu_group});
   // A backend that crashes or is killed is started again at once (by vrdmad's own parent): a
   // destination that dies before it loaded the guest's state then still takes it from guest
   // memory, and the guest's connections survive (docs/migration.md "A backend that dies").
@@ -128,7 +131,30 @@ BackendPrograms BackendPrograms::from_environment() {
   std::string vrdmad = dir + "/../sbin/vrdmad";
   for (const auto& c : {dir + "/vrdmad", dir + "/../vhost/vrdmad"})
     if (::access(c.c_str(), X_OK) == 0) vrdmad = c;
-  return {env_or("VRDMA_VRDMAD", vrdmad), env_or("VRDMA_BLK_BACKEND", dir + "/vhost_blk_backend")};
+  // The environment, else /etc/default/vrdma (host_setting).
+  std::string group = host_setting("VRDMA_QEMU_GROUP");
+  if (group.empty()) {
+    const std::string conf = host_setting("VRDMA_QEMU_CONF");
+    group = qemu_conf_group(conf.empty() ? "/etc/libvirt/qemu.conf" : conf);
+  }
+  if (group.empty() && ::getgrnam("libvirt-qemu") != nullptr) group = "libvirt-qemu";
+  if (group == "none") group.clear();
+  return {env_or("VRDMA_VRDMAD", vrdmad), env_or("VRDMA_BLK_BACKEND", dir + "/vhost_blk_backend"), group};
+}
+
+std::string qemu_conf_group(const std::string& path) {
+  std::ifstream f(path);
+  std::string line, group;
+  while (std::getline(f, line)) {
+    std::size_t i = line.find_first_not_of(" \t");
+    if (i == std::string::npos || line.compare(i, 5, "group") != 0) continue;
+    i = line.find_first_not_of(" \t", i + 5);
+    if (i == std::string::npos || line[i] != '=') continue;
+    const auto open = line.find('"', i);
+    const auto close = open == std::string::npos ? open : line.find('"', open + 1);
+    if (close != std::string::npos) group = line.substr(open + 1, close - open - 1);  // the last one counts
+  }
+  return group;
 }
 
 int backend_pid(const DeviceMeta& m) {

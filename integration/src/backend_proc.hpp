@@ -16,8 +16,15 @@ namespace vrdma::integration {
 struct BackendPrograms {
   std::string vrdmad;          // $VRDMA_VRDMAD, else vrdmad next to this executable or in ../sbin
   std::string vhost_user_blk;  // $VRDMA_BLK_BACKEND, else vhost_blk_backend next to this executable
+  // The group QEMU runs as, for vrdmad --socket-group: $VRDMA_QEMU_GROUP ("none": no group), else
+  // the `group = "..."` of libvirt's qemu.conf ($VRDMA_QEMU_CONF, default /etc/libvirt/qemu.conf),
+  // else libvirt-qemu when that group exists (Debian's default), else "".
+  std::string qemu_group;
   static BackendPrograms from_environment();
 };
+
+// The `group = "..."` setting of a libvirt qemu.conf ("" when the file or the setting is absent).
+std::string qemu_conf_group(const std::string& path);
 
 // The backend's pid if it runs (pid file present, process alive and serving m.socket), else 0.
 int backend_pid(const DeviceMeta& m);

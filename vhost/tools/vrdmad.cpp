@@ -14,7 +14,9 @@
 // takes part in peer notices on a NIC (vhost/peer_notice.hpp). SIGTERM/SIGINT end it.
 // --supervise keeps a small parent that starts the backend again when it dies of anything but
 // SIGTERM/SIGINT (docs/migration.md "A backend that dies").
+#include <grp.h>
 #include <sys/epoll.h>
+#include <sys/stat.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <sys/resource.h>
@@ -150,6 +152,32 @@ nlohmann::json stats_json(const vhost::RdmaDevice& dev, const migration::Migrati
       {"vhost", {{"connections", b.connections}, {"messages", b.messages}, {"rejected", b.rejected}, {"kicks", b.kicks}}},
       {"wire", wire_json(wire, engine)},
   };
+}
+
+// The vhost-user socket for QEMU's group only: root:GROUP, mode 0660 (connect(2) on a UNIX
+// socket needs write permission on its file). GROUP is a name or +GID, as in libvirt's qemu.conf.
+Result<gid_t> socket_group_id(const std::string& name) {
+  if (name.size() > 1 && name[0] == '+') {
+    char* end = nullptr;
+    const unsigned long v = std::strtoul(name.c_str() + 1, &end, 10);
+    if (*end != '\0' || v > 0x7fffffffUL)
+      return make_error(Errc::invalid_argument, "--socket-group " + name + " is not a group name or +GID");
+    return static_cast<gid_t>(v);
+  }
+  std::vector<char> buf(16384);
+  struct group gr {};
+  struct group* found = nullptr;
+  if (::getgrnam_r(name.c_str(), &gr, buf.data(), buf.size(), &found) != 0 || found == nullptr)
+    return make_error(Errc::not_found, "--socket-group: there is no group " + name +
+                                           " on this host (libvirt's qemu.conf names the group QEMU runs as)");
+  return gr.gr_gid;
+}
+
+Status give_socket_to_group(const std::string& path, gid_t gid) {
+  if (::chown(path.c_str(), static_cast<uid_t>(-1), gid) != 0)
+    return errno_error(errno, "giving the socket " + path + " to group " + std::to_string(gid));
+  if (::chmod(path.c_str(), 0660) != 0) return errno_error(errno, "making the socket " + path + " mode 0660");
+  return {};
 }
 
 Result<UniqueFd> listen_unix(const std::string& path) {
@@ -377,6 +405,10 @@ int main(int argc, char** argv) {
   app.add_option("--socket", sock, "vhost-user socket to serve")->required();
   app.add_option("--engine", engine_name, "RDMA engine: soft:<ip|ifname>[?opts] or verbs:<ibdev|pci>")->required();
   app.add_option("--control", control, "JSON control socket (status, stats, migrate, cancel)");
+  std::string socket_group;
+  app.add_option("--socket-group", socket_group,
+                 "the group QEMU runs as (libvirt's qemu.conf `group`, e.g. libvirt-qemu, or +GID): the vhost-user "
+                 "socket becomes this group's, mode 0660, so QEMU can connect and no other user can");
   app.add_option("--mac", mac, "the guest device's MAC address")->capture_default_str();
   app.add_option("--incoming", incoming, "be a migration destination: receive the guest's device state from a source vrdmad on tcp:IP:PORT, or with \"guest\" only from the guest's own memory (its state area: the way under plain virsh migrate or QEMU migrate)");
   app.add_option("--announce", announce,
@@ -442,6 +474,15 @@ int main(int argc, char** argv) {
     (void)::setrlimit(RLIMIT_NOFILE, &rl);
   }
 
+  std::optional<gid_t> socket_gid;
+  if (!socket_group.empty()) {
+    auto g = socket_group_id(socket_group);
+    if (!g) {
+      log::error("vrdmad: {}", g.error().message);
+      return 1;
+    }
+    socket_gid = *g;
+  }
   // A live backend's socket is refused before anything else is opened (channel.hpp).
   if (auto st = vhost::claim_socket_path(sock); !st.ok()) {
     log::error("vrdmad: cannot serve {}: {}", sock, st.error().message);
@@ -488,6 +529,12 @@ int main(int argc, char** argv) {
   if (!srv) {
     log::error("vrdmad: cannot serve {}: {}", sock, srv.error().message);
     return 1;
+  }
+  if (socket_gid) {
+    if (auto st = give_socket_to_group(sock, *socket_gid); !st.ok()) {
+      log::error("vrdmad: {}", st.error().message);
+      return 1;
+    }
   }
 
   UniqueFd sfd(::signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK));

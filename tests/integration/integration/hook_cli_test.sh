@@ -115,6 +115,16 @@ FRESH="socket='$W/fresh/run/g1.sock' engine='soft:10.0.0.5'"
 dom "$FRESH" | "$V" hook qemu g1 prepare begin - || fail "prepare with a missing socket folder failed"
 [ -S "$W/fresh/run/g1.sock" ] || fail "the hook did not make the socket folder $W/fresh/run"
 dom "$FRESH" | "$V" hook qemu g1 release end - || fail "release (fresh folder) failed"
+# The group QEMU runs as reaches vrdmad (--socket-group: its socket root:GROUP 0660): the last
+# `group = "..."` of libvirt's qemu.conf; VRDMA_QEMU_GROUP overrides it, "none" for no group.
+printf 'user = "libvirt-qemu"\n#group = "commented"\ngroup = "first"\n  group   =  "kvm"  # the last one counts\n' >"$W/qemu.conf"
+GRP="socket='$W/grp/g1.sock' engine='soft:10.0.0.5'"
+dom "$GRP" | VRDMA_QEMU_CONF="$W/qemu.conf" "$V" hook qemu g1 prepare begin - || fail "prepare (qemu.conf group) failed"
+grep -q -- "--socket-group kvm" "$W/grp/g1.sock.args" || fail "qemu.conf's group did not reach vrdmad: $(cat "$W/grp/g1.sock.args")"
+dom "$GRP" | "$V" hook qemu g1 release end - || fail "release (group) failed"
+dom "$GRP" | VRDMA_QEMU_CONF="$W/qemu.conf" VRDMA_QEMU_GROUP=none "$V" hook qemu g1 prepare begin - || fail "prepare (no group) failed"
+! grep -q -- "--socket-group" "$W/grp/g1.sock.args" || fail "VRDMA_QEMU_GROUP=none still gave a group: $(cat "$W/grp/g1.sock.args")"
+dom "$GRP" | "$V" hook qemu g1 release end - || fail "release (no group) failed"
 err=$("$V" device status --control "$W/none.ctl" 2>&1)
 [ $? = 1 ] && echo "$err" | grep -q "connecting to vrdmad's control socket $W/none.ctl" ||
   fail "device status on a missing socket: $err"
