@@ -4,12 +4,14 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "backend_proc.hpp"
+#include "vrdma/common/table.hpp"
 #include "commands.hpp"
 
 namespace vrdma::integration {
@@ -140,14 +142,13 @@ int list(const ListArgs& a) {
   std::vector<std::vector<std::string>> rows{{"DOMAIN", "ENGINE", "STATE", "QP", "CQ", "MR", "TX PKTS", "RX PKTS",
                                               "TX BYTES", "RX BYTES", "RETRANS", "ERRORS", "CONTROL"}};
   for (const auto& c : controls) {
-    auto r = control_request(c, R"({"cmd":"status"})", 2000);
-    nlohmann::json s = r ? nlohmann::json::parse(*r, nullptr, false) : nlohmann::json();
-    if (!r || s.is_discarded() || !s.is_object()) {
-      const std::string why = r ? "answered something that is not JSON" : r.error().message;
-      all.push_back({{"control", c}, {"error", why}});
+    auto r = control_json(c, {{"cmd", "status"}}, 2000);
+    if (!r) {
+      all.push_back({{"control", c}, {"error", r.error().message}});
       rows.push_back({"-", "-", "not answering", "-", "-", "-", "-", "-", "-", "-", "-", "-", c});
       continue;
     }
+    const nlohmann::json& s = *r;
     all.push_back({{"control", c}, {"status", s}});
     const std::string phase = str(s, "migration", "phase");
     const bool connected = s.value("connected", false);
@@ -172,16 +173,9 @@ int list(const ListArgs& a) {
     std::printf("No vrdmad backend has a control socket in %s.\n", a.dir.c_str());
     return 0;
   }
-  std::vector<std::size_t> w(rows[0].size(), 0);
-  for (const auto& row : rows)
-    for (std::size_t i = 0; i < row.size(); ++i) w[i] = std::max(w[i], row[i].size());
-  for (const auto& row : rows) {
-    std::string line;
-    for (std::size_t i = 0; i < row.size(); ++i)
-      line += row[i] + (i + 1 < row.size() ? std::string(w[i] - row[i].size() + 2, ' ') : "");
-    std::printf("%s\n", line.c_str());
-  }
-  return 0;
+  std::fflush(stdout);
+  print_table(std::cout, rows);
+  return std::cout ? 0 : 1;
 }
 
 }  // namespace
