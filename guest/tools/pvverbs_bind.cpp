@@ -6,13 +6,15 @@
 //   pvverbs-bind [--list] [--pci ADDRESS]
 //
 // The config space is read through the function's VIRTIO_PCI_CAP_PCI_CFG window in PCI
-// config space (virtio §4.1.4.9), which works while virtio_blk still owns the BARs.
+// config space (virtio §4.1.4.9), which works while virtio_blk still owns the BARs; the window is
+// put back as it was, and a virtio_blk disk with sectors (a real disk) is skipped unread.
 #include <fcntl.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,6 +54,24 @@ Result<Kind> identify(const pci::Function& f) {
   if (!w2) return std::move(w2).error();
   if (*w0 == 0 && *w1 == 0 && *w2 == vd::kSignature) return Kind::carrier;
   return Kind::none;
+}
+
+// A virtio_blk disk with sectors is somebody's disk, not the carrier (whose capacity is 0): its
+// config space is not touched (reading it means writing the function's pci_cfg window). Returns
+// the disk's name and size, or nothing when the function is not such a disk.
+std::optional<std::string> real_disk(const pci::Function& f) {
+  std::error_code ec;
+  for (const auto& v : std::filesystem::directory_iterator(f.sysfs(), ec)) {
+    if (!v.path().filename().string().starts_with("virtio")) continue;
+    std::error_code ec2;
+    for (const auto& b : std::filesystem::directory_iterator(v.path() / "block", ec2)) {
+      std::ifstream in(b.path() / "size");
+      unsigned long long sectors = 0;
+      if (in >> sectors && sectors > 0)
+        return fmt::format("the virtio_blk disk {} ({} sectors)", b.path().filename().string(), sectors);
+    }
+  }
+  return std::nullopt;
 }
 
 // The driver on the function's virtio device (virtio_pci creates /sys/.../virtioN; virtio_blk
@@ -114,6 +134,10 @@ int main(int argc, char** argv) {
     if (!only.empty() && a != only) continue;
     auto f = pci::Function::open(a);
     if (!f || f->vendor() != pci::kVirtioVendor || !virtio_rdma_candidate(f->device())) continue;
+    if (auto disk = real_disk(*f)) {
+      if (list) std::printf("%s skipped: %s, not the carrier\n", a.c_str(), disk->c_str());
+      continue;
+    }
     auto k = identify(*f);
     if (!k) {
       std::fprintf(stderr, "pvverbs-bind: %s: %s\n", a.c_str(), k.error().message.c_str());

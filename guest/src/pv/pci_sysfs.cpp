@@ -196,10 +196,21 @@ Result<std::uint32_t> Function::read_through_pci_cfg(const CapLocation& w, std::
                                                      std::uint8_t len) const {
   if (len != 1 && len != 2 && len != 4) return make_error(Errc::invalid_argument, "pci_cfg reads 1, 2 or 4 bytes");
   // virtio_pci_cfg_cap: cap.bar at +4, cap.offset at +8, cap.length at +12, pci_cfg_data at +16.
+  // The window's three fields are put back as they were found: the function is left as it was
+  // (its driver may use the window too, and a function that is not ours must not notice us).
+  auto was_bar = read_config32(w.cap_offset + 4u);
+  auto was_offset = read_config32(w.cap_offset + 8u);
+  auto was_length = read_config32(w.cap_offset + 12u);
+  if (!was_bar) return std::move(was_bar).error();
+  if (!was_offset) return std::move(was_offset).error();
+  if (!was_length) return std::move(was_length).error();
   VRDMA_TRY(write_config8(w.cap_offset + 4u, bar));
   VRDMA_TRY(write_config32(w.cap_offset + 8u, offset));
   VRDMA_TRY(write_config32(w.cap_offset + 12u, len));
   auto v = read_config32(w.cap_offset + 16u);
+  VRDMA_TRY(write_config8(w.cap_offset + 4u, static_cast<std::uint8_t>(*was_bar & 0xffu)));
+  VRDMA_TRY(write_config32(w.cap_offset + 8u, *was_offset));
+  VRDMA_TRY(write_config32(w.cap_offset + 12u, *was_length));
   if (!v) return std::move(v).error();
   return len == 4 ? *v : (*v & ((1u << (8 * len)) - 1));
 }

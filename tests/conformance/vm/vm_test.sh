@@ -57,12 +57,16 @@ for _ in $(seq 100); do [ -S "$work/vrdma.sock" ] && break; sleep 0.05; done
 mkfifo "$work/con.in" "$work/con.out"
 cat "$work/con.out" > "$work/serial.log" &
 cat_pid=$!
+# A real virtio-blk disk beside the carrier (1 MiB, 2048 sectors): pvverbs-bind must leave it alone
+# without touching its config space.
+truncate -s 1M "$work/disk.raw"
 ip netns exec "$NS" qemu-system-x86_64 -accel tcg -cpu max -m 1G -smp 1,maxcpus=2 -display none -monitor none -no-reboot \
   -object memory-backend-memfd,id=mem,size=1G,share=on -numa node,memdev=mem \
   -kernel "$KERNEL" -initrd "$INITRD" -append "console=ttyS0 quiet panic=-1" \
   -chardev pipe,id=con,path="$work/con" -serial chardev:con \
   -chardev socket,id=vr,path="$work/vrdma.sock",reconnect=1 -device vhost-user-blk-pci,chardev=vr,num-queues=4,queue-size=256 \
   -netdev tap,id=n0,ifname=tap0,script=no,downscript=no -device virtio-net-pci,netdev=n0,mac=52:54:00:77:07:02 \
+  -drive file="$work/disk.raw",format=raw,if=none,id=disk0 -device virtio-blk-pci,drive=disk0 \
   >"$work/qemu.log" 2>&1 &
 qemu_pid=$!
 exec 3>"$work/con.in"
@@ -88,17 +92,23 @@ guest() {  # guest SECONDS OUTFILE COMMAND: runs COMMAND under timeout, output i
 
 # 1. The carrier function: virtio_blk took it at boot (an empty disk); pvverbs-bind finds it by
 #    its signature, moves it to uio_pci_generic and prints its address.
-guest 30 "$work/list.out" "pvverbs-bind --list; ls /sys/block" || true
+#    A real disk beside it is named as skipped, unread, and keeps its driver.
+disks='for d in /sys/block/vd*; do echo "disk ${d##*/} $(cat $d/size)"; done'
+guest 30 "$work/list.out" "pvverbs-bind --list; $disks" || true
 cat "$work/list.out"
 grep -q " carrier driver=virtio-pci virtio=virtio_blk" "$work/list.out" ||
   fail "pvverbs-bind --list does not show the carrier function under virtio-pci with virtio_blk on top"
-grep -q "^vd" "$work/list.out" || fail "virtio_blk made no disk of the carrier (the guest kernel did not take it as a blk device)"
+grep -q "^disk vd[a-z]* 0$" "$work/list.out" || fail "virtio_blk made no disk of the carrier (the guest kernel did not take it as a blk device)"
+grep -qE "skipped: the virtio_blk disk vd[a-z]+ \(2048 sectors\), not the carrier" "$work/list.out" ||
+  fail "pvverbs-bind --list does not name the real 2048-sector disk as skipped"
 guest 30 "$work/bind.out" pvverbs-bind || fail "pvverbs-bind failed: $(cat "$work/bind.out")"
 ADDR=$(grep -oE '^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$' "$work/bind.out" | head -1 || true)
 [ -n "$ADDR" ] || fail "pvverbs-bind printed no PCI address"
-guest 10 "$work/drv.out" "readlink /sys/bus/pci/devices/$ADDR/driver; cat /sys/bus/pci/devices/$ADDR/driver_override; ls /sys/block" || true
+guest 10 "$work/drv.out" "readlink /sys/bus/pci/devices/$ADDR/driver; cat /sys/bus/pci/devices/$ADDR/driver_override; $disks" || true
 grep -q "uio_pci_generic$" "$work/drv.out" || fail "$ADDR is not bound to uio_pci_generic: $(cat "$work/drv.out")"
-grep -q "^vd" "$work/drv.out" && fail "virtio_blk still has a disk on the carrier after pvverbs-bind: $(cat "$work/drv.out")"
+grep -q "^disk vd[a-z]* 0$" "$work/drv.out" && fail "virtio_blk still has a disk on the carrier after pvverbs-bind: $(cat "$work/drv.out")"
+grep -q "^disk vd[a-z]* 2048$" "$work/drv.out" || fail "the real disk is gone after pvverbs-bind: $(cat "$work/drv.out")"
+[ "$(grep -cE '^[0-9a-f]{4}:' "$work/bind.out")" = 1 ] || fail "pvverbs-bind bound more than the carrier: $(cat "$work/bind.out")"
 echo "bound $ADDR: $(grep -v '===' "$work/drv.out" | tr '\n' ' ')"
 
 # 2. vrdma-perf over pv in the guest against vrdma-perf on the soft engine at $PEER; the peer
