@@ -4,7 +4,7 @@
 
 namespace vrdma::cli {
 
-std::string_view version() noexcept { return VRDMA_VERSION; }
+std::string_view version() noexcept { return vrdma::version(); }
 
 std::string command_path(const CLI::App& app) {
   std::string path = app.get_name();

@@ -159,6 +159,7 @@ std::string encode_hello(const Hello& h) {
                    {"source", h.source}};
   if (h.rdma) j["rdma"] = rdma_json(*h.rdma);
   if (h.state_hint != 0) j["state_hint"] = h.state_hint;
+  if (!h.release.empty()) j["release"] = h.release;
   return j.dump();
 }
 
@@ -183,12 +184,15 @@ Result<Hello> decode_hello(std::span<const std::uint8_t> payload) {
   h.rdma = std::move(*r);
   if (!unsigned_field(j, "state_hint", kMaxStateBytes, h.state_hint, false))
     return make_error(Errc::protocol_error, "HELLO's state_hint is not a size up to the largest state");
+  if (j.contains("release") && !str("release", h.release, 32))
+    return make_error(Errc::protocol_error, "HELLO's release is not a version string of up to 32 characters");
   return h;
 }
 
 std::string encode_hello_ok(const HelloOk& h) {
   nlohmann::json j{{"prestate", h.prestate}};
   if (h.rdma) j["rdma"] = rdma_json(*h.rdma);
+  if (!h.release.empty()) j["release"] = h.release;
   return j.dump();
 }
 
@@ -201,6 +205,11 @@ Result<HelloOk> decode_hello_ok(std::span<const std::uint8_t> payload) {
   auto r = rdma_from(j);
   if (!r) return std::move(r).error();
   h.rdma = std::move(*r);
+  if (auto v = j.find("release"); v != j.end()) {
+    if (!v->is_string() || v->get_ref<const std::string&>().size() > 32)
+      return make_error(Errc::protocol_error, "HELLO_OK's release is not a version string of up to 32 characters");
+    h.release = v->get<std::string>();
+  }
   return h;
 }
 

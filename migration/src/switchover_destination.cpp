@@ -15,6 +15,7 @@
 
 #include "switchover_impl.hpp"
 #include "vrdma/common/log.hpp"
+#include "vrdma/common/version.hpp"
 
 namespace vrdma::migration {
 
@@ -23,9 +24,10 @@ std::optional<std::string> MigratingDevice::Impl::refuse_reason(const Hello& h) 
   if (st.phase != Phase::incoming && st.phase != Phase::holding)
     return fmt::format("this vrdmad is not waiting for a guest (it is {})", to_string(st.phase));
   if (!vhost::RdmaDevice::state_version_readable(h.state_version))
-    return fmt::format("the source sends device state version {}, this vrdmad reads versions {} to {}: run a vrdma "
-                       "release on the destination at least as new as the source's",
-                       h.state_version, vhost::RdmaDevice::kOldestStateVersion, me.state_version);
+    return fmt::format("the source (vrdma {}) sends device state version {}, this vrdmad (vrdma {}) reads versions {} "
+                       "to {}: run a vrdma release on the destination at least as new as the source's",
+                       h.release.empty() ? "before 0.1.0" : h.release, h.state_version, me.release,
+                       vhost::RdmaDevice::kOldestStateVersion, me.state_version);
   if (h.engine != me.engine)
     return fmt::format("the guest uses a {} engine, this vrdmad a {} engine", h.engine, me.engine);
   if (h.gid != me.gid)
@@ -53,10 +55,12 @@ void MigratingDevice::Impl::on_destination_frame(Frame f) {
       }
       st.peer = h->source;
       st.message = "identity accepted; waiting for the device state";
-      log::info("migration: {} offers the guest {} ({}); accepted, waiting for its state", h->source, h->gid, h->mac);
+      log::info("migration: {} (vrdma {}, device state version {}) offers the guest {} ({}); accepted, waiting for "
+                "its state", h->source, h->release.empty() ? "before 0.1.0" : h->release, h->state_version, h->gid, h->mac);
       // "prestate": this destination takes the object layout ahead of the state (PRESTATE).
       HelloOk ok;
       ok.prestate = true;
+      ok.release = std::string(vrdma::version());
       rdma.reset();
       if (h->rdma && opts.migration_engine) {
         // Room for the source's bound on the state of its objects now, a quarter more for

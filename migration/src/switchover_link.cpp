@@ -12,6 +12,7 @@
 
 #include "switchover_impl.hpp"
 #include "vrdma/common/log.hpp"
+#include "vrdma/common/version.hpp"
 
 namespace vrdma::migration {
 
@@ -41,6 +42,7 @@ Hello MigratingDevice::Impl::identity() const {
   h.engine = opts.engine_name.substr(0, opts.engine_name.find(':'));
   h.state_version = vhost::RdmaDevice::kStateVersion;
   h.source = opts.self;
+  h.release = std::string(vrdma::version());
   return h;
 }
 

@@ -37,7 +37,8 @@ Seen parse(const std::uint8_t* data, std::size_t size, std::size_t chunk) {
         if (auto h = decode_hello_ok(fr.payload); h.ok()) {
           const auto text = encode_hello_ok(*h);
           auto again = decode_hello_ok(std::span(reinterpret_cast<const std::uint8_t*>(text.data()), text.size()));
-          if (!again.ok() || again->prestate != h->prestate || again->rdma != h->rdma) std::abort();
+          if (!again.ok() || again->prestate != h->prestate || again->rdma != h->rdma ||
+              again->release != h->release || h->release.size() > 32) std::abort();
           if (h->rdma && (h->rdma->qpn > 0xffffff || h->rdma->psn > 0xffffff || h->rdma->bytes > kMaxStateBytes))
             std::abort();
         }
@@ -51,7 +52,7 @@ Seen parse(const std::uint8_t* data, std::size_t size, std::size_t chunk) {
           auto again = decode_hello(std::span(reinterpret_cast<const std::uint8_t*>(text.data()), text.size()));
           if (!again.ok() || again->gid != h->gid || again->mac != h->mac || again->engine != h->engine ||
               again->state_version != h->state_version || again->source != h->source || again->rdma != h->rdma ||
-              again->state_hint != h->state_hint)
+              again->state_hint != h->state_hint || again->release != h->release || h->release.size() > 32)
             std::abort();
         }
       }

@@ -32,6 +32,7 @@
 #include "vrdma/common/bytes.hpp"
 #include "vrdma/migration/stream.hpp"
 #include "vrdma/vhost/rdma_device.hpp"
+#include "vrdma/common/version.hpp"
 #include "vrdma/nicdrv/registry.hpp"
 #include "vrdma/guest/pv.hpp"
 #include "fabric.hpp"
@@ -356,6 +357,7 @@ int hello_to(std::uint16_t port, std::uint32_t version, const char* source) {
   h.engine = "soft";
   h.state_version = version;
   h.source = source;
+  h.release = "9.9.9";
   const auto f = migration::encode(migration::FrameType::hello, migration::encode_hello(h));
   (void)::send(s, f.data(), f.size(), MSG_NOSIGNAL);
   return s;
@@ -471,6 +473,9 @@ BOOST_AUTO_TEST_CASE(a_source_of_an_older_state_version_is_taken_and_a_newer_one
   const auto newer = answer(vhost::RdmaDevice::kStateVersion + 1);
   BOOST_TEST(newer.first == static_cast<int>(migration::FrameType::refuse), "answer " << newer.first << ": " << newer.second);
   BOOST_TEST(newer.second.find("version") != std::string::npos, newer.second);
+  // The sentence names both releases: the source's (from its HELLO) and this vrdmad's.
+  BOOST_TEST(newer.second.find("(vrdma 9.9.9)") != std::string::npos, newer.second);
+  BOOST_TEST(newer.second.find("(vrdma " + std::string(vrdma::version()) + ")") != std::string::npos, newer.second);
   const auto older = answer(vhost::RdmaDevice::kOldestStateVersion);
   BOOST_TEST(older.first == static_cast<int>(migration::FrameType::hello_ok), "answer " << older.first << ": " << older.second);
   BOOST_TEST(vhost::RdmaDevice::kOldestStateVersion < vhost::RdmaDevice::kStateVersion);

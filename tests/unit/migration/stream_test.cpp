@@ -41,6 +41,35 @@ BOOST_AUTO_TEST_CASE(rdma_endpoints_and_state_written_round_trip) {
   BOOST_TEST(w->crc32 == 0xdeadbeefu);
 }
 
+// Both ends name their vrdma release; a HELLO or HELLO_OK from a release before the field still
+// decodes (release empty), and one whose release is not a short string is refused.
+BOOST_AUTO_TEST_CASE(hello_and_hello_ok_carry_the_release) {
+  Hello h;
+  h.gid = "::ffff:10.67.0.1";
+  h.mac = "52:54:00:66:00:01";
+  h.engine = "soft";
+  h.state_version = 3;
+  h.source = "hostA:/run/vrdma/g.ctl";
+  h.release = "0.1.0";
+  auto back = decode_hello(bytes(encode_hello(h)));
+  BOOST_REQUIRE(back.ok());
+  BOOST_TEST(back->release == "0.1.0");
+  BOOST_TEST(back->state_version == 3u);
+  auto old = decode_hello(bytes(kHello + "}"));
+  BOOST_REQUIRE(old.ok());
+  BOOST_TEST(old->release.empty());
+  BOOST_TEST(!decode_hello(bytes(kHello + R"(,"release":7})")).ok());
+  BOOST_TEST(!decode_hello(bytes(kHello + R"(,"release":")" + std::string(33, '9') + R"("})")).ok());
+
+  HelloOk ok;
+  ok.release = "0.2.0";
+  auto okb = decode_hello_ok(bytes(encode_hello_ok(ok)));
+  BOOST_REQUIRE(okb.ok());
+  BOOST_TEST(okb->release == "0.2.0");
+  BOOST_TEST(decode_hello_ok(bytes(R"({"prestate":true})")).ok());
+  BOOST_TEST(!decode_hello_ok(bytes(R"({"release":[1]})")).ok());
+}
+
 BOOST_AUTO_TEST_CASE(malformed_rdma_endpoints_are_refused_with_the_reason) {
   const char* bad_rdma[] = {
       R"({"prestate":true,"rdma":"no"})",

@@ -1,8 +1,11 @@
-// Bounds-checked binary blobs of trivially copyable fields in host byte order, for versioned
-// state that crosses a process boundary (QP state, virtio RDMA device state). The reader never
-// reads past its input: every get() says whether the field was there.
+// Bounds-checked binary blobs for every binary format of the project: put()/get() move trivially
+// copyable fields in host byte order (state that crosses a process boundary on one host: device
+// state, re-creation records, QP export, switchover frames), be()/raw() unsigned integers in
+// network byte order and plain bytes (what crosses the network to other hosts: peer notices).
+// The reader never reads past its input: every get() says whether the field was there.
 #pragma once
 
+#include <concepts>
 #include <cstdint>
 #include <cstring>
 #include <span>
@@ -24,6 +27,13 @@ class ByteWriter {
     put(static_cast<std::uint32_t>(b.size()));
     out.insert(out.end(), b.begin(), b.end());
   }
+  // An unsigned integer in network byte order (big-endian).
+  template <std::unsigned_integral T>
+  void be(T v) {
+    for (std::size_t i = sizeof(T); i-- > 0;) out.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
+  }
+  // The bytes as they are, no length.
+  void raw(std::span<const std::uint8_t> b) { out.insert(out.end(), b.begin(), b.end()); }
   std::vector<std::uint8_t> out;
 };
 
@@ -46,6 +56,24 @@ class ByteReader {
     pos_ += n;
     return true;
   }
+  // An unsigned integer in network byte order (big-endian).
+  template <std::unsigned_integral T>
+  bool be(T& v) {
+    if (in_.size() - pos_ < sizeof(T)) return false;
+    T x = 0;
+    for (std::size_t i = 0; i < sizeof(T); ++i) x = static_cast<T>((x << 8) | in_[pos_ + i]);
+    v = x;
+    pos_ += sizeof(T);
+    return true;
+  }
+  // Exactly n bytes as they are (a view into the input), if that many are left.
+  bool raw(std::size_t n, std::span<const std::uint8_t>& out) {
+    if (in_.size() - pos_ < n) return false;
+    out = in_.subspan(pos_, n);
+    pos_ += n;
+    return true;
+  }
+  [[nodiscard]] std::size_t remaining() const { return in_.size() - pos_; }
   [[nodiscard]] bool at_end() const { return pos_ == in_.size(); }
 
  private:

@@ -9,9 +9,11 @@
 #include <string_view>
 #include <vector>
 
+#include "vrdma/common/version.hpp"
+
 namespace vrdma::cli {
 
-// The project's version (CMake's PROJECT_VERSION).
+// The project's version (CMake's PROJECT_VERSION; vrdma::version()).
 std::string_view version() noexcept;
 
 // Gives `app` (a tool's top-level App, its name set) --version and the one-line usage error.

@@ -82,6 +82,7 @@ struct Hello {
   std::string source;         // who sends (host name and control socket), for log lines
   std::optional<RdmaPeer> rdma;    // the source has a migration engine: its QP
   std::uint64_t state_hint = 0;    // the source's estimate of the state's size (bytes)
+  std::string release;        // the source's vrdma release ("0.1.0"); empty from releases before it
 };
 std::string encode_hello(const Hello& h);
 Result<Hello> decode_hello(std::span<const std::uint8_t> payload);
@@ -89,6 +90,7 @@ Result<Hello> decode_hello(std::span<const std::uint8_t> payload);
 struct HelloOk {
   bool prestate = false;          // this destination builds the objects ahead from PRESTATE
   std::optional<RdmaPeer> rdma;   // its QP and state buffer, when the state may come over RDMA
+  std::string release;            // the destination's vrdma release; empty from releases before it
 };
 std::string encode_hello_ok(const HelloOk& h);
 Result<HelloOk> decode_hello_ok(std::span<const std::uint8_t> payload);
