@@ -2,7 +2,6 @@
 #include "vrdma/vhost/peer_notice.hpp"
 
 #include <arpa/inet.h>
-#include <endian.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -12,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "vrdma/common/bytes.hpp"
 #include "vrdma/common/fd.hpp"
 
 namespace vrdma::vhost::notice {
@@ -22,35 +22,6 @@ constexpr std::uint8_t kVersion = 1;
 constexpr std::size_t kFixedBody = 4 + 4 + 16 + 8 + 4 + 4 + 4 + 2;
 constexpr std::size_t kMaxBody = kFixedBody + std::size_t{kMaxRkeys} * 8 + kMaxReason;
 using Clock = std::chrono::steady_clock;
-
-struct Writer {
-  std::vector<std::uint8_t> out;
-  void u8(std::uint8_t v) { out.push_back(v); }
-  void u16(std::uint16_t v) { put(htobe16(v)); }
-  void u32(std::uint32_t v) { put(htobe32(v)); }
-  void u64(std::uint64_t v) { put(htobe64(v)); }
-  template <class T>
-  void put(T v) {
-    const auto* p = reinterpret_cast<const std::uint8_t*>(&v);
-    out.insert(out.end(), p, p + sizeof v);
-  }
-};
-
-struct Reader {
-  std::span<const std::uint8_t> in;
-  std::size_t pos = 0;
-  template <class T>
-  bool raw(T& v) {
-    if (in.size() - pos < sizeof v) return false;
-    std::memcpy(&v, in.data() + pos, sizeof v);
-    pos += sizeof v;
-    return true;
-  }
-  bool u8(std::uint8_t& v) { return raw(v); }
-  bool u16(std::uint16_t& v) { return raw(v) && ((v = be16toh(v)), true); }
-  bool u32(std::uint32_t& v) { return raw(v) && ((v = be32toh(v)), true); }
-  bool u64(std::uint64_t& v) { return raw(v) && ((v = be64toh(v)), true); }
-};
 
 Error bad(const std::string& what) { return make_error(Errc::protocol_error, "peer notice: " + what); }
 
@@ -101,34 +72,34 @@ const char* to_string(Kind k) {
 }
 
 std::vector<std::uint8_t> encode(const Message& m) {
-  Writer w;
-  w.u32(kMagic);
-  w.u8(kVersion);
-  w.u8(static_cast<std::uint8_t>(m.kind));
+  ByteWriter w;
+  w.be(kMagic);
+  w.be(kVersion);
+  w.be(static_cast<std::uint8_t>(m.kind));
   const std::size_t nkeys = std::min<std::size_t>(m.rkeys.size(), kMaxRkeys);
   const std::size_t nreason = std::min(m.reason.size(), kMaxReason);
-  w.u32(static_cast<std::uint32_t>(kFixedBody + nkeys * 8 + nreason));
-  w.u32(m.peer_qpn);
-  w.u32(m.mover_qpn);
-  w.out.insert(w.out.end(), m.mover_gid.begin(), m.mover_gid.end());
-  w.u64(m.token);
-  w.u32(m.sq_psn);
-  w.u32(m.rq_psn);
-  w.u32(static_cast<std::uint32_t>(nkeys));
+  w.be(static_cast<std::uint32_t>(kFixedBody + nkeys * 8 + nreason));
+  w.be(m.peer_qpn);
+  w.be(m.mover_qpn);
+  w.raw(m.mover_gid);
+  w.be(m.token);
+  w.be(m.sq_psn);
+  w.be(m.rq_psn);
+  w.be(static_cast<std::uint32_t>(nkeys));
   for (std::size_t i = 0; i < nkeys; ++i) {
-    w.u32(m.rkeys[i].first);
-    w.u32(m.rkeys[i].second);
+    w.be(m.rkeys[i].first);
+    w.be(m.rkeys[i].second);
   }
-  w.u16(static_cast<std::uint16_t>(nreason));
-  w.out.insert(w.out.end(), m.reason.begin(), m.reason.begin() + static_cast<std::ptrdiff_t>(nreason));
+  w.be(static_cast<std::uint16_t>(nreason));
+  w.raw(std::span(reinterpret_cast<const std::uint8_t*>(m.reason.data()), nreason));
   return std::move(w.out);
 }
 
 Result<std::uint32_t> body_length(std::span<const std::uint8_t> header) {
-  Reader r{header};
+  ByteReader r{header};
   std::uint32_t magic = 0, len = 0;
   std::uint8_t version = 0, kind = 0;
-  if (!r.u32(magic) || !r.u8(version) || !r.u8(kind) || !r.u32(len)) return bad("a header is 10 bytes");
+  if (!r.be(magic) || !r.be(version) || !r.be(kind) || !r.be(len)) return bad("a header is 10 bytes");
   if (magic != kMagic) return bad("not a vrdma peer notice (magic)");
   if (version != kVersion) return bad(fmt::format("version {} (this vrdmad speaks {})", version, kVersion));
   if (kind < 1 || kind > 7) return bad(fmt::format("kind {}", kind));
@@ -143,19 +114,21 @@ Result<Message> decode(std::span<const std::uint8_t> bytes) {
   if (bytes.size() != kHeaderLen + *len) return bad("its length is not the header's");
   Message m;
   m.kind = static_cast<Kind>(bytes[5]);
-  Reader r{bytes.subspan(kHeaderLen)};
+  ByteReader r{bytes.subspan(kHeaderLen)};
   std::uint32_t nkeys = 0;
   std::uint16_t nreason = 0;
-  bool ok = r.u32(m.peer_qpn) && r.u32(m.mover_qpn);
-  for (auto& b : m.mover_gid) ok = ok && r.u8(b);
-  ok = ok && r.u64(m.token) && r.u32(m.sq_psn) && r.u32(m.rq_psn) && r.u32(nkeys);
+  std::span<const std::uint8_t> gid, reason;
+  bool ok = r.be(m.peer_qpn) && r.be(m.mover_qpn) && r.raw(m.mover_gid.size(), gid);
+  ok = ok && r.be(m.token) && r.be(m.sq_psn) && r.be(m.rq_psn) && r.be(nkeys);
   if (!ok) return bad("truncated");
-  if (nkeys > kMaxRkeys || std::size_t{nkeys} * 8 > r.in.size() - r.pos) return bad(fmt::format("{} rkeys", nkeys));
+  std::memcpy(m.mover_gid.data(), gid.data(), gid.size());
+  if (nkeys > kMaxRkeys || std::size_t{nkeys} * 8 > r.remaining()) return bad(fmt::format("{} rkeys", nkeys));
   m.rkeys.resize(nkeys);
-  for (auto& [g, n] : m.rkeys) ok = ok && r.u32(g) && r.u32(n);
-  ok = ok && r.u16(nreason);
-  if (!ok || nreason > kMaxReason || r.in.size() - r.pos != nreason) return bad("truncated or trailing bytes");
-  m.reason.assign(reinterpret_cast<const char*>(r.in.data() + r.pos), nreason);
+  for (auto& [g, n] : m.rkeys) ok = ok && r.be(g) && r.be(n);
+  ok = ok && r.be(nreason);
+  if (!ok || nreason > kMaxReason || r.remaining() != nreason || !r.raw(nreason, reason))
+    return bad("truncated or trailing bytes");
+  m.reason.assign(reinterpret_cast<const char*>(reason.data()), reason.size());
   if ((m.peer_qpn | m.mover_qpn | m.sq_psn | m.rq_psn) >> 24 != 0) return bad("a QPN or PSN wider than 24 bits");
   for (char c : m.reason)
     if (static_cast<unsigned char>(c) < 0x20) return bad("a reason with control characters");
