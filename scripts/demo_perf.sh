@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The demo: two "hosts" (network namespaces joined by a veth pair), each running vrdma's soft
+# `scripts/demo.sh --perf`: two "hosts" (network namespaces joined by a veth pair), each running vrdma's soft
 # RoCEv2 engine; vrdma-perf moves data between them with RDMA WRITE, READ, SEND and atomics,
 # verifies it end to end, and measures bandwidth and latency. Then the same over paravirtual
 # verbs: a guest device served by vrdmad on host A, vrdma-perf as its libpvverbs application.

@@ -50,6 +50,7 @@ export LV_HOOK=$W/hook LV_PREFIX=lv6 LV_NET=10.98.6
 inner() {
   set -u
   . "$HERE/memcheck_lib.sh"
+  . "$HERE/fabric_lib.sh"
   GIP=10.88.6.12 GMAC=52:54:00:88:06:0c GUEST=10.88.6.2 NICMAC=52:54:00:88:06:02 PEER=10.88.6.3
   MSGS=${VM_MIGRATE_MESSAGES:-1000000}
   fail() {
@@ -62,33 +63,8 @@ inner() {
     ip netns pids $PNS 2>/dev/null | xargs -r kill 2>/dev/null
     exit 1
   } >&2
-  # The fabric: a switch, the two libvirt hosts and the peer. On each host the guest's RDMA
-  # address lives on "vg" (the same MAC and address on both; silent on b until the guest runs
-  # there) and the guest's virtio-net tap on a bridge with an uplink to the switch.
-  # (a second run after QEMU lost memory in the first: memcheck_lib.sh) no namespace of the first
-  ip netns pids $PNS 2>/dev/null | xargs -r kill 2>/dev/null
-  ip netns del $PNS 2>/dev/null; ip netns del $SWNS 2>/dev/null
-  ip netns add $SWNS && ip netns add $PNS
-  ip -n $SWNS link add br0 type bridge && ip -n $SWNS link set br0 up
-  for h in a b; do
-    pid_var=LV_${h^^}_PID; pid=${!pid_var}
-    ip link add "lv6g$h" netns "$pid" type veth peer name "sg$h" netns $SWNS
-    ip link add "lv6u$h" netns "$pid" type veth peer name "su$h" netns $SWNS
-    ip -n $SWNS link set "sg$h" master br0 up
-    ip -n $SWNS link set "su$h" master br0 up
-    nsenter -t "$pid" -n sh -c "ip link set lv6g$h name vg && ip link set vg address $GMAC && ip addr add $GIP/24 dev vg &&
-      ip link set vg up && ip link add hbr type bridge && ip link set lv6u$h master hbr up &&
-      ip tuntap add vmtap0 mode tap && ip link set vmtap0 master hbr up && ip link set hbr up" || fail "host $h's network"
-  done
-  nsenter -t "$LV_B_PID" -n ip link set vg arp off
-  # ARP for the guest's address only on vg (Linux answers on any interface by default).
-  for pid in $LV_A_PID $LV_B_PID; do nsenter -t "$pid" -n sysctl -qw net.ipv4.conf.all.arp_ignore=1; done
-  ip link add gP netns $PNS type veth peer name sgP netns $SWNS
-  ip -n $SWNS link set sgP master br0 up
-  ip -n $PNS link set lo up && ip -n $PNS addr add $PEER/24 dev gP && ip -n $PNS link set gP up
-  ip netns exec $SWNS nft add table bridge loss
-  ip netns exec $SWNS nft add chain bridge loss lossy '{ type filter hook forward priority 0; }'
-  ip netns exec $SWNS nft add rule bridge loss lossy udp dport 4791 numgen random mod 100 '<' 1 counter drop
+  # The fabric: a switch, the two libvirt hosts and the peer (fabric_lib.sh), 1 % RoCE loss.
+  guest_fabric || fail "cannot build the fabric"
 
   # The peer ends the stream 1000 messages after end-stream appears (after the last move); MSGS
   # only bounds it.
@@ -192,7 +168,7 @@ inner() {
   [ -n "$n" ] && [ "$n" -ge $((p2 + 1500)) ] || fail "the stream ended at ${n:-?} messages, before the $((p2 + 1500)) the guest had received"
   echo "$peer" | grep -q "\"received\":$n," || fail "the peer did not receive every message ($n)"
   echo "$guest" | grep -q "\"received\":$n," || fail "the guest did not receive every message ($n)"
-  echo "the switch dropped $(ip netns exec $SWNS nft list chain bridge loss lossy | sed -n 's/.*counter packets \([0-9]*\).*/\1/p') RoCE packets"
+  echo "the switch dropped $(fabric_dropped) RoCE packets"
   for _ in $(seq 100); do [ -z "$($A list --name)" ] && break; sleep 0.1; done
   echo "hook calls:"; sed 's/^/  /' "$W/hook.log"
 }
