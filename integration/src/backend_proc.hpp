@@ -38,6 +38,20 @@ Status ensure_backend(const DeviceMeta& m, bool incoming, const BackendPrograms&
 // does not run.
 Status stop_backend(const DeviceMeta& m);
 
+// The libvirt hook's start and stop of a domain's device backend on `host` (hook.cpp), also what
+// `vrdmactl domain attach|detach --live` does. Start: unless one already serves the socket; with
+// engine="verbs:vf" a VF of the pool first (given back when starting fails). Returns what to add
+// to a log line, or the failure as a whole sentence. Stop: the backend, then its VF back to the
+// pool; the failure to give the VF back is a sentence.
+Result<std::string> start_device_backend(const std::string& domain, const std::string& host, const DeviceMeta& m,
+                                         bool incoming, bool migrating, const BackendPrograms& progs);
+struct StoppedBackend {
+  std::string vf;       // the VF given back to the pool, if the device had one
+  std::string warning;  // what the pool said about it (e.g. a setting it could not reset)
+  [[nodiscard]] std::string log_part() const;  // ", released VF X (warning)" or ""
+};
+Result<StoppedBackend> stop_device_backend(const std::string& domain, const std::string& host, const DeviceMeta& dev);
+
 // One request line to a vrdmad control socket, one JSON line back (timeout_ms for both).
 Result<std::string> control_request(const std::string& path, const std::string& line, int timeout_ms = 2000);
 // The same with the answer parsed: a JSON object, or a protocol_error naming what came back.

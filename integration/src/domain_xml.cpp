@@ -468,4 +468,82 @@ Result<std::string> detach_device(const std::string& xml) {
   return dump(doc->get());
 }
 
+namespace {
+
+std::string node_xml(xmlDoc* doc, xmlNode* n) {
+  xmlBuffer* b = xmlBufferCreate();
+  if (b == nullptr) return {};
+  xmlNodeDump(b, doc, n, 0, 0);
+  std::string s(reinterpret_cast<const char*>(xmlBufferContent(b)), static_cast<std::size_t>(xmlBufferLength(b)));
+  xmlBufferFree(b);
+  return s;
+}
+
+// The disk whose source is `socket`, or null.
+xmlNode* carrier_disk(xmlNode* root, const std::string& socket) {
+  xmlNode* devices = child(root, "devices");
+  for (xmlNode* d = devices ? devices->children : nullptr; d; d = d->next)
+    if (d->type == XML_ELEMENT_NODE && xmlStrEqual(d->name, X("disk")))
+      if (xmlNode* s = child(d, "source"); s && attr(s, "path") == socket) return d;
+  return nullptr;
+}
+
+// The parts of `xml` (a domain with the device) libvirt takes for a running domain.
+Result<LiveDevice> parts_of(const std::string& xml) {
+  auto info = parse_domain(xml);
+  if (!info) return std::move(info).error();
+  if (!info->device)
+    return make_error(Errc::not_found, "domain " + info->name + " has no vrdma device (no vrdma:device metadata)");
+  auto doc = read(xml);
+  if (!doc) return std::move(doc).error();
+  xmlNode* root = xmlDocGetRootElement(doc->get());
+  xmlNode* disk = carrier_disk(root, info->device->socket);
+  if (disk == nullptr)
+    return make_error(Errc::not_found, "domain " + info->name + " has vrdma:device metadata but no disk on its socket " +
+                                           info->device->socket);
+  LiveDevice out;
+  out.disk = node_xml(doc->get(), disk);
+  // libvirt puts the element into the namespace it is given: the element goes without its own.
+  xmlNode* e = xmlCopyNode(vrdma_element(root), 1);
+  if (e == nullptr) return make_error(Errc::no_memory, "cannot copy the vrdma:device element");
+  xmlSetNs(e, nullptr);
+  for (xmlNs* ns = e->nsDef; ns != nullptr;) {  // its xmlns:vrdma declaration
+    xmlNs* next = ns->next;
+    xmlFreeNs(ns);
+    ns = next;
+  }
+  e->nsDef = nullptr;
+  out.metadata = node_xml(doc->get(), e);
+  xmlFreeNode(e);
+  out.device = *info->device;
+  return out;
+}
+
+}  // namespace
+
+Result<LiveDevice> live_attach_parts(const std::string& live_xml, const AttachOptions& o) {
+  auto doc = read(live_xml);
+  if (!doc) return std::move(doc).error();
+  xmlNode* root = xmlDocGetRootElement(doc->get());
+  xmlNode* mb = child(root, "memoryBacking");
+  const bool shared = mb && attr(child(mb, "access"), "mode") == "shared" &&
+                      (attr(child(mb, "source"), "type") == "memfd" || child(mb, "hugepages") != nullptr);
+  if (!shared)
+    return make_error(Errc::bad_state,
+                      "the running domain's memory is not shared (memoryBacking with a memfd source or hugepages and "
+                      "access mode='shared'), and vhost-user devices need it from boot: add the device to the "
+                      "domain's XML (vrdmactl domain attach --xml) and start it again, or give the domain shared "
+                      "memory so that the device can be hot-plugged later");
+  auto attached = attach_device(live_xml, o);
+  if (!attached) return std::move(attached).error();
+  return parts_of(*attached);
+}
+
+Result<LiveDevice> live_detach_parts(const std::string& live_xml) { return parts_of(live_xml); }
+
+bool has_carrier_disk(const std::string& xml, const std::string& socket) {
+  auto doc = read(xml);
+  return doc && carrier_disk(xmlDocGetRootElement(doc->get()), socket) != nullptr;
+}
+
 }  // namespace vrdma::integration

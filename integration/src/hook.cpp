@@ -22,12 +22,10 @@ void trace(const std::string& line) {
 
 const char* kind_name(BackendKind k) { return k == BackendKind::vrdmad ? "vrdmad" : "vhost-user-blk"; }
 
-// Starts the backend for m unless one already serves its socket. With engine="verbs:vf" it first
-// takes a VF (held by this process), starts vrdmad on the VF's RDMA device, then hands the VF to
-// vrdmad's pid; any failure gives the VF back. Returns what to add to the trace line, or the
-// failure as a whole sentence.
-Result<std::string> start_backend(const std::string& domain, const std::string& host, const DeviceMeta& m,
-                                  bool incoming, bool migrating, const BackendPrograms& progs) {
+}  // namespace
+
+Result<std::string> start_device_backend(const std::string& domain, const std::string& host, const DeviceMeta& m,
+                                         bool incoming, bool migrating, const BackendPrograms& progs) {
   const std::string what = std::string(migrating ? "incoming " : "") + "domain " + domain + " on " + host;
   auto backend_failed = [&](const Error& e, const std::string& extra) {
     return Error{e.code, "cannot start the " + std::string(kind_name(m.backend)) + " backend for " + what + ": " +
@@ -61,7 +59,22 @@ Result<std::string> start_backend(const std::string& domain, const std::string& 
          run.engine + ", MAC " + run.mac + ")";
 }
 
-}  // namespace
+Result<StoppedBackend> stop_device_backend(const std::string& domain, const std::string& host, const DeviceMeta& dev) {
+  (void)stop_backend(dev);
+  if (!dev.vf) return StoppedBackend{};
+  const auto owner = vf_owner(domain, host);
+  auto r = release_guest_vf(VfPaths::from_environment(), dev, owner);
+  if (!r)
+    return Error{r.error().code, "cannot give the VF of domain " + domain + " back to the pool on " + host + ": " +
+                                     r.error().message + "; 'vrdmactl vf release --owner " + owner + "' does it by hand"};
+  if (!*r) return StoppedBackend{};
+  return StoppedBackend{(*r)->vf, (*r)->warning};
+}
+
+std::string StoppedBackend::log_part() const {
+  if (vf.empty()) return {};
+  return ", released VF " + vf + (warning.empty() ? "" : " (" + warning + ")");
+}
 
 int hook_qemu_run(const std::vector<std::string>& args, std::istream& in, std::ostream& out, std::ostream& err) {
   if (args.size() < 3) {
@@ -116,7 +129,7 @@ int hook_qemu_run(const std::vector<std::string>& args, std::istream& in, std::o
       return 1;
     }
     const bool incoming = here.backend == BackendKind::vrdmad;
-    auto started = start_backend(domain, host, here, incoming, true, progs);
+    auto started = start_device_backend(domain, host, here, incoming, true, progs);
     if (!started) {
       err << "vrdma hook: " << started.error().message << "\n";
       return 1;
@@ -128,7 +141,7 @@ int hook_qemu_run(const std::vector<std::string>& args, std::istream& in, std::o
   }
   if (ensure) {
     const bool was = backend_pid(dev) != 0;
-    auto started = start_backend(domain, host, dev, false, false, progs);
+    auto started = start_device_backend(domain, host, dev, false, false, progs);
     if (!started) {
       err << "vrdma hook: " << started.error().message << "\n";
       return 1;
@@ -137,26 +150,15 @@ int hook_qemu_run(const std::vector<std::string>& args, std::istream& in, std::o
           " on " + dev.socket);
     return 0;
   }
-  (void)stop_backend(dev);
-  std::string freed;
-  int rc = 0;
-  if (dev.vf) {
-    const auto owner = vf_owner(domain, host);
-    auto r = release_guest_vf(VfPaths::from_environment(), dev, owner);
-    if (!r) {
-      err << "vrdma hook: cannot give the VF of domain " << domain << " back to the pool on " << host << ": "
-          << r.error().message << "; 'vrdmactl vf release --owner " << owner << "' does it by hand\n";
-      rc = 1;
-    } else if (*r) {
-      freed = ", released VF " + (*r)->vf;
-      if (!(*r)->warning.empty()) {
-        err << "vrdma hook: domain " << domain << ": " << (*r)->warning << "\n";
-        freed += " (" + (*r)->warning + ")";
-      }
-    }
+  auto freed = stop_device_backend(domain, host, dev);
+  if (!freed) {
+    err << "vrdma hook: " << freed.error().message << "\n";
+    trace(host + " " + domain + " release end: stopped backend on " + dev.socket);
+    return 1;
   }
-  trace(host + " " + domain + " release end: stopped backend on " + dev.socket + freed);
-  return rc;
+  if (!freed->warning.empty()) err << "vrdma hook: domain " << domain << ": " << freed->warning << "\n";
+  trace(host + " " + domain + " release end: stopped backend on " + dev.socket + freed->log_part());
+  return 0;
 }
 
 }  // namespace vrdma::integration

@@ -20,6 +20,8 @@
 #include <fstream>
 #include <mutex>
 #include <string>
+
+#include "libvirt_handles.hpp"
 #include <thread>
 
 #include "commands.hpp"
@@ -31,11 +33,6 @@ namespace vrdma::integration {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-std::string last_libvirt_error() {
-  const virError* e = virGetLastError();
-  return e && e->message ? e->message : "unknown libvirt error";
-}
 
 // The RDMA devices as sysfs shows them ($VRDMA_SYSFS_ROOT, /sys unless tests say otherwise).
 std::string infiniband_dir() { return VfPaths::from_environment().sysfs_root + "/class/infiniband"; }
@@ -163,21 +160,6 @@ void on_job_completed(virConnectPtr, virDomainPtr, virTypedParameterPtr params, 
   ev->total = typed_ull(params, n, VIR_DOMAIN_JOB_DATA_TOTAL);
 }
 
-struct Conn {
-  virConnectPtr c = nullptr;
-  ~Conn() {
-    if (c) virConnectClose(c);
-  }
-};
-struct Dom {
-  virDomainPtr d = nullptr;
-  ~Dom() {
-    if (d) virDomainFree(d);
-  }
-};
-
-void silent_error(void*, virErrorPtr) {}
-
 }  // namespace
 
 std::string device_migration_note(const std::string& domain, const std::string& engine) {
@@ -297,16 +279,12 @@ int migrate(const MigrateArgs& a) {
   };
   const std::string& name = a.name;
   const std::string& dest = a.dest;
-  std::string connect = a.connect;
+  const std::string connect = libvirt_uri(a.connect);
   const std::string& migrate_uri = a.migrate_uri;
   const long timeout_s = a.timeout_s, parallel = a.parallel, bandwidth = a.bandwidth;
   const bool suspend = a.suspend;
-  if (connect.empty()) {
-    const char* e = std::getenv("LIBVIRT_DEFAULT_URI");
-    connect = e && *e ? e : "qemu:///system";
-  }
 
-  virSetErrorFunc(nullptr, silent_error);
+  virSetErrorFunc(nullptr, silent_libvirt_error);
   if (virEventRegisterDefaultImpl() < 0) {
     return failed("cannot set up libvirt's event loop: " + last_libvirt_error());
   }

@@ -57,9 +57,18 @@ if [ -n "$BLK" ]; then
   done
 fi
 
+# vrdma.wait=SECONDS (with vrdma.cases): the device is hot-plugged later (vrdmactl domain attach
+# --live): "VRDMA-WAITING", then up to SECONDS for pvverbs-bind to find it; after the cases, up
+# to SECONDS for it to be unplugged again ("VRDMA-DEVICE-GONE"), and 10 s more before powering off.
+WAIT=$(arg vrdma.wait)
 CASES=$(arg vrdma.cases)
 if [ -n "$CASES" ]; then
   PEER=$(arg vrdma.peer); PORT=$(arg vrdma.port); PORT=${PORT:-18600}
+  if [ -n "$WAIT" ]; then
+    echo "VRDMA-WAITING"
+    for _ in $(seq $((WAIT * 2))); do pvverbs-bind --list 2>/dev/null | grep -q " carrier \| native " && break; sleep 0.5; done
+    echo "VRDMA-FOUND $(pvverbs-bind --list 2>&1 | tr '\n' ' ')"
+  fi
   echo "VRDMA-BIND $(timeout 30 pvverbs-bind 2>&1 | tr '\n' ' ')"
   i=0
   for c in $(echo "$CASES" | tr ',' ' '); do
@@ -74,6 +83,11 @@ CASE
     rc=$?
     echo "VRDMA-CASE $i $t rc=$rc $(echo "$out" | tr '\n' ' ')"
   done
+  if [ -n "$WAIT" ]; then
+    for _ in $(seq $((WAIT * 2))); do pvverbs-bind --list 2>/dev/null | grep -q " carrier \| native " || break; sleep 0.5; done
+    pvverbs-bind --list 2>/dev/null | grep -q " carrier \| native " || echo "VRDMA-DEVICE-GONE"
+    sleep 10  # the host looks at the running domain once more
+  fi
   echo "VRDMA-GUEST-DONE"
   poweroff -f
 fi

@@ -64,6 +64,10 @@ usage 2 "excludes --incoming" domain attach --socket $S --engine soft:10.0.0.5 -
 usage 2 "say which engine serves the device" domain attach --socket $S
 usage 2 "--socket is required" domain attach --engine soft:10.0.0.5
 usage 2 "--vf-vlan takes a VLAN id, 0..4094 (0: none), not '5000'" domain attach --socket $S --vf-vlan 5000
+usage 2 "--xml excludes --live" domain attach --socket $S --engine soft:10.0.0.5 --live g --xml "$W/none.xml"
+usage 2 "--connect requires --live" domain attach --socket $S --engine soft:10.0.0.5 --connect qemu:///system
+usage 2 "--timeout requires --live" domain detach --timeout 5
+usage 2 "--timeout: Value 0 not in range 1 to 3600" domain detach --live g --timeout 0
 usage 2 "--control is required" device status
 usage 2 "--to is required" device migrate --control /run/x.ctl
 usage 2 "--timeout: Value 0 not in range" device migrate --control /run/x.ctl --to tcp:10.0.0.1:7000 --timeout 0

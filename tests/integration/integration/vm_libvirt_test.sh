@@ -6,7 +6,8 @@
 # (tests/conformance/vm's kernel and initramfs, running on its own: vrdma.cases=) pvverbs-bind
 # takes the carrier function and vrdma-perf over pv:pci moves data to a soft-engine peer on the
 # host, every case data-checked (--verify); when the guest powers off, the hook's release stops
-# vrdmad.
+# vrdmad. Then hot-plug: a second guest gets the device from `vrdmactl domain attach --live`
+# while it runs, moves checked data over it, and loses it with `vrdmactl domain detach --live`.
 # Usage: vm_libvirt_test.sh VRDMACTL VRDMAD VRDMA_PERF PVVERBS_BIND VRDMA_STREAM
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -44,7 +45,10 @@ inner() {
     echo "--- console"; tail -30 "$W/console.log" 2>/dev/null
     echo "--- vrdmad"; tail -20 "$W"/g7.sock.log 2>/dev/null
     echo "--- qemu"; tail -15 "$LV_A_DIR/var/log/libvirt/qemu/lv7g1.log" 2>/dev/null
-    for f in "$W"/peer*.log; do echo "--- $f"; tail -5 "$f"; done
+    for f in "$W"/console2.log "$W"/g7h.sock.log "$LV_A_DIR/var/log/libvirt/qemu/lv7g2.log"; do
+      [ -f "$f" ] && { echo "--- $f"; tr -d '\r' < "$f" | tail -15; }
+    done
+    for f in "$W"/peer*.log "$W"/hpeer*.log; do echo "--- $f"; tail -5 "$f"; done
     kill $(jobs -p) 2>/dev/null
     exit 1
   } >&2
@@ -99,6 +103,64 @@ inner() {
   for _ in $(seq 100); do grep -q "lv7-a lv7g1 release end" "$W/hook.log" && break; sleep 0.1; done
   grep -q "lv7-a lv7g1 release end" "$W/hook.log" || fail "the hook was not called to release the device"
   [ ! -e "$W/g7.sock.pid" ] || fail "vrdmad still has a pid file after release"
+
+  # 2. Hot-plug: a guest that booted with shared memory but no device gets it from
+  #    `vrdmactl domain attach --live` (vrdmad started as the hook would, the carrier plugged in by
+  #    libvirt, the metadata set), runs checked cases over it, and loses it again with
+  #    `vrdmactl domain detach --live` (the guest releases it, vrdmad stops, the metadata goes).
+  HCASES="write_bw/65536/200/8,send_lat/64/200/1"
+  i=0
+  for c in ${HCASES//,/ }; do
+    i=$((i + 1))
+    IFS=/ read -r t s n q <<< "$c"
+    inA timeout 400 "$PERF" -d soft:$PEER -p $((18700 + i)) -t "$t" -s "$s" -q "$q" -n "$n" --json > "$W/hpeer$i.log" 2>&1 &
+  done
+  vm_domain_xml lv7g2 512 "vrdma.ip=$GUEST vrdma.peer=$PEER vrdma.port=18700 vrdma.cases=$HCASES vrdma.wait=120" \
+    "52:54:00:88:07:03" vmtap0 "$W/console2.log" |
+    sed "s|<os>|<memoryBacking><source type='memfd'/><access mode='shared'/></memoryBacking><os>|" > "$W/hot.xml"
+  virsh -q -c "$LV_A_URI" create "$W/hot.xml" > /dev/null || fail "virsh create of the hot-plug guest failed"
+  for _ in $(seq 1800); do grep -q "VRDMA-WAITING" "$W/console2.log" 2>/dev/null && break; sleep 0.1; done
+  grep -q "VRDMA-WAITING" "$W/console2.log" || fail "the hot-plug guest did not come up within 180 s"
+  # vrdmactl runs on host a (its namespaces: its address, its hostname), as an operator's would.
+  onA() { nsenter -t "$LV_A_PID" -m -u -n "$@"; }
+  # Refused before anything happens: a wrong engine (usage, 2) and a domain that is not running.
+  onA "$VRDMACTL" domain attach --live lv7g2 --connect "$LV_A_URI" --socket "$W/g7h.sock" --engine soft:nonsense! \
+    > /dev/null 2>&1; [ $? = 2 ] || fail "attach --live with a malformed engine did not exit 2"
+  out=$(onA "$VRDMACTL" domain attach --live nosuch --connect "$LV_A_URI" --socket "$W/g7h.sock" --engine soft:$DEVIP 2>&1) &&
+    fail "attach --live to a domain that does not exist succeeded"
+  echo "$out" | grep -q "there is no domain nosuch" || fail "attach --live to a missing domain did not say so: $out"
+  out=$(onA "$VRDMACTL" domain attach --live lv7g2 --connect "$LV_A_URI" --socket "$W/g7h.sock" --engine soft:$DEVIP \
+    --mac 52:54:00:88:07:13 2>&1) || fail "vrdmactl domain attach --live failed: $out"
+  echo "  vrdmactl: $out"
+  echo "$out" | grep -q "Domain lv7g2 has the virtio RDMA device now" || fail "attach --live did not say what it did: $out"
+  live=$(virsh -q -c "$LV_A_URI" dumpxml lv7g2)
+  echo "$live" | grep -q "type=\"vhostuser\"\|type='vhostuser'" || fail "the running domain has no vhostuser disk after attach --live"
+  echo "$live" | grep -q "vrdma:device" || fail "the running domain has no vrdma:device metadata after attach --live"
+  [ -s "$W/g7h.sock.pid" ] || fail "attach --live started no vrdmad (no pid file)"
+  listed=$("$VRDMACTL" list --dir "$W" --json)
+  echo "$listed" | grep -q '"domain":"lv7g2"' || fail "vrdmactl list does not show the hot-plugged backend: $listed"
+  for _ in $(seq 1800); do grep -q "^VRDMA-CASE 2 " "$W/console2.log" 2>/dev/null && break; sleep 0.1; done
+  grep -a "VRDMA-FOUND\|VRDMA-BIND" "$W/console2.log" | tr -d '\r'
+  i=0
+  for c in ${HCASES//,/ }; do
+    i=$((i + 1))
+    line=$(grep -a "^VRDMA-CASE $i " "$W/console2.log" | tr -d '\r')
+    echo "$line" | cut -c1-300
+    echo "$line" | grep -q " rc=0 " || fail "hot-plug case $i ($c) failed in the guest"
+    echo "$line" | grep -q '"verified":true' || fail "hot-plug case $i ($c) was not verified"
+  done
+  out=$(onA "$VRDMACTL" domain detach --live lv7g2 --connect "$LV_A_URI" --timeout 60 2>&1) ||
+    fail "vrdmactl domain detach --live failed: $out"
+  echo "  vrdmactl: $out"
+  echo "$out" | grep -q "no longer has the virtio RDMA device" || fail "detach --live did not say what it did: $out"
+  live=$(virsh -q -c "$LV_A_URI" dumpxml lv7g2)
+  echo "$live" | grep -q "vhostuser" && fail "the running domain still has the vhostuser disk after detach --live"
+  echo "$live" | grep -q "vrdma:device" && fail "the running domain still has the vrdma:device metadata after detach --live"
+  [ ! -e "$W/g7h.sock.pid" ] || fail "vrdmad still runs after detach --live"
+  for _ in $(seq 600); do grep -q "VRDMA-GUEST-DONE" "$W/console2.log" 2>/dev/null && break; sleep 0.1; done
+  grep -q "VRDMA-DEVICE-GONE" "$W/console2.log" || fail "the guest did not see the device go"
+  echo "hot-plug: attached to the running guest, 2 checked cases, detached; the guest saw it come and go"
+
   echo "hook calls:"; sed 's/^/  /' "$W/hook.log"
   wait
 }

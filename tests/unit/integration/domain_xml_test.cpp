@@ -309,3 +309,37 @@ BOOST_AUTO_TEST_CASE(attach_writes_the_vf_request_the_hook_reads_back) {
   soft.device.engine = "soft:10.0.0.5";
   BOOST_TEST(attach_device(kPlain, soft).error().message.find("need the engine verbs:vf") != std::string::npos);
 }
+
+// Hot-plug: a running domain needs shared memory from boot; the parts libvirt gets are the
+// carrier disk alone and the metadata element without a namespace of its own (libvirt adds it),
+// and reading them back gives the same device; detach finds the same parts in the domain's XML.
+BOOST_AUTO_TEST_CASE(live_parts_need_shared_memory_and_are_the_disk_and_the_bare_metadata) {
+  auto refused = live_attach_parts(kPlain, attach_opts());
+  BOOST_REQUIRE(!refused.ok());
+  BOOST_TEST(refused.error().message.find("not shared") != std::string::npos, refused.error().message);
+  std::string shared = kPlain;
+  shared.replace(shared.find("<os>"), 0, "<memoryBacking><source type='memfd'/><access mode='shared'/></memoryBacking>");
+  auto p = live_attach_parts(shared, attach_opts());
+  BOOST_REQUIRE_MESSAGE(p.ok(), (p.ok() ? "" : p.error().message));
+  BOOST_TEST(p->disk.rfind("<disk type=\"vhostuser\" device=\"disk\">", 0) == 0, p->disk);
+  BOOST_TEST(p->disk.find("/run/vrdma/g1.sock") != std::string::npos);
+  BOOST_TEST(p->disk.find("/x.img") == std::string::npos);  // the domain's own disk is not in it
+  BOOST_TEST(p->metadata.rfind("<device ", 0) == 0, p->metadata);
+  BOOST_TEST(p->metadata.find("xmlns") == std::string::npos, p->metadata);
+  BOOST_TEST(p->metadata.find("engine=\"soft:10.0.0.5\"") != std::string::npos, p->metadata);
+  BOOST_TEST(p->device.socket == "/run/vrdma/g1.sock");
+  BOOST_TEST(p->device.domain == "g1");
+  // The domain's XML as libvirt shows it after the hot-plug: the same parts come back out.
+  auto attached = attach_device(shared, attach_opts());
+  BOOST_REQUIRE(attached.ok());
+  auto d = live_detach_parts(*attached);
+  BOOST_REQUIRE_MESSAGE(d.ok(), (d.ok() ? "" : d.error().message));
+  BOOST_TEST(d->disk == p->disk);
+  BOOST_TEST(d->device.engine == "soft:10.0.0.5");
+  BOOST_TEST(has_carrier_disk(*attached, "/run/vrdma/g1.sock"));
+  BOOST_TEST(!has_carrier_disk(shared, "/run/vrdma/g1.sock"));
+  BOOST_TEST(!has_carrier_disk("<domain", "/run/vrdma/g1.sock"));
+  auto none = live_detach_parts(shared);
+  BOOST_REQUIRE(!none.ok());
+  BOOST_TEST(none.error().message.find("has no vrdma device") != std::string::npos, none.error().message);
+}

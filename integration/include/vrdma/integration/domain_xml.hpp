@@ -124,4 +124,23 @@ std::string engine_error(std::string_view engine);
 // the XML does not parse, or it has no vrdma:device.
 Result<std::string> detach_device(const std::string& xml);
 
+// Hot-plug (vrdmactl domain attach/detach --live): the pieces libvirt takes for a running domain.
+struct LiveDevice {
+  std::string disk;      // the carrier's <disk type='vhostuser'> element, for virDomainAttach/DetachDeviceFlags
+  std::string metadata;  // the <device .../> element without its namespace, for virDomainSetMetadata
+  DeviceMeta device;     // what the backend is started (or stopped) with
+};
+
+// From a running domain's XML: the device attach_device would add. Errors as attach_device's,
+// and when the domain's memory is not shared (vhost-user needs memfd or hugepages with
+// access='shared' from boot: libvirt cannot change that on a running domain).
+Result<LiveDevice> live_attach_parts(const std::string& live_xml, const AttachOptions& opts);
+
+// From a running domain's XML: its vrdma device (the disk element and the metadata). Error when
+// the domain has none.
+Result<LiveDevice> live_detach_parts(const std::string& live_xml);
+
+// Whether the domain XML has a disk on vhost-user socket `socket` (false when it does not parse).
+bool has_carrier_disk(const std::string& xml, const std::string& socket);
+
 }  // namespace vrdma::integration
