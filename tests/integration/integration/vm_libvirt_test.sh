@@ -53,6 +53,19 @@ inner() {
     exit 1
   } >&2
   inA() { nsenter -t "$LV_A_PID" -n "$@"; }
+  # The guest's VRDMA-CASE lines on CONSOLE for the comma-separated CASES: each ran over pv:pci,
+  # exited 0 and verified its data.
+  check_cases() {  # CONSOLE CASES LABEL
+    local i=0 c line
+    for c in ${2//,/ }; do
+      i=$((i + 1))
+      line=$(grep -a "^VRDMA-CASE $i " "$1" | tr -d '\r')
+      echo "$line" | cut -c1-300
+      echo "$line" | grep -q " rc=0 " || fail "${3}case $i ($c) failed in the guest"
+      echo "$line" | grep -q '"verified":true' || fail "${3}case $i ($c) was not verified"
+      echo "$line" | grep -q '"device":"pv:pci:auto' || fail "${3}case $i ($c) did not run over pv:pci"
+    done
+  }
   # Host a's guest network: a bridge with the guest's tap, the device's RDMA address (vrdmad's
   # soft engine) and the peer's address.
   inA ip link add vmbr type bridge
@@ -89,15 +102,7 @@ inner() {
   for _ in $(seq 1800); do grep -q "VRDMA-GUEST-DONE" "$W/console.log" 2>/dev/null && break; sleep 0.1; done
   grep -q "VRDMA-GUEST-DONE" "$W/console.log" || fail "the guest did not finish its cases within 180 s"
   grep -a "VRDMA-BIND" "$W/console.log" | tr -d '\r'
-  i=0
-  for c in ${CASES//,/ }; do
-    i=$((i + 1))
-    line=$(grep -a "^VRDMA-CASE $i " "$W/console.log" | tr -d '\r')
-    echo "$line" | cut -c1-300
-    echo "$line" | grep -q " rc=0 " || fail "case $i ($c) failed in the guest"
-    echo "$line" | grep -q '"verified":true' || fail "case $i ($c) was not verified"
-    echo "$line" | grep -q '"device":"pv:pci:auto' || fail "case $i ($c) did not run over pv:pci"
-  done
+  check_cases "$W/console.log" "$CASES" ""
   grep -q "lv7-a lv7g1 prepare begin: started backend on $W/g7.sock" "$W/hook.log" ||
     fail "the hook did not start vrdmad at prepare"
   for _ in $(seq 100); do grep -q "lv7-a lv7g1 release end" "$W/hook.log" && break; sleep 0.1; done
@@ -141,14 +146,7 @@ inner() {
   echo "$listed" | grep -q '"domain":"lv7g2"' || fail "vrdmactl list does not show the hot-plugged backend: $listed"
   for _ in $(seq 1800); do grep -q "^VRDMA-CASE 2 " "$W/console2.log" 2>/dev/null && break; sleep 0.1; done
   grep -a "VRDMA-FOUND\|VRDMA-BIND" "$W/console2.log" | tr -d '\r'
-  i=0
-  for c in ${HCASES//,/ }; do
-    i=$((i + 1))
-    line=$(grep -a "^VRDMA-CASE $i " "$W/console2.log" | tr -d '\r')
-    echo "$line" | cut -c1-300
-    echo "$line" | grep -q " rc=0 " || fail "hot-plug case $i ($c) failed in the guest"
-    echo "$line" | grep -q '"verified":true' || fail "hot-plug case $i ($c) was not verified"
-  done
+  check_cases "$W/console2.log" "$HCASES" "hot-plug "
   out=$(onA "$VRDMACTL" domain detach --live lv7g2 --connect "$LV_A_URI" --timeout 60 2>&1) ||
     fail "vrdmactl domain detach --live failed: $out"
   echo "  vrdmactl: $out"
