@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # cmake --install of the integration component into a DESTDIR: vrdmactl, the libvirt hook (which
 # execs the installed vrdmactl and reads the defaults file), vrdma@.service (which runs the
-# installed vrdmad) and the defaults file, at the configured prefix's places.
+# installed vrdmad), the defaults file, the man pages and bash completion, at the configured
+# prefix's places.
 # Usage: install_test.sh BUILD_DIR PREFIX SYSCONFDIR SBINDIR
 set -uo pipefail
 B=$1 PREFIX=$2 ETC=$3 SBIN=$4
@@ -25,4 +26,26 @@ U=$D$PREFIX/lib/systemd/system/vrdma@.service
 grep -q "^ExecStart=$SBIN/vrdmad --supervise \$VRDMAD_ARGS$" "$U" || fail "the unit does not run $SBIN/vrdmad"
 grep -q "^EnvironmentFile=$ETC/vrdma/%i.conf$" "$U" || fail "the unit does not read $ETC/vrdma/%i.conf"
 ! grep -qE "@[A-Z_]+@" "$H" "$U" || fail "an unsubstituted @VAR@ in the hook or the unit"
+# Man pages (made from each tool's --help) and bash completion.
+for page in man8/vrdmactl.8 man8/vrdmad.8 man1/vrdma-perf.1 man8/pvverbs-bind.8; do
+  M=$D$PREFIX/share/man/$page
+  [ -s "$M" ] || fail "no $PREFIX/share/man/$page"
+  txt=$(MANWIDTH=100 man -l "$M" 2>&1) || fail "man cannot show $page: $txt"
+  echo "$txt" | grep -q "^NAME" && echo "$txt" | grep -q "^OPTIONS" || fail "$page has no NAME or OPTIONS section"
+done
+txt=$(MANWIDTH=100 man -l "$D$PREFIX/share/man/man8/vrdmactl.8" 2>&1)
+for cmd in "vrdmactl domain attach" "vrdmactl migrate" "vrdmactl vf enable" "vrdmactl list"; do
+  echo "$txt" | grep -q "^   $cmd\$" || fail "vrdmactl(8) has no section for '$cmd'"
+done
+echo "$txt" | grep -q "^       --live TEXT" || fail "vrdmactl(8) does not list domain attach --live"
+C=$D$PREFIX/share/bash-completion/completions
+for t in vrdmactl vrdmad vrdma-perf pvverbs-bind; do [ -s "$C/$t" ] || fail "no bash completion $C/$t"; done
+comp() {  # WORDS...: what completing the last word offers
+  PATH=$D$PREFIX/bin:$PATH bash -c 'source "$1"; shift; COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); _vrdma_complete
+    echo "${COMPREPLY[*]}"' _ "$C/vrdmactl" "$@"
+}
+[ "$(comp vrdmactl do)" = domain ] || fail "completing 'vrdmactl do' gives '$(comp vrdmactl do)'"
+[ "$(comp vrdmactl domain attach --li)" = --live ] || fail "completing 'vrdmactl domain attach --li' gives '$(comp vrdmactl domain attach --li)'"
+comp vrdmactl "" | grep -qw migrate || fail "completing 'vrdmactl ' does not offer migrate: $(comp vrdmactl "")"
+comp vrdmactl vf "" | grep -qw reconcile || fail "completing 'vrdmactl vf ' does not offer reconcile"
 echo "install layout ok under $PREFIX"
