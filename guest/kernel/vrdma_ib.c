@@ -184,6 +184,18 @@ static void vrdma_dealloc_ucontext(struct ib_ucontext *uc)
 {
 }
 
+/*
+ * The device goes away (driver unbound, carrier hot-unplugged) while processes hold it open.
+ * Offering this makes ib_uverbs disassociate them instead of waiting for them to exit
+ * (uverbs_main.c, ib_uverbs_remove_one): it destroys their objects through the ops above while
+ * the device still answers, zaps every mapping made by rdma_user_mmap_io (all of ours: the
+ * rings, vrdma_ring.c) and raises IB_EVENT_DEVICE_FATAL; later calls get EIO. Nothing else of a
+ * context reaches the process's memory, so there is nothing left to do here.
+ */
+static void vrdma_disassociate_ucontext(struct ib_ucontext *uc)
+{
+}
+
 static int vrdma_alloc_pd(struct ib_pd *ibpd, struct ib_udata *udata)
 {
 	struct vrdma_dev *dev = to_vdev(ibpd->device);
@@ -249,6 +261,7 @@ static const struct ib_device_ops vrdma_ops = {
 	.get_dev_fw_str = vrdma_fw_str,
 	.alloc_ucontext = vrdma_alloc_ucontext,
 	.dealloc_ucontext = vrdma_dealloc_ucontext,
+	.disassociate_ucontext = vrdma_disassociate_ucontext,
 	.alloc_pd = vrdma_alloc_pd,
 	.dealloc_pd = vrdma_dealloc_pd,
 	.mmap = vrdma_mmap,

@@ -624,6 +624,22 @@ check "under virtio_blk the carrier is an empty disk and vrdma0 is gone" \
 check "bound to virtio_rdma again: vrdma0 ACTIVE on eth0" \
   bash -c "sed -n '/^BACK/,\$p' '$work/move.out' | grep -q 'link vrdma0/1 state ACTIVE physical_state LINK_UP netdev eth0'"
 
+# 6b. The driver goes away (unbind; a hot-unplug takes the same path) while a process holds a PD,
+#     an MR, a CQ and 2 connected QPs with their rings mapped: ib_core disassociates the process
+#     (its objects destroyed through the driver, its mappings zapped, IB_EVENT_DEVICE_FATAL)
+#     instead of waiting for it to exit, so the unbind returns at once; the process lives on
+#     without the device, and vrdma0 comes back on bind.
+guest 30 "$work/held6.out" 'modprobe ib_uverbs; (uverbs_data /dev/infiniband/uverbs0 hold > /tmp/hold6.out 2>&1 &); for i in $(seq 100); do grep -q "^held\|failed" /tmp/hold6.out && break; sleep 0.1; done; cat /tmp/hold6.out' || true
+held6=$(vwait objects.qp 2 10)
+pid6=$(sed -n 's/^held pid=\([0-9]*\).*/\1/p' "$work/held6.out" | head -1)
+guest 40 "$work/unbind6.out" "read s _ < /proc/uptime; echo $CARRIER > /sys/bus/virtio/drivers/virtio_rdma/unbind; read e _ < /proc/uptime; echo UNBOUND in \$((\${e%.*} - \${s%.*})) s; ls /sys/class/infiniband | grep vrdma; [ -d /proc/${pid6:-none} ] && echo holder still runs; kill -9 ${pid6:-none}; for i in \$(seq 50); do [ -d /proc/${pid6:-none} ] || break; sleep 0.1; done; [ -d /proc/${pid6:-none} ] || echo holder gone; echo $CARRIER > /sys/bus/virtio/drivers/virtio_rdma/bind; sleep 1; uverbs_probe /dev/infiniband/uverbs0 1 0; rdma link show" || true
+after6=$(vwait objects.pd 0 10)
+sed 's/^/  guest: /' "$work/held6.out" "$work/unbind6.out" | grep -v "===" | cut -c1-300
+check "the driver was unbound while a process held a PD, an MR, a CQ and 2 QPs (objects $(jfield "$held6" objects)); the unbind returned at once, the process still running" \
+  bash -c "grep -q '^held' '$work/held6.out' && [ '$(jfield "$held6" objects.qp)' = 2 ] && grep -qE '^UNBOUND in [0-4] s' '$work/unbind6.out' && grep -q '^holder still runs' '$work/unbind6.out'"
+check "its objects were destroyed at the device when the driver went (vrdmad objects $(jfield "$after6" objects)); bound again, vrdma0 is ACTIVE and a new process gets a PD" \
+  bash -c "[ '$(jfield "$after6" objects.pd)$(jfield "$after6" objects.mr)$(jfield "$after6" objects.cq)$(jfield "$after6" objects.qp)' = 0000 ] && grep -q '^pds freed=1' '$work/unbind6.out' && grep -q 'link vrdma0/1 state ACTIVE' '$work/unbind6.out'"
+
 # 7. vrdmad saw every command and refused only that PD (its counters, before the restart below).
 final=$(vstatus)
 echo "vrdmad: $(echo "$final" | cut -c1-400)"
