@@ -109,6 +109,20 @@ demo() {
   say "the guest streams RDMA messages to the peer ($(count) so far, each one checked on arrival)"
   sleep 5
   moves=()
+  # After a move that left the guest paused on host TO: its memory compared with the source's,
+  # then it runs on; the move's figures recorded; the stream must go on there.
+  after_move() {  # NAME TOOL START END TO
+    local dir virsh h dt c from
+    if [ "$5" = a ]; then dir=$LV_A_DIR virsh=$A from=b; else dir=$LV_B_DIR virsh=$Bv from=a; fi
+    say "the guest's memory on $5 compared with $from's while it is paused there:"
+    mem_check_or_rerun "$dir" vdemo "$1"
+    h=$(date +%s.%N)
+    [ "$($virsh domstate vdemo 2>/dev/null)" = running ] || fail "the guest does not run on host $5 after $2"
+    dt=$($virsh domjobinfo --completed vdemo 2>/dev/null | awk '/^Total downtime:/ {print $3}')
+    moves+=("$1|$2|$3|$4|${dt:-?}|$h")
+    c=$(count); wait_count $((c + 2000)) 240 "the guest runs on $5" || fail "the stream made no progress on host $5"
+    say "the guest runs on host $5; the stream goes on ($(count) messages)"
+  }
   # 1. a -> b with plain virsh: only the hook knows about vrdma.
   # --bandwidth 32 MiB/s: QEMU 7.2 under TCG loses guest memory now and then without a limit
   # (docs/integration.md "QEMU 7.2 TCG and unlimited bandwidth").
@@ -120,13 +134,7 @@ demo() {
   $A migrate --live --p2p --suspend --bandwidth 32 vdemo "$LV_B_TCP" --migrateuri "tcp://$LV_B_IP" ||
     fail "virsh migrate a -> b failed"
   e=$(date +%s.%N)
-  say "the guest's memory on b compared with a's while it is paused there:"
-  mem_check_or_rerun "$LV_B_DIR" vdemo "a -> b"
-  h=$(date +%s.%N)
-  dt=$($Bv domjobinfo --completed vdemo 2>/dev/null | awk '/^Total downtime:/ {print $3}')
-  moves+=("a -> b|virsh migrate|$s|$e|${dt:-?}|$h")
-  c=$(count); wait_count $((c + 2000)) 240 "the guest runs on b" || fail "the stream made no progress on host b"
-  say "the guest runs on host b; the stream goes on ($(count) messages)"
+  after_move "a -> b" "virsh migrate" "$s" "$e" b
   sleep 5
   # 2. b -> a with vrdmactl migrate: progress while it copies, the figures at the end.
   say "moving the guest b -> a: vrdmactl migrate (progress, then libvirt's figures)"
@@ -135,14 +143,8 @@ demo() {
   "$VRDMACTL" migrate vdemo "$LV_A_TCP" --connect "$LV_B_URI" --migrateuri "tcp://$LV_A_IP" --timeout 240 --bandwidth 32 \
     --suspend 2>&1 | sed 's/^/         vrdmactl: /' || true
   e=$(date +%s.%N)
-  say "the guest's memory on a compared with b's while it is paused there:"
-  mem_check_or_rerun "$LV_A_DIR" vdemo "b -> a"
-  h=$(date +%s.%N)
-  [ "$($A domstate vdemo 2>/dev/null)" = running ] || fail "the guest does not run on host a after vrdmactl migrate"
-  dt=$($A domjobinfo --completed vdemo 2>/dev/null | awk '/^Total downtime:/ {print $3}')
-  moves+=("b -> a|vrdmactl migrate|$s|$e|${dt:-?}|$h")
-  c=$(count); wait_count $((c + 2000)) 240 "the guest runs on a again" || fail "the stream made no progress back on host a"
-  say "the guest runs on host a again ($(count) messages); ending the stream"
+  after_move "b -> a" "vrdmactl migrate" "$s" "$e" a
+  say "ending the stream"
   sleep 3
   touch "$W/end-stream"
   wait $sampler 2>/dev/null

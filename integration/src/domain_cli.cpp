@@ -174,6 +174,14 @@ int detach(const std::string& file) {
   return 0;
 }
 
+// --live DOMAIN (instead of --xml) and --connect URI, for attach and detach.
+CLI::Option* add_live_options(CLI::App& cmd, DomainArgs& a, CLI::Option* xml, const std::string& what) {
+  auto* live = cmd.add_option("--live", a.live, what)->excludes(xml);
+  cmd.add_option("--connect", a.connect, "with --live: libvirt's URI (default $LIBVIRT_DEFAULT_URI, else qemu:///system)")
+      ->needs(live);
+  return live;
+}
+
 }  // namespace
 
 void add_domain_commands(CLI::App& top, Commands& out) {
@@ -192,12 +200,9 @@ void add_domain_commands(CLI::App& top, Commands& out) {
                  "SR-IOV pool for the backend (any --vf-* option implies verbs:vf)")
       ->check(CLI::Validator([](std::string& v) { return engine_error(v); }, "ENGINE", "engine"));
   auto* xml = at->add_option("--xml", a->xml_file, "the domain XML (default: standard input)");
-  auto* live = at->add_option("--live", a->live,
-                              "hot-plug into this running domain instead: start vrdmad (as the hook would), plug the "
-                              "device in with libvirt and set its metadata; the domain needs shared memory from boot")
-                   ->excludes(xml);
-  at->add_option("--connect", a->connect, "with --live: libvirt's URI (default $LIBVIRT_DEFAULT_URI, else qemu:///system)")
-      ->needs(live);
+  add_live_options(*at, *a, xml,
+                   "hot-plug into this running domain instead: start vrdmad (as the hook would), plug the device in "
+                   "with libvirt and set its metadata; the domain needs shared memory from boot");
   at->add_option("--mac", d.mac, "the guest device's MAC (its RDMA identity; with verbs:vf the VF gets this MAC)")
       ->check(CLI::Validator(
           [](std::string& v) -> std::string {
@@ -240,12 +245,9 @@ void add_domain_commands(CLI::App& top, Commands& out) {
   auto* dt = domain->add_subcommand(
       "detach", "Reads a libvirt domain XML and prints it without the virtio RDMA device (its disk and metadata)");
   auto* dxml = dt->add_option("--xml", a->xml_file, "the domain XML (default: standard input)");
-  auto* dlive = dt->add_option("--live", a->live,
-                               "hot-unplug from this running domain instead: the guest lets go of the device, then "
-                               "vrdmad stops and the metadata goes")
-                    ->excludes(dxml);
-  dt->add_option("--connect", a->connect, "with --live: libvirt's URI (default $LIBVIRT_DEFAULT_URI, else qemu:///system)")
-      ->needs(dlive);
+  auto* dlive = add_live_options(*dt, *a, dxml,
+                                 "hot-unplug from this running domain instead: the guest lets go of the device, then "
+                                 "vrdmad stops and the metadata goes");
   auto timeout = std::make_shared<int>(30);
   dt->add_option("--timeout", *timeout, "with --live: seconds the guest has to release the device")
       ->check(CLI::Range(1, 3600))
