@@ -126,6 +126,15 @@ bool unsigned_field(const nlohmann::json& j, const char* k, std::uint64_t max, s
   return true;
 }
 
+// A string of at most `max` bytes at `k`; absent is fine unless `required`.
+bool string_field(const nlohmann::json& j, const char* k, std::size_t max, std::string& out, bool required) {
+  auto it = j.find(k);
+  if (it == j.end()) return !required;
+  if (!it->is_string() || it->get_ref<const std::string&>().size() > max) return false;
+  out = it->get<std::string>();
+  return true;
+}
+
 Result<std::optional<RdmaPeer>> rdma_from(const nlohmann::json& parent) {
   auto r = parent.find("rdma");
   if (r == parent.end()) return std::optional<RdmaPeer>{};
@@ -154,6 +163,8 @@ Result<std::optional<RdmaPeer>> rdma_from(const nlohmann::json& parent) {
 }
 }  // namespace
 
+std::string release_name(const std::string& release) { return release.empty() ? "before 0.1.0" : release; }
+
 std::string encode_hello(const Hello& h) {
   nlohmann::json j{{"gid", h.gid}, {"mac", h.mac}, {"engine", h.engine}, {"state_version", h.state_version},
                    {"source", h.source}};
@@ -167,13 +178,8 @@ Result<Hello> decode_hello(std::span<const std::uint8_t> payload) {
   auto j = nlohmann::json::parse(payload.begin(), payload.end(), nullptr, false);
   if (j.is_discarded() || !j.is_object()) return make_error(Errc::protocol_error, "HELLO is not a JSON object");
   Hello h;
-  auto str = [&](const char* k, std::string& out, std::size_t max) -> bool {
-    auto it = j.find(k);
-    if (it == j.end() || !it->is_string()) return false;
-    out = it->get<std::string>();
-    return out.size() <= max;
-  };
-  if (!str("gid", h.gid, 64) || !str("mac", h.mac, 32) || !str("engine", h.engine, 32) || !str("source", h.source, 512))
+  if (!string_field(j, "gid", 64, h.gid, true) || !string_field(j, "mac", 32, h.mac, true) ||
+      !string_field(j, "engine", 32, h.engine, true) || !string_field(j, "source", 512, h.source, true))
     return make_error(Errc::protocol_error, "HELLO lacks gid, mac, engine or source strings (or one is too long)");
   auto v = j.find("state_version");
   if (v == j.end() || !v->is_number_unsigned() || v->get<std::uint64_t>() > 0xffffffffu)
@@ -184,7 +190,7 @@ Result<Hello> decode_hello(std::span<const std::uint8_t> payload) {
   h.rdma = std::move(*r);
   if (!unsigned_field(j, "state_hint", kMaxStateBytes, h.state_hint, false))
     return make_error(Errc::protocol_error, "HELLO's state_hint is not a size up to the largest state");
-  if (j.contains("release") && !str("release", h.release, 32))
+  if (!string_field(j, "release", 32, h.release, false))
     return make_error(Errc::protocol_error, "HELLO's release is not a version string of up to 32 characters");
   return h;
 }
@@ -205,11 +211,8 @@ Result<HelloOk> decode_hello_ok(std::span<const std::uint8_t> payload) {
   auto r = rdma_from(j);
   if (!r) return std::move(r).error();
   h.rdma = std::move(*r);
-  if (auto v = j.find("release"); v != j.end()) {
-    if (!v->is_string() || v->get_ref<const std::string&>().size() > 32)
-      return make_error(Errc::protocol_error, "HELLO_OK's release is not a version string of up to 32 characters");
-    h.release = v->get<std::string>();
-  }
+  if (!string_field(j, "release", 32, h.release, false))
+    return make_error(Errc::protocol_error, "HELLO_OK's release is not a version string of up to 32 characters");
   return h;
 }
 

@@ -26,7 +26,7 @@ std::optional<std::string> MigratingDevice::Impl::refuse_reason(const Hello& h) 
   if (!vhost::RdmaDevice::state_version_readable(h.state_version))
     return fmt::format("the source (vrdma {}) sends device state version {}, this vrdmad (vrdma {}) reads versions {} "
                        "to {}: run a vrdma release on the destination at least as new as the source's",
-                       h.release.empty() ? "before 0.1.0" : h.release, h.state_version, me.release,
+                       release_name(h.release), h.state_version, me.release,
                        vhost::RdmaDevice::kOldestStateVersion, me.state_version);
   if (h.engine != me.engine)
     return fmt::format("the guest uses a {} engine, this vrdmad a {} engine", h.engine, me.engine);
@@ -56,7 +56,7 @@ void MigratingDevice::Impl::on_destination_frame(Frame f) {
       st.peer = h->source;
       st.message = "identity accepted; waiting for the device state";
       log::info("migration: {} (vrdma {}, device state version {}) offers the guest {} ({}); accepted, waiting for "
-                "its state", h->source, h->release.empty() ? "before 0.1.0" : h->release, h->state_version, h->gid, h->mac);
+                "its state", h->source, release_name(h->release), h->state_version, h->gid, h->mac);
       // "prestate": this destination takes the object layout ahead of the state (PRESTATE).
       HelloOk ok;
       ok.prestate = true;

@@ -166,7 +166,7 @@ Status MigratingDevice::Impl::migrate_to(const std::string& addr, std::chrono::m
         auto ok = decode_hello_ok((*f)->payload);
         if (!ok) return make_error(Errc::protocol_error, addr + " answered HELLO with a broken HELLO_OK: " + ok.error().message);
         prestate = ok->prestate;
-        log::info("migration: {} (vrdma {}) takes the guest", addr, ok->release.empty() ? "before 0.1.0" : ok->release);
+        log::info("migration: {} (vrdma {}) takes the guest", addr, release_name(ok->release));
         if (link_rdma && ok->rdma && ok->rdma->bytes > 0) {
           if (auto c = link_rdma->connect(*ok->rdma); c.ok()) {
             log::info("migration: the state goes over RDMA ({} -> {}, room for {} bytes)", link_rdma->local().gid,

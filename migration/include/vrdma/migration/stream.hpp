@@ -84,6 +84,8 @@ struct Hello {
   std::uint64_t state_hint = 0;    // the source's estimate of the state's size (bytes)
   std::string release;        // the source's vrdma release ("0.1.0"); empty from releases before it
 };
+// A peer's release for a sentence: the release, or "before 0.1.0" when it sent none.
+std::string release_name(const std::string& release);
 std::string encode_hello(const Hello& h);
 Result<Hello> decode_hello(std::span<const std::uint8_t> payload);
 
