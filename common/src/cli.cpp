@@ -4,8 +4,6 @@
 
 namespace vrdma::cli {
 
-std::string_view version() noexcept { return vrdma::version(); }
-
 std::string command_path(const CLI::App& app) {
   std::string path = app.get_name();
   const CLI::App* at = &app;

@@ -119,7 +119,7 @@ nlohmann::json stats_json(const vhost::RdmaDevice& dev, const migration::Migrati
   const auto s = dev.stats();
   const auto& b = srv.stats();
   return {
-      {"version", std::string(cli::version())},
+      {"version", std::string(vrdma::version())},
       {"domain", domain},
       {"socket", socket},
       {"migration", migration_json(mig)},

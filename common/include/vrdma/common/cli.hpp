@@ -13,9 +13,6 @@
 
 namespace vrdma::cli {
 
-// The project's version (CMake's PROJECT_VERSION; vrdma::version()).
-std::string_view version() noexcept;
-
 // Gives `app` (a tool's top-level App, its name set) --version and the one-line usage error.
 void prepare(CLI::App& app);
 
