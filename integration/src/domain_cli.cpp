@@ -45,15 +45,15 @@ int fail(const char* cmd, const std::string& sentence, int status) {
   return status;
 }
 
-// The running domain `name` on libvirt `uri`, or a sentence.
-Result<std::string> open_live(Conn& conn, Dom& dom, const std::string& uri, const std::string& name) {
+// The XML of the running domain `name` on libvirt `uri` (for `cmd`, attach or detach), or a sentence.
+Result<std::string> open_live(Conn& conn, Dom& dom, const std::string& uri, const std::string& name, const char* cmd) {
   virSetErrorFunc(nullptr, silent_libvirt_error);
   conn.c = virConnectOpen(uri.c_str());
   if (!conn.c) return make_error(Errc::connection_lost, "cannot connect to libvirtd at " + uri + ": " + last_libvirt_error());
   dom.d = virDomainLookupByName(conn.c, name.c_str());
   if (!dom.d) return make_error(Errc::not_found, "there is no domain " + name + " on " + uri);
   if (virDomainIsActive(dom.d) != 1)
-    return make_error(Errc::bad_state, "domain " + name + " is not running: without --live, attach to its XML (--xml)");
+    return make_error(Errc::bad_state, "domain " + name + " is not running: without --live, " + cmd + " works on its XML (--xml)");
   char* xml = virDomainGetXMLDesc(dom.d, 0);
   if (!xml) return make_error(Errc::io_error, "cannot read domain " + name + "'s XML: " + last_libvirt_error());
   std::string out(xml);
@@ -67,7 +67,7 @@ int attach_live(const DomainArgs& a) {
   const std::string uri = libvirt_uri(a.connect);
   Conn conn;
   Dom dom;
-  auto xml = open_live(conn, dom, uri, a.live);
+  auto xml = open_live(conn, dom, uri, a.live, "attach");
   if (!xml) return fail("attach", xml.error().message, 1);
   auto parts = live_attach_parts(*xml, a.o);
   if (!parts) return fail("attach", parts.error().message, 1);
@@ -102,7 +102,7 @@ int detach_live(const DomainArgs& a, int timeout_s) {
   const std::string uri = libvirt_uri(a.connect);
   Conn conn;
   Dom dom;
-  auto xml = open_live(conn, dom, uri, a.live);
+  auto xml = open_live(conn, dom, uri, a.live, "detach");
   if (!xml) return fail("detach", xml.error().message, 1);
   auto parts = live_detach_parts(*xml);
   if (!parts) return fail("detach", parts.error().message, 1);

@@ -5,6 +5,7 @@
 #include <libvirt/libvirt.h>
 #include <libvirt/virterror.h>
 
+#include <cstdlib>
 #include <string>
 
 namespace vrdma::integration {
