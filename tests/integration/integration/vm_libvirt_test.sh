@@ -53,6 +53,16 @@ inner() {
     exit 1
   } >&2
   inA() { nsenter -t "$LV_A_PID" -n "$@"; }
+  # One soft-engine server per case of CASES, case i on port BASE+i (the guest's vrdma.port),
+  # its output in $W/<PREFIX>i.log.
+  start_servers() {  # CASES BASE PREFIX
+    local i=0 c t s n q
+    for c in ${1//,/ }; do
+      i=$((i + 1))
+      IFS=/ read -r t s n q <<< "$c"
+      inA timeout 400 "$PERF" -d soft:$PEER -p $(($2 + i)) -t "$t" -s "$s" -q "$q" -n "$n" --json > "$W/$3$i.log" 2>&1 &
+    done
+  }
   # The guest's VRDMA-CASE lines on CONSOLE for the comma-separated CASES: each ran over pv:pci,
   # exited 0 and verified its data.
   check_cases() {  # CONSOLE CASES LABEL
@@ -76,13 +86,7 @@ inner() {
   inA ip link set vmtap0 master vmbr up
   inA ip link set vmbr up
 
-  # One soft-engine server per case, on the port the guest's case i uses.
-  i=0
-  for c in ${CASES//,/ }; do
-    i=$((i + 1))
-    IFS=/ read -r t s n q <<< "$c"
-    inA timeout 400 "$PERF" -d soft:$PEER -p $((18600 + i)) -t "$t" -s "$s" -q "$q" -n "$n" --json > "$W/peer$i.log" 2>&1 &
-  done
+  start_servers "$CASES" 18600 peer
 
   vm_domain_xml lv7g1 1024 "vrdma.ip=$GUEST vrdma.peer=$PEER vrdma.cases=$CASES" "52:54:00:88:07:02" vmtap0 "$W/console.log" > "$W/base.xml"
   "$VRDMACTL" domain attach --xml "$W/base.xml" --socket "$W/g7.sock" --engine soft:$DEVIP \
@@ -114,12 +118,7 @@ inner() {
   #    libvirt, the metadata set), runs checked cases over it, and loses it again with
   #    `vrdmactl domain detach --live` (the guest releases it, vrdmad stops, the metadata goes).
   HCASES="write_bw/65536/200/8,send_lat/64/200/1"
-  i=0
-  for c in ${HCASES//,/ }; do
-    i=$((i + 1))
-    IFS=/ read -r t s n q <<< "$c"
-    inA timeout 400 "$PERF" -d soft:$PEER -p $((18700 + i)) -t "$t" -s "$s" -q "$q" -n "$n" --json > "$W/hpeer$i.log" 2>&1 &
-  done
+  start_servers "$HCASES" 18700 hpeer
   vm_domain_xml lv7g2 512 "vrdma.ip=$GUEST vrdma.peer=$PEER vrdma.port=18700 vrdma.cases=$HCASES vrdma.wait=120" \
     "52:54:00:88:07:03" vmtap0 "$W/console2.log" |
     sed "s|<os>|<memoryBacking><source type='memfd'/><access mode='shared'/></memoryBacking><os>|" > "$W/hot.xml"
