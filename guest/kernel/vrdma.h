@@ -243,6 +243,7 @@ void vrdma_doorbells_init(struct vrdma_dev *dev);
 void vrdma_doorbells_reclaim(struct vrdma_dev *dev, bool device_reset);
 
 /* vrdma_mr.c */
+struct ib_mr *vrdma_get_dma_mr(struct ib_pd *pd, int access);
 struct ib_mr *vrdma_reg_user_mr(struct ib_pd *pd, u64 start, u64 length, u64 iova, int access, struct ib_udata *udata);
 int vrdma_dereg_mr(struct ib_mr *mr, struct ib_udata *udata);
 

@@ -243,11 +243,6 @@ static int vrdma_dealloc_pd(struct ib_pd *ibpd, struct ib_udata *udata)
 }
 
 /* No DMA MR: the device registers no physical-address range (a kernel ULP would need one). */
-static struct ib_mr *vrdma_get_dma_mr(struct ib_pd *pd, int access)
-{
-	return ERR_PTR(-EOPNOTSUPP);
-}
-
 static const struct ib_device_ops vrdma_ops = {
 	.owner = THIS_MODULE,
 	.driver_id = RDMA_DRIVER_UNKNOWN,

@@ -6,8 +6,9 @@
  * registers them with its engine in place. The DMA addresses ib_umem gives are used as
  * guest-physical addresses, which they are while no IOMMU in the guest translates for the
  * function (with one, REG_MR is refused). The page list is read by the device during REG_MR
- * only, so it lives for the command. DMA MRs (get_dma_mr) are not offered: the device maps no
- * physical-address MR.
+ * only, so it lives for the command. A PD's DMA MR (get_dma_mr, which ib_alloc_pd asks for a
+ * kernel PD's local_dma_lkey) is the device's REG_DMA_MR ("The DMA memory region"): one key over
+ * all guest memory, addressed by guest-physical (= DMA) address, local access only.
  */
 #include <linux/gfp.h>
 #include <rdma/ib_umem.h>
@@ -125,6 +126,54 @@ err_mr:
 	return ERR_PTR(ret);
 }
 
+struct ib_mr *vrdma_get_dma_mr(struct ib_pd *ibpd, int access)
+{
+	struct vrdma_dev *dev = to_vdev(ibpd->device);
+	struct vrdma_pd *pd = to_vpd(ibpd);
+	struct virtio_rdma_reg_dma_mr_req req = {};
+	struct virtio_rdma_reg_mr_resp resp;
+	struct vrdma_mr *mr;
+	int ret;
+
+	if (!(le64_to_cpu(dev->cfg.features) & VIRTIO_RDMA_FEATURE_DMA_MR))
+		return ERR_PTR(-EOPNOTSUPP);
+	access &= ~IB_ACCESS_OPTIONAL;
+	/* Remote access to all guest memory (IB_PD_UNSAFE_GLOBAL_RKEY) is never granted. */
+	if (access & ~IB_ACCESS_LOCAL_WRITE) {
+		dev_warn_ratelimited(&dev->vdev->dev, "get_dma_mr: access %#x; a DMA MR is local only\n", access);
+		return ERR_PTR(-EOPNOTSUPP);
+	}
+	/* Its addresses are guest-physical: the DMA addresses only while no IOMMU translates. */
+	if (device_iommu_mapped(ibpd->device->dma_device))
+		return ERR_PTR(-EOPNOTSUPP);
+	if (!vrdma_live(dev, pd->epoch))
+		return ERR_PTR(-EIO);
+	mr = kzalloc(sizeof(*mr), GFP_KERNEL);
+	if (!mr)
+		return ERR_PTR(-ENOMEM);
+	req.pd = cpu_to_le32(pd->handle);
+	req.access = cpu_to_le32(access);
+	mr->epoch = atomic_read(&dev->epoch);
+	ret = vrdma_cmd(dev, VIRTIO_RDMA_CMD_REG_DMA_MR, &req, sizeof(req), &resp, sizeof(resp));
+	if (ret)
+		goto err;
+	mr->handle = le32_to_cpu(resp.mr);
+	if (mr->handle == VIRTIO_RDMA_NO_HANDLE) {
+		dev_err_ratelimited(&dev->vdev->dev, "REG_DMA_MR answered handle 0 (handles are non-zero)\n");
+		ret = -EPROTO;
+		goto err;
+	}
+	mr->ibmr.lkey = le32_to_cpu(resp.lkey);
+	mr->ibmr.rkey = 0;
+	if (vrdma_live(dev, mr->epoch))
+		atomic_inc(&dev->objs);
+	return &mr->ibmr;
+
+err:
+	kfree(mr);
+	return ERR_PTR(ret);
+}
+
 int vrdma_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata)
 {
 	struct vrdma_dev *dev = to_vdev(ibmr->device);
@@ -139,7 +188,7 @@ int vrdma_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata)
 	 * umem is leaked) rather than be given back to the process's allocator.
 	 */
 	if (!vrdma_cmd_lost(dev))
-		ib_umem_release(mr->umem);
+		ib_umem_release(mr->umem);  /* none for a DMA MR */
 	kfree(mr);
 	return 0;
 }

@@ -74,6 +74,8 @@ VIRTIO_RDMA_STATIC_ASSERT(sizeof(struct virtio_rdma_config) == 112, "virtio_rdma
 #define VIRTIO_RDMA_FEATURE_SRQ (1ull << 1)
 #define VIRTIO_RDMA_FEATURE_ATOMIC (1ull << 2)
 #define VIRTIO_RDMA_FEATURE_MIGRATION (1ull << 3)
+#define VIRTIO_RDMA_FEATURE_DMA_MR (1ull << 4)  /* REG_DMA_MR: a PD's local DMA key (kernel verbs) */
+#define VIRTIO_RDMA_FEATURE_GSI (1ull << 5)     /* CREATE_QP of VIRTIO_RDMA_QPT_GSI: QP1, the CM's MADs */
 
 /* ---- Carrier window ("Inside a VM: riding vhost-user-blk") ---------------------------------- */
 /*
@@ -122,7 +124,8 @@ VIRTIO_RDMA_STATIC_ASSERT(sizeof(struct virtio_rdma_carrier_config) <= VIRTIO_RD
 #define VIRTIO_RDMA_CMD_CREATE_SRQ 16u
 #define VIRTIO_RDMA_CMD_DESTROY_SRQ 17u
 #define VIRTIO_RDMA_CMD_QUERY_CONFIG 18u  /* response: virtio_rdma_config (for drivers behind a carrier) */
-#define VIRTIO_RDMA_CMD_COUNT 19u         /* one past the highest command */
+#define VIRTIO_RDMA_CMD_REG_DMA_MR 19u    /* a PD's local DMA key over all guest memory */
+#define VIRTIO_RDMA_CMD_COUNT 20u         /* one past the highest command */
 
 struct virtio_rdma_cmd_hdr {
 	__le32 cmd;  /* VIRTIO_RDMA_CMD_* */
@@ -218,6 +221,20 @@ struct virtio_rdma_reg_mr_resp {
 VIRTIO_RDMA_STATIC_ASSERT(sizeof(struct virtio_rdma_reg_mr_resp) == 16, "virtio_rdma_reg_mr_resp is 16 bytes");
 
 /*
+ * The DMA memory region ("The DMA memory region", VIRTIO_RDMA_FEATURE_DMA_MR): one per PD, the
+ * key a kernel driver gives as its PD's local_dma_lkey. Its addresses are guest-physical
+ * addresses (a virtio device's DMA addresses without an IOMMU); it covers all guest memory and
+ * nothing else. Local access only: access is 0 or VIRTIO_RDMA_ACCESS_LOCAL_WRITE, and the
+ * response's rkey is 0. DEREG_MR with the response's handle removes it.
+ */
+#define VIRTIO_RDMA_ACCESS_LOCAL_WRITE 1u  /* IBV_ACCESS_LOCAL_WRITE */
+struct virtio_rdma_reg_dma_mr_req {
+	__le32 pd;
+	__le32 access;
+};
+VIRTIO_RDMA_STATIC_ASSERT(sizeof(struct virtio_rdma_reg_dma_mr_req) == 8, "virtio_rdma_reg_dma_mr_req is 8 bytes");
+
+/*
  * Completion ring ("Rings in guest memory"): a 64-byte control block, then `depth` 32-byte
  * CQEs, contiguous in guest-physical memory at ring_gpa (4 KiB-aligned). depth is a power of two.
  */
@@ -271,9 +288,12 @@ VIRTIO_RDMA_INLINE __u32 virtio_rdma_cqe_phase(__u32 index, __u32 depth)
  * WQEs of rq_stride bytes (strides from the response); both contiguous in guest-physical memory.
  * status_gpa: a virtio_rdma_qp_status block the device keeps up to date. No RQ with an SRQ.
  */
+#define VIRTIO_RDMA_QPT_GSI 1u  /* QP1 (IB_QPT_GSI): a datagram QP, QPN 1, one per device (FEATURE_GSI) */
+#define VIRTIO_RDMA_QPT_RC 2u
+#define VIRTIO_RDMA_QPT_UD 4u
 struct virtio_rdma_create_qp_req {
 	__le32 pd, send_cq, recv_cq, srq;  /* srq may be VIRTIO_RDMA_NO_HANDLE */
-	__u8 qp_type;                      /* ibv_qp_type: 2 RC, 4 UD */
+	__u8 qp_type;                      /* VIRTIO_RDMA_QPT_*: 2 RC, 4 UD (ibv_qp_type), 1 GSI */
 	__u8 sq_sig_all;
 	__le16 reserved;
 	__le32 sq_depth, rq_depth;         /* powers of two */

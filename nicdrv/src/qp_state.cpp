@@ -89,6 +89,11 @@ Status check_qp_transition(QpType type, QpState cur, QpState next, QpAttrMask ma
   if (!r.valid) return make_error(Errc::invalid_argument, name() + " is not a legal transition (IBA 11.2.5)");
   M req = type == QpType::rc ? r.req_rc : r.req_ud;
   M opt = type == QpType::rc ? r.opt_rc : r.opt_ud;
+  // QP1 is bound to its port: the kernel's qp_state_table leaves PORT out of GSI's rows.
+  if (type == QpType::gsi) {
+    req = req & ~M::port;
+    opt = opt & ~M::port;
+  }
   M body = mask & ~M::state;
   if ((body & req) != req)
     return make_error(Errc::invalid_argument, name() + " requires " + mask_names(req & ~body) + " in the attribute mask");

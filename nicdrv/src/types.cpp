@@ -56,7 +56,9 @@ std::string_view to_string(QpState s) noexcept {
   return "?";
 }
 
-std::string_view to_string(QpType t) noexcept { return t == QpType::rc ? "RC" : t == QpType::ud ? "UD" : "?"; }
+std::string_view to_string(QpType t) noexcept {
+  return t == QpType::rc ? "RC" : t == QpType::ud ? "UD" : t == QpType::gsi ? "GSI" : "?";
+}
 
 std::string_view to_string(WrOpcode op) noexcept {
   switch (op) {

@@ -172,12 +172,12 @@ Status PvQp::post_send(std::span<const SendWr> wrs, std::size_t* bad_index) {
                                                                       wr.sg_list.size(), cap_.max_send_sge)));
       break;
     }
-    if (type_ == QpType::ud && (wr.opcode != WrOpcode::send && wr.opcode != WrOpcode::send_with_imm)) {
+    if (is_datagram(type_) && (wr.opcode != WrOpcode::send && wr.opcode != WrOpcode::send_with_imm)) {
       result = fail(i, make_error(Errc::invalid_argument, qp_name() + ": UD QPs carry only SEND and SEND_WITH_IMM, not " +
                                                               std::string(to_string(wr.opcode))));
       break;
     }
-    if (type_ == QpType::ud && wr.ud.ah == nullptr) {
+    if (is_datagram(type_) && wr.ud.ah == nullptr) {
       result = fail(i, make_error(Errc::invalid_argument, qp_name() + ": a UD send needs an address handle"));
       break;
     }
@@ -192,7 +192,7 @@ Status PvQp::post_send(std::span<const SendWr> wrs, std::size_t* bad_index) {
     w.rkey = atomic ? wr.atomic.rkey : wr.rdma.rkey;
     w.compare_add = wr.atomic.compare_add;
     w.swap = wr.atomic.swap;
-    if (type_ == QpType::ud) {
+    if (is_datagram(type_)) {
       const auto* ah = dynamic_cast<const PvAh*>(wr.ud.ah);
       if (ah == nullptr || &ah->device() != dev_.get()) {
         result = fail(i, make_error(Errc::invalid_argument, qp_name() + ": the address handle belongs to another device"));

@@ -95,6 +95,7 @@ Result<DeviceAttr> PvDevice::query_device() const {
   DeviceAttr a = nicdrv::device_attr_from_wire(w);
   a.name = name_;
   a.provider = "pv";
+  a.gsi = (cfg_.features & vd::kFeatureGsi) != 0;
   return a;
 }
 

@@ -351,6 +351,8 @@ class PvPd final : public ProtectionDomain, public std::enable_shared_from_this<
 
   Result<std::shared_ptr<MemoryRegion>> reg_mr(void* addr, std::size_t length, Access access,
                                                const MrOptions& opts) override;
+  // REG_DMA_MR (pv.hpp reg_dma_mr): addr() 0 and length() the whole guest memory.
+  Result<std::shared_ptr<MemoryRegion>> reg_dma_mr(Access access);
   Result<std::shared_ptr<QueuePair>> create_qp(const QpInitAttr& attr, const QpOptions& opts) override;
   Result<std::shared_ptr<AddressHandle>> create_ah(const AhAttr& attr) override;
   Result<std::shared_ptr<SharedReceiveQueue>> create_srq(std::uint32_t max_wr, std::uint32_t max_sge) override;

@@ -38,7 +38,7 @@ Result<std::shared_ptr<MemoryRegion>> PvPd::reg_mr(void* addr, std::size_t lengt
   r.access = static_cast<std::uint32_t>(access);
   // The region's first byte is `iova` (the caller's own address by default) and keeps its
   // offset within the first page, so the device's page arithmetic matches.
-  const std::uint64_t iova = opts.iova != 0 ? opts.iova : reinterpret_cast<std::uint64_t>(addr);
+  const std::uint64_t iova = opts.iova.value_or(reinterpret_cast<std::uint64_t>(addr));
   if ((iova & 4095) != (*gpa & 4095))
     return make_error(Errc::invalid_argument, fmt::format("{}: iova {:#x} must have the same offset within a 4 KiB page "
                                                           "as the buffer ({:#x})", dev_->name(), iova, *gpa & 4095));
@@ -50,6 +50,16 @@ Result<std::shared_ptr<MemoryRegion>> PvPd::reg_mr(void* addr, std::size_t lengt
   auto resp = dev_->call<vd::RegMrResp>(vd::Cmd::reg_mr, r);
   if (!resp) return std::move(resp).error();
   return std::shared_ptr<MemoryRegion>(std::make_shared<PvMr>(shared_from_this(), dev_, *resp, r.iova, length, access));
+}
+
+Result<std::shared_ptr<MemoryRegion>> PvPd::reg_dma_mr(Access access) {
+  vd::RegDmaMrReq r{};
+  r.pd = h_;
+  r.access = static_cast<std::uint32_t>(access);
+  auto resp = dev_->call<vd::RegMrResp>(vd::Cmd::reg_dma_mr, r);
+  if (!resp) return std::move(resp).error();
+  return std::shared_ptr<MemoryRegion>(
+      std::make_shared<PvMr>(shared_from_this(), dev_, *resp, 0, dev_->transport().dma_bytes(), access));
 }
 
 Result<std::shared_ptr<QueuePair>> PvPd::create_qp(const QpInitAttr& attr, const QpOptions& opts) {
@@ -143,3 +153,19 @@ Result<std::shared_ptr<SharedReceiveQueue>> PvPd::create_srq(std::uint32_t max_w
 }
 
 }  // namespace vrdma::pv::detail
+
+namespace vrdma::pv {
+
+Result<std::shared_ptr<nicdrv::MemoryRegion>> reg_dma_mr(nicdrv::ProtectionDomain& pd, nicdrv::Access access) {
+  auto* p = dynamic_cast<detail::PvPd*>(&pd);
+  if (p == nullptr) return make_error(Errc::invalid_argument, "reg_dma_mr: the PD is not a pv device's");
+  return p->reg_dma_mr(access);
+}
+
+std::optional<std::uint64_t> gpa_of(nicdrv::Device& dev, const void* ptr, std::size_t len) {
+  auto* d = dynamic_cast<detail::PvDevice*>(&dev);
+  if (d == nullptr) return std::nullopt;
+  return d->transport().gpa_of(ptr, len);
+}
+
+}  // namespace vrdma::pv

@@ -135,8 +135,8 @@ Result<std::shared_ptr<QueuePair>> SoftPd::create_qp(const QpInitAttr& init, con
   auto* rcq = dynamic_cast<SoftCq*>(init.recv_cq);
   if (scq == nullptr || rcq == nullptr || scq->device() != dev_.get() || rcq->device() != dev_.get())
     return make_error(Errc::invalid_argument, "create_qp: send and receive CQs must be CQs of device " + dev_->name());
-  if (init.type != QpType::rc && init.type != QpType::ud)
-    return make_error(Errc::not_supported, "create_qp: device " + dev_->name() + " supports RC and UD QPs only");
+  if (init.type != QpType::rc && init.type != QpType::ud && init.type != QpType::gsi)
+    return make_error(Errc::not_supported, "create_qp: device " + dev_->name() + " supports RC, UD and GSI QPs only");
   SoftSrq* srq = nullptr;
   if (init.srq != nullptr) {
     srq = dynamic_cast<SoftSrq*>(init.srq);
@@ -154,7 +154,12 @@ Result<std::shared_ptr<QueuePair>> SoftPd::create_qp(const QpInitAttr& init, con
   std::uint32_t qpn = opts.requested_qpn;
   {
     std::lock_guard lk(d.mu_);
-    if (qpn != 0) {
+    if (init.type == QpType::gsi) {
+      // QP1: its MADs go to this QP instead of the engine's own CM agent while it exists.
+      if ((qpn != 0 && qpn != mad::kGsiQpn) || d.qps.count(mad::kGsiQpn) != 0)
+        return make_error(Errc::busy, "create_qp: " + d.name() + " has one GSI QP (QP1), and it exists already");
+      qpn = mad::kGsiQpn;
+    } else if (qpn != 0) {
       if (qpn < 2 || qpn > wire::kQpnMask || d.qps.count(qpn) != 0)
         return make_error(Errc::busy, "create_qp: requested QPN " + std::to_string(qpn) + " is reserved or in use on " + d.name());
     } else {
@@ -283,6 +288,7 @@ Result<DeviceAttr> SoftDevice::query_device() const {
   a.atomic_cap = AtomicCap::hca;
   a.reports_writes = true;
   a.reports_solicited = true;
+  a.gsi = true;
   return a;
 }
 
@@ -439,11 +445,13 @@ void SoftDevice::handle_rx(RxPacket& p) {
     log::debug("soft {}: dropped a packet: {}", name_, wire::to_string(err));
     return;
   }
-  if (pkt.hdr.bth.dest_qp == 1) {  // QP1: the General Services Interface (CM MADs)
+  auto it = qps.find(pkt.hdr.bth.dest_qp);
+  // QP1, the General Services Interface (CM MADs): the engine's own CM agent answers, unless
+  // a GSI QP of the device's user (a guest's kernel) takes them.
+  if (pkt.hdr.bth.dest_qp == mad::kGsiQpn && (it == qps.end() || it->second == nullptr)) {
     gsi->on_packet(pkt, p.src_ip_be);
     return;
   }
-  auto it = qps.find(pkt.hdr.bth.dest_qp);
   if (it == qps.end() || it->second == nullptr) {
     ++st.rx_dropped_no_qp;
     return;
@@ -460,7 +468,7 @@ void SoftDevice::handle_rx(RxPacket& p) {
   }
   QpState s = qp.state();
   const auto& oi = wire::info(pkt.hdr.bth.opcode);
-  if (qp.type() == QpType::ud) {
+  if (is_datagram(qp.type())) {
     if (pkt.hdr.bth.opcode != wire::Opcode::ud_send_only && pkt.hdr.bth.opcode != wire::Opcode::ud_send_only_imm) {
       ++st.rx_dropped_malformed;
       return;

@@ -29,6 +29,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <queue>
 #include <random>
 #include <string>
@@ -121,9 +122,9 @@ std::unique_ptr<Link> make_fault_link(std::unique_ptr<Link> inner, const FaultCo
 class SoftMr final : public MemoryRegion {
  public:
   SoftMr(std::shared_ptr<SoftPd> pd, std::uint8_t* base, std::uint64_t len, Access acc, std::uint32_t key,
-         std::shared_ptr<WriteObserver> obs, std::uint64_t iova)
+         std::shared_ptr<WriteObserver> obs, std::optional<std::uint64_t> iova)
       : pd_(std::move(pd)), base_(base), len_(len), acc_(acc), key_(key), obs_(std::move(obs)),
-        iova_(iova != 0 ? iova : reinterpret_cast<std::uint64_t>(base)) {}
+        iova_(iova.value_or(reinterpret_cast<std::uint64_t>(base))) {}
   ~SoftMr() override;
   std::uint32_t lkey() const noexcept override { return key_; }
   std::uint32_t rkey() const noexcept override { return key_; }

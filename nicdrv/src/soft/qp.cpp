@@ -171,12 +171,12 @@ Status SoftQp::post_send(std::span<const SendWr> wrs, std::size_t* bad_index) {
       return fail(i, make_error(Errc::invalid_argument, qp_name(*this) + ": " + std::to_string(wr.sg_list.size()) +
                                                             " SGEs exceed max_send_sge " + std::to_string(cap.max_send_sge)));
     bool ud_ok = wr.opcode == WrOpcode::send || wr.opcode == WrOpcode::send_with_imm;
-    if (type_ == QpType::ud && !ud_ok)
+    if (is_datagram(type_) && !ud_ok)
       return fail(i, make_error(Errc::invalid_argument, qp_name(*this) + ": UD QPs carry only SEND and SEND_WITH_IMM, not " +
                                                             std::string(to_string(wr.opcode))));
     if (static_cast<unsigned>(wr.opcode) > static_cast<unsigned>(WrOpcode::atomic_fetch_and_add))
       return fail(i, make_error(Errc::invalid_argument, qp_name(*this) + ": unknown opcode"));
-    if (type_ == QpType::ud && wr.ud.ah == nullptr)
+    if (is_datagram(type_) && wr.ud.ah == nullptr)
       return fail(i, make_error(Errc::invalid_argument, qp_name(*this) + ": UD send without an address handle"));
     std::uint64_t total = 0;
     for (const auto& sge : wr.sg_list) total += sge.length;
@@ -198,7 +198,7 @@ Status SoftQp::post_send(std::span<const SendWr> wrs, std::size_t* bad_index) {
     w.rkey = atomic ? wr.atomic.rkey : wr.rdma.rkey;
     w.compare_add = wr.atomic.compare_add;
     w.swap = wr.atomic.swap;
-    if (type_ == QpType::ud) {
+    if (is_datagram(type_)) {
       const Gid& g = wr.ud.ah->attr().dgid;
       w.ud_dst_ip_be = g.ipv4();
       w.ud_qpn = wr.ud.remote_qpn & wire::kQpnMask;

@@ -95,7 +95,7 @@ void SoftDevice::request_read(SoftQp& qp, SendWqe& w, std::uint32_t from) {
 }
 
 bool SoftDevice::requester_run(SoftQp& qp, std::size_t budget) {
-  if (qp.type() == QpType::ud) {
+  if (is_datagram(qp.type())) {
     for (; budget > 0 && qp.sq_next != qp.sq_tail && qp.state() == QpState::rts; --budget) {
       SendWqe& w = qp.wqe(qp.sq_next);
       ++qp.sq_next;

@@ -358,14 +358,14 @@ Result<std::shared_ptr<MemoryRegion>> VerbsPd::reg_mr(void* addr, std::size_t le
     return make_error(Errc::not_supported, "reg_mr: " + dn + " writes registered memory by DMA and cannot report the "
                                                "bytes it writes; a write observer is not supported by verbs");
   constexpr std::uint32_t kSiwVendor = 0x626d74;  // "bmt", siw's vendor id
-  if (opts.iova != 0 && dev_->vendor_id() == kSiwVendor && dev_->iwarp())
+  if (opts.iova && dev_->vendor_id() == kSiwVendor && dev_->iwarp())
     return make_error(Errc::not_supported,
                       "reg_mr: " + dn + " (Linux siw) registers user memory at its process address and ignores an "
                                         "iova (siw_reg_user_mr drops it): MrOptions::iova is not supported there");
   const int acc = static_cast<int>(static_cast<std::uint32_t>(access));
-  ibv_mr* mr = opts.iova != 0 ? ibv_reg_mr_iova(pd_, addr, length, opts.iova, acc) : ibv_reg_mr(pd_, addr, length, acc);
+  ibv_mr* mr = opts.iova ? ibv_reg_mr_iova(pd_, addr, length, *opts.iova, acc) : ibv_reg_mr(pd_, addr, length, acc);
   if (mr == nullptr) return verbs_error(errno, dn + ": register " + std::to_string(length) + " bytes");
-  const std::uint64_t a = opts.iova != 0 ? opts.iova : reinterpret_cast<std::uint64_t>(addr);
+  const std::uint64_t a = opts.iova.value_or(reinterpret_cast<std::uint64_t>(addr));
   {
     std::lock_guard lk(mr_mu_);
     mrs_[mr->lkey] = MrSpan{a, static_cast<std::uint8_t*>(addr), length};

@@ -145,6 +145,9 @@ Result<std::shared_ptr<QueuePair>> VerbsPd::create_qp(const QpInitAttr& attr, co
   if (opts.requested_qpn != 0)
     return make_error(Errc::not_supported, "create_qp: " + dn + " picks QP numbers itself; a requested QPN (" +
                                                std::to_string(opts.requested_qpn) + ") is not supported by verbs");
+  if (attr.type == QpType::gsi)
+    return make_error(Errc::not_supported, "create_qp: QP1 (GSI) of " + dn + " belongs to the host's kernel; a guest's "
+                                           "connection manager MADs are not multiplexed onto it yet");
   if (attr.type != QpType::rc && attr.type != QpType::ud)
     return make_error(Errc::not_supported, "create_qp: the API offers RC and UD QPs only");
   if (attr.type == QpType::ud && dev_->iwarp())

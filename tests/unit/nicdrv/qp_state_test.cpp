@@ -35,6 +35,19 @@ BOOST_AUTO_TEST_CASE(ud_bring_up_masks) {
   BOOST_TEST(check_qp_transition(QpType::ud, S::sqe, S::rts, M::state).ok());
 }
 
+// QP1 as the kernel's ib_mad brings it up: PKEY_INDEX and QKEY, no PORT (the kernel's
+// qp_state_table leaves it out of GSI's rows: QP1 is bound to its port).
+BOOST_AUTO_TEST_CASE(gsi_bring_up_masks_have_no_port) {
+  BOOST_TEST(check_qp_transition(QpType::gsi, S::reset, S::init, M::state | M::pkey_index | M::qkey).ok());
+  auto with_port = check_qp_transition(QpType::gsi, S::reset, S::init, M::state | M::pkey_index | M::port | M::qkey);
+  BOOST_REQUIRE(!with_port.ok());
+  BOOST_TEST(with_port.error().message.find("GSI QP RESET->INIT does not allow PORT") != std::string::npos,
+             with_port.error().message);
+  BOOST_TEST(check_qp_transition(QpType::gsi, S::init, S::rtr, M::state).ok());
+  BOOST_TEST(check_qp_transition(QpType::gsi, S::rtr, S::rts, M::state | M::sq_psn).ok());
+  BOOST_TEST(!check_qp_transition(QpType::gsi, S::rtr, S::rts, M::state | M::sq_psn | M::timeout).ok());
+}
+
 BOOST_AUTO_TEST_CASE(illegal_transitions) {
   BOOST_TEST(!check_qp_transition(QpType::rc, S::reset, S::rtr, M::state).ok());
   BOOST_TEST(!check_qp_transition(QpType::rc, S::reset, S::rts, M::state).ok());

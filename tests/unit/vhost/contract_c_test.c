@@ -49,6 +49,11 @@ static void check_identity(void)
 	VALUE(VIRTIO_RDMA_FEATURE_SRQ, 2);
 	VALUE(VIRTIO_RDMA_FEATURE_ATOMIC, 4);
 	VALUE(VIRTIO_RDMA_FEATURE_MIGRATION, 8);
+	VALUE(VIRTIO_RDMA_FEATURE_DMA_MR, 16);
+	VALUE(VIRTIO_RDMA_FEATURE_GSI, 32);
+	VALUE(VIRTIO_RDMA_QPT_GSI, 1);
+	VALUE(VIRTIO_RDMA_QPT_RC, 2);
+	VALUE(VIRTIO_RDMA_QPT_UD, 4);
 
 	SIZE(virtio_rdma_carrier_config, 32);
 	FIELD(virtio_rdma_carrier_config, blk_capacity, 0, 8);
@@ -83,7 +88,12 @@ static void check_control(void)
 	VALUE(VIRTIO_RDMA_CMD_CREATE_SRQ, 16);
 	VALUE(VIRTIO_RDMA_CMD_DESTROY_SRQ, 17);
 	VALUE(VIRTIO_RDMA_CMD_QUERY_CONFIG, 18);
-	VALUE(VIRTIO_RDMA_CMD_COUNT, 19);
+	VALUE(VIRTIO_RDMA_CMD_REG_DMA_MR, 19);
+	VALUE(VIRTIO_RDMA_CMD_COUNT, 20);
+	VALUE(VIRTIO_RDMA_ACCESS_LOCAL_WRITE, 1);
+	SIZE(virtio_rdma_reg_dma_mr_req, 8);
+	FIELD(virtio_rdma_reg_dma_mr_req, pd, 0, 4);
+	FIELD(virtio_rdma_reg_dma_mr_req, access, 4, 4);
 	/* Linux errno numbers. */
 	VALUE(VIRTIO_RDMA_S_OK, 0);
 	VALUE(VIRTIO_RDMA_S_PERM, 1);

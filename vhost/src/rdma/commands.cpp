@@ -229,8 +229,9 @@ std::vector<std::uint8_t> RdmaDevice::Impl::execute(const GuestView& g, std::spa
         const auto r = req_as<vd::RegMrReq>(body);
         auto pit = pds.find(r.pd);
         if (pit == pds.end()) return refuse(vd::Status::not_found, fmt::format("REG_MR names no PD {}", r.pd));
-        if (mrs.size() >= lim.max_mr)
-          return refuse(vd::Status::no_space, fmt::format("the guest already has {} MRs (limit {})", mrs.size(), lim.max_mr));
+        if (mrs.size() + dma_mrs.size() >= lim.max_mr)
+          return refuse(vd::Status::no_space,
+                        fmt::format("the guest already has {} MRs (limit {})", mrs.size() + dma_mrs.size(), lim.max_mr));
         if (r.length > lim.max_registered_bytes || st.registered_bytes + r.length > lim.max_registered_bytes)
           return refuse(vd::Status::no_space,
                         fmt::format("registering {} more bytes would exceed the guest's limit of {} registered bytes "
@@ -257,9 +258,41 @@ std::vector<std::uint8_t> RdmaDevice::Impl::execute(const GuestView& g, std::spa
         mrs.emplace(h, std::move(mr));
         return bytes_of(out);
       }
+      case vd::Cmd::reg_dma_mr: {
+        if (auto e = need(sizeof(vd::RegDmaMrReq))) return *e;
+        const auto r = req_as<vd::RegDmaMrReq>(body);
+        auto pit = pds.find(r.pd);
+        if (pit == pds.end()) return refuse(vd::Status::not_found, fmt::format("REG_DMA_MR names no PD {}", r.pd));
+        if ((r.access & ~VIRTIO_RDMA_ACCESS_LOCAL_WRITE) != 0)
+          return refuse(vd::Status::invalid,
+                        fmt::format("access {:#x}: a DMA memory region is local only (0 or LOCAL_WRITE); remote access "
+                                    "to all guest memory is never granted",
+                                    r.access));
+        for (const auto& [dh, d] : dma_mrs)
+          if (d.pd == r.pd)
+            return refuse(vd::Status::busy,
+                          fmt::format("PD {} already has a DMA memory region (MR {}, lkey {:#x})", r.pd, dh, d.guest_lkey));
+        if (mrs.size() + dma_mrs.size() >= lim.max_mr)
+          return refuse(vd::Status::no_space,
+                        fmt::format("the guest already has {} MRs (limit {})", mrs.size() + dma_mrs.size(), lim.max_mr));
+        DmaMrObj mr;
+        mr.pd = r.pd;
+        mr.access = r.access;
+        if (auto s = map_dma_mr(g, mr, false); !s.ok()) return refuse(status_of(s.error()), s.error().message);
+        const auto h = new_handle();
+        ++pit->second.users;
+        auto& placed = dma_mrs.emplace(h, std::move(mr)).first->second;
+        dma_by_lkey[placed.guest_lkey] = &placed;
+        vd::RegMrResp out{h, placed.guest_lkey, 0, 0};
+        return bytes_of(out);
+      }
       case vd::Cmd::dereg_mr: {
         if (auto e = need(sizeof(vd::HandleReq))) return *e;
         const auto h = req_as<vd::HandleReq>(body).handle;
+        if (dma_mrs.count(h) != 0) {
+          forget_dma_mr(h);
+          return std::vector<std::uint8_t>{};
+        }
         auto it = mrs.find(h);
         if (it == mrs.end()) return refuse(vd::Status::not_found, fmt::format("no MR {}", h));
         st.registered_bytes -= it->second.length;
@@ -313,8 +346,8 @@ std::vector<std::uint8_t> RdmaDevice::Impl::execute(const GuestView& g, std::spa
             return refuse(vd::Status::perm, fmt::format("SRQ {} belongs to PD {}, not PD {}", r.srq, sit->second.pd, r.pd));
           srq = &sit->second;
         }
-        if (r.qp_type != 2 && r.qp_type != 4)
-          return refuse(vd::Status::not_supported, fmt::format("QP type {} is not RC (2) or UD (4)", r.qp_type));
+        if (r.qp_type != VIRTIO_RDMA_QPT_RC && r.qp_type != VIRTIO_RDMA_QPT_UD && r.qp_type != VIRTIO_RDMA_QPT_GSI)
+          return refuse(vd::Status::not_supported, fmt::format("QP type {} is not RC (2), UD (4) or GSI (1)", r.qp_type));
         if (!pow2(r.sq_depth) || r.sq_depth > lim.max_qp_wr)
           return refuse(vd::Status::invalid, fmt::format("send queue depth {} is not a power of two up to {}", r.sq_depth, lim.max_qp_wr));
         if (srq == nullptr && (!pow2(r.rq_depth) || r.rq_depth > lim.max_qp_wr))

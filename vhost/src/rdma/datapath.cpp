@@ -170,7 +170,7 @@ void RdmaDevice::Impl::post_sq(const GuestView& g, std::uint32_t handle, QpObj& 
         wr.atomic.compare_add = w->compare_add;
         wr.atomic.swap = w->swap;
         bool ok = true;
-        if (qp.type == nicdrv::QpType::ud) {
+        if (nicdrv::is_datagram(qp.type)) {
           auto ah = ahs.find(w->ah);
           if (ah == ahs.end() || ah->second.pd != qp.pd) {
             reject(fmt::format("AH {} does not exist in the QP's PD {}", w->ah, qp.pd));
@@ -199,7 +199,7 @@ void RdmaDevice::Impl::post_sq(const GuestView& g, std::uint32_t handle, QpObj& 
             ok = false;
           } else {
             for (std::size_t k = 0; k < w->num_sge; ++k)
-              sges[n * qp.max_send_sge + k] = nicdrv::Sge{ws[k].addr, ws[k].length, engine_lkey(ws[k].lkey)};
+              sges[n * qp.max_send_sge + k] = nicdrv::Sge{ws[k].addr, ws[k].length, engine_lkey(ws[k].lkey, ws[k].addr)};
             wr.sg_list = std::span<const nicdrv::Sge>(&sges[n * qp.max_send_sge], w->num_sge);
           }
         }
@@ -261,7 +261,7 @@ void post_recv_ring(const GuestView& g, WorkRing& ring, std::uint32_t max_sge, s
       } else if (w->num_sge > 0 && !g.read(gpa + sizeof(vd::RecvWqe), ws.data(), w->num_sge * sizeof(vd::WireSge)).ok()) {
         reject(w->wr_id, idx, "its SGEs are outside guest memory");
       } else {
-        for (std::size_t k = 0; k < w->num_sge; ++k) sges[n * max_sge + k] = nicdrv::Sge{ws[k].addr, ws[k].length, key(ws[k].lkey)};
+        for (std::size_t k = 0; k < w->num_sge; ++k) sges[n * max_sge + k] = nicdrv::Sge{ws[k].addr, ws[k].length, key(ws[k].lkey, ws[k].addr)};
         wrs[n] = nicdrv::RecvWr{w->wr_id, std::span<const nicdrv::Sge>(&sges[n * max_sge], w->num_sge)};
         slot[n++] = idx;
       }
@@ -308,7 +308,7 @@ void RdmaDevice::Impl::post_rq(const GuestView& g, std::uint32_t handle, QpObj& 
         if (should_log_refusal(Refused::wqe)) log::warn("virtio-rdma: QP {} receive WQE {} refused: {}", handle, idx, why);
         error_cqe(g, qp.recv_cq, wr_id, qp.guest_qpn, true);
       },
-      full, st.recv_wqes, [this](std::uint32_t k) { return engine_lkey(k); });
+      full, st.recv_wqes, [this](std::uint32_t k, std::uint64_t a) { return engine_lkey(k, a); });
   if (full)
     pending_rq.insert(handle);
   else
@@ -327,7 +327,7 @@ void RdmaDevice::Impl::post_srq(const GuestView& g, std::uint32_t handle, SrqObj
         if (should_log_refusal(Refused::wqe))
           log::warn("virtio-rdma: SRQ {} WQE {} (wr_id {:#x}) refused and dropped: {}", handle, idx, wr_id, why);
       },
-      full, st.recv_wqes, [this](std::uint32_t k) { return engine_lkey(k); });
+      full, st.recv_wqes, [this](std::uint32_t k, std::uint64_t a) { return engine_lkey(k, a); });
   if (full)
     pending_srq.insert(handle);
   else

@@ -48,8 +48,9 @@ vd::Config RdmaDevice::Impl::config_space() const {
   auto attr = engine->query_device();
   auto port = engine->query_port(1);
   auto gid = engine->query_gid(0, 1);
-  c.features = vd::kFeatureUd | vd::kFeatureSrq | vd::kFeatureMigration;
+  c.features = vd::kFeatureUd | vd::kFeatureSrq | vd::kFeatureMigration | vd::kFeatureDmaMr;
   if (attr && attr->atomic_cap != nicdrv::AtomicCap::none) c.features |= vd::kFeatureAtomic;
+  if (attr && attr->gsi) c.features |= vd::kFeatureGsi;
   auto cap = [](std::uint32_t mine, std::uint32_t eng) { return eng != 0 ? std::min(mine, eng) : mine; };
   c.max_qp = attr ? cap(lim.max_qp, attr->max_qp) : lim.max_qp;
   c.max_cq = attr ? cap(lim.max_cq, attr->max_cq) : lim.max_cq;
@@ -102,7 +103,7 @@ void RdmaDevice::poll_idle() { impl_->poll_idle(); }
 RdmaDeviceStats RdmaDevice::stats() const {
   auto s = impl_->st;
   s.pds = static_cast<std::uint32_t>(impl_->pds.size());
-  s.mrs = static_cast<std::uint32_t>(impl_->mrs.size());
+  s.mrs = static_cast<std::uint32_t>(impl_->mrs.size() + impl_->dma_mrs.size());
   s.cqs = static_cast<std::uint32_t>(impl_->cqs.size());
   s.qps = static_cast<std::uint32_t>(impl_->qps.size());
   s.ahs = static_cast<std::uint32_t>(impl_->ahs.size());
@@ -145,6 +146,17 @@ GuestView RdmaDevice::Impl::view() const { return host != nullptr ? host->memory
 void RdmaDevice::Impl::memory_changed() {
   auto v = view();
   log->log.store(v.log());
+  // A DMA memory region covers the guest memory there is: registered again over a new table.
+  for (auto& [h, mr] : dma_mrs) {
+    const auto& regions = v.memory().regions();
+    bool same = regions.size() == mr.parts.size();
+    for (std::size_t i = 0; same && i < regions.size(); ++i) same = regions[i] == mr.parts[i].region;
+    if (same) continue;
+    if (auto s = map_dma_mr(v, mr, true); !s.ok())
+      log::error("virtio-rdma: DMA memory region {} (lkey {:#x}) could not follow the new guest memory table: {}; work "
+                 "requests using it fail with a local protection error",
+                 h, mr.guest_lkey, s.error().message);
+  }
 }
 
 void RdmaDevice::Impl::queue_ready(Queue& q) {
@@ -224,6 +236,13 @@ void RdmaDevice::Impl::mark_dma_writable() {
     for (auto p : mr.observer->pages()) l->mark(p, psize);
     marked += mr.observer->pages().size();
   }
+  for (const auto& [h, mr] : dma_mrs) {
+    if ((mr.access & static_cast<std::uint32_t>(nicdrv::Access::local_write)) == 0) continue;
+    for (const auto& p : mr.parts) {
+      l->mark(p.gpa, p.size);
+      marked += p.size / 4096;
+    }
+  }
   if (marked != 0)
     log::info("virtio-rdma: {} writes guest memory by DMA unseen; {} pages of its writable regions marked dirty at the stop",
               engine->name(), marked);
@@ -260,6 +279,8 @@ void RdmaDevice::Impl::reset() {
   held_for_peer.clear();
   srqs.clear();
   ahs.clear();
+  dma_by_lkey.clear();
+  dma_mrs.clear();
   mrs.clear();
   cqs.clear();
   pds.clear();

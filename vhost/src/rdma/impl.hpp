@@ -47,6 +47,35 @@ class MrObserver final : public nicdrv::WriteObserver {
   std::vector<std::uint64_t> pages_;
 };
 
+// Marks the engine's writes through one part of a DMA memory region (a whole guest memory
+// region, mapped linearly: host base + n is guest-physical gpa + n) in the dirty log.
+class RegionObserver final : public nicdrv::WriteObserver {
+ public:
+  RegionObserver(std::shared_ptr<LogRef> log, const std::uint8_t* base, std::uint64_t gpa, std::uint64_t size)
+      : log_(std::move(log)), base_(reinterpret_cast<std::uint64_t>(base)), gpa_(gpa), size_(size) {}
+  void on_write(std::uint64_t addr, std::uint64_t len) noexcept override;
+
+ private:
+  std::shared_ptr<LogRef> log_;
+  std::uint64_t base_, gpa_, size_;
+};
+
+// A PD's DMA memory region (REG_DMA_MR, docs/virtio-rdma.md "The DMA memory region"): its
+// addresses are guest-physical, it covers every guest memory region and nothing else, local
+// access only. One engine region per guest memory region (registered at iova = its first
+// guest-physical address); the guest knows one lkey, which the data path turns into the
+// engine key of the part holding a work request's address.
+struct DmaMrObj {
+  struct Part {
+    std::uint64_t gpa = 0, size = 0;
+    std::shared_ptr<const MappedRegion> region;  // keeps the mapping alive
+    std::shared_ptr<nicdrv::MemoryRegion> eng;
+  };
+  std::uint32_t pd = 0, access = 0;
+  std::uint32_t guest_lkey = 0;
+  std::vector<Part> parts;
+};
+
 struct PdObj {
   std::shared_ptr<nicdrv::ProtectionDomain> eng;
   std::uint32_t users = 0;  // MRs, QPs, AHs, SRQs in it
@@ -196,6 +225,11 @@ struct RdmaDevice::Impl {
   Result<MrObj> map_mr(const GuestView& g, const vd::RegMrReq& r, const std::vector<std::uint64_t>* saved_pages = nullptr);
   Status register_mr(const GuestView& g, const vd::RegMrReq& r, std::uint32_t requested_key, MrObj& out,
                      const std::vector<std::uint64_t>* saved_pages = nullptr);
+  // The engine regions of a DMA memory region over the guest memory there is now (the old
+  // ones released first). keep_name: the guest already knows mr.guest_lkey (a loaded state, a
+  // new memory table); an engine that can is asked for that key again, else it is translated.
+  Status map_dma_mr(const GuestView& g, DmaMrObj& mr, bool keep_name);
+  [[nodiscard]] std::uint32_t dma_engine_lkey(const DmaMrObj& mr, std::uint64_t addr) const;
   // commands.cpp: a CQ's engine object, zeroed guest ring and event-fd watch.
   // `made`: an engine CQ built ahead (Precreated) instead of a new one.
   Status add_cq(const GuestView& g, std::uint32_t handle, std::uint32_t depth, std::uint64_t ring_gpa, bool zero_ring,
@@ -224,7 +258,11 @@ struct RdmaDevice::Impl {
   void rebuild_here();
   [[nodiscard]] nicdrv::QpInitAttr init_attr_of(const QpObj& qp);
   void forget_names(std::uint32_t handle);
-  [[nodiscard]] std::uint32_t engine_lkey(std::uint32_t guest_lkey) const {
+  // The engine's lkey for a work request's local key and address (a DMA region has one engine
+  // key per guest memory region).
+  [[nodiscard]] std::uint32_t engine_lkey(std::uint32_t guest_lkey, std::uint64_t addr) const {
+    if (!dma_by_lkey.empty())
+      if (auto d = dma_by_lkey.find(guest_lkey); d != dma_by_lkey.end()) return dma_engine_lkey(*d->second, addr);
     if (lkey_to_engine.empty()) return guest_lkey;
     auto it = lkey_to_engine.find(guest_lkey);
     return it == lkey_to_engine.end() ? guest_lkey : it->second;
@@ -351,6 +389,9 @@ struct RdmaDevice::Impl {
   std::uint32_t next_handle_ = 1;
   std::unordered_map<std::uint32_t, PdObj> pds;
   std::unordered_map<std::uint32_t, MrObj> mrs;
+  std::unordered_map<std::uint32_t, DmaMrObj> dma_mrs;
+  std::unordered_map<std::uint32_t, const DmaMrObj*> dma_by_lkey;  // guest lkey -> its DMA region
+  void forget_dma_mr(std::uint32_t handle);
   std::unordered_map<std::uint32_t, CqObj> cqs;
   std::unordered_map<std::uint32_t, QpObj> qps;
   std::unordered_map<std::uint32_t, AhObj> ahs;

@@ -31,6 +31,60 @@ void MrObserver::on_write(std::uint64_t addr, std::uint64_t len) noexcept {
   }
 }
 
+void RegionObserver::on_write(std::uint64_t addr, std::uint64_t len) noexcept {
+  auto log = log_->log.load(std::memory_order_acquire);
+  if ((!log && !journal::enabled()) || len == 0 || addr < base_ || addr - base_ >= size_) return;
+  const std::uint64_t gpa = gpa_ + (addr - base_);
+  len = std::min(len, size_ - (addr - base_));
+  const bool logged = log && log->mark(gpa, len);
+  journal::write(gpa, len, journal::Source::engine, log != nullptr, logged);
+}
+
+Status RdmaDevice::Impl::map_dma_mr(const GuestView& g, DmaMrObj& mr, bool keep_name) {
+  mr.parts.clear();  // their keys go back to the engine before they are asked for again
+  auto pit = pds.find(mr.pd);
+  if (pit == pds.end()) return make_error(Errc::not_found, fmt::format("no PD {}", mr.pd));
+  const auto& regions = g.memory().regions();
+  if (regions.empty()) return make_error(Errc::bad_state, "the guest has no memory table yet");
+  std::vector<DmaMrObj::Part> parts;
+  for (const auto& reg : regions) {
+    nicdrv::MrOptions mo;
+    mo.iova = reg->gpa();
+    if (engine_reports_writes) mo.observer = std::make_shared<RegionObserver>(log, reg->host(), reg->gpa(), reg->size());
+    if (keep_name && parts.empty() && !engine_rebuilds()) mo.requested_key = mr.guest_lkey;
+    auto eng = pit->second.eng->reg_mr(reg->host(), reg->size(), static_cast<nicdrv::Access>(mr.access), mo);
+    if (!eng)
+      return prefixed(fmt::format("registering guest memory [{:#x}, +{:#x}) for a DMA memory region: ", reg->gpa(),
+                                  reg->size()),
+                      eng.error());
+    parts.push_back({reg->gpa(), reg->size(), reg, std::move(*eng)});
+  }
+  const auto first = parts.front().eng->lkey();
+  if (!keep_name) {
+    // After a move onto a NIC, a key it hands out may be a moved region's name in the guest.
+    if (guest_name_taken(first, false))
+      return make_error(Errc::busy, fmt::format("the NIC handed out memory key {:#x}, which the guest already uses "
+                                                "for a region that moved here; try again", first));
+    mr.guest_lkey = first;
+  }
+  mr.parts = std::move(parts);
+  // The guest's name stays reserved while the engine calls the region otherwise (a NIC).
+  if (first != mr.guest_lkey)
+    lkey_to_engine[mr.guest_lkey] = first;
+  else
+    lkey_to_engine.erase(mr.guest_lkey);
+  return {};
+}
+
+std::uint32_t RdmaDevice::Impl::dma_engine_lkey(const DmaMrObj& mr, std::uint64_t addr) const {
+  if (mr.parts.empty()) return mr.guest_lkey;  // the memory table could not be registered: refused
+  for (const auto& p : mr.parts)
+    if (addr >= p.gpa && addr - p.gpa < p.size) return p.eng->lkey();
+  // Outside guest memory: the first part's key, whose bounds the engine checks (a local
+  // protection error).
+  return mr.parts.front().eng->lkey();
+}
+
 Result<MrObj> RdmaDevice::Impl::map_mr(const GuestView& g, const vd::RegMrReq& r,
                                       const std::vector<std::uint64_t>* saved_pages) {
   const auto& lim = opts.limits;

@@ -144,6 +144,15 @@ void RdmaDevice::Impl::forget_names(std::uint32_t handle) {
   }
 }
 
+void RdmaDevice::Impl::forget_dma_mr(std::uint32_t handle) {
+  auto it = dma_mrs.find(handle);
+  if (it == dma_mrs.end()) return;
+  dma_by_lkey.erase(it->second.guest_lkey);
+  lkey_to_engine.erase(it->second.guest_lkey);
+  if (auto p = pds.find(it->second.pd); p != pds.end()) --p->second.users;
+  dma_mrs.erase(it);
+}
+
 // ---- save ----------------------------------------------------------------------------------
 
 Record RdmaDevice::Impl::record_of(const QpObj& qp, const nicdrv::QpAttr& b, const nicdrv::QpAttr& a) {

@@ -135,7 +135,16 @@ Result<std::vector<std::uint8_t>> RdmaDevice::Impl::save_state() {
         w.put(nic);
       }
     }
-  log::info("virtio-rdma: device state saved: {} PDs, {} MRs, {} CQs, {} AHs, {} QPs, {} bytes", pds.size(), mrs.size(),
+  // Version 3: the DMA memory regions.
+  w.put(static_cast<std::uint32_t>(dma_mrs.size()));
+  for (const auto& [h, mr] : dma_mrs) {
+    w.put(h);
+    w.put(mr.pd);
+    w.put(mr.access);
+    w.put(mr.guest_lkey);
+  }
+  log::info("virtio-rdma: device state saved: {} PDs, {} MRs, {} CQs, {} AHs, {} QPs, {} bytes", pds.size(),
+            mrs.size() + dma_mrs.size(),
             cqs.size(), ahs.size(), qps.size(), w.out.size());
   return std::move(w.out);
 }
@@ -343,6 +352,28 @@ Status RdmaDevice::Impl::load_state(std::span<const std::uint8_t> blob) {
         if (!r.get(guest) || !r.get(nic)) return fail(bad("truncated QP extras"));
         qp.remote_rkeys[guest] = nic;
       }
+    }
+  }
+  if (version >= 3) {
+    if (!r.get(n) || n > pds.size() || mrs.size() + n > lim.max_mr) return fail(bad("DMA MR count"));
+    std::unordered_set<std::uint32_t> names;  // the regions' lkeys as the guest knows them
+    for (const auto& [h, mr] : mrs) names.insert(mr.guest_lkey);
+    for (std::uint32_t i = 0; i < n; ++i) {
+      std::uint32_t h = 0;
+      DmaMrObj mr;
+      if (!r.get(h) || !r.get(mr.pd) || !r.get(mr.access) || !r.get(mr.guest_lkey)) return fail(bad("truncated DMA MR"));
+      auto pit = pds.find(mr.pd);
+      bool pd_has_one = false;
+      for (const auto& [dh, d] : dma_mrs) pd_has_one |= d.pd == mr.pd;
+      if (!fresh(h, mrs.count(h) != 0 || dma_mrs.count(h) != 0) || pit == pds.end() || pd_has_one ||
+          (mr.access & ~VIRTIO_RDMA_ACCESS_LOCAL_WRITE) != 0 || mr.guest_lkey == 0 || !names.insert(mr.guest_lkey).second)
+        return fail(bad(fmt::format("DMA MR {} (PD {}, access {:#x}, lkey {:#x})", h, mr.pd, mr.access, mr.guest_lkey)));
+      if (auto s = map_dma_mr(g, mr, true); !s.ok()) return fail(prefixed(fmt::format("DMA MR {}: ", h), s.error()));
+      if (!engine_rebuilds() && mr.parts.front().eng->lkey() != mr.guest_lkey)
+        return fail(make_error(Errc::not_supported, "the engine cannot keep the DMA MR's key"));
+      ++pit->second.users;
+      auto& placed = dma_mrs.emplace(h, std::move(mr)).first->second;
+      dma_by_lkey[placed.guest_lkey] = &placed;
     }
   }
   if (!r.at_end()) return fail(bad("trailing bytes"));

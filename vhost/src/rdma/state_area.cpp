@@ -74,7 +74,7 @@ vd::StateCensus RdmaDevice::Impl::census() const {
   c.pds = pds.size();
   c.ahs = ahs.size();
   c.srqs = srqs.size();
-  c.mrs = mrs.size();
+  c.mrs = mrs.size() + dma_mrs.size();
   for (const auto& [h, mr] : mrs) c.mr_pages += mr.observer->pages().size();
   c.cqs = cqs.size();
   for (const auto& [h, cq] : cqs) c.cqes += cq.depth;

@@ -121,6 +121,13 @@ Result<std::shared_ptr<nicdrv::Device>> open(std::string_view spec, const nicdrv
 Result<std::vector<std::uint8_t>> suspend(nicdrv::Device& dev);
 Status resume_on(nicdrv::Device& dev, const std::string& socket, std::span<const std::uint8_t> state);
 
+// The PD's DMA memory region (REG_DMA_MR; a kernel driver's local_dma_lkey): its lkey covers
+// all guest memory, addressed by guest-physical address (gpa_of()), local access only (`access`
+// is none or local_write). One per PD; released with the returned object.
+Result<std::shared_ptr<nicdrv::MemoryRegion>> reg_dma_mr(nicdrv::ProtectionDomain& pd, nicdrv::Access access);
+// The guest-physical address of [p, p+len) in a pv device's DMA memory (its buffers).
+std::optional<std::uint64_t> gpa_of(nicdrv::Device& dev, const void* p, std::size_t len);
+
 // How the device state reaches the new backend in migrate().
 enum class StateVia {
   backends,      // the old vrdmad streams it to the new one: it must have been told where

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -101,9 +102,9 @@ struct MrOptions {
   std::uint32_t requested_key = 0;  // 0: the provider picks; else lkey == rkey == this value
   std::shared_ptr<WriteObserver> observer;  // optional
   // The address work requests and peers use for the region's first byte (ibv_reg_mr_iova);
-  // 0 means the host address itself. Lets a backend register guest memory under guest
-  // addresses, which stay the same when the guest migrates.
-  std::uint64_t iova = 0;
+  // none means the host address itself. Lets a backend register guest memory under guest
+  // addresses, which stay the same when the guest migrates (guest-physical 0 included).
+  std::optional<std::uint64_t> iova;
 };
 struct QpOptions {
   std::uint32_t requested_qpn = 0;  // 0: the provider picks

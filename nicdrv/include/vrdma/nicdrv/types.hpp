@@ -76,6 +76,9 @@ struct DeviceAttr {
   bool reports_writes = false;
   // Receive completions carry WcFlags::solicited (software engines; ibv_wc has no such bit).
   bool reports_solicited = false;
+  // create_qp(QpType::gsi) gives the caller QP1 and the connection manager's MADs (the soft
+  // engine; on a NIC QP1 belongs to the host's kernel).
+  bool gsi = false;
 };
 
 struct PortAttr {
@@ -113,7 +116,10 @@ struct Sge {
 };
 
 // ---- Queue pairs --------------------------------------------------------------------------
-enum class QpType : std::uint8_t { rc = 2, ud = 4 };  // ibv_qp_type values
+// ibv_qp_type values; gsi is the kernel's IB_QPT_GSI: QP1, which carries the connection
+// manager's MADs (IBA 13.5.1), a datagram QP whose QPN is always 1 (one per device).
+enum class QpType : std::uint8_t { gsi = 1, rc = 2, ud = 4 };
+constexpr bool is_datagram(QpType t) noexcept { return t == QpType::ud || t == QpType::gsi; }
 enum class QpState : std::uint8_t { reset = 0, init, rtr, rts, sqd, sqe, err };
 std::string_view to_string(QpState s) noexcept;
 std::string_view to_string(QpType t) noexcept;

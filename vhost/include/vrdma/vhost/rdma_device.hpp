@@ -83,8 +83,10 @@ class RdmaDevice final : public Device {
   // The format version of save_state()'s blob. Version 2 adds, after the QPs, what a QP on an
   // engine that keeps its QPNs (soft) carries beside the engine's own state: the receives
   // completed, and a re-pointed peer's QPN and rkeys as the guest knows them (a NIC's QPs carry
-  // those in their re-creation records). A destination reads kOldestStateVersion and later.
-  static constexpr std::uint32_t kStateVersion = 2;
+  // those in their re-creation records). Version 3 adds, at the end, the PDs' DMA memory
+  // regions (REG_DMA_MR: handle, PD, access, the lkey the guest knows); a destination registers
+  // them over the guest memory it has. A destination reads kOldestStateVersion and later.
+  static constexpr std::uint32_t kStateVersion = 3;
   static constexpr std::uint32_t kOldestStateVersion = 1;
   static constexpr bool state_version_readable(std::uint32_t v) { return v >= kOldestStateVersion && v <= kStateVersion; }
 

@@ -39,6 +39,8 @@ inline constexpr std::uint64_t kFeatureUd = VIRTIO_RDMA_FEATURE_UD;
 inline constexpr std::uint64_t kFeatureSrq = VIRTIO_RDMA_FEATURE_SRQ;
 inline constexpr std::uint64_t kFeatureAtomic = VIRTIO_RDMA_FEATURE_ATOMIC;
 inline constexpr std::uint64_t kFeatureMigration = VIRTIO_RDMA_FEATURE_MIGRATION;
+inline constexpr std::uint64_t kFeatureDmaMr = VIRTIO_RDMA_FEATURE_DMA_MR;
+inline constexpr std::uint64_t kFeatureGsi = VIRTIO_RDMA_FEATURE_GSI;
 
 // ---- Carrier window (vhost-user-blk-pci) ----------------------------------------------------
 using CarrierConfig = ::virtio_rdma_carrier_config;
@@ -70,6 +72,7 @@ enum class Cmd : std::uint32_t {
   create_srq = VIRTIO_RDMA_CMD_CREATE_SRQ,
   destroy_srq = VIRTIO_RDMA_CMD_DESTROY_SRQ,
   query_config = VIRTIO_RDMA_CMD_QUERY_CONFIG,  // response: Config (for drivers behind a carrier)
+  reg_dma_mr = VIRTIO_RDMA_CMD_REG_DMA_MR,      // a PD's local DMA key (response: RegMrResp)
   count_ = VIRTIO_RDMA_CMD_COUNT
 };
 std::string_view cmd_name(std::uint32_t cmd) noexcept;
@@ -100,6 +103,7 @@ using HandleReq = ::virtio_rdma_handle_req;    // destroy_*, query_qp
 using HandleResp = ::virtio_rdma_handle_resp;  // create_pd, create_cq, create_ah
 using RegMrReq = ::virtio_rdma_reg_mr_req;
 using RegMrResp = ::virtio_rdma_reg_mr_resp;
+using RegDmaMrReq = ::virtio_rdma_reg_dma_mr_req;
 
 // Completion ring: CqControl, then depth Cqes.
 using CreateCqReq = ::virtio_rdma_create_cq_req;
@@ -201,7 +205,8 @@ static_assert(detail::c_value(Cmd::query_device) == VIRTIO_RDMA_CMD_QUERY_DEVICE
               detail::c_value(Cmd::destroy_ah) == VIRTIO_RDMA_CMD_DESTROY_AH && detail::c_value(Cmd::create_srq) == VIRTIO_RDMA_CMD_CREATE_SRQ &&
               detail::c_value(Cmd::destroy_srq) == VIRTIO_RDMA_CMD_DESTROY_SRQ &&
               detail::c_value(Cmd::query_config) == VIRTIO_RDMA_CMD_QUERY_CONFIG && detail::c_value(Cmd::count_) == VIRTIO_RDMA_CMD_COUNT &&
-              detail::c_value(Cmd::query_config) + 1 == detail::c_value(Cmd::count_));
+              detail::c_value(Cmd::reg_dma_mr) == VIRTIO_RDMA_CMD_REG_DMA_MR &&
+              detail::c_value(Cmd::reg_dma_mr) + 1 == detail::c_value(Cmd::count_));
 static_assert(detail::c_value(Status::ok) == VIRTIO_RDMA_S_OK && detail::c_value(Status::perm) == VIRTIO_RDMA_S_PERM &&
               detail::c_value(Status::not_found) == VIRTIO_RDMA_S_NOT_FOUND && detail::c_value(Status::io) == VIRTIO_RDMA_S_IO &&
               detail::c_value(Status::no_memory) == VIRTIO_RDMA_S_NO_MEMORY && detail::c_value(Status::fault) == VIRTIO_RDMA_S_FAULT &&
