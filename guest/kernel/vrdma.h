@@ -88,6 +88,8 @@ struct vrdma_dev {
 	/* The device's CQ and QP handles -> objects, for events (under xa_lock). */
 	struct xarray cqs;
 	struct xarray qps;
+	/* Kernel QPs by QP number, for the ib_wc's qp of a kernel CQ's completion (under xa_lock). */
+	struct xarray kqps;
 	/*
 	 * Bumped by a device-fatal event. The device's handles start over after it lost the
 	 * guest's objects, so a PD from an earlier epoch must never be named again: its handle may
@@ -133,6 +135,7 @@ struct vrdma_ring {
 	size_t size;
 	u64 gpa;
 	bool leak;
+	bool kernel;  /* a kernel object's: no mmap entry, freed at release */
 };
 
 struct vrdma_mr {
@@ -148,6 +151,10 @@ struct vrdma_cq {
 	u32 handle;
 	u32 depth;
 	int epoch;
+	/* A kernel CQ (vrdma_kverbs.c): polled here, under lock; cons = CQEs consumed. */
+	bool kernel;
+	spinlock_t lock;
+	u32 cons;
 };
 
 struct vrdma_srq {
@@ -165,6 +172,9 @@ struct vrdma_ah {
 	struct ib_ah ibah;
 	u32 handle;
 	int epoch;
+	/* A kernel AH (vrdma_kverbs.c): no device object; its address vector goes in each WQE. */
+	bool kernel;
+	struct virtio_rdma_ah av;
 };
 
 struct vrdma_qp {
@@ -179,6 +189,10 @@ struct vrdma_qp {
 	bool sq_sig_all;
 	u8 sgid_index;         /* the guest's GID index the QP was given (the device's GID 0) */
 	struct mutex db_mutex; /* one doorbell reader at a time per QP */
+	/* A kernel QP (vrdma_kverbs.c): WQEs written here, producers under the ring's lock. */
+	bool kernel;
+	spinlock_t sq_lock, rq_lock;
+	u32 sq_prod, rq_prod;
 };
 
 static inline struct vrdma_dev *to_vdev(struct ib_device *ib)
@@ -233,11 +247,12 @@ int vrdma_ib_register(struct vrdma_dev *dev);
 void vrdma_ib_unregister(struct vrdma_dev *dev);
 
 /* vrdma_ring.c: ring memory and its mmap, the doorbell queue */
+/* uc NULL: a kernel object's ring (no mmap entry). */
 struct vrdma_ring *vrdma_ring_alloc(struct ib_ucontext *uc, size_t size);
 void vrdma_ring_release(struct vrdma_ring *ring, bool device_may_write);
 int vrdma_mmap(struct ib_ucontext *uc, struct vm_area_struct *vma);
 void vrdma_mmap_free(struct rdma_user_mmap_entry *entry);
-int vrdma_doorbell(struct vrdma_dev *dev, u32 handle, u16 kind, u32 value);
+int vrdma_doorbell(struct vrdma_dev *dev, u32 handle, u16 kind, u32 value, gfp_t gfp);
 int vrdma_ring_producer(struct vrdma_dev *dev, u32 handle, u16 kind, u32 prod, u32 consumed, u32 depth, u32 *rung);
 void vrdma_doorbells_init(struct vrdma_dev *dev);
 void vrdma_doorbells_reclaim(struct vrdma_dev *dev, bool device_reset);
@@ -253,6 +268,15 @@ int vrdma_destroy_cq(struct ib_cq *cq, struct ib_udata *udata);
 int vrdma_poll_cq(struct ib_cq *cq, int n, struct ib_wc *wc);
 int vrdma_req_notify_cq(struct ib_cq *cq, enum ib_cq_notify_flags flags);
 void vrdma_cq_event(struct vrdma_dev *dev, u32 handle, bool error);
+
+/* vrdma_kverbs.c: the kernel's own CQs, QPs and AHs (what ib_mad, ib_cm and kernel ULPs use) */
+int vrdma_kernel_poll_cq(struct vrdma_dev *dev, struct vrdma_cq *cq, int n, struct ib_wc *wc);
+bool vrdma_kernel_cq_has_cqe(struct vrdma_cq *cq);
+int vrdma_kernel_post_send(struct vrdma_dev *dev, struct vrdma_qp *qp, const struct ib_send_wr *wr,
+			   const struct ib_send_wr **bad);
+int vrdma_kernel_post_recv(struct vrdma_dev *dev, struct vrdma_qp *qp, const struct ib_recv_wr *wr,
+			   const struct ib_recv_wr **bad);
+int vrdma_create_ah(struct ib_ah *ah, struct rdma_ah_init_attr *attr, struct ib_udata *udata);
 
 /* vrdma_qp.c */
 int vrdma_create_qp(struct ib_qp *qp, struct ib_qp_init_attr *attr, struct ib_udata *udata);

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * Completion queues of processes (docs/virtio-rdma.md "Rings in guest memory"): the ring (a
- * 64-byte control block, then depth 32-byte CQEs) is kernel memory the device writes and the
- * process maps and polls; the kernel reads no CQE. Arming (req_notify_cq) is a CQ_ARM doorbell;
- * the device's cq_completion / cq_error events reach the CQ's handlers (vrdma_cq_event).
- * Kernel CQs (no udata) are not offered yet.
+ * Completion queues (docs/virtio-rdma.md "Rings in guest memory"): the ring (a 64-byte control
+ * block, then depth 32-byte CQEs) is kernel memory the device writes. A process's CQ is mapped
+ * and polled by the process; the kernel's own CQs (no udata: ib_mad's, a ULP's) are polled here
+ * (vrdma_kverbs.c). Arming (req_notify_cq) is a CQ_ARM doorbell; the device's cq_completion /
+ * cq_error events reach the CQ's handlers (vrdma_cq_event).
  */
 #include <linux/slab.h>
 
@@ -21,18 +21,20 @@ int vrdma_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr, stru
 	u32 max_cqe = le32_to_cpu(dev->dattr.max_cqe);
 	int ret;
 
-	if (!udata)
-		return -EOPNOTSUPP;  /* kernel CQs: a later slice */
-	if (attr->flags || attr->comp_vector != 0)
+	/* One completion vector (ib_device.num_comp_vectors): a ULP asking for another gets it. */
+	if (attr->flags || (udata && attr->comp_vector != 0))
 		return -EOPNOTSUPP;
-	if (udata->outlen < sizeof(uresp) || !ib_is_udata_cleared(udata, 0, udata->inlen))
+	if (udata && (udata->outlen < sizeof(uresp) || !ib_is_udata_cleared(udata, 0, udata->inlen)))
 		return -EINVAL;
+	cq->kernel = !udata;
+	spin_lock_init(&cq->lock);
 	if (attr->cqe < 1 || attr->cqe > max_cqe)
 		return -EINVAL;
 	cq->depth = virtio_rdma_pow2_at_least(attr->cqe);
 	if (cq->depth > max_cqe)
 		return -EINVAL;
-	cq->ring = vrdma_ring_alloc(&uc->ibuc, VIRTIO_RDMA_CQE_OFFSET + (size_t)cq->depth * VIRTIO_RDMA_CQE_SIZE);
+	cq->ring = vrdma_ring_alloc(udata ? &uc->ibuc : NULL,
+				    VIRTIO_RDMA_CQE_OFFSET + (size_t)cq->depth * VIRTIO_RDMA_CQE_SIZE);
 	if (IS_ERR(cq->ring)) {
 		ret = PTR_ERR(cq->ring);
 		cq->ring = NULL;
@@ -62,6 +64,8 @@ int vrdma_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr, stru
 		goto err_destroy;
 	}
 	ibcq->cqe = cq->depth;
+	if (!udata)
+		goto done;
 	uresp.mmap_offset = rdma_user_mmap_get_offset(&cq->ring->rdma);
 	uresp.mmap_size = cq->ring->size;
 	uresp.depth = cq->depth;
@@ -69,6 +73,7 @@ int vrdma_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr, stru
 	ret = ib_copy_to_udata(udata, &uresp, sizeof(uresp));
 	if (ret)
 		goto err_xa;
+done:
 	if (vrdma_live(dev, cq->epoch))
 		atomic_inc(&dev->objs);
 	return 0;
@@ -108,10 +113,14 @@ int vrdma_destroy_cq(struct ib_cq *ibcq, struct ib_udata *udata)
 	return 0;
 }
 
-/* A process polls its CQ in its own mapping; the kernel polls no CQ of its own yet. */
+/* A process polls its CQ in its own mapping (uverbs POLL_CQ is refused); the kernel its own. */
 int vrdma_poll_cq(struct ib_cq *ibcq, int n, struct ib_wc *wc)
 {
-	return -EOPNOTSUPP;
+	struct vrdma_cq *cq = to_vcq(ibcq);
+
+	if (!cq->kernel)
+		return -EOPNOTSUPP;
+	return vrdma_kernel_poll_cq(to_vdev(ibcq->device), cq, n, wc);
 }
 
 int vrdma_req_notify_cq(struct ib_cq *ibcq, enum ib_cq_notify_flags flags)
@@ -120,13 +129,19 @@ int vrdma_req_notify_cq(struct ib_cq *ibcq, enum ib_cq_notify_flags flags)
 	struct vrdma_cq *cq = to_vcq(ibcq);
 	u32 solicited = (flags & IB_CQ_SOLICITED_MASK) == IB_CQ_SOLICITED ? 1 : 0;
 
+	int ret;
+
 	if (!vrdma_live(dev, cq->epoch))
 		return -EIO;
 	/*
 	 * The device raises the event at once when the ring holds unconsumed CQEs as the arm
-	 * arrives, so no completion is missed: IB_CQ_REPORT_MISSED_EVENTS needs no answer but 0.
+	 * arrives, so no completion is missed; a kernel CQ also answers IB_CQ_REPORT_MISSED_EVENTS
+	 * (ib_core then polls again at once). The kernel may arm in atomic context.
 	 */
-	return vrdma_doorbell(dev, cq->handle, VIRTIO_RDMA_DB_CQ_ARM, solicited);
+	ret = vrdma_doorbell(dev, cq->handle, VIRTIO_RDMA_DB_CQ_ARM, solicited, cq->kernel ? GFP_ATOMIC : GFP_KERNEL);
+	if (!ret && cq->kernel && (flags & IB_CQ_REPORT_MISSED_EVENTS) && vrdma_kernel_cq_has_cqe(cq))
+		return 1;
+	return ret;
 }
 
 /* The device's cq_completion (error false) or cq_error event for CQ `handle`. */

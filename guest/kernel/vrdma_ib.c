@@ -121,11 +121,15 @@ static int vrdma_query_port(struct ib_device *ib, u32 port, struct ib_port_attr 
 }
 
 /*
- * RoCEv2 only. No MAD, CM or SA capability yet: the device has no GSI QP (QP1) in this slice,
- * so ib_mad, ib_cm and rdma_cm leave the port alone instead of failing on it.
+ * RoCEv2. With a device that hands the guest QP1 (VIRTIO_RDMA_FEATURE_GSI) and a DMA MR for
+ * kernel PDs, the port has MADs, the CM and AF_IB as rxe's has: ib_mad opens QP1 on it, ib_cm
+ * and rdma_cm serve it. Without them ib_mad, ib_cm and rdma_cm leave the port alone instead of
+ * failing on it.
  */
 static int vrdma_port_immutable(struct ib_device *ib, u32 port, struct ib_port_immutable *im)
 {
+	struct vrdma_dev *dev = to_vdev(ib);
+	u64 need = VIRTIO_RDMA_FEATURE_GSI | VIRTIO_RDMA_FEATURE_DMA_MR;
 	struct ib_port_attr attr = {};
 	int ret;
 
@@ -134,8 +138,13 @@ static int vrdma_port_immutable(struct ib_device *ib, u32 port, struct ib_port_i
 		return ret;
 	im->pkey_tbl_len = attr.pkey_tbl_len;
 	im->gid_tbl_len = attr.gid_tbl_len;
-	im->core_cap_flags = RDMA_CORE_CAP_PROT_ROCE_UDP_ENCAP;
-	im->max_mad_size = 0;
+	if ((le64_to_cpu(dev->cfg.features) & need) == need) {
+		im->core_cap_flags = RDMA_CORE_PORT_IBA_ROCE_UDP_ENCAP;
+		im->max_mad_size = IB_MGMT_MAD_SIZE;
+	} else {
+		im->core_cap_flags = RDMA_CORE_CAP_PROT_ROCE_UDP_ENCAP;
+		im->max_mad_size = 0;
+	}
 	return 0;
 }
 
@@ -273,6 +282,7 @@ static const struct ib_device_ops vrdma_ops = {
 	.destroy_srq = vrdma_destroy_srq,
 	.query_srq = vrdma_query_srq,
 	.post_srq_recv = vrdma_post_srq_recv,
+	.create_ah = vrdma_create_ah,
 	.create_user_ah = vrdma_create_user_ah,
 	.destroy_ah = vrdma_destroy_ah,
 	.destroy_qp = vrdma_destroy_qp,

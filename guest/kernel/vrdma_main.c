@@ -146,6 +146,7 @@ static int vrdma_probe(struct virtio_device *vdev)
 	vdev->priv = dev;
 	xa_init(&dev->cqs);
 	xa_init(&dev->qps);
+	xa_init(&dev->kqps);
 	vrdma_doorbells_init(dev);
 	ret = vrdma_cmd_init(dev);
 	if (ret)

@@ -6,7 +6,9 @@
  * in the contract's layout and its producer indexes in the doorbell record, and asks the kernel
  * to ring with the uverbs POST_SEND / POST_RECV commands carrying no work request. The kernel
  * parses no WQE: it checks the producer index and sends the DB_SQ / DB_RQ record. A QP on an SRQ
- * has no receive ring (vrdma_srq.c). Kernel QPs (no udata) are not offered yet.
+ * has no receive ring (vrdma_srq.c). The kernel's own QPs (no udata: RC, UD and the GSI QP
+ * ib_mad makes) share the layout without a doorbell record; their work requests are written
+ * and rung in vrdma_kverbs.c.
  *
  * The device speaks from one address, its GID 0; ib_core's GID table is the guest netdev's
  * (vrdma_netdev.c). A QP's address vector must name the table entry equal to the device's GID 0
@@ -48,21 +50,30 @@ int vrdma_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *attr, struct ib_
 	struct virtio_rdma_create_qp_resp resp;
 	u32 max_wr = le32_to_cpu(dev->dattr.max_qp_wr), max_sge = le32_to_cpu(dev->dattr.max_sge);
 	u32 max_inline = le32_to_cpu(dev->dattr.max_inline_data);
+	u64 features = le64_to_cpu(dev->cfg.features);
+	/*
+	 * A kernel datagram QP's sends carry their address vector in the WQE (kernel AHs have no
+	 * device object): the ring's stride holds 32 bytes more, asked as two more SGEs.
+	 */
+	u32 av_sges = !udata && attr->qp_type != IB_QPT_RC ? VIRTIO_RDMA_INLINE_AV_SIZE / VIRTIO_RDMA_SGE_SIZE : 0;
+	u32 dev_send_sge, dev_inline;
 	u64 sq_bytes, rq_bytes, status_off;
 	int ret;
 
-	if (!udata)
-		return -EOPNOTSUPP;  /* kernel QPs: a later slice */
-	if (attr->qp_type != IB_QPT_RC && attr->qp_type != IB_QPT_UD)
+	if (attr->qp_type != IB_QPT_RC && attr->qp_type != IB_QPT_UD && attr->qp_type != IB_QPT_GSI)
 		return -EOPNOTSUPP;
-	if (attr->qp_type == IB_QPT_UD && !(le64_to_cpu(dev->cfg.features) & VIRTIO_RDMA_FEATURE_UD))
+	if (attr->qp_type == IB_QPT_UD && !(features & VIRTIO_RDMA_FEATURE_UD))
+		return -EOPNOTSUPP;
+	/* QP1 is the kernel's (ib_mad), on a device whose backend hands it the CM's MADs. */
+	if (attr->qp_type == IB_QPT_GSI && (udata || !(features & VIRTIO_RDMA_FEATURE_GSI)))
 		return -EOPNOTSUPP;
 	if (attr->create_flags || attr->rwq_ind_tbl || attr->xrcd)
 		return -EOPNOTSUPP;
-	if (udata->outlen < sizeof(uresp) || !ib_is_udata_cleared(udata, 0, udata->inlen))
+	if (udata && (udata->outlen < sizeof(uresp) || !ib_is_udata_cleared(udata, 0, udata->inlen)))
 		return -EINVAL;
-	if (attr->cap.max_send_wr > max_wr || attr->cap.max_recv_wr > max_wr || attr->cap.max_send_sge > max_sge ||
-	    attr->cap.max_recv_sge > max_sge || attr->cap.max_inline_data > max_inline)
+	if (attr->cap.max_send_wr > max_wr || attr->cap.max_recv_wr > max_wr ||
+	    max_t(u32, attr->cap.max_send_sge, 1) + av_sges > max_sge || attr->cap.max_recv_sge > max_sge ||
+	    attr->cap.max_inline_data + (av_sges ? VIRTIO_RDMA_INLINE_AV_SIZE : 0) > max_inline)
 		return -EINVAL;
 	qp->sq_depth = ring_depth(attr->cap.max_send_wr, max_wr);
 	/* On an SRQ the QP has no receive ring (the device answers a receive stride of 0). */
@@ -73,7 +84,9 @@ int vrdma_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *attr, struct ib_
 	qp->max_send_sge = max_t(u32, attr->cap.max_send_sge, 1);
 	qp->max_recv_sge = attr->srq ? 0 : max_t(u32, attr->cap.max_recv_sge, 1);
 	qp->max_inline = attr->cap.max_inline_data;
-	qp->sq_stride = virtio_rdma_send_stride(qp->max_send_sge, qp->max_inline);
+	dev_send_sge = qp->max_send_sge + av_sges;
+	dev_inline = qp->max_inline + (av_sges ? VIRTIO_RDMA_INLINE_AV_SIZE : 0);
+	qp->sq_stride = virtio_rdma_send_stride(dev_send_sge, dev_inline);
 	qp->rq_stride = attr->srq ? 0 : virtio_rdma_recv_stride(qp->max_recv_sge);
 	if (!qp->sq_stride || (!attr->srq && !qp->rq_stride))
 		return -EINVAL;
@@ -87,8 +100,11 @@ int vrdma_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *attr, struct ib_
 	qp->status_off = status_off;
 	qp->db_off = status_off + sizeof(struct virtio_rdma_qp_status);
 	mutex_init(&qp->db_mutex);
+	spin_lock_init(&qp->sq_lock);
+	spin_lock_init(&qp->rq_lock);
+	qp->kernel = !udata;
 
-	qp->ring = vrdma_ring_alloc(&uc->ibuc, status_off + PAGE_SIZE);
+	qp->ring = vrdma_ring_alloc(udata ? &uc->ibuc : NULL, status_off + PAGE_SIZE);
 	if (IS_ERR(qp->ring)) {
 		ret = PTR_ERR(qp->ring);
 		qp->ring = NULL;
@@ -106,14 +122,16 @@ int vrdma_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *attr, struct ib_
 		}
 		req.srq = cpu_to_le32(srq->handle);
 	}
-	req.qp_type = attr->qp_type == IB_QPT_RC ? 2 : 4;  /* ibv_qp_type */
+	req.qp_type = attr->qp_type == IB_QPT_RC    ? VIRTIO_RDMA_QPT_RC
+		      : attr->qp_type == IB_QPT_GSI ? VIRTIO_RDMA_QPT_GSI
+						    : VIRTIO_RDMA_QPT_UD;
 	qp->sq_sig_all = attr->sq_sig_type == IB_SIGNAL_ALL_WR;
 	req.sq_sig_all = qp->sq_sig_all;
 	req.sq_depth = cpu_to_le32(qp->sq_depth);
 	req.rq_depth = cpu_to_le32(qp->rq_depth);
-	req.max_send_sge = cpu_to_le32(qp->max_send_sge);
+	req.max_send_sge = cpu_to_le32(dev_send_sge);
 	req.max_recv_sge = cpu_to_le32(qp->max_recv_sge);
-	req.max_inline = cpu_to_le32(qp->max_inline);
+	req.max_inline = cpu_to_le32(dev_inline);
 	req.sq_gpa = cpu_to_le64(qp->ring->gpa + qp->sq_off);
 	req.rq_gpa = cpu_to_le64(attr->srq ? 0 : qp->ring->gpa + qp->rq_off);
 	req.status_gpa = cpu_to_le64(qp->ring->gpa + qp->status_off);
@@ -152,6 +170,17 @@ int vrdma_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *attr, struct ib_
 	attr->cap.max_send_sge = qp->max_send_sge;
 	attr->cap.max_recv_sge = qp->max_recv_sge;
 	attr->cap.max_inline_data = qp->max_inline;
+	if (!udata) {
+		/* The QP number a kernel CQ's completions name (QP1 is one per device). */
+		ret = xa_insert_irq(&dev->kqps, ibqp->qp_num, qp, GFP_KERNEL);
+		if (ret) {
+			dev_err_ratelimited(&dev->vdev->dev, "CREATE_QP answered QPN %u, which another kernel QP has\n",
+					    ibqp->qp_num);
+			ret = -EPROTO;
+			goto err_xa;
+		}
+		goto done;
+	}
 
 	uresp.mmap_offset = rdma_user_mmap_get_offset(&qp->ring->rdma);
 	uresp.mmap_size = qp->ring->size;
@@ -171,6 +200,7 @@ int vrdma_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *attr, struct ib_
 	ret = ib_copy_to_udata(udata, &uresp, sizeof(uresp));
 	if (ret)
 		goto err_xa;
+done:
 	if (vrdma_live(dev, qp->epoch))
 		atomic_inc(&dev->objs);
 	return 0;
@@ -197,6 +227,8 @@ int vrdma_destroy_qp(struct ib_qp *ibqp, struct ib_udata *udata)
 	struct virtio_rdma_handle_req r = { .handle = cpu_to_le32(qp->handle) };
 
 	xa_cmpxchg(&dev->qps, qp->handle, qp, NULL, GFP_KERNEL);
+	if (qp->kernel)
+		xa_cmpxchg_irq(&dev->kqps, ibqp->qp_num, qp, NULL, GFP_KERNEL);
 	if (vrdma_live(dev, qp->epoch)) {
 		vrdma_cmd(dev, VIRTIO_RDMA_CMD_DESTROY_QP, &r, sizeof(r), NULL, 0);
 		atomic_dec(&dev->objs);
@@ -383,6 +415,8 @@ static int ring_user(struct vrdma_dev *dev, struct vrdma_qp *qp, bool send)
 /* From uverbs POST_SEND: a user QP's work requests are in its mapped ring, never in `wr`. */
 int vrdma_post_send(struct ib_qp *ibqp, const struct ib_send_wr *wr, const struct ib_send_wr **bad)
 {
+	if (to_vqp(ibqp)->kernel)
+		return vrdma_kernel_post_send(to_vdev(ibqp->device), to_vqp(ibqp), wr, bad);
 	if (wr) {
 		*bad = wr;
 		return -EINVAL;
@@ -392,6 +426,8 @@ int vrdma_post_send(struct ib_qp *ibqp, const struct ib_send_wr *wr, const struc
 
 int vrdma_post_recv(struct ib_qp *ibqp, const struct ib_recv_wr *wr, const struct ib_recv_wr **bad)
 {
+	if (to_vqp(ibqp)->kernel)
+		return vrdma_kernel_post_recv(to_vdev(ibqp->device), to_vqp(ibqp), wr, bad);
 	if (wr) {
 		*bad = wr;
 		return -EINVAL;
@@ -477,7 +513,9 @@ int vrdma_destroy_ah(struct ib_ah *ibah, u32 flags)
 	struct vrdma_ah *ah = container_of(ibah, struct vrdma_ah, ibah);
 	struct virtio_rdma_handle_req r = { .handle = cpu_to_le32(ah->handle) };
 
-	/* Only user AHs exist, and ib_uverbs destroys them sleepable. */
+	if (ah->kernel)
+		return 0;  /* no device object */
+	/* User AHs are destroyed by ib_uverbs, sleepable. */
 	if (WARN_ON_ONCE(!(flags & RDMA_DESTROY_AH_SLEEPABLE)))
 		return 0;
 	if (vrdma_live(dev, ah->epoch)) {

@@ -35,6 +35,10 @@ struct vrdma_ring *vrdma_ring_alloc(struct ib_ucontext *uc, size_t size)
 	}
 	ring->size = size;
 	ring->gpa = virt_to_phys(ring->cpu);
+	if (!uc) {
+		ring->kernel = true;
+		return ring;
+	}
 	ret = rdma_user_mmap_entry_insert(uc, &ring->rdma, size);
 	if (ret) {
 		free_pages_exact(ring->cpu, size);
@@ -54,6 +58,12 @@ void vrdma_ring_release(struct vrdma_ring *ring, bool device_may_write)
 	if (!ring)
 		return;
 	ring->leak = device_may_write;
+	if (ring->kernel) {
+		if (!ring->leak)
+			free_pages_exact(ring->cpu, ring->size);
+		kfree(ring);
+		return;
+	}
 	rdma_user_mmap_entry_remove(&ring->rdma);
 }
 
@@ -124,14 +134,14 @@ void vrdma_doorbells_reclaim(struct vrdma_dev *dev, bool device_reset)
  * the producer against the ring) and logs what it refuses. -EAGAIN when the queue is full of
  * records the device has not taken yet.
  */
-int vrdma_doorbell(struct vrdma_dev *dev, u32 handle, u16 kind, u32 value)
+int vrdma_doorbell(struct vrdma_dev *dev, u32 handle, u16 kind, u32 value, gfp_t gfp)
 {
 	struct virtio_rdma_doorbell *db;
 	struct scatterlist sg;
 	unsigned long flags;
 	int ret;
 
-	db = kzalloc(sizeof(*db), GFP_KERNEL);
+	db = kzalloc(sizeof(*db), gfp);
 	if (!db)
 		return -ENOMEM;
 	db->handle = cpu_to_le32(handle);
@@ -174,7 +184,7 @@ int vrdma_ring_producer(struct vrdma_dev *dev, u32 handle, u16 kind, u32 prod, u
 			handle, prod, *rung, consumed, depth);
 		return -EINVAL;
 	}
-	ret = vrdma_doorbell(dev, handle, kind, prod);
+	ret = vrdma_doorbell(dev, handle, kind, prod, GFP_KERNEL);
 	if (!ret)
 		*rung = prod;
 	return ret;

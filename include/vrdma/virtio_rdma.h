@@ -321,6 +321,7 @@ struct virtio_rdma_ah {
 	__u8 port_num, reserved[3];
 };
 VIRTIO_RDMA_STATIC_ASSERT(sizeof(struct virtio_rdma_ah) == 28, "virtio_rdma_ah is 28 bytes");
+VIRTIO_RDMA_STATIC_ASSERT(sizeof(struct virtio_rdma_ah) <= 32, "an inline address vector fits its 32 bytes");
 
 /* ibv_qp_attr on the wire: MODIFY_QP's body, QUERY_QP's response. */
 struct virtio_rdma_qp_attr {
@@ -385,6 +386,13 @@ VIRTIO_RDMA_STATIC_ASSERT(sizeof(struct virtio_rdma_send_wqe) == 64, "virtio_rdm
 #define VIRTIO_RDMA_SEND_SIGNALED (1u << 1)
 #define VIRTIO_RDMA_SEND_SOLICITED (1u << 2)
 #define VIRTIO_RDMA_SEND_INLINE (1u << 3)
+/*
+ * UD and GSI sends: the address vector is in the WQE (a virtio_rdma_ah in the 32 bytes after the
+ * header; the SGEs or inline bytes follow it) instead of an AH handle, as a kernel driver needs
+ * for AHs made where it cannot wait for a command. The ring's stride must hold the 32 bytes too.
+ */
+#define VIRTIO_RDMA_SEND_INLINE_AV (1u << 4)
+#define VIRTIO_RDMA_INLINE_AV_SIZE 32u
 
 struct virtio_rdma_sge {
 	__le64 addr;

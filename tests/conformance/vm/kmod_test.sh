@@ -85,7 +85,7 @@ out=$(
     "$HERE/uverbs_data.c" >&2 || exit 1
   ROOT="$work/root"
   guest_root "$ROOT"
-  guest_modules "$ROOT" virtio_pci virtio_net virtio_blk ib_core ib_uverbs
+  guest_modules "$ROOT" virtio_pci virtio_net virtio_blk ib_core ib_uverbs rdma_ucm
   mkdir -p "$ROOT/lib/modules/$KVER/extra"
   cp "$work/kmod/virtio_rdma.ko" "$ROOT/lib/modules/$KVER/extra/"
   depmod -b "$ROOT" "$KVER"
@@ -98,8 +98,8 @@ out=$(
   prc=0
   "$SRC/guest/provider/build.sh" "$work/provider" || prc=$?
   tools=$(command -v ibv_devices ibv_devinfo ibv_rc_pingpong ibv_ud_pingpong ibv_srq_pingpong ib_write_bw ib_send_bw ib_read_bw \
-    ib_atomic_bw ib_write_lat ib_send_lat ib_read_lat || true)
-  if [ $prc -eq 0 ] && [ "$(echo "$tools" | wc -w)" -eq 12 ]; then
+    ib_atomic_bw ib_write_lat ib_send_lat ib_read_lat rping || true)
+  if [ $prc -eq 0 ] && [ "$(echo "$tools" | wc -w)" -eq 13 ]; then
     pdir="$(dirname "$(readlink -f /usr/lib/x86_64-linux-gnu/libibverbs.so.1)")/libibverbs"
     mkdir -p "$ROOT/$pdir" "$ROOT/etc/libibverbs.d"
     cp "$work"/provider/libvrdma-rdmav*.so "$ROOT/$pdir/"
@@ -117,7 +117,7 @@ out=$(
   elif [ $prc -eq 3 ]; then
     echo "PROVIDER-SKIP: the provider could not be built (above)" >&2
   elif [ $prc -eq 0 ]; then
-    echo "PROVIDER-SKIP: ibv_devices, ibv_devinfo, an ibv_*_pingpong (ibverbs-utils) or a perftest tool is not installed" >&2
+    echo "PROVIDER-SKIP: ibv_devices, ibv_devinfo, an ibv_*_pingpong (ibverbs-utils), a perftest tool or rping (rdmacm-utils) is not installed" >&2
   else
     exit 1
   fi
@@ -151,24 +151,35 @@ ip netns exec "$NS" "$VRDMAD" --socket "$work/vrdma.sock" --engine soft:$DEVIP -
 vrdmad_pid=$!
 for _ in $(seq 100); do [ -S "$work/vrdma.sock" ] && break; sleep 0.05; done
 [ -S "$work/vrdma.sock" ] || { echo "FAIL: vrdmad did not start"; cat "$work/vrdmad.log"; exit 1; }
+# The guest kernel's own objects on the device (ib_mad's QP1 with its PD, DMA MR and CQ, once
+# step 1b saw them): taken off every object count below, which are the processes'.
+KBASE='{}'
+VADJ='import json
+def adj(line, base):
+    v = json.loads(line)
+    if isinstance(v.get("objects"), dict):
+        for k, n in json.loads(base).items(): v["objects"][k] = v["objects"].get(k, 0) - n
+    return v'
 vstatus() {
-  timeout 5 python3 -c 'import socket,sys
+  timeout 5 python3 -c "$VADJ"'
+import socket,sys
 s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); s.sendall(b"{\"cmd\":\"status\"}\n")
-print(s.makefile().readline().strip())' "$work/vrdma.ctl" 2>/dev/null || true
+print(json.dumps(adj(s.makefile().readline().strip(), sys.argv[2])))' "$work/vrdma.ctl" "$KBASE" 2>/dev/null || true
 }
 vwait() {  # vwait DOTTED.KEY VALUE SECONDS: polls vrdmad's status until KEY is VALUE; prints the status
-  timeout $(($3 + 5)) python3 -c 'import json,socket,sys,time
+  timeout $(($3 + 5)) python3 -c "$VADJ"'
+import socket,sys,time
 end = time.time() + float(sys.argv[4])
 while True:
     try:
         s = socket.socket(socket.AF_UNIX); s.settimeout(2); s.connect(sys.argv[1])
         s.sendall(b"{\"cmd\":\"status\"}\n"); line = s.makefile().readline().strip(); s.close()
-        v = json.loads(line)
+        st = adj(line, sys.argv[5]); v = st
         for k in sys.argv[2].split("."): v = v[k]
-        if str(v) == sys.argv[3]: print(line); sys.exit(0)
+        if str(v) == sys.argv[3]: print(json.dumps(st)); sys.exit(0)
     except Exception: pass
     if time.time() > end: sys.exit(1)
-    time.sleep(0.05)' "$work/vrdma.ctl" "$1" "$2" "$3" 2>/dev/null || true
+    time.sleep(0.05)' "$work/vrdma.ctl" "$1" "$2" "$3" "$KBASE" 2>/dev/null || true
 }
 jfield() {  # jfield JSON DOTTED.KEY
   python3 -c 'import json,sys
@@ -235,6 +246,14 @@ check "the driver read the device behind the carrier with vrdmad's limits (max_q
 check "port 1 follows eth0 (the netdev with $DEVIP)" has "$work/load.out" "port 1 follows netdev eth0 (it has the device's address $DEVIP)"
 check "ib_device vrdma0 registered" has "$work/load.out" "registered vrdma0 (RoCEv2, netdev eth0)"
 
+# 1b. The kernel's own verbs: ib_mad (in ib_core) opens port 1 of vrdma0 as it does any RoCE
+#     port: a PD whose local_dma_lkey is the device's DMA MR (REG_DMA_MR), a CQ the kernel polls
+#     and the GSI QP (QP1: the soft engine hands it the CM's MADs), its receives posted.
+k=$(vwait objects.qp 1 20)
+check "ib_mad opened QP1 on vrdma0: the device holds its PD, DMA MR, CQ and GSI QP (objects $(jfield "$k" objects))" \
+  bash -c "[ '$(jfield "$k" objects.pd)$(jfield "$k" objects.mr)$(jfield "$k" objects.cq)$(jfield "$k" objects.qp)' = 1111 ]"
+KBASE='{"pd": 1, "mr": 1, "cq": 1, "qp": 1}'
+
 # 2. rdma link / rdma dev (iproute2) and sysfs.
 guest 30 "$work/rdma.out" 'rdma link show; rdma dev show; cd /sys/class/infiniband/vrdma0 && for f in node_type fw_ver node_guid node_desc ports/1/state ports/1/phys_state ports/1/link_layer ports/1/rate; do echo "$f: $(cat $f)"; done; '"$GIDS" || fail "rdma/sysfs step failed"
 sed 's/^/  guest: /' "$work/rdma.out" | grep -v "===" | cut -c1-300
@@ -271,16 +290,17 @@ check "the 3 PDs were freed (vrdmad objects.pd=$(jfield "$after" objects.pd))" \
   bash -c "grep -q '^pds freed=3' '$work/probe.out' && [ '$(jfield "$after" objects.pd)' = 0 ]"
 echo "  vrdmad commands: $(jfield "$before" commands) before uverbs_probe, $(jfield "$after" commands) after"
 
-# 4b. A refusal: the 6th PD is over vrdmad's limit (5). The device's status comes back as the
-#     errno, its sentence in the guest's log; the process exits holding 5 PDs and the driver
+# 4b. A refusal: the guest's 6th PD (the process's 5th: ib_mad holds one) is over vrdmad's limit
+#     (5). The device's status comes back as the errno, its sentence in the guest's log; the
+#     process exits holding 4 PDs and the driver
 #     frees them (DESTROY_PD as uverbs cleans the context up).
-guest 30 "$work/limit.out" 'uverbs_probe /dev/infiniband/uverbs0 6 0; dmesg | grep "refused by the device"' || true
+guest 30 "$work/limit.out" 'uverbs_probe /dev/infiniband/uverbs0 5 0; dmesg | grep "refused by the device"' || true
 sed 's/^/  guest: /' "$work/limit.out" | grep -v "===" | cut -c1-300
 vwait objects.pd 0 5 >/dev/null; s=$(vstatus)
-check "the 6th PD fails with ENOSPC, the device's sentence in the guest's log" \
-  bash -c "grep -q '^alloc_pd 5 failed: No space left on device' '$work/limit.out' &&
+check "the guest's 6th PD fails with ENOSPC, the device's sentence in the guest's log" \
+  bash -c "grep -q '^alloc_pd 4 failed: No space left on device' '$work/limit.out' &&
     grep -q 'CREATE_PD refused by the device (status 28): CREATE_PD: the guest already has 5 PDs (limit 5)' '$work/limit.out'"
-check "the 5 PDs of the exited process were freed (vrdmad objects.pd=$(jfield "$s" objects.pd))" test "$(jfield "$s" objects.pd)" = 0
+check "the 4 PDs of the exited process were freed (vrdmad objects.pd=$(jfield "$s" objects.pd))" test "$(jfield "$s" objects.pd)" = 0
 
 # 4c. Data through the driver (uverbs_data, the provider's way without a provider): a 64 KiB MR,
 #     a CQ and two RC QPs whose rings the process maps, connected to each other through the
@@ -450,6 +470,48 @@ pt_case() {
       grep -qE '^ *Mtu +: $mtu\[B\]' '$work/$name.guest' && pt_moved $our $test $n $size '$work/$name.host' $mtu"
 }
 export -f pt_moved
+# 4h. RDMA-CM (issue 31): Debian's unmodified rping in the guest, as an unprivileged user, connects
+#     with the guest kernel's rdma_cm and ib_cm, whose CM MADs (REQ, REP, RTU, DREQ, DREP) go
+#     through the device's GSI QP (QP1: ib_mad on the driver's kernel QP, CQ and DMA MR; the soft
+#     engine hands QP1 to the guest) to vrdma-perf's CM on the host's soft engine; rping's own
+#     QP and data go through the provider. 40 rounds of 4 KiB, every byte checked by both (-V).
+rdma_cm_rping() {
+  local hp ok=1 cmd="rping -c -a $PERFIP -I $DEVIP -C 40 -S 4096 -V"
+  timeout 90 ip netns exec "$NS" "$PERF" --device soft:$PERFIP --peer-format rping --size 4096 >"$work/rping.host" 2>&1 &
+  hp=$!
+  sleep 1
+  guest 90 "$work/rping.guest" "modprobe rdma_ucm; su -s /bin/sh vrdma -c \"id; timeout 60 $cmd && echo RPING-OK\"" || true
+  wait $hp && ok=0
+  kill $hp 2>/dev/null || true
+  sed 's/^/  guest: /' "$work/rping.guest" | grep -v "===" | cut -c1-200; sed 's/^/  host: /' "$work/rping.host" | cut -c1-400
+  check "rping -c (uid 1000) through the guest kernel's RDMA-CM over QP1 to vrdma-perf's CM: 40 x 4 KiB verified by both, both exit 0" \
+    bash -c "[ $ok = 0 ] && grep -q '^uid=1000(vrdma)' '$work/rping.guest' && grep -q '^RPING-OK' '$work/rping.guest' &&
+      grep -q '\"verified\":true' '$work/rping.host' && grep -q '\"pings\":40,' '$work/rping.host'"
+  # The other role: rping listens in the guest (rdma_cm's listener takes the REQ that came to QP1),
+  # vrdma-perf connects from the host.
+  ok=1
+  guest 15 "$work/rping_s.start" "((su -s /bin/sh vrdma -c \"id; timeout 60 rping -s -a $DEVIP -S 4096 -V && echo RPING-OK\"; echo tool-rc=\$?) > /tmp/rping_s.out 2>&1 &); sleep 1" || true
+  timeout 90 ip netns exec "$NS" "$PERF" --device soft:$PERFIP --connect $DEVIP --peer-format rping --size 4096 --iters 40 \
+    >"$work/rping_s.host" 2>&1 && ok=0
+  guest 70 "$work/rping_s.guest" "for i in \$(seq 250); do grep -q '^tool-rc=' /tmp/rping_s.out && break; sleep 0.2; done; cat /tmp/rping_s.out" || true
+  sed 's/^/  guest: /' "$work/rping_s.guest" | grep -v "===" | cut -c1-200; sed 's/^/  host: /' "$work/rping_s.host" | cut -c1-400
+  check "rping -s (uid 1000) in the guest, vrdma-perf connecting through its CM to the guest's QP1: 40 x 4 KiB verified by both, both exit 0" \
+    bash -c "[ $ok = 0 ] && grep -q '^uid=1000(vrdma)' '$work/rping_s.guest' && grep -q '^RPING-OK' '$work/rping_s.guest' &&
+      grep -q '\"verified\":true' '$work/rping_s.host' && grep -q '\"pings\":40,' '$work/rping_s.host'"
+  # perftest over RDMA-CM: ib_send_bw -R in the guest against vrdma-perf's CM listener.
+  ok=1
+  timeout 90 ip netns exec "$NS" "$PERF" --device soft:$PERFIP --peer-format perftest --cm --test send_bw --size 4096 \
+    >"$work/sendR.host" 2>&1 &
+  hp=$!
+  sleep 1
+  guest 90 "$work/sendR.guest" "su -s /bin/sh vrdma -c \"id; timeout 60 ib_send_bw -R -d vrdma0 -x ${G:-1} -F -n 200 -s 4096 $PERFIP\"" && wait $hp && ok=0
+  kill $hp 2>/dev/null || true
+  sed 's/^/  guest: /' "$work/sendR.guest" | grep -v "===" | grep -vE "^  guest: -+$" | cut -c1-200; sed 's/^/  host: /' "$work/sendR.host" | cut -c1-400
+  check "ib_send_bw -R (uid 1000) through RDMA-CM with vrdma-perf: 200 x 4 KiB, both exit 0, the data moved" \
+    bash -c "[ $ok = 0 ] && grep -q '^uid=1000(vrdma)' '$work/sendR.guest' && grep -qE '^ *4096 +200 ' '$work/sendR.guest' &&
+      grep -q '\"ops\":200,' '$work/sendR.host' && ! grep -q '\"verified\":false' '$work/sendR.host'"
+}
+
 # 4f. Two processes on vrdma0 at once, one SIGKILLed mid-run (issue 25): a "victim"
 # ibv_rc_pingpong client (uid 1000) exchanging 4 KiB messages without end with a vrdma-perf on
 # port 18517, and a "survivor" ibv_rc_pingpong server (uid 1000, port 18518) holding its PD, MR,
@@ -604,6 +666,7 @@ if [ -n "$PROVIDER" ]; then
     bash -c "[ '$(jfield "$s" objects.pd)$(jfield "$s" objects.mr)$(jfield "$s" objects.cq)$(jfield "$s" objects.qp)$(jfield "$s" objects.ah)$(jfield "$s" objects.srq)' = 000000 ]"
   t=$(date +%s); two_processes; echo "  (two processes: $(($(date +%s) - t)) s)"
   t=$(date +%s); mtu_and_loss; echo "  (MTU 4096 and loss: $(($(date +%s) - t)) s)"
+  t=$(date +%s); rdma_cm_rping; echo "  (RDMA-CM: $(($(date +%s) - t)) s)"
 else
   echo "SKIP the provider's checks (4e): no provider in the guest"
 fi
@@ -662,11 +725,12 @@ sleep 0.5
 [ -n "$(vwait migration.phase running 15)" ] && restarted=1
 guest 40 "$work/fatal.out" 'for i in $(seq 100); do dmesg | grep -q "event: device fatal" && break; sleep 0.1; done; touch /tmp/go2; for i in $(seq 100); do grep -q "pds freed\|failed" /tmp/fatal.out && break; sleep 0.1; done; cat /tmp/fatal.out; kill -9 '"${pid8:-none}"'; for i in $(seq 50); do [ -d /proc/'"${pid8:-none}"' ] || break; sleep 0.1; done; [ -d /proc/'"${pid8:-none}"' ] || echo "held objects gone"; dmesg | grep "event: device fatal"; uverbs_probe /dev/infiniband/uverbs0 1 0; rdma link show' || true
 sed 's/^/  guest: /' "$work/fatal.out" | grep -v "===" | cut -c1-300
+KBASE='{}'  # the new backend holds none of the kernel's: ib_mad's QP1 died with the old one
 after=$(vstatus)
 check "the backend ($backend) was killed holding 3 PDs, an MR, a CQ and 2 QPs, and the supervisor's new one runs the guest" \
   test "$killed$restarted" = 11
-check "the driver heard the device-fatal event and names the 3 lost PDs and 4 other objects" \
-  has "$work/fatal.out" "event: device fatal (backend restarted): the device lost the guest's 3 PDs and 4 MRs, CQs, QPs, SRQs and AHs"
+check "the driver heard the device-fatal event and names the 4 lost PDs and 7 other objects (ib_mad's among them)" \
+  has "$work/fatal.out" "event: device fatal (backend restarted): the device lost the guest's 4 PDs and 7 MRs, CQs, QPs, SRQs and AHs"
 check "the processes' lost PDs, MR, CQ and QPs were freed (no handle named at the new backend: it refused nothing)" \
   bash -c "grep -q '^pds freed=2' '$work/fatal.out' && grep -q '^held objects gone' '$work/fatal.out' && [ '$(jfield "$after" command_errors)' = 0 ]"
 check "a new process gets a PD from the new backend; vrdma0 still ACTIVE; the new backend holds none after" \

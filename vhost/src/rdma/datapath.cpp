@@ -121,12 +121,31 @@ void RdmaDevice::Impl::error_cqe(const GuestView& g, std::uint32_t cq_handle, st
               nicdrv::to_string(status), wr_id);
 }
 
+namespace {
+constexpr std::size_t kMaxInlineAhs = 1024;
+}  // namespace
+
+Result<nicdrv::AddressHandle*> RdmaDevice::Impl::inline_ah(std::uint32_t pd, const vd::AhWire& av) {
+  auto pit = pds.find(pd);
+  if (pit == pds.end()) return make_error(Errc::not_found, fmt::format("no PD {}", pd));
+  auto& cache = pit->second.inline_ahs;
+  std::string key(reinterpret_cast<const char*>(&av), sizeof av);
+  if (auto it = cache.find(key); it != cache.end()) return it->second.get();
+  auto ah = pit->second.eng->create_ah(nicdrv::ah_from_wire(av));
+  if (!ah) return std::move(ah).error();
+  return cache.emplace(std::move(key), std::move(*ah)).first->second.get();
+}
+
 void RdmaDevice::Impl::post_sq(const GuestView& g, std::uint32_t handle, QpObj& qp) {
   if (paused) return;
   if (!held_for_peer.empty() && held_for_peer.count(handle) != 0) {  // paused for a moving peer (peer.cpp)
     if (qp.sq.consumed != qp.sq.produced) pending_sq.insert(handle);
     return;
   }
+  // The engines take the address at post time: between batches no AH of the cache is referenced,
+  // so a full cache is emptied here (a batch adds at most kBatch).
+  if (auto p = pds.find(qp.pd); p != pds.end() && p->second.inline_ahs.size() >= kMaxInlineAhs)
+    p->second.inline_ahs.clear();
   std::array<nicdrv::SendWr, kBatch> wrs;
   std::array<std::uint64_t, kBatch> slot_idx{};
   grow(send_sge_scratch, kBatch * qp.max_send_sge);
@@ -170,7 +189,29 @@ void RdmaDevice::Impl::post_sq(const GuestView& g, std::uint32_t handle, QpObj& 
         wr.atomic.compare_add = w->compare_add;
         wr.atomic.swap = w->swap;
         bool ok = true;
-        if (nicdrv::is_datagram(qp.type)) {
+        // Where the SGEs or inline bytes start: after the inline address vector when there is one.
+        const bool inline_av = (w->flags & vd::kSendInlineAv) != 0;
+        const std::uint64_t body = sizeof(vd::SendWqe) + (inline_av ? vd::kInlineAvSize : 0);
+        const std::uint64_t payload =
+            (w->flags & vd::kSendInline) != 0 ? w->inline_len : std::uint64_t{w->num_sge} * sizeof(vd::WireSge);
+        if (inline_av && (!nicdrv::is_datagram(qp.type) || body + payload > qp.sq.stride)) {
+          reject(nicdrv::is_datagram(qp.type)
+                     ? fmt::format("its address vector and {} bytes of SGEs or inline data exceed the ring's {}-byte "
+                                   "stride", payload, qp.sq.stride)
+                     : std::string("an inline address vector on a connected QP"));
+          ok = false;
+        } else if (inline_av) {
+          auto av = g.read_obj<vd::AhWire>(gpa + sizeof(vd::SendWqe));
+          auto ah = av ? inline_ah(qp.pd, *av) : Result<nicdrv::AddressHandle*>(av.error());
+          if (!ah) {
+            reject("its address vector: " + ah.error().message);
+            ok = false;
+          } else {
+            wr.ud.ah = *ah;
+            wr.ud.remote_qpn = w->remote_qpn;
+            wr.ud.remote_qkey = w->remote_qkey;
+          }
+        } else if (nicdrv::is_datagram(qp.type)) {
           auto ah = ahs.find(w->ah);
           if (ah == ahs.end() || ah->second.pd != qp.pd) {
             reject(fmt::format("AH {} does not exist in the QP's PD {}", w->ah, qp.pd));
@@ -184,7 +225,7 @@ void RdmaDevice::Impl::post_sq(const GuestView& g, std::uint32_t handle, QpObj& 
         if (ok && (w->flags & vd::kSendInline) != 0) {
           // Inline payload lives in the WQE itself: the engine copies it at post time.
           std::uint8_t* dst = inl.data() + n * std::max<std::uint32_t>(qp.max_inline, 1);
-          if (w->inline_len > 0 && !g.read(gpa + sizeof(vd::SendWqe), dst, w->inline_len).ok()) {
+          if (w->inline_len > 0 && !g.read(gpa + body, dst, w->inline_len).ok()) {
             reject("its inline data is outside guest memory");
             ok = false;
           } else {
@@ -194,7 +235,7 @@ void RdmaDevice::Impl::post_sq(const GuestView& g, std::uint32_t handle, QpObj& 
           }
         } else if (ok && w->num_sge > 0) {
           std::array<vd::WireSge, 16> ws;
-          if (w->num_sge > ws.size() || !g.read(gpa + sizeof(vd::SendWqe), ws.data(), w->num_sge * sizeof(vd::WireSge)).ok()) {
+          if (w->num_sge > ws.size() || !g.read(gpa + body, ws.data(), w->num_sge * sizeof(vd::WireSge)).ok()) {
             reject("its SGEs are outside guest memory");
             ok = false;
           } else {

@@ -10,6 +10,7 @@
 #include <deque>
 #include <memory>
 #include <optional>
+#include <string>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -79,6 +80,9 @@ struct DmaMrObj {
 struct PdObj {
   std::shared_ptr<nicdrv::ProtectionDomain> eng;
   std::uint32_t users = 0;  // MRs, QPs, AHs, SRQs in it
+  // Engine AHs of the address vectors UD sends carried inline (VIRTIO_RDMA_SEND_INLINE_AV), by
+  // the vector's bytes; bounded (emptied when full). Not device state: made again on demand.
+  std::unordered_map<std::string, std::shared_ptr<nicdrv::AddressHandle>> inline_ahs;
 };
 
 struct MrObj {
@@ -219,6 +223,8 @@ struct RdmaDevice::Impl {
                  nicdrv::WcStatus status = nicdrv::WcStatus::loc_qp_op_err);
   void write_status(const GuestView& g, std::uint64_t gpa, std::uint32_t sq, std::uint32_t rq, std::uint32_t state);
   void retry_pending();
+  // The engine AH of an inline address vector in PD `pd` (made on first use, then kept).
+  Result<nicdrv::AddressHandle*> inline_ah(std::uint32_t pd, const vd::AhWire& av);
 
   // memory.cpp
   // The page list comes from guest memory (REG_MR) or from a saved device state.

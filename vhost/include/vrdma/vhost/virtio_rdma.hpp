@@ -135,6 +135,8 @@ inline constexpr std::uint8_t kSendFence = VIRTIO_RDMA_SEND_FENCE;
 inline constexpr std::uint8_t kSendSignaled = VIRTIO_RDMA_SEND_SIGNALED;
 inline constexpr std::uint8_t kSendSolicited = VIRTIO_RDMA_SEND_SOLICITED;
 inline constexpr std::uint8_t kSendInline = VIRTIO_RDMA_SEND_INLINE;
+inline constexpr std::uint8_t kSendInlineAv = VIRTIO_RDMA_SEND_INLINE_AV;
+inline constexpr std::uint32_t kInlineAvSize = VIRTIO_RDMA_INLINE_AV_SIZE;
 using WireSge = ::virtio_rdma_sge;
 using RecvWqe = ::virtio_rdma_recv_wqe;
 
