@@ -325,8 +325,13 @@ BOOST_AUTO_TEST_CASE(hostile_guest_gets_errors_and_harms_no_one) {
     w.opcode = 2;
     w.num_sge = 200;  // more SGEs than the QP has
     std::memcpy(g.host(sq + 2 * stride, sizeof w), &w, sizeof w);
+    w.wr_id = 0x4444;  // an inline address vector (a kernel AH's) that is no RoCEv2 address
+    w.num_sge = 0;
+    w.flags = vd::kSendSignaled | vd::kSendInlineAv;
+    std::memcpy(g.host(sq + 3 * stride, sizeof w), &w, sizeof w);
+    std::memset(g.host(sq + 3 * stride + sizeof w, vd::kInlineAvSize), 0, vd::kInlineAvSize);
     const vd::Doorbell ring[] = {
-        {qp, static_cast<std::uint16_t>(vd::DoorbellKind::sq), 0, 3, 0},
+        {qp, static_cast<std::uint16_t>(vd::DoorbellKind::sq), 0, 4, 0},
         {qp, static_cast<std::uint16_t>(vd::DoorbellKind::sq), 0, 100000, 0},   // far beyond the ring
         {777777, static_cast<std::uint16_t>(vd::DoorbellKind::sq), 0, 1, 0},    // no such QP
         {cq, static_cast<std::uint16_t>(vd::DoorbellKind::rq), 0, 1, 0},        // a CQ handle as a QP
@@ -334,9 +339,9 @@ BOOST_AUTO_TEST_CASE(hostile_guest_gets_errors_and_harms_no_one) {
         {999, static_cast<std::uint16_t>(vd::DoorbellKind::cq_arm), 0, 0, 0},   // no such CQ
     };
     g.doorbells(ring);
-    // The three WQEs completed in order with errors (loc_qp_op_err) and their wr_ids.
+    // The four WQEs completed in order with errors (loc_qp_op_err) and their wr_ids.
     std::vector<std::uint64_t> ids;
-    for (int i = 0; i < 200 && ids.size() < 3; ++i) {
+    for (int i = 0; i < 200 && ids.size() < 4; ++i) {
       auto* c = reinterpret_cast<vd::Cqe*>(g.host(cq_ring + vd::kCqeOffset + ids.size() * sizeof(vd::Cqe), sizeof(vd::Cqe)));
       if (c->owner == vd::cqe_phase(static_cast<std::uint32_t>(ids.size()), 64)) {
         BOOST_CHECK_EQUAL(c->status, static_cast<std::uint8_t>(nicdrv::WcStatus::loc_qp_op_err));
@@ -345,7 +350,7 @@ BOOST_AUTO_TEST_CASE(hostile_guest_gets_errors_and_harms_no_one) {
         std::this_thread::sleep_for(5ms);
       }
     }
-    const std::vector<std::uint64_t> want{0x1111, 0x2222, 0x3333};
+    const std::vector<std::uint64_t> want{0x1111, 0x2222, 0x3333, 0x4444};
     BOOST_CHECK_EQUAL_COLLECTIONS(ids.begin(), ids.end(), want.begin(), want.end());
     // 4. A flood of valid commands, bounded: every one answered.
     for (int i = 0; i < 2000; ++i) BOOST_REQUIRE_EQUAL(g.cmd0(vd::Cmd::query_port).first, kOk);
