@@ -712,6 +712,38 @@ BOOST_AUTO_TEST_CASE(a_guests_gsi_qp_takes_qp1_and_carries_cm_mads_both_ways) {
   BOOST_TEST(ps->cm_mads_sent == 1U);
   // The second GSI QP is the one command vrdmad refused.
   BOOST_TEST(v.status()["command_errors"].get<int>() == 1);
+
+  // QP1 moves with the device state: on a new vrdmad the guest's GSI QP is QP1 again and the
+  // peer's answer to another REQ comes back to it.
+  auto state = pv::suspend(*da);
+  VRDMA_REQUIRE_OK(state);
+  v.child->stop(SIGKILL);
+  Vrdmad moved(dir, "b", net.ns_a(), "soft:" + net.ip_a());
+  VRDMA_REQUIRE_OK(pv::resume_on(*da, moved.sock, *state));
+  BOOST_TEST(moved.status()["objects"]["qp"].get<int>() == 1);
+  req.local_comm_id = 0x7654321;
+  hdr.tid = 0xabc0002;
+  const auto again = mad::encode(hdr, req);
+  std::memcpy(mem, again.data(), again.size());
+  w.wr_id = 2;
+  VRDMA_REQUIRE_OK((*qp)->post_send(std::span(&w, 1)));
+  got.clear();
+  const auto deadline2 = std::chrono::steady_clock::now() + 20s;
+  while (got.size() < 2 && std::chrono::steady_clock::now() < deadline2) {
+    auto more = wait_cq(**cq, 1, 1s);
+    got.insert(got.end(), more.begin(), more.end());
+  }
+  BOOST_REQUIRE_EQUAL(got.size(), 2U);
+  rcvd = got[0].opcode == WcOpcode::send ? &got[1] : &got[0];
+  BOOST_REQUIRE(rcvd->status == WcStatus::success);
+  BOOST_TEST(rcvd->src_qp == mad::kGsiQpn);
+  const std::uint8_t* slot2 = mem + 4096 + (rcvd->wr_id - 100) * 512;
+  mad::Mad second_answer;
+  BOOST_REQUIRE(mad::parse(std::span<const std::uint8_t>(slot2 + kGrh, mad::kMadLen), second_answer) ==
+                mad::ParseError::none);
+  const auto* rej2 = std::get_if<mad::Rej>(&second_answer.msg);
+  BOOST_REQUIRE(rej2 != nullptr);
+  BOOST_TEST(rej2->remote_comm_id == 0x7654321U);
 }
 
 // One message in flight at a time, many times: every completion must wake its poller (a lost
