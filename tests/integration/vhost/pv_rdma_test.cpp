@@ -60,6 +60,31 @@ struct TwoHosts {
   }
 };
 
+// A pv device on a vrdmad (soft engine) on host a, a plain soft engine of this process on host b.
+struct PvAndSoft {
+  NetnsPair net;
+  TempDir dir;
+  std::unique_ptr<Vrdmad> backend;
+  std::shared_ptr<Device> dev, soft;
+  PvAndSoft(const char* prefix, int subnet) : net{prefix, subnet} {
+    BOOST_REQUIRE_MESSAGE(net.ok(), "cannot create network namespaces (needs root)");
+    backend = std::make_unique<Vrdmad>(dir, "a", net.ns_a(), "soft:" + net.ip_a());
+    dev = open_dev(backend->device() + "?ram_mib=64");
+    soft = soft_engine_in(net.ns_b(), net.ip_b());
+  }
+  // The device moves to a new vrdmad on the same host address: its state taken from the old
+  // one, which is then SIGKILLed, and given to the new one (`name`). Returns the state's size.
+  std::size_t move_to_new_vrdmad(const std::string& name) {
+    auto state = pv::suspend(*dev);
+    VRDMA_REQUIRE_OK(state);
+    backend->child->stop(SIGKILL);
+    auto fresh = std::make_unique<Vrdmad>(dir, name, net.ns_a(), "soft:" + net.ip_a());
+    VRDMA_REQUIRE_OK(pv::resume_on(*dev, fresh->sock, *state));
+    backend = std::move(fresh);
+    return state->size();
+  }
+};
+
 void post_recv(Endpoint& e, std::size_t off, std::size_t len, std::uint64_t id) {
   Sge s{reinterpret_cast<std::uint64_t>(e.buf.data() + off), static_cast<std::uint32_t>(len), e.mr->lkey()};
   RecvWr r{id, std::span<const Sge>(&s, 1)};
@@ -202,12 +227,12 @@ BOOST_AUTO_TEST_CASE(pv_to_pv_every_opcode_across_two_hosts) {
 }
 
 BOOST_AUTO_TEST_CASE(pv_against_a_plain_soft_engine) {
-  NetnsPair net{"vpp", 235};
-  BOOST_REQUIRE(net.ok());
-  TempDir dir;
-  Vrdmad v(dir, "a", net.ns_a(), "soft:" + net.ip_a());
-  auto da = open_dev(v.device() + "?ram_mib=64");
-  auto soft = soft_engine_in(net.ns_b(), net.ip_b());
+  PvAndSoft h("vpp", 235);
+  auto& v = *h.backend;
+  auto& net = h.net;
+  auto& dir = h.dir;
+  auto da = h.dev;
+  auto soft = h.soft;
   PairOptions o;
   o.buf_bytes = 4u << 20;
   auto a = make_endpoint(da, o);
@@ -381,12 +406,9 @@ BOOST_AUTO_TEST_CASE(one_device_serves_16384_qps_and_cqs) {
 // same QPN, keys and PSNs. Every SEND on both sides completes exactly once, in order, with its
 // data; the peer only saw a pause and retransmissions.
 BOOST_AUTO_TEST_CASE(device_state_moves_to_a_new_vrdmad_with_the_connection_open) {
-  NetnsPair net{"vpm", 237};
-  BOOST_REQUIRE(net.ok());
-  TempDir dir;
-  auto old_backend = std::make_unique<Vrdmad>(dir, "old", net.ns_a(), "soft:" + net.ip_a());
-  auto dev = open_dev(old_backend->device() + "?ram_mib=64");
-  auto soft = soft_engine_in(net.ns_b(), net.ip_b());
+  PvAndSoft h("vpm", 237);
+  auto dev = h.dev;
+  auto soft = h.soft;
   PairOptions o;
   o.buf_bytes = 2u << 20;
   o.timeout = 12;  // ~17 ms: retransmissions start soon after the pause
@@ -448,18 +470,13 @@ BOOST_AUTO_TEST_CASE(device_state_moves_to_a_new_vrdmad_with_the_connection_open
       // Mid-stream, with SENDs in flight both ways.
       migrated = true;
       const auto t0 = std::chrono::steady_clock::now();
-      auto state = pv::suspend(*dev);
-      VRDMA_REQUIRE_OK(state);
-      old_backend->child->stop(SIGKILL);
-      auto fresh = std::make_unique<Vrdmad>(dir, "new", net.ns_a(), "soft:" + net.ip_a());
-      VRDMA_REQUIRE_OK(pv::resume_on(*dev, fresh->sock, *state));
+      const auto bytes = h.move_to_new_vrdmad("new");
       const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
       BOOST_TEST_MESSAGE("moved to a new vrdmad in " << ms << " ms with " << sent[0] - send_done[0] << " + "
-                                                     << sent[1] - send_done[1] << " SENDs in flight; state "
-                                                     << state->size() << " bytes");
-      auto st = fresh->status();
+                                                     << sent[1] - send_done[1] << " SENDs in flight; state " << bytes
+                                                     << " bytes");
+      auto st = h.backend->status();
       BOOST_CHECK_EQUAL(st["objects"]["qp"].get<int>(), 1);
-      old_backend = std::move(fresh);
     }
   }
   BOOST_CHECK(migrated);
@@ -477,12 +494,9 @@ BOOST_AUTO_TEST_CASE(device_state_moves_to_a_new_vrdmad_with_the_connection_open
 // covers), in both guest memory regions; it is local only and one per PD; it moves with the
 // device state to a new vrdmad; an address outside guest memory gets a local protection error.
 BOOST_AUTO_TEST_CASE(a_pds_dma_memory_region_reaches_all_guest_memory_by_physical_address) {
-  NetnsPair net{"vpd", 239};
-  BOOST_REQUIRE(net.ok());
-  TempDir dir;
-  auto backend = std::make_unique<Vrdmad>(dir, "a", net.ns_a(), "soft:" + net.ip_a());
-  auto da = open_dev(backend->device() + "?ram_mib=64");
-  auto soft = soft_engine_in(net.ns_b(), net.ip_b());
+  PvAndSoft h("vpd", 239);
+  auto da = h.dev;
+  auto soft = h.soft;
   PairOptions o;
   auto a = make_endpoint(da, o);
   VRDMA_REQUIRE_OK(a);
@@ -574,22 +588,17 @@ BOOST_AUTO_TEST_CASE(a_pds_dma_memory_region_reaches_all_guest_memory_by_physica
     }
   };
   moves_data("on the first vrdmad");
-  BOOST_TEST(backend->status()["objects"]["mr"].get<int>() == 2);
+  BOOST_TEST(h.backend->status()["objects"]["mr"].get<int>() == 2);
 
   // The device state carries it: the same key works on a new vrdmad.
-  auto state = pv::suspend(*da);
-  VRDMA_REQUIRE_OK(state);
-  backend->child->stop(SIGKILL);
-  auto fresh = std::make_unique<Vrdmad>(dir, "new", net.ns_a(), "soft:" + net.ip_a());
-  VRDMA_REQUIRE_OK(pv::resume_on(*da, fresh->sock, *state));
-  backend = std::move(fresh);
-  BOOST_TEST(backend->status()["objects"]["mr"].get<int>() == 2);
+  h.move_to_new_vrdmad("new");
+  BOOST_TEST(h.backend->status()["objects"]["mr"].get<int>() == 2);
   moves_data("after the move to a new vrdmad");
 
   // Outside guest memory (the hole after the first 640 KiB, and far beyond): refused by the
   // engine as a local protection error, never read.
   BOOST_TEST(send_from(0xA0000, 64, 15).status == WcStatus::loc_prot_err);
-  BOOST_TEST(backend->status()["command_errors"].get<int>() == 0);
+  BOOST_TEST(h.backend->status()["command_errors"].get<int>() == 0);
 }
 
 // A guest's GSI QP (QP1, what a guest kernel's ib_mad creates): while it exists the MADs that
@@ -597,12 +606,9 @@ BOOST_AUTO_TEST_CASE(a_pds_dma_memory_region_reaches_all_guest_memory_by_physica
 // sends from QP1 reaches the peer engine's CM, whose REJ (no listener for the service) comes
 // back to the guest's QP1 with its GRH; one GSI QP per device.
 BOOST_AUTO_TEST_CASE(a_guests_gsi_qp_takes_qp1_and_carries_cm_mads_both_ways) {
-  NetnsPair net{"vpg", 241};
-  BOOST_REQUIRE(net.ok());
-  TempDir dir;
-  Vrdmad v(dir, "a", net.ns_a(), "soft:" + net.ip_a());
-  auto da = open_dev(v.device() + "?ram_mib=64");
-  auto soft = soft_engine_in(net.ns_b(), net.ip_b());
+  PvAndSoft h("vpg", 241);
+  auto da = h.dev;
+  auto soft = h.soft;
   auto attr = da->query_device();
   VRDMA_REQUIRE_OK(attr);
   BOOST_TEST(attr->gsi);  // vrdmad offers VIRTIO_RDMA_FEATURE_GSI on the soft engine
@@ -711,16 +717,12 @@ BOOST_AUTO_TEST_CASE(a_guests_gsi_qp_takes_qp1_and_carries_cm_mads_both_ways) {
   BOOST_TEST(ps->cm_mads_received == 1U);
   BOOST_TEST(ps->cm_mads_sent == 1U);
   // The second GSI QP is the one command vrdmad refused.
-  BOOST_TEST(v.status()["command_errors"].get<int>() == 1);
+  BOOST_TEST(h.backend->status()["command_errors"].get<int>() == 1);
 
   // QP1 moves with the device state: on a new vrdmad the guest's GSI QP is QP1 again and the
   // peer's answer to another REQ comes back to it.
-  auto state = pv::suspend(*da);
-  VRDMA_REQUIRE_OK(state);
-  v.child->stop(SIGKILL);
-  Vrdmad moved(dir, "b", net.ns_a(), "soft:" + net.ip_a());
-  VRDMA_REQUIRE_OK(pv::resume_on(*da, moved.sock, *state));
-  BOOST_TEST(moved.status()["objects"]["qp"].get<int>() == 1);
+  h.move_to_new_vrdmad("b");
+  BOOST_TEST(h.backend->status()["objects"]["qp"].get<int>() == 1);
   req.local_comm_id = 0x7654321;
   hdr.tid = 0xabc0002;
   const auto again = mad::encode(hdr, req);
@@ -750,12 +752,9 @@ BOOST_AUTO_TEST_CASE(a_guests_gsi_qp_takes_qp1_and_carries_cm_mads_both_ways) {
 // wakeup between vrdmad's last poll of an engine CQ and its re-arm once stalled this after a few
 // thousand round trips).
 BOOST_AUTO_TEST_CASE(twenty_thousand_pv_ping_pongs_never_stall) {
-  NetnsPair net{"vpq", 238};
-  BOOST_REQUIRE(net.ok());
-  TempDir dir;
-  Vrdmad v(dir, "pp", net.ns_a(), "soft:" + net.ip_a());
-  auto dev = open_dev(v.device() + "?ram_mib=32");
-  auto soft = soft_engine_in(net.ns_b(), net.ip_b());
+  PvAndSoft h("vpq", 238);
+  auto dev = h.dev;
+  auto soft = h.soft;
   PairOptions o;
   o.buf_bytes = 1u << 20;
   auto a = make_endpoint(dev, o);
