@@ -211,7 +211,7 @@ std::vector<std::uint8_t> RdmaDevice::Impl::execute(const GuestView& g, std::spa
         auto pd = engine->alloc_pd();
         if (!pd) return refuse(status_of(pd.error()), pd.error().message);
         const auto h = new_handle();
-        pds[h] = PdObj{std::move(*pd), 0};
+        pds[h] = PdObj{std::move(*pd), 0, {}};
         return bytes_of(vd::HandleResp{h, 0});
       }
       case vd::Cmd::destroy_pd: {

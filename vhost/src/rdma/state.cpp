@@ -181,14 +181,14 @@ Status RdmaDevice::Impl::load_state(std::span<const std::uint8_t> blob) {
     std::uint32_t h = 0;
     if (!r.get(h) || !fresh(h, pds.count(h) != 0)) return fail(bad("PD handle"));
     if (auto it = pre.pds.find(h); it != pre.pds.end()) {
-      pds[h] = PdObj{std::move(it->second), 0};
+      pds[h] = PdObj{std::move(it->second), 0, {}};
       pre.pds.erase(it);
       ++adopted;
       continue;
     }
     auto pd = engine->alloc_pd();
     if (!pd) return fail(pd.error());
-    pds[h] = PdObj{std::move(*pd), 0};
+    pds[h] = PdObj{std::move(*pd), 0, {}};
   }
   using SteadyClock = std::chrono::steady_clock;
   const auto ms_since = [](SteadyClock::time_point t) {
