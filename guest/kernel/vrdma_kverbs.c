@@ -133,18 +133,24 @@ static void sges_to_wire(struct virtio_rdma_sge *out, const struct ib_sge *sg, i
 }
 
 /*
- * Rings a kernel ring. The doorbell queue holds 256 records the device has not taken yet; a
- * kernel user may post faster than that one request at a time (ib_mad posts its 512 receives
- * so), and cannot be told to come back: a full queue is waited on, briefly (the device takes
- * records as it is kicked), without sleeping.
+ * Rings the WQEs a post wrote, [start, *prod), with one doorbell record; when it cannot be rung
+ * none of them is posted: *prod goes back to start (the next doorbell would carry them). The
+ * doorbell queue holds 256 records the device has not taken yet; a kernel user may post faster
+ * than that one request at a time (ib_mad posts its 512 receives so), and cannot be told to come
+ * back: a full queue is waited on, briefly (the device takes records as it is kicked), without
+ * sleeping.
  */
 #define VRDMA_DB_WAIT_US 20000
-static int kernel_ring(struct vrdma_dev *dev, struct vrdma_qp *qp, u16 kind, u32 prod)
+static int ring_batch(struct vrdma_dev *dev, struct vrdma_qp *qp, u16 kind, u32 *prod, u32 start)
 {
 	int waited, ret;
 
+	if (*prod == start)
+		return 0;
+	/* The WQEs before the doorbell that names them. */
+	dma_wmb();
 	for (waited = 0;; waited += 5) {
-		ret = vrdma_doorbell(dev, qp->handle, kind, prod, GFP_ATOMIC);
+		ret = vrdma_doorbell(dev, qp->handle, kind, *prod, GFP_ATOMIC);
 		if (ret != -EAGAIN || waited >= VRDMA_DB_WAIT_US)
 			break;
 		udelay(5);
@@ -152,6 +158,8 @@ static int kernel_ring(struct vrdma_dev *dev, struct vrdma_qp *qp, u16 kind, u32
 	if (ret == -EAGAIN)
 		dev_warn_ratelimited(&dev->vdev->dev, "QP %u: the doorbell queue stayed full for %d ms\n", qp->ibqp.qp_num,
 				     VRDMA_DB_WAIT_US / 1000);
+	if (ret)
+		*prod = start;
 	return ret;
 }
 
@@ -245,7 +253,7 @@ int vrdma_kernel_post_send(struct vrdma_dev *dev, struct vrdma_qp *qp, const str
 	const struct ib_send_wr *first = wr;
 	unsigned long flags;
 	u32 start;
-	int ret = 0;
+	int ret = 0, rung;
 
 	spin_lock_irqsave(&qp->sq_lock, flags);
 	start = qp->sq_prod;
@@ -265,18 +273,10 @@ int vrdma_kernel_post_send(struct vrdma_dev *dev, struct vrdma_qp *qp, const str
 			break;
 		qp->sq_prod++;
 	}
-	if (qp->sq_prod != start) {
-		int rung;
-
-		/* The WQEs before the doorbell that names them. */
-		dma_wmb();
-		rung = kernel_ring(dev, qp, VIRTIO_RDMA_DB_SQ, qp->sq_prod);
-		if (rung) {
-			/* Not rung: none of them is posted (the next doorbell would carry them). */
-			qp->sq_prod = start;
-			wr = first;
-			ret = rung;
-		}
+	rung = ring_batch(dev, qp, VIRTIO_RDMA_DB_SQ, &qp->sq_prod, start);
+	if (rung) {
+		wr = first;
+		ret = rung;
 	}
 out:
 	if (ret)
@@ -291,7 +291,7 @@ int vrdma_kernel_post_recv(struct vrdma_dev *dev, struct vrdma_qp *qp, const str
 	const struct ib_recv_wr *first = wr;
 	unsigned long flags;
 	u32 start;
-	int ret = 0;
+	int ret = 0, rung;
 
 	if (!qp->rq_depth) {
 		*bad = wr;
@@ -321,16 +321,10 @@ int vrdma_kernel_post_recv(struct vrdma_dev *dev, struct vrdma_qp *qp, const str
 		sges_to_wire((struct virtio_rdma_sge *)(w + 1), wr->sg_list, wr->num_sge);
 		qp->rq_prod++;
 	}
-	if (qp->rq_prod != start) {
-		int rung;
-
-		dma_wmb();
-		rung = kernel_ring(dev, qp, VIRTIO_RDMA_DB_RQ, qp->rq_prod);
-		if (rung) {
-			qp->rq_prod = start;
-			wr = first;
-			ret = rung;
-		}
+	rung = ring_batch(dev, qp, VIRTIO_RDMA_DB_RQ, &qp->rq_prod, start);
+	if (rung) {
+		wr = first;
+		ret = rung;
 	}
 out:
 	if (ret)

@@ -167,6 +167,13 @@ std::vector<std::uint8_t> RdmaDevice::Impl::execute(const GuestView& g, std::spa
                                                      body.size()));
     return std::nullopt;
   };
+  // REG_MR and REG_DMA_MR: the guest's regions of both kinds count against max_mr.
+  auto mr_room = [&]() -> std::optional<Refusal> {
+    const auto n = mrs.size() + dma_mrs.size();
+    if (n >= lim.max_mr)
+      return refuse(vd::Status::no_space, fmt::format("the guest already has {} MRs (limit {})", n, lim.max_mr));
+    return std::nullopt;
+  };
 
   auto run = [&]() -> CmdResult<std::vector<std::uint8_t>> {
     switch (static_cast<vd::Cmd>(hdr.cmd)) {
@@ -229,9 +236,7 @@ std::vector<std::uint8_t> RdmaDevice::Impl::execute(const GuestView& g, std::spa
         const auto r = req_as<vd::RegMrReq>(body);
         auto pit = pds.find(r.pd);
         if (pit == pds.end()) return refuse(vd::Status::not_found, fmt::format("REG_MR names no PD {}", r.pd));
-        if (mrs.size() + dma_mrs.size() >= lim.max_mr)
-          return refuse(vd::Status::no_space,
-                        fmt::format("the guest already has {} MRs (limit {})", mrs.size() + dma_mrs.size(), lim.max_mr));
+        if (auto e = mr_room()) return *e;
         if (r.length > lim.max_registered_bytes || st.registered_bytes + r.length > lim.max_registered_bytes)
           return refuse(vd::Status::no_space,
                         fmt::format("registering {} more bytes would exceed the guest's limit of {} registered bytes "
@@ -268,22 +273,17 @@ std::vector<std::uint8_t> RdmaDevice::Impl::execute(const GuestView& g, std::spa
                         fmt::format("access {:#x}: a DMA memory region is local only (0 or LOCAL_WRITE); remote access "
                                     "to all guest memory is never granted",
                                     r.access));
-        for (const auto& [dh, d] : dma_mrs)
-          if (d.pd == r.pd)
-            return refuse(vd::Status::busy,
-                          fmt::format("PD {} already has a DMA memory region (MR {}, lkey {:#x})", r.pd, dh, d.guest_lkey));
-        if (mrs.size() + dma_mrs.size() >= lim.max_mr)
-          return refuse(vd::Status::no_space,
-                        fmt::format("the guest already has {} MRs (limit {})", mrs.size() + dma_mrs.size(), lim.max_mr));
+        if (auto dh = dma_mr_of_pd(r.pd))
+          return refuse(vd::Status::busy, fmt::format("PD {} already has a DMA memory region (MR {}, lkey {:#x})", r.pd,
+                                                      *dh, dma_mrs.at(*dh).guest_lkey));
+        if (auto e = mr_room()) return *e;
         DmaMrObj mr;
         mr.pd = r.pd;
         mr.access = r.access;
         if (auto s = map_dma_mr(g, mr, false); !s.ok()) return refuse(status_of(s.error()), s.error().message);
         const auto h = new_handle();
-        ++pit->second.users;
-        auto& placed = dma_mrs.emplace(h, std::move(mr)).first->second;
-        dma_by_lkey[placed.guest_lkey] = &placed;
-        vd::RegMrResp out{h, placed.guest_lkey, 0, 0};
+        vd::RegMrResp out{h, mr.guest_lkey, 0, 0};
+        add_dma_mr(h, std::move(mr));
         return bytes_of(out);
       }
       case vd::Cmd::dereg_mr: {

@@ -208,8 +208,6 @@ void RdmaDevice::Impl::post_sq(const GuestView& g, std::uint32_t handle, QpObj& 
             ok = false;
           } else {
             wr.ud.ah = *ah;
-            wr.ud.remote_qpn = w->remote_qpn;
-            wr.ud.remote_qkey = w->remote_qkey;
           }
         } else if (nicdrv::is_datagram(qp.type)) {
           auto ah = ahs.find(w->ah);
@@ -218,9 +216,11 @@ void RdmaDevice::Impl::post_sq(const GuestView& g, std::uint32_t handle, QpObj& 
             ok = false;
           } else {
             wr.ud.ah = ah->second.eng.get();
-            wr.ud.remote_qpn = w->remote_qpn;
-            wr.ud.remote_qkey = w->remote_qkey;
           }
+        }
+        if (ok && nicdrv::is_datagram(qp.type)) {  // the AH came from its handle or the WQE
+          wr.ud.remote_qpn = w->remote_qpn;
+          wr.ud.remote_qkey = w->remote_qkey;
         }
         if (ok && (w->flags & vd::kSendInline) != 0) {
           // Inline payload lives in the WQE itself: the engine copies it at post time.

@@ -147,8 +147,8 @@ void RdmaDevice::Impl::memory_changed() {
   auto v = view();
   log->log.store(v.log());
   // A DMA memory region covers the guest memory there is: registered again over a new table.
+  const auto& regions = v.memory().regions();
   for (auto& [h, mr] : dma_mrs) {
-    const auto& regions = v.memory().regions();
     bool same = regions.size() == mr.parts.size();
     for (std::size_t i = 0; same && i < regions.size(); ++i) same = regions[i] == mr.parts[i].region;
     if (same) continue;

@@ -397,7 +397,11 @@ struct RdmaDevice::Impl {
   std::unordered_map<std::uint32_t, MrObj> mrs;
   std::unordered_map<std::uint32_t, DmaMrObj> dma_mrs;
   std::unordered_map<std::uint32_t, const DmaMrObj*> dma_by_lkey;  // guest lkey -> its DMA region
+  // rebuild.cpp: a DMA region placed under `handle` (its PD counts it, its lkey names it), its
+  // removal, and the handle of the one a PD has (nullopt: none).
+  void add_dma_mr(std::uint32_t handle, DmaMrObj mr);
   void forget_dma_mr(std::uint32_t handle);
+  [[nodiscard]] std::optional<std::uint32_t> dma_mr_of_pd(std::uint32_t pd) const;
   std::unordered_map<std::uint32_t, CqObj> cqs;
   std::unordered_map<std::uint32_t, QpObj> qps;
   std::unordered_map<std::uint32_t, AhObj> ahs;

@@ -144,6 +144,18 @@ void RdmaDevice::Impl::forget_names(std::uint32_t handle) {
   }
 }
 
+void RdmaDevice::Impl::add_dma_mr(std::uint32_t handle, DmaMrObj mr) {
+  if (auto p = pds.find(mr.pd); p != pds.end()) ++p->second.users;
+  auto& placed = dma_mrs.emplace(handle, std::move(mr)).first->second;
+  dma_by_lkey[placed.guest_lkey] = &placed;
+}
+
+std::optional<std::uint32_t> RdmaDevice::Impl::dma_mr_of_pd(std::uint32_t pd) const {
+  for (const auto& [h, mr] : dma_mrs)
+    if (mr.pd == pd) return h;
+  return std::nullopt;
+}
+
 void RdmaDevice::Impl::forget_dma_mr(std::uint32_t handle) {
   auto it = dma_mrs.find(handle);
   if (it == dma_mrs.end()) return;

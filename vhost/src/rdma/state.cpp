@@ -145,8 +145,7 @@ Result<std::vector<std::uint8_t>> RdmaDevice::Impl::save_state() {
     w.put(mr.guest_lkey);
   }
   log::info("virtio-rdma: device state saved: {} PDs, {} MRs, {} CQs, {} AHs, {} QPs, {} bytes", pds.size(),
-            mrs.size() + dma_mrs.size(),
-            cqs.size(), ahs.size(), qps.size(), w.out.size());
+            mrs.size() + dma_mrs.size(), cqs.size(), ahs.size(), qps.size(), w.out.size());
   return std::move(w.out);
 }
 
@@ -363,18 +362,13 @@ Status RdmaDevice::Impl::load_state(std::span<const std::uint8_t> blob) {
       std::uint32_t h = 0;
       DmaMrObj mr;
       if (!r.get(h) || !r.get(mr.pd) || !r.get(mr.access) || !r.get(mr.guest_lkey)) return fail(bad("truncated DMA MR"));
-      auto pit = pds.find(mr.pd);
-      bool pd_has_one = false;
-      for (const auto& [dh, d] : dma_mrs) pd_has_one |= d.pd == mr.pd;
-      if (!fresh(h, mrs.count(h) != 0 || dma_mrs.count(h) != 0) || pit == pds.end() || pd_has_one ||
+      if (!fresh(h, mrs.count(h) != 0 || dma_mrs.count(h) != 0) || pds.count(mr.pd) == 0 || dma_mr_of_pd(mr.pd) ||
           (mr.access & ~VIRTIO_RDMA_ACCESS_LOCAL_WRITE) != 0 || mr.guest_lkey == 0 || !names.insert(mr.guest_lkey).second)
         return fail(bad(fmt::format("DMA MR {} (PD {}, access {:#x}, lkey {:#x})", h, mr.pd, mr.access, mr.guest_lkey)));
       if (auto s = map_dma_mr(g, mr, true); !s.ok()) return fail(prefixed(fmt::format("DMA MR {}: ", h), s.error()));
       if (!engine_rebuilds() && mr.parts.front().eng->lkey() != mr.guest_lkey)
         return fail(make_error(Errc::not_supported, "the engine cannot keep the DMA MR's key"));
-      ++pit->second.users;
-      auto& placed = dma_mrs.emplace(h, std::move(mr)).first->second;
-      dma_by_lkey[placed.guest_lkey] = &placed;
+      add_dma_mr(h, std::move(mr));
     }
   }
   if (!r.at_end()) return fail(bad("trailing bytes"));
