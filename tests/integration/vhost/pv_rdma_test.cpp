@@ -357,7 +357,9 @@ BOOST_AUTO_TEST_CASE(device_state_moves_to_a_new_vrdmad_with_the_connection_open
   auto soft = h.soft;
   PairOptions o;
   o.buf_bytes = 2u << 20;
-  o.timeout = 12;  // ~17 ms: retransmissions start soon after the pause
+  // ~34 ms: retransmissions start soon after the pause, and the peer's 8 tries (~270 ms) outlast a
+  // move under ASan+UBSan on a loaded machine (120-150 ms alone; at 12, ~134 ms, one run failed)
+  o.timeout = 13;
   auto a = make_endpoint(dev, o);
   VRDMA_REQUIRE_OK(a);
   auto b = make_endpoint(soft, o);
