@@ -117,7 +117,7 @@ void MigratingDevice::queue_stopped(std::uint16_t index) {
     m.t_stop = Clock::now();
     m.send_state();
   } else if ((m.st.phase == Phase::idle || m.st.phase == Phase::running || m.st.phase == Phase::failed) &&
-             m.host != nullptr && m.host->memory().logging() && m.inner.has_state_area()) {
+             m.host != nullptr && m.host->memory().logging() && m.state.has_state_area()) {
     m.save_to_guest();
   }
 }
@@ -134,11 +134,13 @@ void MigratingDevice::reset() {
   m.inner.reset();
 }
 
-Result<std::vector<std::uint8_t>> MigratingDevice::save_state() { return impl_->inner.save_state(); }
+Result<std::vector<std::uint8_t>> MigratingDevice::save_state() { return impl_->state.save_state(); }
+DeviceState& MigratingDevice::device_state() { return impl_->state; }
+const DeviceState& MigratingDevice::device_state() const { return impl_->state; }
 
 Status MigratingDevice::load_state(std::span<const std::uint8_t> blob) {
   auto& m = *impl_;
-  VRDMA_TRY(m.inner.load_state(blob));
+  VRDMA_TRY(m.state.load_state(blob));
   // QEMU >= 8.2 brought the state through its own stream (DEVICE_STATE): no source link needed.
   if (m.st.phase == Phase::incoming || m.st.phase == Phase::holding) m.st.phase = Phase::loaded;
   return {};

@@ -23,11 +23,11 @@ std::optional<std::string> MigratingDevice::Impl::refuse_reason(const Hello& h) 
   const Hello me = identity();
   if (st.phase != Phase::incoming && st.phase != Phase::holding)
     return fmt::format("this vrdmad is not waiting for a guest (it is {})", to_string(st.phase));
-  if (!vhost::RdmaDevice::state_version_readable(h.state_version))
+  if (!DeviceState::state_version_readable(h.state_version))
     return fmt::format("the source (vrdma {}) sends device state version {}, this vrdmad (vrdma {}) reads versions {} "
                        "to {}: run a vrdma release on the destination at least as new as the source's",
                        release_name(h.release), h.state_version, me.release,
-                       vhost::RdmaDevice::kOldestStateVersion, me.state_version);
+                       DeviceState::kOldestStateVersion, me.state_version);
   if (h.engine != me.engine)
     return fmt::format("the guest uses a {} engine, this vrdmad a {} engine", h.engine, me.engine);
   if (h.gid != me.gid)
@@ -105,7 +105,7 @@ void MigratingDevice::Impl::on_destination_frame(Frame f) {
     }
     case FrameType::prestate: {
       if (have_state || (st.phase != Phase::incoming && st.phase != Phase::holding)) break;
-      if (auto s = inner.precreate(f.payload); !s.ok())
+      if (auto s = state.precreate(f.payload); !s.ok())
         log::warn("migration: could not build the guest's objects ahead ({}); they are built when its state arrives",
                   s.error().message);
       return;
@@ -118,7 +118,7 @@ void MigratingDevice::Impl::on_destination_frame(Frame f) {
       }
       log::warn("migration: {} aborted: {}; discarding its state", st.peer, f.text());
       if (st.phase == Phase::loaded) inner.reset();
-      inner.drop_precreated();
+      state.drop_precreated();
       pending_state.clear();
       have_state = false;
       st.phase = st.phase == Phase::holding ? Phase::holding : Phase::incoming;
@@ -163,7 +163,7 @@ void MigratingDevice::Impl::state_arrived(std::vector<std::uint8_t> blob, const 
 void MigratingDevice::Impl::try_load() {
   if (!have_state || !have_memory() || (st.phase != Phase::incoming && st.phase != Phase::holding)) return;
   const auto t0 = Clock::now();
-  auto s = inner.load_state(pending_state);
+  auto s = state.load_state(pending_state);
   pending_state.clear();
   pending_state.shrink_to_fit();
   have_state = false;
@@ -208,7 +208,7 @@ void MigratingDevice::Impl::activate() {
 bool MigratingDevice::Impl::try_guest_state() {
   if (have_state || guest_state_refused) return false;  // a source's state is being loaded, or refused
   const auto t0 = Clock::now();
-  auto r = inner.load_state_from_guest();
+  auto r = state.load_state_from_guest();
   if (!r) {
     if (r.error().is(Errc::bad_state)) {  // the state queue is not set up (yet)
       arm_no_area_timer();
@@ -222,10 +222,10 @@ bool MigratingDevice::Impl::try_guest_state() {
     inner.reset();
     return false;
   }
-  if (!*r && !inner.state_lost().empty()) {
+  if (!*r && !state.state_lost().empty()) {
     // The source had objects and could not send them: the guest runs here without them, and
     // its driver hears it at once (DEVICE_FATAL) rather than waiting on objects that are gone.
-    arrived_without = "the guest's RDMA objects did not come with it (" + inner.state_lost() +
+    arrived_without = "the guest's RDMA objects did not come with it (" + state.state_lost() +
                       "); it runs here with none, its driver is told (DEVICE_FATAL) and its RDMA peers see their "
                       "connections fail";
     st.message = arrived_without;
@@ -241,7 +241,7 @@ bool MigratingDevice::Impl::try_guest_state() {
     return true;
   }
   st.load_ms = ms_since(t0);
-  st.state_bytes = inner.state_area_state_bytes();
+  st.state_bytes = state.state_area_state_bytes();
   log::info("migration: loaded the device state ({} bytes) from guest memory in {:.1f} ms", st.state_bytes, st.load_ms);
   return true;
 }

@@ -40,6 +40,7 @@ struct MigratingDevice::Impl {
   vhost::RdmaDevice& inner;
   vhost::EventLoop& loop;
   MigrationOptions opts;
+  DeviceState state;  // the device state codec, state area, re-creation and peer notices
   vhost::DeviceHost* host = nullptr;
   MigrationStatus st;
 

@@ -16,7 +16,7 @@
 
 namespace vrdma::migration {
 
-MigratingDevice::Impl::Impl(vhost::RdmaDevice& d, vhost::EventLoop& l, MigrationOptions o) : inner(d), loop(l), opts(std::move(o)) {
+MigratingDevice::Impl::Impl(vhost::RdmaDevice& d, vhost::EventLoop& l, MigrationOptions o) : inner(d), loop(l), opts(std::move(o)), state(d, opts.device) {
   if (opts.announce_if.empty()) return;
   auto v6 = turn_off_ipv6(opts.announce_if);
   if (!v6)
@@ -40,7 +40,7 @@ Hello MigratingDevice::Impl::identity() const {
   h.gid = g ? g->gid.str() : std::string("?");
   h.mac = opts.mac;
   h.engine = opts.engine_name.substr(0, opts.engine_name.find(':'));
-  h.state_version = vhost::RdmaDevice::kStateVersion;
+  h.state_version = DeviceState::kStateVersion;
   h.source = opts.self;
   h.release = std::string(vrdma::version());
   return h;
@@ -133,7 +133,7 @@ void MigratingDevice::Impl::link_lost(const std::string& why) {
     case Phase::incoming:
     case Phase::holding:
       if (!have_state) {
-        inner.drop_precreated();
+        state.drop_precreated();
         st.message = why + " before the device state arrived; waiting for another source";
         log::warn("migration: {}", st.message);
       }

@@ -44,7 +44,7 @@ void MigratingDevice::Impl::on_source_frame(Frame f) {
 
 void MigratingDevice::Impl::send_state() {
   const auto t0 = Clock::now();
-  auto blob = inner.save_state();
+  auto blob = state.save_state();
   if (!blob) {
     send(FrameType::abort, blob.error().message);
     drop_link();
@@ -94,7 +94,7 @@ void MigratingDevice::Impl::let_go() {
 
 void MigratingDevice::Impl::save_to_guest() {
   t_stop = Clock::now();
-  auto s = inner.save_state_to_guest();
+  auto s = state.save_state_to_guest();
   st.save_ms = ms_since(t_stop);
   if (!s.ok()) {
     st.message = "the rings stopped during a migration but the device state could not go into guest memory: " +
@@ -103,7 +103,7 @@ void MigratingDevice::Impl::save_to_guest() {
     return;
   }
   st.phase = Phase::in_guest;
-  st.state_bytes = inner.state_area_state_bytes();
+  st.state_bytes = state.state_area_state_bytes();
   st.message = "every ring stopped while the frontend logs dirty memory: the device state is in the guest's state "
                "area, for the frontend's last memory pass";
   // The guest's address goes quiet here now (the engine is quiesced anyway): the source VMM may
@@ -147,7 +147,7 @@ Status MigratingDevice::Impl::migrate_to(const std::string& addr, std::chrono::m
     if (l) {
       link_rdma = std::move(*l);
       me.rdma = link_rdma->local();
-      me.state_hint = inner.state_bound_bytes();
+      me.state_hint = state.state_bound_bytes();
     } else {
       log::warn("migration: the state goes over TCP: cannot make a QP on {}: {}", opts.migration_engine->name(),
                 l.error().message);
@@ -211,7 +211,7 @@ Status MigratingDevice::Impl::migrate_to(const std::string& addr, std::chrono::m
   }
   if (const auto s = inner.stats(); send_layout && prestate && s.pds + s.cqs + s.qps > 0) {
     const auto t0 = Clock::now();
-    const auto layout = inner.save_layout();
+    const auto layout = state.save_layout();
     send(FrameType::prestate, layout);
     log::info("migration: sent the object layout ({} bytes, {:.1f} ms) for {} to build during pre-copy",
               layout.size(), ms_since(t0), addr);

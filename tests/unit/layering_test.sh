@@ -7,7 +7,7 @@
 #      common      <- common
 #      nicdrv      <- common, nicdrv
 #      sriov       <- common, sriov
-#      vhost       <- common, nicdrv, vhost          (protocol and, for now, the device model)
+#      vhost       <- common, nicdrv, vhost          (protocol, and the device model without migration)
 #      migration   <- common, nicdrv, vhost, migration
 #      guest       <- common, nicdrv, vhost, guest   (the frontend and the nicdrv API)
 #      integration <- common, sriov, integration

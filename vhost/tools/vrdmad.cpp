@@ -11,7 +11,7 @@
 //       [,"prestate":false]                      (without building the objects there ahead)
 //   {"cmd":"cancel"}                             give up an armed migration
 // --incoming makes this vrdmad a migration destination (docs/migration.md). --notices IP[,IP]
-// takes part in peer notices on a NIC (vhost/peer_notice.hpp). SIGTERM/SIGINT end it.
+// takes part in peer notices on a NIC (migration/peer_notice.hpp). SIGTERM/SIGINT end it.
 // --supervise keeps a small parent that starts the backend again when it dies of anything but
 // SIGTERM/SIGINT (docs/migration.md "A backend that dies").
 #include <grp.h>
@@ -47,8 +47,8 @@
 
 #include "vrdma/common/cli.hpp"
 #include "vrdma/common/log.hpp"
+#include "vrdma/migration/peer_notice.hpp"
 #include "vrdma/migration/switchover.hpp"
-#include "vrdma/vhost/peer_notice.hpp"
 #include "vrdma/nicdrv/registry.hpp"
 #include "vrdma/nicdrv/soft.hpp"
 #include "vrdma/vhost/backend.hpp"
@@ -117,6 +117,8 @@ nlohmann::json stats_json(const vhost::RdmaDevice& dev, const migration::Migrati
                           const vhost::BackendServer& srv, const std::string& engine, const nicdrv::Device& wire,
                           const std::string& domain, const std::string& socket) {
   const auto s = dev.stats();
+  const auto& ds = mig.device_state();
+  const auto m = ds.stats();
   const auto& b = srv.stats();
   return {
       {"version", std::string(vrdma::version())},
@@ -126,11 +128,11 @@ nlohmann::json stats_json(const vhost::RdmaDevice& dev, const migration::Migrati
       {"engine", engine},
       {"connected", srv.connected()},
       {"paused", s.paused},
-      {"state_area_bytes", dev.state_area_bytes()},
+      {"state_area_bytes", ds.state_area_bytes()},
       {"objects", {{"pd", s.pds}, {"mr", s.mrs}, {"cq", s.cqs}, {"qp", s.qps}, {"ah", s.ahs}, {"srq", s.srqs}}},
       {"registered_bytes", s.registered_bytes},
-      {"precreated", s.precreated},
-      {"adopted", s.adopted},
+      {"precreated", m.precreated},
+      {"adopted", m.adopted},
       {"commands", s.commands},
       {"command_errors", s.command_errors},
       {"doorbells", s.doorbells},
@@ -143,12 +145,12 @@ nlohmann::json stats_json(const vhost::RdmaDevice& dev, const migration::Migrati
       {"events", s.events},
       {"events_dropped", s.events_dropped},
       {"notices",
-       {{"peers_paused", s.peers_paused},
-        {"peers_repointed", s.peers_repointed},
-        {"answered", s.notices_answered},
-        {"refused", s.notices_refused},
-        {"qps_paused", s.qps_paused},
-        {"qps_repointed", s.qps_repointed}}},
+       {{"peers_paused", m.peers_paused},
+        {"peers_repointed", m.peers_repointed},
+        {"answered", m.notices_answered},
+        {"refused", m.notices_refused},
+        {"qps_paused", m.qps_paused},
+        {"qps_repointed", m.qps_repointed}}},
       {"vhost", {{"connections", b.connections}, {"messages", b.messages}, {"rejected", b.rejected}, {"kicks", b.kicks}}},
       {"wire", wire_json(wire, engine)},
   };
@@ -401,6 +403,7 @@ int main(int argc, char** argv) {
   vrdma::cli::prepare(app);
   std::string sock, engine_name, control, incoming, announce, mac = "52:54:00:00:00:01";
   vhost::RdmaDeviceOptions opts;
+  migration::DeviceStateOptions dopts;
   auto& lim = opts.limits;
   app.add_option("--socket", sock, "vhost-user socket to serve")->required();
   app.add_option("--engine", engine_name, "RDMA engine: soft:<ip|ifname>[?opts] or verbs:<ibdev|pci>")->required();
@@ -441,8 +444,8 @@ int main(int argc, char** argv) {
                  "on a NIC, tell the vrdma backends of the guest's QPs' peers where a QP went when the guest moves, and "
                  "take their notices: listen for them on this address (the guest's RDMA address on this host, IPv4 or "
                  "IPv6; a comma-separated list for a guest with both)");
-  app.add_option("--notice-port", opts.notice_port, "TCP port of the peer notices")->capture_default_str();
-  app.add_option("--notice-hold-ms", opts.hold_timeout_ms,
+  app.add_option("--notice-port", dopts.notice_port, "TCP port of the peer notices")->capture_default_str();
+  app.add_option("--notice-hold-ms", dopts.hold_timeout_ms,
                  "how long a QP paused for a moving peer waits to be re-pointed before its sends go on")
       ->capture_default_str()
       ->check(CLI::Range(100u, 600000u));
@@ -498,7 +501,7 @@ int main(int argc, char** argv) {
     log::error("vrdmad: {}", loop.error().message);
     return 1;
   }
-  opts.notices = !notices_ip.empty();
+  dopts.notices = !notices_ip.empty();
   vhost::RdmaDevice dev(*engine, *loop, opts);
   migration::MigrationOptions mopts;
   mopts.engine_name = engine_name;
@@ -506,6 +509,7 @@ int main(int argc, char** argv) {
   mopts.announce_if = announce;
   mopts.self = sock;
   mopts.restarted = restarted;
+  mopts.device = dopts;
   if (!migration_engine.empty()) {
     auto me = nicdrv::open_device(migration_engine);
     if (!me) {
@@ -547,8 +551,8 @@ int main(int argc, char** argv) {
   // the port goes with the guest; across hosts each takes its own.
   UniqueFd notice_timer;
   struct NoticeListener {
-    vhost::notice::Address addr;
-    std::unique_ptr<vhost::notice::Server> server;
+    migration::notice::Address addr;
+    std::unique_ptr<migration::notice::Server> server;
     bool busy_said = false;
   };
   std::vector<NoticeListener> notice_listeners;
@@ -556,15 +560,15 @@ int main(int argc, char** argv) {
     const auto comma = notices_ip.find(',', at);
     const auto text = notices_ip.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
     at = comma == std::string::npos ? comma : comma + 1;
-    auto a = vhost::notice::parse_address(text);
-    if (!a || !vhost::notice::notice_address(*a)) {
+    auto a = migration::notice::parse_address(text);
+    if (!a || !migration::notice::notice_address(*a)) {
       log::error("vrdmad: --notices: {} is not an IPv4 or global IPv6 address (the guest's RDMA address on this host)",
                  text);
       return 2;
     }
-    notice_listeners.push_back({*a, std::make_unique<vhost::notice::Server>(
-                                        *loop, [&dev](const vhost::notice::Message& m, const vhost::notice::Address& from) {
-                                          return dev.peer_notice(m, from);
+    notice_listeners.push_back({*a, std::make_unique<migration::notice::Server>(
+                                        *loop, [&mig](const migration::notice::Message& m, const migration::notice::Address& from) {
+                                          return mig.device_state().peer_notice(m, from);
                                         })});
   }
   auto notices_listening = [&] {
@@ -578,23 +582,23 @@ int main(int argc, char** argv) {
     const bool here = phase == Phase::idle || phase == Phase::running || phase == Phase::failed ||
                       phase == Phase::armed || phase == Phase::state_sent;
     for (auto& l : notice_listeners) {
-      const auto where = vhost::notice::to_string(l.addr);
+      const auto where = migration::notice::to_string(l.addr);
       if (!here && l.server->listening()) {
         l.server->close();
-        log::info("vrdmad: the guest left; this vrdmad takes no more peer notices on {} port {}", where, opts.notice_port);
+        log::info("vrdmad: the guest left; this vrdmad takes no more peer notices on {} port {}", where, dopts.notice_port);
       } else if (here && !l.server->listening()) {
-        auto ok = l.server->listen(l.addr, opts.notice_port);
+        auto ok = l.server->listen(l.addr, dopts.notice_port);
         if (!ok) return std::move(ok).error();
         if (!*ok) {
           if (!l.busy_said)
             log::warn("vrdmad: another process takes peer notices on {} port {} (another backend of this guest on this "
                       "host?): this vrdmad takes them once that one lets go",
-                      where, opts.notice_port);
+                      where, dopts.notice_port);
           l.busy_said = true;
           continue;
         }
         l.busy_said = false;
-        log::info("vrdmad: taking peer notices on {} port {}", where, opts.notice_port);
+        log::info("vrdmad: taking peer notices on {} port {}", where, dopts.notice_port);
       }
     }
     return {};
@@ -639,7 +643,7 @@ int main(int argc, char** argv) {
           reply["notices"]["listening"] = notices_listening();
           auto& where = reply["notices"]["addresses"] = nlohmann::json::array();
           for (const auto& nl : notice_listeners)
-            where.push_back({{"address", vhost::notice::to_string(nl.addr)}, {"listening", nl.server->listening()}});
+            where.push_back({{"address", migration::notice::to_string(nl.addr)}, {"listening", nl.server->listening()}});
         }
       } else if (req["cmd"] == "migrate") {
         if (!req.contains("to") || !req["to"].is_string()) {

@@ -1,6 +1,6 @@
 // Moving a guest's virtio RDMA device between backends on a NIC (vrdmad --engine verbs:rxe0,
 // Linux rxe standing in for the hosts' NIC): the QPs are drained, stopped and re-created, and the
-// guest keeps its QPNs and keys by translation (vhost/src/rdma/rebuild.cpp, docs/migration.md
+// guest keeps its QPNs and keys by translation (migration/src/rebuild.cpp, docs/migration.md
 // "On a NIC"). Run inside the reference-peer guest by verbs_guest_test.sh:
 //   VRDMA_NIC_MOVE="s0,s1,s2"  vrdmad sockets: s0 runs the device first, s1 and s2 wait with
 //                              --incoming guest (the device moves s0 -> s1 -> s2)
@@ -37,12 +37,12 @@
 #include "vrdma/common/fd.hpp"
 #include "rdma_pair.hpp"
 #include "vrdma/guest/pv.hpp"
-#include "vrdma/vhost/peer_notice.hpp"
+#include "vrdma/migration/peer_notice.hpp"
 
 using namespace vrdma;
 using namespace vrdma::nicdrv;
 using namespace std::chrono_literals;
-namespace nt = vrdma::vhost::notice;
+namespace nt = vrdma::migration::notice;
 
 namespace {
 

@@ -14,6 +14,7 @@
 #include <memory>
 
 #include "vrdma/common/log.hpp"
+#include "vrdma/migration/device_state.hpp"
 #include "vrdma/nicdrv/registry.hpp"
 #include "vrdma/vhost/device.hpp"
 #include "vrdma/vhost/driver_queue.hpp"
@@ -28,7 +29,7 @@ namespace vd = vrdma::vrdma_dev;
 namespace {
 
 // Where a "state area" record puts its bytes: the chain the driver kept posted on the state
-// queue, as a destination finds it (RdmaDevice::load_state_from_guest).
+// queue, as a destination finds it (migration::DeviceState::load_state_from_guest).
 constexpr std::uint64_t kStateAreaGpa = 0x180000;
 constexpr std::uint32_t kStateAreaLen = 64u << 10;
 
@@ -53,6 +54,7 @@ struct World {
   std::unique_ptr<EventLoop> loop;
   std::shared_ptr<nicdrv::Device> engine;
   std::unique_ptr<RdmaDevice> dev;
+  std::unique_ptr<migration::DeviceState> state;  // the state loader and the state area (destroyed first)
   std::unique_ptr<DriverQueue> ctl, db;
   std::unique_ptr<Ring> ctl_ring, db_ring;
   std::uint64_t req = 0, rsp = 0;
@@ -66,13 +68,14 @@ struct World {
     auto engine = nicdrv::open_device("soft:127.0.0.1?port=47987");
     if (!loop || !engine) return nullptr;
     auto* w = new World{std::move(*ram), {}, std::make_unique<EventLoop>(std::move(*loop)), *engine, nullptr, nullptr,
-                        nullptr, nullptr, nullptr, 0, 0};
+                        nullptr, nullptr, nullptr, nullptr, 0, 0};
     std::vector<GuestMemory::RegionPtr> regions;
     for (const auto& r : w->ram.table()) regions.push_back(MappedRegion::wrap(r, w->ram.host(r.guest_phys_addr, 1)));
     auto mem = GuestMemory::build(std::move(regions));
     if (!mem) return nullptr;
     w->host.view = GuestView(*mem, nullptr);
     w->dev = std::make_unique<RdmaDevice>(w->engine, *w->loop);
+    w->state = std::make_unique<migration::DeviceState>(*w->dev);
     w->dev->attach(&w->host);
     auto c = DriverQueue::create(w->ram, 64, false, false);
     auto d = DriverQueue::create(w->ram, 64, false, false);
@@ -126,24 +129,24 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     len = std::min({len, size, std::size_t{2048}});
     if (tag == 0xff) {
       w->dev->reset();
-      (void)w->dev->load_state(std::span(data, len));
+      (void)w->state->load_state(std::span(data, len));
     } else if (tag == 0xfb) {
       // A state area in guest memory (header + state), as a destination reads it.
       w->dev->reset();
       std::memset(w->ram.host(kStateAreaGpa, kStateAreaLen), 0, kStateAreaLen);
       std::memcpy(w->ram.host(kStateAreaGpa, len), data, len);
       w->host.have_area = true;
-      (void)w->dev->load_state_from_guest();
+      (void)w->state->load_state_from_guest();
       w->host.have_area = false;
     } else if (tag == 0xf9) {
       // An object layout from a source (PRESTATE): built ahead; a later 0xff state may adopt it.
       w->dev->reset();
-      (void)w->dev->precreate(std::span(data, len));
+      (void)w->state->precreate(std::span(data, len));
     } else if (tag == 0xfd) {
       // Save and load, as a migration does: the layout first (built ahead), then the state.
-      const auto layout = w->dev->save_layout();
+      const auto layout = w->state->save_layout();
       w->dev->queue_stopped(vd::kControlQueue);
-      auto blob = w->dev->save_state();
+      auto blob = w->state->save_state();
       if (const char* dump = std::getenv("VRDMA_FUZZ_DUMP_STATE"); dump != nullptr && blob) {  // to make seeds
         if (FILE* f = std::fopen(dump, "wbx")) {  // the first save only
           std::fwrite(blob->data(), 1, blob->size(), f);
@@ -157,9 +160,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         }
       }
       w->dev->reset();
-      (void)w->dev->precreate(layout);
-      if (blob) (void)w->dev->load_state(*blob);
-      w->dev->drop_precreated();
+      (void)w->state->precreate(layout);
+      if (blob) (void)w->state->load_state(*blob);
+      w->state->drop_precreated();
     } else if (tag % 2 == 0)
       w->send(vd::kControlQueue, *w->ctl, *w->ctl_ring, data, len);
     else if (len >= sizeof(vd::Doorbell))

@@ -31,7 +31,7 @@
 #include "rdma_stream.hpp"
 #include "vrdma/common/bytes.hpp"
 #include "vrdma/migration/stream.hpp"
-#include "vrdma/vhost/rdma_device.hpp"
+#include "vrdma/migration/device_state.hpp"
 #include "vrdma/common/version.hpp"
 #include "vrdma/nicdrv/registry.hpp"
 #include "vrdma/guest/pv.hpp"
@@ -392,7 +392,7 @@ BOOST_AUTO_TEST_CASE(a_bad_object_layout_builds_nothing_and_the_destination_carr
                                        incoming_args("tcp:10.67.0.2:7851", "gB"));
   bool said_ok = false;
   BOOST_REQUIRE(run_in_netns(net.a, [&] {
-    const int s = hello_to(7851, vhost::RdmaDevice::kStateVersion, "a hostile test source");
+    const int s = hello_to(7851, migration::DeviceState::kStateVersion, "a hostile test source");
     if (s < 0) return;
     auto put = [&](const std::vector<std::uint8_t>& f) { (void)::send(s, f.data(), f.size(), MSG_NOSIGNAL); };
     const auto f = first_frame(s);
@@ -403,7 +403,7 @@ BOOST_AUTO_TEST_CASE(a_bad_object_layout_builds_nothing_and_the_destination_carr
     put(migration::encode(migration::FrameType::prestate, junk));
     ByteWriter w;
     w.put(std::uint32_t{0x4c445256});
-    w.put(vhost::RdmaDevice::kStateVersion);
+    w.put(migration::DeviceState::kStateVersion);
     w.put(std::uint32_t{0});  // no PDs
     w.put(std::uint32_t{0});  // no CQs
     w.put(std::uint32_t{1});  // one QP, in PD 7 with CQs 8 and 9
@@ -414,7 +414,7 @@ BOOST_AUTO_TEST_CASE(a_bad_object_layout_builds_nothing_and_the_destination_carr
     put(migration::encode(migration::FrameType::prestate, w.out));
     ByteWriter many;
     many.put(std::uint32_t{0x4c445256});
-    many.put(vhost::RdmaDevice::kStateVersion);
+    many.put(migration::DeviceState::kStateVersion);
     many.put(std::uint32_t{1u << 30});
     put(migration::encode(migration::FrameType::prestate, many.out));
     std::this_thread::sleep_for(300ms);
@@ -470,15 +470,15 @@ BOOST_AUTO_TEST_CASE(a_source_of_an_older_state_version_is_taken_and_a_newer_one
     }));
     return out;
   };
-  const auto newer = answer(vhost::RdmaDevice::kStateVersion + 1);
+  const auto newer = answer(migration::DeviceState::kStateVersion + 1);
   BOOST_TEST(newer.first == static_cast<int>(migration::FrameType::refuse), "answer " << newer.first << ": " << newer.second);
   BOOST_TEST(newer.second.find("version") != std::string::npos, newer.second);
   // The sentence names both releases: the source's (from its HELLO) and this vrdmad's.
   BOOST_TEST(newer.second.find("(vrdma 9.9.9)") != std::string::npos, newer.second);
   BOOST_TEST(newer.second.find("(vrdma " + std::string(vrdma::version()) + ")") != std::string::npos, newer.second);
-  const auto older = answer(vhost::RdmaDevice::kOldestStateVersion);
+  const auto older = answer(migration::DeviceState::kOldestStateVersion);
   BOOST_TEST(older.first == static_cast<int>(migration::FrameType::hello_ok), "answer " << older.first << ": " << older.second);
-  BOOST_TEST(vhost::RdmaDevice::kOldestStateVersion < vhost::RdmaDevice::kStateVersion);
+  BOOST_TEST(migration::DeviceState::kOldestStateVersion < migration::DeviceState::kStateVersion);
 }
 
 BOOST_AUTO_TEST_CASE(failed_migrations_leave_the_guest_running_at_the_source) {

@@ -11,7 +11,7 @@
 
 #include <fmt/format.h>
 
-#include "impl.hpp"
+#include "vrdma/vhost/rdma_model.hpp"
 #include "vrdma/common/log.hpp"
 #include "vrdma/nicdrv/virtio_rdma_conv.hpp"
 
@@ -70,7 +70,7 @@ std::vector<std::uint8_t> bytes_of(const T& v) {
 
 }  // namespace
 
-void RdmaDevice::Impl::control(Queue& q) {
+void DeviceModel::control(Queue& q) {
   bool grew = false;  // an object was made: the state may outgrow the state area
   // A command sees every doorbell the driver rang before it (the two rings' kicks reach this
   // loop in no particular order): a driver that posted receives and then asks anything knows the
@@ -117,12 +117,12 @@ void RdmaDevice::Impl::control(Queue& q) {
     if (!q.push(*chain, written).ok()) break;
   }
   if (grew) {
-    check_state_area();
+    if (hooks != nullptr) hooks->objects_added();
     if (!events.empty() && host != nullptr && host->queue_running(vd::kEventQueue)) host->run_queue(vd::kEventQueue);
   }
 }
 
-Status RdmaDevice::Impl::add_cq(const GuestView& g, std::uint32_t h, std::uint32_t depth, std::uint64_t ring_gpa,
+Status DeviceModel::add_cq(const GuestView& g, std::uint32_t h, std::uint32_t depth, std::uint64_t ring_gpa,
                                 bool zero_ring, std::shared_ptr<nicdrv::CompletionQueue> made) {
   auto cq = made ? Result<std::shared_ptr<nicdrv::CompletionQueue>>(std::move(made)) : engine->create_cq(depth);
   if (!cq) return std::move(cq).error();
@@ -148,7 +148,7 @@ Status RdmaDevice::Impl::add_cq(const GuestView& g, std::uint32_t h, std::uint32
   return {};
 }
 
-std::vector<std::uint8_t> RdmaDevice::Impl::execute(const GuestView& g, std::span<const std::uint8_t> req,
+std::vector<std::uint8_t> DeviceModel::execute(const GuestView& g, std::span<const std::uint8_t> req,
                                                     vd::Status& status, std::string& why_out) {
   if (req.size() < sizeof(vd::CmdHeader)) {
     status = vd::Status::invalid;
@@ -469,7 +469,6 @@ std::vector<std::uint8_t> RdmaDevice::Impl::execute(const GuestView& g, std::spa
         if (qp.srq != vd::kNoHandle) --srqs[qp.srq].users;
         pending_sq.erase(h);
         pending_rq.erase(h);
-        held_for_peer.erase(h);
         forget_names(h);
         qps.erase(it);
         return std::vector<std::uint8_t>{};

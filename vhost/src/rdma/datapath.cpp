@@ -8,7 +8,7 @@
 
 #include <fmt/format.h>
 
-#include "impl.hpp"
+#include "vrdma/vhost/rdma_model.hpp"
 #include "vrdma/common/log.hpp"
 #include "vrdma/nicdrv/virtio_rdma_conv.hpp"
 
@@ -24,7 +24,7 @@ void grow(std::vector<T>& v, std::size_t n) {
 }
 }
 
-void RdmaDevice::Impl::doorbells(Queue& q) {
+void DeviceModel::doorbells(Queue& q) {
   while (auto chain = q.pop()) {
     ChainReader r(q.memory(), *chain);
     std::array<vd::Doorbell, 64> dbs;
@@ -41,7 +41,7 @@ void RdmaDevice::Impl::doorbells(Queue& q) {
   if (!events.empty() && host != nullptr && host->queue_running(vd::kEventQueue)) host->run_queue(vd::kEventQueue);
 }
 
-void RdmaDevice::Impl::ring_doorbell(const GuestView& g, const vd::Doorbell& db) {
+void DeviceModel::ring_doorbell(const GuestView& g, const vd::Doorbell& db) {
   auto bad = [&](std::string why) {
     ++st.doorbell_errors;
     if (should_log_refusal(Refused::doorbell)) log::warn("virtio-rdma: doorbell ignored: {}", why);
@@ -97,7 +97,7 @@ void RdmaDevice::Impl::ring_doorbell(const GuestView& g, const vd::Doorbell& db)
   bad(fmt::format("unknown doorbell kind {}", db.kind));
 }
 
-void RdmaDevice::Impl::write_status(const GuestView& g, std::uint64_t gpa, std::uint32_t sq, std::uint32_t rq,
+void DeviceModel::write_status(const GuestView& g, std::uint64_t gpa, std::uint32_t sq, std::uint32_t rq,
                                     std::uint32_t state) {
   vd::QpStatus s{};
   s.sq_consumed = sq;
@@ -106,7 +106,7 @@ void RdmaDevice::Impl::write_status(const GuestView& g, std::uint64_t gpa, std::
   (void)g.write(gpa, &s, offsetof(vd::QpStatus, reserved));
 }
 
-void RdmaDevice::Impl::error_cqe(const GuestView& g, std::uint32_t cq_handle, std::uint64_t wr_id, std::uint32_t qp_num,
+void DeviceModel::error_cqe(const GuestView& g, std::uint32_t cq_handle, std::uint64_t wr_id, std::uint32_t qp_num,
                                  bool recv, nicdrv::WcStatus status) {
   if (status != nicdrv::WcStatus::wr_flush_err) ++st.wqe_errors;
   auto it = cqs.find(cq_handle);
@@ -125,7 +125,7 @@ namespace {
 constexpr std::size_t kMaxInlineAhs = 1024;
 }  // namespace
 
-Result<nicdrv::AddressHandle*> RdmaDevice::Impl::inline_ah(std::uint32_t pd, const vd::AhWire& av) {
+Result<nicdrv::AddressHandle*> DeviceModel::inline_ah(std::uint32_t pd, const vd::AhWire& av) {
   auto pit = pds.find(pd);
   if (pit == pds.end()) return make_error(Errc::not_found, fmt::format("no PD {}", pd));
   auto& cache = pit->second.inline_ahs;
@@ -136,9 +136,9 @@ Result<nicdrv::AddressHandle*> RdmaDevice::Impl::inline_ah(std::uint32_t pd, con
   return cache.emplace(std::move(key), std::move(*ah)).first->second.get();
 }
 
-void RdmaDevice::Impl::post_sq(const GuestView& g, std::uint32_t handle, QpObj& qp) {
+void DeviceModel::post_sq(const GuestView& g, std::uint32_t handle, QpObj& qp) {
   if (paused) return;
-  if (!held_for_peer.empty() && held_for_peer.count(handle) != 0) {  // paused for a moving peer (peer.cpp)
+  if (qp.send_held) {  // paused for a moving peer (migration/src/peer.cpp)
     if (qp.sq.consumed != qp.sq.produced) pending_sq.insert(handle);
     return;
   }
@@ -329,7 +329,7 @@ void post_recv_ring(const GuestView& g, WorkRing& ring, std::uint32_t max_sge, s
 
 }  // namespace
 
-void RdmaDevice::Impl::post_rq(const GuestView& g, std::uint32_t handle, QpObj& qp) {
+void DeviceModel::post_rq(const GuestView& g, std::uint32_t handle, QpObj& qp) {
   if (paused) return;
   bool full = false;
   // Receives posted to a QP in ERR complete with a flush error (IBA 10.8.3.1). A NIC may leave
@@ -357,7 +357,7 @@ void RdmaDevice::Impl::post_rq(const GuestView& g, std::uint32_t handle, QpObj& 
   write_status(g, qp.status_gpa, qp.sq.consumed, qp.rq.consumed, static_cast<std::uint32_t>(state));
 }
 
-void RdmaDevice::Impl::post_srq(const GuestView& g, std::uint32_t handle, SrqObj& s) {
+void DeviceModel::post_srq(const GuestView& g, std::uint32_t handle, SrqObj& s) {
   if (paused) return;
   bool full = false;
   post_recv_ring(
@@ -376,7 +376,7 @@ void RdmaDevice::Impl::post_srq(const GuestView& g, std::uint32_t handle, SrqObj
   write_status(g, s.status_gpa, 0, s.ring.consumed, 0);
 }
 
-void RdmaDevice::Impl::retry_pending() {
+void DeviceModel::retry_pending() {
   if (paused || host == nullptr) return;
   const GuestView g = view();
   std::vector<std::uint32_t>& hs = retry_scratch;

@@ -9,7 +9,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "impl.hpp"
+#include "vrdma/vhost/rdma_model.hpp"
 #include "vrdma/common/log.hpp"
 #include "vrdma/nicdrv/virtio_rdma_conv.hpp"
 #include "vrdma/vhost/write_journal.hpp"
@@ -18,7 +18,7 @@ namespace vrdma::vhost {
 
 // ---- RdmaDevice: the public face ----------------------------------------------------------------
 RdmaDevice::RdmaDevice(std::shared_ptr<nicdrv::Device> engine, EventLoop& loop, RdmaDeviceOptions opts)
-    : impl_(std::make_unique<Impl>(std::move(engine), loop, opts)) {}
+    : impl_(std::make_unique<DeviceModel>(std::move(engine), loop, opts)) {}
 RdmaDevice::~RdmaDevice() = default;
 
 DeviceInfo RdmaDevice::info() const {
@@ -39,7 +39,7 @@ std::vector<std::uint8_t> RdmaDevice::config() const {
   return out;
 }
 
-vd::Config RdmaDevice::Impl::config_space() const {
+vd::Config DeviceModel::config_space() const {
   vd::Config c{};
   c.signature = vd::kSignature;
   c.version = vd::kVersion;
@@ -81,22 +81,20 @@ void RdmaDevice::memory_changed() { impl_->memory_changed(); }
 void RdmaDevice::queue_ready(Queue& q) { impl_->queue_ready(q); }
 void RdmaDevice::queue_stopped(std::uint16_t index) { impl_->queue_stopped(index); }
 void RdmaDevice::reset() { impl_->reset(); }
-Result<std::vector<std::uint8_t>> RdmaDevice::save_state() { return impl_->save_state(); }
-Status RdmaDevice::load_state(std::span<const std::uint8_t> blob) { return impl_->load_state(blob); }
-std::vector<std::uint8_t> RdmaDevice::save_layout() const { return impl_->save_layout(); }
-Status RdmaDevice::precreate(std::span<const std::uint8_t> layout) { return impl_->precreate(layout); }
-void RdmaDevice::drop_precreated() { impl_->pre.clear(); }
-Status RdmaDevice::save_state_to_guest() { return impl_->save_state_to_guest(); }
-Result<bool> RdmaDevice::load_state_from_guest() { return impl_->load_state_from_guest(); }
-std::string RdmaDevice::state_lost() const { return impl_->state_lost; }
+Result<std::vector<std::uint8_t>> RdmaDevice::save_state() {
+  return make_error(Errc::not_supported, "this virtio RDMA device is served without its migration code "
+                                         "(migration::MigratingDevice saves its state)");
+}
+Status RdmaDevice::load_state(std::span<const std::uint8_t>) {
+  return make_error(Errc::not_supported, "this virtio RDMA device is served without its migration code "
+                                         "(migration::MigratingDevice loads a state)");
+}
+DeviceModel& RdmaDevice::model() { return *impl_; }
+void RdmaDevice::set_hooks(ModelHooks* hooks) { impl_->hooks = hooks; }
 void RdmaDevice::report_objects_lost() { impl_->queue_event(vd::EventType::device_fatal, 0, vd::kFatalObjectsLost); }
 void RdmaDevice::report_backend_restarted() {
   impl_->queue_event(vd::EventType::device_fatal, 0, vd::kFatalBackendRestarted);
 }
-bool RdmaDevice::has_state_area() const { return impl_->state_area.has_value(); }
-std::uint64_t RdmaDevice::state_bound_bytes() const { return vd::state_area_bound(impl_->census()); }
-std::uint64_t RdmaDevice::state_area_bytes() const { return impl_->state_area ? impl_->state_area->writable : 0; }
-std::uint64_t RdmaDevice::state_area_state_bytes() const { return impl_->state_saved_bytes; }
 bool RdmaDevice::poll_round() { return impl_->poll_round(); }
 void RdmaDevice::poll_idle() { impl_->poll_idle(); }
 
@@ -109,14 +107,12 @@ RdmaDeviceStats RdmaDevice::stats() const {
   s.ahs = static_cast<std::uint32_t>(impl_->ahs.size());
   s.srqs = static_cast<std::uint32_t>(impl_->srqs.size());
   s.paused = impl_->paused;
-  s.precreated = impl_->pre.count();
-  s.adopted = impl_->adopted;
   return s;
 }
 const nicdrv::Device& RdmaDevice::engine() const { return *impl_->engine; }
 
-// ---- Impl ---------------------------------------------------------------------------------------
-RdmaDevice::Impl::Impl(std::shared_ptr<nicdrv::Device> e, EventLoop& l, RdmaDeviceOptions o)
+// ---- DeviceModel -----------------------------------------------------------------------------------
+DeviceModel::DeviceModel(std::shared_ptr<nicdrv::Device> e, EventLoop& l, RdmaDeviceOptions o)
     : engine(std::move(e)), loop(l), opts(o) {
   if (auto a = engine->query_device(); a.ok()) {
     engine_reports_writes = a->reports_writes;
@@ -134,16 +130,15 @@ RdmaDevice::Impl::Impl(std::shared_ptr<nicdrv::Device> e, EventLoop& l, RdmaDevi
   }
 }
 
-RdmaDevice::Impl::~Impl() {
-  pre.clear();
+DeviceModel::~DeviceModel() {
+  hooks = nullptr;  // gone before the device
   reset();
   if (retry_timer) loop.remove(retry_timer.get());
-  if (hold_timer) loop.remove(hold_timer.get());
 }
 
-GuestView RdmaDevice::Impl::view() const { return host != nullptr ? host->memory() : GuestView(); }
+GuestView DeviceModel::view() const { return host != nullptr ? host->memory() : GuestView(); }
 
-void RdmaDevice::Impl::memory_changed() {
+void DeviceModel::memory_changed() {
   auto v = view();
   log->log.store(v.log());
   // A DMA memory region covers the guest memory there is: registered again over a new table.
@@ -159,14 +154,16 @@ void RdmaDevice::Impl::memory_changed() {
   }
 }
 
-void RdmaDevice::Impl::queue_ready(Queue& q) {
+void DeviceModel::queue_ready(Queue& q) {
   maybe_resume();
   if (paused) return;
   switch (q.index()) {
     case vd::kControlQueue: control(q); break;
     case vd::kEventQueue: deliver_events(q); break;
     case vd::kDoorbellQueue: doorbells(q); break;
-    case vd::kStateQueue: state_queue(q); break;
+    case vd::kStateQueue:
+      if (hooks != nullptr) hooks->state_queue(q);
+      break;
     default: break;
   }
 }
@@ -174,7 +171,7 @@ void RdmaDevice::Impl::queue_ready(Queue& q) {
 // GET_VRING_BASE on any ring: the engine stops at a consistent point and the device writes
 // nothing more to guest memory until every ring runs again (the vhost-user stop protocol; the
 // migration code captures the device state at this point).
-void RdmaDevice::Impl::queue_stopped(std::uint16_t index) {
+void DeviceModel::queue_stopped(std::uint16_t index) {
   if (paused) return;
   pause();
   if (engine_reports_writes)
@@ -185,7 +182,7 @@ void RdmaDevice::Impl::queue_stopped(std::uint16_t index) {
               "({} answers its peers by DMA meanwhile)", index, engine->name());
 }
 
-void RdmaDevice::Impl::pause() {
+void DeviceModel::pause() {
   if (paused) return;
   auto s = engine->quiesce();
   // A NIC cannot stop at a consistent point (not_supported): expected, not worth a warning.
@@ -194,11 +191,12 @@ void RdmaDevice::Impl::pause() {
   paused = true;
   mark_dma_writable();
   journal_objects();
+  if (hooks != nullptr) hooks->rings_stopped();
 }
 
 // Where the device's objects lie in guest memory, for the write journal's readers: a page of
 // a migrated guest that differs from its source is told apart by what it holds.
-void RdmaDevice::Impl::journal_objects() const {
+void DeviceModel::journal_objects() const {
   if (!journal::enabled()) return;
   using journal::Object;
   for (const auto& [h, cq] : cqs)
@@ -216,16 +214,13 @@ void RdmaDevice::Impl::journal_objects() const {
     const std::uint64_t psize = std::uint64_t{1} << mr.page_shift;
     for (auto p : mr.observer->pages()) journal::object(Object::mr_page, h, p, psize);
   }
-  if (state_area)
-    for (const auto& b : state_area->bufs)
-      if (b.writable) journal::object(Object::state_area, 0, b.gpa, b.len);
 }
 
 // A NIC writes received SENDs, RDMA WRITEs, READ responses and atomic results into guest memory
 // by DMA, out of the backend's sight. Every page it may have written — each page of a region
 // with local write access — is marked at the stop, so the frontend's last pass over the dirty
 // log carries it (the first pass carried every page already).
-void RdmaDevice::Impl::mark_dma_writable() {
+void DeviceModel::mark_dma_writable() {
   if (engine_reports_writes) return;
   auto l = log->log.load(std::memory_order_acquire);
   if (!l) return;
@@ -248,7 +243,7 @@ void RdmaDevice::Impl::mark_dma_writable() {
               engine->name(), marked);
 }
 
-void RdmaDevice::Impl::maybe_resume() {
+void DeviceModel::maybe_resume() {
   if (!paused || host == nullptr) return;
   // The state queue is optional (a frontend may run the device with kRequiredQueues queues).
   for (std::uint16_t i = 0; i < vd::kRequiredQueues; ++i)
@@ -257,14 +252,14 @@ void RdmaDevice::Impl::maybe_resume() {
   if (!s.ok() && !s.error().is(Errc::not_supported))
     log::warn("virtio-rdma: the engine could not resume: {}", s.error().message);
   paused = false;
-  if (!stopped_for_rebuild.empty()) rebuild_here();
   log::info("virtio-rdma: all rings running again; engine resumed");
-  withdraw_state_from_guest();
+  if (hooks != nullptr) hooks->rings_running();
   drain_all();
   retry_pending();
 }
 
-void RdmaDevice::Impl::reset() {
+void DeviceModel::reset() {
+  if (hooks != nullptr) hooks->device_reset();
   // Children before parents, as the engine's ownership rules allow any order anyway.
   for (auto& [fd, h] : cq_by_fd) loop.remove(fd);
   cq_by_fd.clear();
@@ -274,9 +269,6 @@ void RdmaDevice::Impl::reset() {
   qpn_to_guest.clear();
   qpn_to_engine.clear();
   qp_by_engine_qpn.clear();
-  rebuilds.clear();
-  stopped_for_rebuild.clear();
-  held_for_peer.clear();
   srqs.clear();
   ahs.clear();
   dma_by_lkey.clear();
@@ -288,8 +280,6 @@ void RdmaDevice::Impl::reset() {
   pending_rq.clear();
   pending_srq.clear();
   events.clear();
-  state_area.reset();
-  state_area_asked = 0;
   st.registered_bytes = 0;
   next_handle_ = 1;  // a new session's handles start over (and fuzzing stays deterministic)
   if (paused) {
@@ -304,7 +294,7 @@ void RdmaDevice::Impl::reset() {
 
 // Writes one CQE if the guest's ring has room. The CQE's body is written first, its owner
 // (phase) byte last with release order, so a polling driver never sees half a CQE.
-bool RdmaDevice::Impl::write_cqe(std::uint32_t cq_handle, CqObj& cq, const GuestView& g, const vd::Cqe& cqe) {
+bool DeviceModel::write_cqe(std::uint32_t cq_handle, CqObj& cq, const GuestView& g, const vd::Cqe& cqe) {
   auto consumer = g.read_obj<std::uint32_t>(cq.ring_gpa + offsetof(vd::CqControl, consumer));
   if (!consumer) return false;
   if (cq.produced - *consumer >= cq.depth) {
@@ -346,7 +336,7 @@ bool RdmaDevice::Impl::write_cqe(std::uint32_t cq_handle, CqObj& cq, const Guest
   return true;
 }
 
-QpObj* RdmaDevice::Impl::qp_of_completion(const nicdrv::WorkCompletion& wc) {
+QpObj* DeviceModel::qp_of_completion(const nicdrv::WorkCompletion& wc) {
   auto q = qp_by_engine_qpn.find(wc.qp_num);
   if (q == qp_by_engine_qpn.end()) return nullptr;
   auto it = qps.find(q->second);
@@ -355,7 +345,7 @@ QpObj* RdmaDevice::Impl::qp_of_completion(const nicdrv::WorkCompletion& wc) {
   return &it->second;
 }
 
-void RdmaDevice::Impl::drain_cq(std::uint32_t handle) {
+void DeviceModel::drain_cq(std::uint32_t handle) {
   if (paused || host == nullptr) return;
   auto it = cqs.find(handle);
   if (it == cqs.end()) return;
@@ -441,7 +431,7 @@ void RdmaDevice::Impl::drain_cq(std::uint32_t handle) {
   if (!events.empty() && host->queue_running(vd::kEventQueue)) host->run_queue(vd::kEventQueue);
 }
 
-bool RdmaDevice::Impl::poll_round() {
+bool DeviceModel::poll_round() {
   if (paused || host == nullptr) return false;
   polling = true;
   const auto before = st.doorbells + st.cqes + st.commands;
@@ -454,7 +444,7 @@ bool RdmaDevice::Impl::poll_round() {
   return st.doorbells + st.cqes + st.commands != before;
 }
 
-void RdmaDevice::Impl::poll_idle() {
+void DeviceModel::poll_idle() {
   polling = false;
   if (host != nullptr) host->set_queue_notification(vd::kDoorbellQueue, true);  // runs it once more
   std::vector<std::uint32_t> hs(hot_cqs.begin(), hot_cqs.end());
@@ -462,21 +452,21 @@ void RdmaDevice::Impl::poll_idle() {
   for (auto h : hs) drain_cq(h);  // arms
 }
 
-void RdmaDevice::Impl::drain_all() {
+void DeviceModel::drain_all() {
   std::vector<std::uint32_t> hs;
   hs.reserve(cqs.size());
   for (auto& [h, c] : cqs) hs.push_back(h);
   for (auto h : hs) drain_cq(h);
 }
 
-void RdmaDevice::Impl::retry_stalled() {
+void DeviceModel::retry_stalled() {
   std::vector<std::uint32_t> hs;
   for (auto& [h, c] : cqs)
     if (c.stalled || !c.backlog.empty()) hs.push_back(h);
   for (auto h : hs) drain_cq(h);
 }
 
-void RdmaDevice::Impl::arm_retry_timer() {
+void DeviceModel::arm_retry_timer() {
   if (retry_armed || !retry_timer) return;
   itimerspec its{};
   its.it_value.tv_nsec = 1'000'000;  // 1 ms: a full CQ is re-checked until the guest polls it
@@ -484,7 +474,7 @@ void RdmaDevice::Impl::arm_retry_timer() {
 }
 
 // ---- Events -------------------------------------------------------------------------------------
-void RdmaDevice::Impl::queue_event(vd::EventType type, std::uint32_t handle, std::uint32_t info) {
+void DeviceModel::queue_event(vd::EventType type, std::uint32_t handle, std::uint32_t info) {
   if (events.size() >= kMaxEvents) {
     ++st.events_dropped;
     if (st.events_dropped == 1 || st.events_dropped % 1000 == 0)
@@ -495,7 +485,7 @@ void RdmaDevice::Impl::queue_event(vd::EventType type, std::uint32_t handle, std
   events.push_back({type, handle, info});
 }
 
-void RdmaDevice::Impl::deliver_events(Queue& q) {
+void DeviceModel::deliver_events(Queue& q) {
   while (!events.empty()) {
     auto chain = q.pop();
     if (!chain) return;

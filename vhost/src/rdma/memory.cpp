@@ -6,7 +6,7 @@
 
 #include <fmt/format.h>
 
-#include "impl.hpp"
+#include "vrdma/vhost/rdma_model.hpp"
 #include "vrdma/common/log.hpp"
 #include "vrdma/vhost/write_journal.hpp"
 
@@ -40,7 +40,7 @@ void RegionObserver::on_write(std::uint64_t addr, std::uint64_t len) noexcept {
   journal::write(gpa, len, journal::Source::engine, log != nullptr, logged);
 }
 
-Status RdmaDevice::Impl::map_dma_mr(const GuestView& g, DmaMrObj& mr, bool keep_name) {
+Status DeviceModel::map_dma_mr(const GuestView& g, DmaMrObj& mr, bool keep_name) {
   mr.parts.clear();  // their keys go back to the engine before they are asked for again
   auto pit = pds.find(mr.pd);
   if (pit == pds.end()) return make_error(Errc::not_found, fmt::format("no PD {}", mr.pd));
@@ -76,7 +76,7 @@ Status RdmaDevice::Impl::map_dma_mr(const GuestView& g, DmaMrObj& mr, bool keep_
   return {};
 }
 
-std::uint32_t RdmaDevice::Impl::dma_engine_lkey(const DmaMrObj& mr, std::uint64_t addr) const {
+std::uint32_t DeviceModel::dma_engine_lkey(const DmaMrObj& mr, std::uint64_t addr) const {
   if (mr.parts.empty()) return mr.guest_lkey;  // the memory table could not be registered: refused
   for (const auto& p : mr.parts)
     if (addr >= p.gpa && addr - p.gpa < p.size) return p.eng->lkey();
@@ -85,7 +85,7 @@ std::uint32_t RdmaDevice::Impl::dma_engine_lkey(const DmaMrObj& mr, std::uint64_
   return mr.parts.front().eng->lkey();
 }
 
-Result<MrObj> RdmaDevice::Impl::map_mr(const GuestView& g, const vd::RegMrReq& r,
+Result<MrObj> DeviceModel::map_mr(const GuestView& g, const vd::RegMrReq& r,
                                       const std::vector<std::uint64_t>* saved_pages) {
   const auto& lim = opts.limits;
   if (r.page_shift < 12 || r.page_shift > 30)
@@ -176,7 +176,7 @@ Result<MrObj> RdmaDevice::Impl::map_mr(const GuestView& g, const vd::RegMrReq& r
   return mr;
 }
 
-Status RdmaDevice::Impl::register_mr(const GuestView& g, const vd::RegMrReq& r, std::uint32_t requested_key,
+Status DeviceModel::register_mr(const GuestView& g, const vd::RegMrReq& r, std::uint32_t requested_key,
                                      MrObj& out, const std::vector<std::uint64_t>* saved_pages) {
   auto pit = pds.find(r.pd);
   if (pit == pds.end()) return make_error(Errc::not_found, fmt::format("no PD {}", r.pd));

@@ -26,12 +26,12 @@ enum class FrameType : std::uint16_t {
   hello = 1,     // source -> destination: the guest's identity (JSON, see Hello)
   hello_ok = 2,  // destination -> source: identity accepted, waiting for the state
   refuse = 3,    // destination -> source: identity refused (a sentence)
-  state = 4,     // source -> destination: the device state blob (RdmaDevice::save_state)
+  state = 4,     // source -> destination: the device state blob (DeviceState::save_state)
   loaded = 5,    // destination -> source: state loaded (JSON: load time)
   reject = 6,    // destination -> source: state rejected (a sentence)
   active = 7,    // destination -> source: the guest runs here now; let go of it
   abort = 8,     // source -> destination: the guest runs on at the source; discard the state
-  prestate = 9,  // source -> destination, after HELLO_OK: the object layout (RdmaDevice::save_layout)
+  prestate = 9,  // source -> destination, after HELLO_OK: the object layout (DeviceState::save_layout)
                  // to build ahead during pre-copy; no answer
   state_written = 10,  // source -> destination: the device state is in the buffer HELLO_OK exposed,
                        // written over RDMA (JSON: StateWritten); instead of STATE

@@ -23,7 +23,7 @@
 //
 // The state can also travel without this stream, inside the guest's memory: a source whose
 // rings all stop while the frontend dirty-logs (a live migration it was not told about) writes
-// the state into the guest's state area (RdmaDevice::save_state_to_guest); a destination whose
+// the state into the guest's state area (DeviceState::save_state_to_guest); a destination whose
 // rings start without a state from a source reads it from there. The source lets go when its
 // frontend disconnects after such a stop (the VMM quits once the guest runs elsewhere).
 //
@@ -42,6 +42,7 @@
 #include <string>
 
 #include "vrdma/common/result.hpp"
+#include "vrdma/migration/device_state.hpp"
 #include "vrdma/vhost/event_loop.hpp"
 #include "vrdma/vhost/rdma_device.hpp"
 
@@ -77,6 +78,8 @@ struct MigrationOptions {
   // An RDMA engine on the migration network (vrdmad --migration-engine): when both sides have
   // one, the device state goes over it (an RDMA WRITE into the destination's buffer), else TCP.
   std::shared_ptr<nicdrv::Device> migration_engine;
+  // The device state's own options (drain time on a NIC, peer notices).
+  DeviceStateOptions device;
 };
 
 struct MigrationStatus {
@@ -124,6 +127,10 @@ class MigratingDevice final : public vhost::Device {
   void reset() override;
   Result<std::vector<std::uint8_t>> save_state() override;
   Status load_state(std::span<const std::uint8_t> blob) override;
+
+  // The device's state and what moves it (peer notices, the state area's figures).
+  [[nodiscard]] DeviceState& device_state();
+  [[nodiscard]] const DeviceState& device_state() const;
 
   struct Impl;
 

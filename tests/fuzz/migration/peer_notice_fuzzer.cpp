@@ -1,14 +1,14 @@
-// Peer notices (vhost/include/vrdma/vhost/peer_notice.hpp) are bytes from the network: decode()
+// Peer notices (migration/include/vrdma/migration/peer_notice.hpp) are bytes from the network: decode()
 // must refuse what is malformed without crashing, and what it accepts must be exactly what
 // encode() writes for it; the header check must agree with the whole message's.
 #include <cstdint>
 #include <cstdlib>
 #include <span>
 
-#include "vrdma/vhost/peer_notice.hpp"
+#include "vrdma/migration/peer_notice.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  using namespace vrdma::vhost::notice;
+  using namespace vrdma::migration::notice;
   const std::span<const std::uint8_t> in(data, size);
   auto m = decode(in);
   if (size >= kHeaderLen) {

@@ -1,9 +1,8 @@
 // The record a source writes for each QP it stopped on a NIC (rebuild.cpp): what the
 // destination needs to create the QP anew and take it to the same state with the same PSNs.
 // It arrives inside a device state from the frontend, so decode() checks every field
-// (tests/fuzz/vhost/rebuild_record_fuzzer.cpp). Internal to the device model (vrdma_rdma_device),
-// published here for its test and fuzzer, as peer_notice.hpp is; it moves to migration/ with
-// the re-creation code (docs/architecture.md).
+// (tests/fuzz/migration/rebuild_record_fuzzer.cpp). Internal to migration/, published for its
+// test and fuzzer, as peer_notice.hpp is.
 #pragma once
 
 #include <array>
@@ -14,7 +13,7 @@
 
 #include "vrdma/common/result.hpp"
 
-namespace vrdma::vhost::rebuild {
+namespace vrdma::migration::rebuild {
 
 struct Record {
   std::uint8_t state = 0;  // QpState before the stop (SQD: RTS)
@@ -45,4 +44,4 @@ struct Record {
 std::vector<std::uint8_t> encode(const Record& r);
 Result<Record> decode(std::span<const std::uint8_t> b);
 
-}  // namespace vrdma::vhost::rebuild
+}  // namespace vrdma::migration::rebuild

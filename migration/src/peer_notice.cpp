@@ -1,5 +1,5 @@
 // The notices' bytes and sockets (peer_notice.hpp). The device's side of them is peer.cpp.
-#include "vrdma/vhost/peer_notice.hpp"
+#include "vrdma/migration/peer_notice.hpp"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -14,7 +14,7 @@
 #include "vrdma/common/bytes.hpp"
 #include "vrdma/common/fd.hpp"
 
-namespace vrdma::vhost::notice {
+namespace vrdma::migration::notice {
 
 namespace {
 constexpr std::uint32_t kMagic = 0x5652504e;  // "VRPN"
@@ -275,4 +275,4 @@ Result<Message> exchange(const Address& from, const Address& to, std::uint16_t p
   return read_message(fd.get(), std::chrono::milliseconds(remaining_ms(deadline)));
 }
 
-}  // namespace vrdma::vhost::notice
+}  // namespace vrdma::migration::notice

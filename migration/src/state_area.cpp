@@ -9,10 +9,10 @@
 
 #include <fmt/format.h>
 
-#include "impl.hpp"
+#include "device_state_impl.hpp"
 #include "vrdma/common/log.hpp"
 
-namespace vrdma::vhost {
+namespace vrdma::migration {
 namespace {
 
 std::string gid_text(const std::uint8_t* g) {
@@ -48,7 +48,7 @@ Status over_chain(const DescChain& c, std::uint64_t off, std::uint64_t len, cons
 }  // namespace
 
 // kStateQueue: keep the newest area the driver posts, return the one it replaces.
-void RdmaDevice::Impl::state_queue(Queue& q) {
+void DeviceState::Impl::state_queue(Queue& q) {
   while (auto chain = q.pop()) {
     std::string why;
     if (chain->readable != 0) why = "it has device-readable buffers";
@@ -57,7 +57,7 @@ void RdmaDevice::Impl::state_queue(Queue& q) {
     else if (chain->writable > vd::kMaxStateArea)
       why = fmt::format("its {} bytes are more than the {} a state area may have", chain->writable, vd::kMaxStateArea);
     if (!why.empty()) {
-      if (should_log_refusal(Refused::command)) log::warn("virtio-rdma: state area refused ({}); returned unused", why);
+      if (d.should_log_refusal(vhost::DeviceModel::Refused::command)) log::warn("virtio-rdma: state area refused ({}); returned unused", why);
       if (!q.push(*chain, 0).ok()) return;
       continue;
     }
@@ -69,17 +69,17 @@ void RdmaDevice::Impl::state_queue(Queue& q) {
   check_state_area();
 }
 
-vd::StateCensus RdmaDevice::Impl::census() const {
+vd::StateCensus DeviceState::Impl::census() const {
   vd::StateCensus c;
-  c.pds = pds.size();
-  c.ahs = ahs.size();
-  c.srqs = srqs.size();
-  c.mrs = mrs.size() + dma_mrs.size();
-  for (const auto& [h, mr] : mrs) c.mr_pages += mr.observer->pages().size();
-  c.cqs = cqs.size();
-  for (const auto& [h, cq] : cqs) c.cqes += cq.depth;
-  c.qps = qps.size();
-  for (const auto& [h, qp] : qps) {
+  c.pds = d.pds.size();
+  c.ahs = d.ahs.size();
+  c.srqs = d.srqs.size();
+  c.mrs = d.mrs.size() + d.dma_mrs.size();
+  for (const auto& [h, mr] : d.mrs) c.mr_pages += mr.observer->pages().size();
+  c.cqs = d.cqs.size();
+  for (const auto& [h, cq] : d.cqs) c.cqes += cq.depth;
+  c.qps = d.qps.size();
+  for (const auto& [h, qp] : d.qps) {
     c.send_wrs += qp.sq.depth;
     c.recv_wrs += qp.rq.depth;
     c.inline_bytes += std::uint64_t{qp.sq.depth} * qp.max_inline;
@@ -90,7 +90,7 @@ vd::StateCensus RdmaDevice::Impl::census() const {
 
 // After objects were created: ask the driver for a larger area (an event) when the state may
 // not fit the one it posted. Drivers that post no area are not asked.
-void RdmaDevice::Impl::check_state_area() {
+void DeviceState::Impl::check_state_area() {
   if (!state_area) return;
   const std::uint64_t bound = vd::state_area_bound(census());
   // Asked for twice the bound: ask again only once the state may outgrow that, too (a driver
@@ -111,18 +111,18 @@ void RdmaDevice::Impl::check_state_area() {
   state_area_asked = want;
   log::info("virtio-rdma: the device state may reach {} bytes, more than the {}-byte state area; asking the driver "
             "for {} KiB", bound, state_area->writable, want >> 10);
-  queue_event(vd::EventType::state_area_small, 0, static_cast<std::uint32_t>((want + 1023) >> 10));
+  d.queue_event(vd::EventType::state_area_small, 0, static_cast<std::uint32_t>((want + 1023) >> 10));
 }
 
 // Zeroes the header's magic: the area then holds no state for any later reader.
-Status RdmaDevice::Impl::clear_state_magic(const GuestView& g, const DescChain& c) const {
+Status DeviceState::Impl::clear_state_magic(const GuestView& g, const DescChain& c) const {
   const std::uint32_t zero = 0;
   return write_chain(g, c, 0, &zero, sizeof zero);
 }
 
 // The body first, the header (with its magic) last: a torn write is never a valid header.
-Status RdmaDevice::Impl::write_state_area(const vd::StateAreaHeader& h, const void* body, std::uint64_t len) {
-  const GuestView g = view();
+Status DeviceState::Impl::write_state_area(const vd::StateAreaHeader& h, const void* body, std::uint64_t len) {
+  const GuestView g = d.view();
   const vd::StateAreaHeader blank{};
   VRDMA_TRY(write_chain(g, *state_area, 0, &blank, sizeof blank));
   if (len > 0) VRDMA_TRY(write_chain(g, *state_area, sizeof h, body, len));
@@ -131,7 +131,7 @@ Status RdmaDevice::Impl::write_state_area(const vd::StateAreaHeader& h, const vo
   return {};
 }
 
-Status RdmaDevice::Impl::save_state_to_guest() {
+Status DeviceState::Impl::save_state_to_guest() {
   if (!state_area)
     return make_error(Errc::not_found, "the driver posted no state area (kStateQueue): the device state cannot travel "
                                        "in guest memory");
@@ -139,7 +139,7 @@ Status RdmaDevice::Impl::save_state_to_guest() {
   vd::StateAreaHeader h{};
   h.magic = vd::kStateAreaMagic;
   h.state_version = kStateVersion;
-  std::memcpy(h.mac, opts.mac, sizeof h.mac);
+  std::memcpy(h.mac, d.opts.mac, sizeof h.mac);
   if (!blob) {
     // The destination must know that objects existed and did not come, and why: it runs the
     // guest without them and tells its driver (DEVICE_FATAL) instead of leaving it waiting.
@@ -151,7 +151,7 @@ Status RdmaDevice::Impl::save_state_to_guest() {
     return std::move(blob).error();
   }
   h.need = sizeof h + blob->size();
-  if (auto gid = engine->query_gid(0, 1); gid) std::memcpy(h.gid, gid->gid.raw.data(), sizeof h.gid);
+  if (auto gid = d.engine->query_gid(0, 1); gid) std::memcpy(h.gid, gid->gid.raw.data(), sizeof h.gid);
   if (h.need > state_area->writable) {
     h.status = static_cast<std::uint32_t>(vd::StateAreaStatus::too_small);
     (void)write_state_area(h, nullptr, 0);
@@ -167,29 +167,29 @@ Status RdmaDevice::Impl::save_state_to_guest() {
   return {};
 }
 
-void RdmaDevice::Impl::withdraw_state_from_guest() {
+void DeviceState::Impl::withdraw_state_from_guest() {
   if (!state_in_area) return;
   state_in_area = false;
   if (!state_area) return;
   // The rings run here again: the guest did not leave (a failed migration). The state written
   // at the stop is history now; a backend started later on this guest (a restart after a crash)
   // must not take it for the guest's current objects.
-  if (auto s = clear_state_magic(view(), *state_area); !s.ok())
+  if (auto s = clear_state_magic(d.view(), *state_area); !s.ok())
     log::warn("virtio-rdma: the device state written at the stop could not be withdrawn from guest memory: {}",
               s.error().message);
   else
     log::info("virtio-rdma: the guest runs here again; the device state written at the stop is withdrawn");
 }
 
-Result<bool> RdmaDevice::Impl::load_state_from_guest() {
-  if (host == nullptr) return make_error(Errc::bad_state, "no frontend session");
+Result<bool> DeviceState::Impl::load_state_from_guest() {
+  if (d.host == nullptr) return make_error(Errc::bad_state, "no frontend session");
   state_lost.clear();  // said by this area only
-  auto chain = host->last_avail_chain(vd::kStateQueue);
+  auto chain = d.host->last_avail_chain(vd::kStateQueue);
   if (!chain) {
     if (chain.error().is(Errc::not_found)) return false;  // the driver never posted an area: no state
     return std::move(chain).error();
   }
-  const GuestView g = view();
+  const GuestView g = d.view();
   if (chain->readable != 0 || chain->writable < sizeof(vd::StateAreaHeader))
     return make_error(Errc::protocol_error, "the buffer kept on the state queue is not a state area");
   vd::StateAreaHeader h{};
@@ -225,11 +225,11 @@ Result<bool> RdmaDevice::Impl::load_state_from_guest() {
     return make_error(Errc::not_supported, fmt::format("the state area holds device state version {}; this vrdmad reads "
                                                        "versions {} to {}: run the same vrdma release on both hosts",
                                                        h.state_version, kOldestStateVersion, kStateVersion));
-  if (std::memcmp(h.mac, opts.mac, sizeof h.mac) != 0)
+  if (std::memcmp(h.mac, d.opts.mac, sizeof h.mac) != 0)
     return make_error(Errc::invalid_argument, fmt::format("the guest's MAC is {} but this vrdmad serves MAC {}: start it "
-                                                          "with --mac {}", mac_text(h.mac), mac_text(opts.mac),
+                                                          "with --mac {}", mac_text(h.mac), mac_text(d.opts.mac),
                                                           mac_text(h.mac)));
-  if (auto gid = engine->query_gid(0, 1); gid && std::memcmp(h.gid, gid->gid.raw.data(), sizeof h.gid) != 0)
+  if (auto gid = d.engine->query_gid(0, 1); gid && std::memcmp(h.gid, gid->gid.raw.data(), sizeof h.gid) != 0)
     return make_error(Errc::invalid_argument, fmt::format("the guest's GID is {} but this vrdmad's engine has GID {}: "
                                                           "start it with --engine on the guest's own address",
                                                           gid_text(h.gid), gid->gid.str()));
@@ -250,7 +250,7 @@ Result<bool> RdmaDevice::Impl::load_state_from_guest() {
 
 // Reads or writes `len` bytes at byte `off` of a chain's buffers (the state area is writable
 // by the device; a destination reads it back as plain guest memory).
-Status RdmaDevice::Impl::read_chain(const GuestView& g, const DescChain& c, std::uint64_t off, void* dst,
+Status DeviceState::Impl::read_chain(const GuestView& g, const DescChain& c, std::uint64_t off, void* dst,
                                     std::uint64_t len) const {
   auto* out = static_cast<std::uint8_t*>(dst);
   return over_chain(c, off, len, "read", [&](std::uint64_t gpa, std::uint64_t done, std::uint64_t n) {
@@ -258,7 +258,7 @@ Status RdmaDevice::Impl::read_chain(const GuestView& g, const DescChain& c, std:
   });
 }
 
-Status RdmaDevice::Impl::write_chain(const GuestView& g, const DescChain& c, std::uint64_t off, const void* src,
+Status DeviceState::Impl::write_chain(const GuestView& g, const DescChain& c, std::uint64_t off, const void* src,
                                      std::uint64_t len) const {
   const auto* in = static_cast<const std::uint8_t*>(src);
   return over_chain(c, off, len, "write", [&](std::uint64_t gpa, std::uint64_t done, std::uint64_t n) {
@@ -266,4 +266,4 @@ Status RdmaDevice::Impl::write_chain(const GuestView& g, const DescChain& c, std
   });
 }
 
-}  // namespace vrdma::vhost
+}  // namespace vrdma::migration

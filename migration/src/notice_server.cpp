@@ -15,9 +15,9 @@
 #include "vrdma/common/fd.hpp"
 #include "vrdma/common/log.hpp"
 #include "vrdma/vhost/event_loop.hpp"
-#include "vrdma/vhost/peer_notice.hpp"
+#include "vrdma/migration/peer_notice.hpp"
 
-namespace vrdma::vhost::notice {
+namespace vrdma::migration::notice {
 
 namespace {
 using Clock = std::chrono::steady_clock;
@@ -32,7 +32,7 @@ struct Conn {
 }  // namespace
 
 struct Server::Impl {
-  EventLoop& loop;
+  vhost::EventLoop& loop;
   Handler handler;
   std::chrono::milliseconds read_timeout;
   UniqueFd listener;
@@ -40,7 +40,7 @@ struct Server::Impl {
   std::unordered_map<int, Conn> conns;
   std::uint64_t malformed = 0;
 
-  Impl(EventLoop& l, Handler h, std::chrono::milliseconds t) : loop(l), handler(std::move(h)), read_timeout(t) {}
+  Impl(vhost::EventLoop& l, Handler h, std::chrono::milliseconds t) : loop(l), handler(std::move(h)), read_timeout(t) {}
 
   void drop(int fd) {
     loop.remove(fd);
@@ -149,7 +149,7 @@ struct Server::Impl {
   }
 };
 
-Server::Server(EventLoop& loop, Handler handler, std::chrono::milliseconds read_timeout)
+Server::Server(vhost::EventLoop& loop, Handler handler, std::chrono::milliseconds read_timeout)
     : impl_(std::make_unique<Impl>(loop, std::move(handler), read_timeout)) {
   impl_->timer = UniqueFd(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
   if (impl_->timer) {
@@ -197,4 +197,4 @@ void Server::close() { impl_->close(); }
 bool Server::listening() const { return static_cast<bool>(impl_->listener); }
 std::uint64_t Server::malformed() const { return impl_->malformed; }
 
-}  // namespace vrdma::vhost::notice
+}  // namespace vrdma::migration::notice

@@ -1,7 +1,14 @@
-// Private state of the virtio RDMA device model (see rdma_device.hpp for the threading and
-// trust rules). One file per role: device.cpp (queues, events, completions, pause/resume),
-// commands.cpp (the control queue), datapath.cpp (doorbells, work requests), memory.cpp
-// (memory regions over guest pages, the dirty-log observer).
+// The virtio RDMA device model's objects and operations (see rdma_device.hpp for the threading
+// and trust rules): what vhost/src/rdma implements, one file per role: device.cpp (queues,
+// events, completions, pause/resume), commands.cpp (the control queue), datapath.cpp (doorbells,
+// work requests), memory.cpp (memory regions over guest pages, the dirty-log observer),
+// names.cpp (the guest's names for engine QPNs and keys).
+//
+// It is also the snapshot interface (docs/architecture.md): the code that moves a device
+// (migration/, vrdma/migration/device_state.hpp) enumerates and re-creates these objects, reads
+// and writes the name maps and holds send rings, with the rings stopped or on the loop thread,
+// and hears of the device's stops, starts and resets through ModelHooks. The device itself
+// knows no migration format, peer or state area.
 #pragma once
 
 #include <array>
@@ -17,9 +24,7 @@
 
 #include "vrdma/common/fd.hpp"
 #include "vrdma/nicdrv/device.hpp"
-#include "vrdma/vhost/peer_notice.hpp"
 #include "vrdma/vhost/rdma_device.hpp"
-#include "vrdma/vhost/rebuild_record.hpp"
 #include "vrdma/vhost/virtio_rdma.hpp"
 
 namespace vrdma::vhost {
@@ -96,7 +101,7 @@ struct MrObj {
   std::shared_ptr<MrObserver> observer;
   std::shared_ptr<nicdrv::MemoryRegion> eng;
   // The keys the guest was given. They are the engine's, except after a move onto a NIC, which
-  // picks its own keys when a region is registered again (rebuild.cpp translates).
+  // picks its own keys when a region is registered again (migration/src/rebuild.cpp translates).
   std::uint32_t guest_lkey = 0, guest_rkey = 0;
 };
 
@@ -128,7 +133,10 @@ struct QpObj {
   std::uint64_t status_gpa = 0;
   std::shared_ptr<nicdrv::QueuePair> eng;
   bool fatal_reported = false;
-  // The QPN the guest was given: the engine's, except after a move onto a NIC (rebuild.cpp).
+  // Its send ring is held (migration/ peer notices: paused for a moving peer): doorbells leave
+  // its WQEs in the ring until it is let go.
+  bool send_held = false;
+  // The QPN the guest was given: the engine's, except after a move onto a NIC (migration/src/rebuild.cpp).
   std::uint32_t guest_qpn = 0;
   // Receive completions (any status) moved to the guest: with rq.consumed, the receives still
   // posted to the engine, which a move onto a NIC, or a re-point for a moved peer, posts again.
@@ -136,10 +144,11 @@ struct QpObj {
   // Connected to another QP of this device (its destination QPN is one of ours, on our GID):
   // after a move onto a NIC its QPN and the rkeys it uses are translated too.
   bool local_peer = false;
-  // Peer notices (peer.cpp). guest_dest_qpn: the peer's QPN as the guest knows it, when a
-  // re-pointed peer has another on the wire (0: the wire's). As the peer of a QP that moved:
-  // the mover's token (a later re-point must carry it) and its map of rkeys (guest -> NIC),
-  // applied to this QP's RDMA and atomic work requests.
+  // Set by peer notices (migration/src/peer.cpp). guest_dest_qpn: the peer's QPN as the guest
+  // knows it, when a re-pointed peer has another on the wire (0: the wire's). As the peer of a
+  // QP that moved: the mover's token (a later re-point must carry it; opaque here) and its map
+  // of rkeys (guest -> NIC), applied to this QP's RDMA and atomic work requests. A modify that
+  // names another destination clears all three.
   std::uint32_t guest_dest_qpn = 0;
   std::uint64_t peer_token = 0;
   std::unordered_map<std::uint32_t, std::uint32_t> remote_rkeys;
@@ -159,34 +168,29 @@ struct SrqObj {
   std::uint32_t users = 0;
 };
 
-// Engine objects built during pre-copy from a source's object layout (state.cpp precreate()),
-// adopted by load_state() when the state names the same handle with the same parameters, so
-// that the switchover window only imports QP state instead of creating every object.
-struct Precreated {
-  struct Cq {
-    std::uint32_t depth = 0;
-    std::shared_ptr<nicdrv::CompletionQueue> eng;
-  };
-  struct Qp {
-    std::uint32_t pd = 0, send_cq = 0, recv_cq = 0, qpn = 0;
-    const nicdrv::ProtectionDomain* pd_eng = nullptr;  // what it was created in
-    nicdrv::QpInitAttr attr;                            // with the pre-created CQs
-    std::shared_ptr<nicdrv::QueuePair> eng;
-  };
-  std::unordered_map<std::uint32_t, std::shared_ptr<nicdrv::ProtectionDomain>> pds;
-  std::unordered_map<std::uint32_t, Cq> cqs;
-  std::unordered_map<std::uint32_t, Qp> qps;
-  void clear() {  // QPs before the CQs and PDs they were created with
-    qps.clear();
-    cqs.clear();
-    pds.clear();
-  }
-  [[nodiscard]] std::uint32_t count() const { return static_cast<std::uint32_t>(pds.size() + cqs.size() + qps.size()); }
+// What the device tells the code that moves it (set with RdmaDevice::set_hooks; loop thread).
+class ModelHooks {
+ public:
+  virtual ~ModelHooks() = default;
+  // The rings stopped: the engine is quiesced (as far as it can be) and the device writes
+  // nothing more to guest memory until every ring runs again.
+  virtual void rings_stopped() = 0;
+  // Every ring runs again after a stop: before the device takes up its rings.
+  virtual void rings_running() = 0;
+  // The device dropped every object (a reset, or its end).
+  virtual void device_reset() = 0;
+  // The state queue (kStateQueue) has buffers: the device has no use for them itself.
+  virtual void state_queue(Queue& q) = 0;
+  // Control commands made objects: the device state grew.
+  virtual void objects_added() = 0;
 };
 
-struct RdmaDevice::Impl {
-  Impl(std::shared_ptr<nicdrv::Device> e, EventLoop& l, RdmaDeviceOptions o);
-  ~Impl();
+struct DeviceModel {
+  DeviceModel(std::shared_ptr<nicdrv::Device> e, EventLoop& l, RdmaDeviceOptions o);
+  ~DeviceModel();
+  DeviceModel(const DeviceModel&) = delete;
+  DeviceModel& operator=(const DeviceModel&) = delete;
+  ModelHooks* hooks = nullptr;  // RdmaDevice::set_hooks (migration::DeviceState), or nobody
 
   // device.cpp
   void queue_ready(Queue& q);
@@ -237,33 +241,17 @@ struct RdmaDevice::Impl {
   Status map_dma_mr(const GuestView& g, DmaMrObj& mr, bool keep_name);
   [[nodiscard]] std::uint32_t dma_engine_lkey(const DmaMrObj& mr, std::uint64_t addr) const;
   // commands.cpp: a CQ's engine object, zeroed guest ring and event-fd watch.
-  // `made`: an engine CQ built ahead (Precreated) instead of a new one.
+  // `made`: an engine CQ built ahead (a migration's pre-created objects) instead of a new one.
   Status add_cq(const GuestView& g, std::uint32_t handle, std::uint32_t depth, std::uint64_t ring_gpa, bool zero_ring,
                 std::shared_ptr<nicdrv::CompletionQueue> made = {});
 
-  // rebuild.cpp: moving QPs whose state a NIC keeps (export_state() not_supported): drained
-  // and stopped at the save, re-created from their attributes and PSNs at the load, the guest's
-  // QPNs and keys kept by translation.
-  [[nodiscard]] bool engine_rebuilds() const { return !engine_reports_writes; }
-  Status stop_for_rebuild();
-  [[nodiscard]] rebuild::Record record_of(const QpObj& qp, const nicdrv::QpAttr& before, const nicdrv::QpAttr& after);
-  // After QPs in `stopped` went to ERR: completions produced before go to the CQ backlogs, their
-  // flushes are dropped; waits for `expect_flush` receive flushes per QP (or quiet CQs).
-  Status collect_after_stop(const std::unordered_map<std::uint32_t, std::uint32_t>& expect_flush,
-                            const std::unordered_set<std::uint32_t>& stopped);
-  Result<std::vector<std::uint8_t>> rebuild_record(std::uint32_t handle, const QpObj& qp);
-  Status rebuild_qp(std::uint32_t handle, QpObj& qp, nicdrv::ProtectionDomain& pd, const nicdrv::QpInitAttr& ia,
-                    std::span<const std::uint8_t> record);
-  // The same on the QP the engine has (ERR -> RESET): it keeps its QPN, on any engine.
-  Status reset_for_rebuild(std::uint32_t handle, QpObj& qp, std::span<const std::uint8_t> record);
-  Status receives_fit(const QpObj& qp, const rebuild::Record& r) const;
-  void adopt_record(std::uint32_t handle, QpObj& qp, const rebuild::Record& r, std::span<const std::uint8_t> record);
-  Status finish_rebuilds();
-  // The rings run here again after a save that stopped the QPs (the move failed): re-create
-  // them on this NIC the same way.
-  void rebuild_here();
+  // names.cpp. The attributes a QP was created with (its CQs and SRQ as they are now).
   [[nodiscard]] nicdrv::QpInitAttr init_attr_of(const QpObj& qp);
+  // Drops the names of QP or MR `handle` from the maps below.
   void forget_names(std::uint32_t handle);
+  // Whether an engine that could not keep the guest's names runs under this device (a NIC:
+  // after a move its QPNs and keys are the guest's translated).
+  [[nodiscard]] bool engine_rebuilds() const { return !engine_reports_writes; }
   // The engine's lkey for a work request's local key and address (a DMA region has one engine
   // key per guest memory region).
   [[nodiscard]] std::uint32_t engine_lkey(std::uint32_t guest_lkey, std::uint64_t addr) const {
@@ -287,73 +275,8 @@ struct RdmaDevice::Impl {
   // The QP a completion taken from an engine CQ belongs to, a receive's counted in its rq_done;
   // nullptr when no QP of the guest has that engine QPN (any more).
   QpObj* qp_of_completion(const nicdrv::WorkCompletion& wc);
-  struct PendingRebuild {
-    std::uint32_t handle;
-    std::vector<std::uint8_t> record;
-  };
-  std::vector<PendingRebuild> rebuilds;  // load_state(): modified once every QP exists
-  std::unordered_map<std::uint32_t, std::vector<std::uint8_t>> stopped_for_rebuild;  // save: handle -> record
-
-  // peer.cpp: notices between backends (peer_notice.hpp). As the mover: pause the peers of the
-  // QPs at a stop, release them if the stop is abandoned, re-point them once a QP exists again.
-  struct PausedPeer {
-    std::uint32_t handle = 0;
-    notice::Address from{}, to{};
-    std::uint32_t peer_qpn = 0, mover_qpn = 0;
-    std::array<std::uint8_t, 16> mover_gid{};
-    std::uint64_t token = 0;
-  };
-  std::vector<PausedPeer> pause_peers(const std::unordered_map<std::uint32_t, nicdrv::QpAttr>& attrs);
-  void release_peers(const std::vector<PausedPeer>& peers);
-  std::optional<std::uint32_t> repoint_peer(std::uint32_t handle, const QpObj& qp, const rebuild::Record& r);
-  // As the peer: answer another backend's notice.
-  notice::Message answer_notice(const notice::Message& m, const notice::Address& from);
-  // `attr`: the QP's attributes as the notice came.
-  notice::Message pause_for_peer(std::uint32_t handle, QpObj& qp, const nicdrv::QpAttr& attr, const notice::Message& m,
-                                 const notice::Address& from);
-  notice::Message repoint_for_peer(std::uint32_t handle, QpObj& qp, const nicdrv::QpAttr& attr, const notice::Message& m);
-  // Holds the QP's send ring and drains its NIC (RTS -> SQD); the reason when it cannot.
-  std::optional<std::string> hold_and_drain(std::uint32_t handle, QpObj& qp);
-  Status resume_after_hold(std::uint32_t handle, QpObj& qp);
-  void expire_holds();
-  void arm_hold_timer();
-  std::unordered_map<std::uint32_t, std::chrono::steady_clock::time_point> held_for_peer;  // QP handle -> hold until
-  UniqueFd hold_timer;
-
-  // state.cpp (device state for migration)
-  Result<std::vector<std::uint8_t>> save_state();
   // The device's config space (virtio_rdma.hpp Config): GET_CONFIG and QUERY_CONFIG.
   [[nodiscard]] vd::Config config_space() const;
-  Status load_state(std::span<const std::uint8_t> blob);
-  // The object layout (PDs, CQs, QPs with their handles, sizes and QPNs; no engine state),
-  // readable while the guest runs; and the destination's side: build those engine objects now.
-  [[nodiscard]] std::vector<std::uint8_t> save_layout() const;
-  Status precreate(std::span<const std::uint8_t> layout);
-  // The QP precreate() built for `handle` if it was built with these parameters (and, with
-  // `qpn`, under that QPN; a NIC picks its own); the entry goes either way, so that a mismatch
-  // frees its QPN for the QP created instead.
-  std::shared_ptr<nicdrv::QueuePair> take_precreated_qp(std::uint32_t handle, const QpObj& qp,
-                                                        const nicdrv::ProtectionDomain* pd,
-                                                        const nicdrv::QpInitAttr& ia, std::optional<std::uint32_t> qpn);
-  Precreated pre;
-  std::uint32_t adopted = 0;  // pre-created objects the last load_state() used
-
-  // state_area.cpp (the state area on kStateQueue)
-  void state_queue(Queue& q);
-  [[nodiscard]] vd::StateCensus census() const;
-  void check_state_area();
-  Status save_state_to_guest();
-  Status write_state_area(const vd::StateAreaHeader& h, const void* body, std::uint64_t len);
-  Status clear_state_magic(const GuestView& g, const DescChain& c) const;
-  void withdraw_state_from_guest();  // rings run again where the state was written: zero its magic
-  Result<bool> load_state_from_guest();
-  Status read_chain(const GuestView& g, const DescChain& c, std::uint64_t off, void* dst, std::uint64_t len) const;
-  Status write_chain(const GuestView& g, const DescChain& c, std::uint64_t off, const void* src, std::uint64_t len) const;
-  std::optional<DescChain> state_area;  // the newest area the driver posted (held, never returned while newest)
-  std::uint64_t state_area_asked = 0;    // bytes last asked for with a state_area_small event
-  std::uint64_t state_saved_bytes = 0;     // the last state written to or read from the area
-  bool state_in_area = false;              // this process wrote a state there at the last stop
-  std::string state_lost;                  // the area said the source's state did not come, and why
 
   std::uint32_t new_handle() {
     if (next_handle_ == 0) next_handle_ = 1;  // 0 is kNoHandle
@@ -397,7 +320,7 @@ struct RdmaDevice::Impl {
   std::unordered_map<std::uint32_t, MrObj> mrs;
   std::unordered_map<std::uint32_t, DmaMrObj> dma_mrs;
   std::unordered_map<std::uint32_t, const DmaMrObj*> dma_by_lkey;  // guest lkey -> its DMA region
-  // rebuild.cpp: a DMA region placed under `handle` (its PD counts it, its lkey names it), its
+  // names.cpp: a DMA region placed under `handle` (its PD counts it, its lkey names it), its
   // removal, and the handle of the one a PD has (nullopt: none).
   void add_dma_mr(std::uint32_t handle, DmaMrObj mr);
   void forget_dma_mr(std::uint32_t handle);

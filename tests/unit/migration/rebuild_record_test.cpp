@@ -1,8 +1,8 @@
-// The re-creation record of a QP on a NIC (vrdma/vhost/rebuild_record.hpp): every version
+// The re-creation record of a QP on a NIC (vrdma/migration/rebuild_record.hpp): every version
 // this vrdmad reads decodes, a version 2 notice address (IPv4 only) comes back as the same
 // address in the current form, an IPv6 one travels as it is, and a token without an address
 // notices can reach is refused.
-#define BOOST_TEST_MODULE vhost_rebuild_record
+#define BOOST_TEST_MODULE migration_rebuild_record
 #include <boost/test/unit_test.hpp>
 
 #include <arpa/inet.h>
@@ -11,15 +11,15 @@
 #include <fstream>
 #include <iterator>
 
-#include "vrdma/vhost/peer_notice.hpp"
-#include "vrdma/vhost/rebuild_record.hpp"
+#include "vrdma/migration/peer_notice.hpp"
+#include "vrdma/migration/rebuild_record.hpp"
 
-using namespace vrdma::vhost;
+using namespace vrdma::migration;
 
 namespace {
 
 std::vector<std::uint8_t> seed(const std::string& name) {
-  std::ifstream f(std::filesystem::path(VRDMA_SOURCE_DIR) / "tests/fuzz/vhost/corpus/rebuild_record_fuzzer" / name,
+  std::ifstream f(std::filesystem::path(VRDMA_SOURCE_DIR) / "tests/fuzz/migration/corpus/rebuild_record_fuzzer" / name,
                   std::ios::binary);
   BOOST_REQUIRE_MESSAGE(f, "no seed " << name);
   return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
@@ -29,7 +29,7 @@ std::vector<std::uint8_t> seed(const std::string& name) {
 
 BOOST_AUTO_TEST_CASE(every_seed_decodes_and_a_version_2_address_is_kept) {
   for (const auto& e : std::filesystem::directory_iterator(std::filesystem::path(VRDMA_SOURCE_DIR) /
-                                                           "tests/fuzz/vhost/corpus/rebuild_record_fuzzer")) {
+                                                           "tests/fuzz/migration/corpus/rebuild_record_fuzzer")) {
     auto r = rebuild::decode(seed(e.path().filename().string()));
     BOOST_TEST(r.ok(), e.path().filename().string() << ": " << (r.ok() ? std::string() : r.error().message));
   }

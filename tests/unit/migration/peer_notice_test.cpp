@@ -1,7 +1,7 @@
-// Peer notices between backends (vrdma/vhost/peer_notice.hpp): the bytes as documented (network
+// Peer notices between backends (vrdma/migration/peer_notice.hpp): the bytes as documented (network
 // byte order), every malformed message refused with a reason, and one exchange over loopback
 // TCP, including a backend that is not there and one that never answers.
-#define BOOST_TEST_MODULE vhost_peer_notice
+#define BOOST_TEST_MODULE migration_peer_notice
 #include <boost/test/unit_test.hpp>
 
 #include <arpa/inet.h>
@@ -18,10 +18,10 @@
 
 #include "vrdma/common/fd.hpp"
 #include "vrdma/vhost/event_loop.hpp"
-#include "vrdma/vhost/peer_notice.hpp"
+#include "vrdma/migration/peer_notice.hpp"
 
 using namespace vrdma;
-using namespace vrdma::vhost::notice;
+using namespace vrdma::migration::notice;
 using namespace std::chrono_literals;
 
 namespace {
@@ -138,7 +138,7 @@ BOOST_AUTO_TEST_CASE(malformed_messages_are_refused_with_a_reason) {
 }
 
 BOOST_AUTO_TEST_CASE(the_fuzzer_seeds_are_messages) {
-  const std::filesystem::path dir = std::filesystem::path(VRDMA_SOURCE_DIR) / "tests/fuzz/vhost/corpus/peer_notice_fuzzer";
+  const std::filesystem::path dir = std::filesystem::path(VRDMA_SOURCE_DIR) / "tests/fuzz/migration/corpus/peer_notice_fuzzer";
   int n = 0;
   for (const auto& e : std::filesystem::directory_iterator(dir)) {
     std::ifstream f(e.path(), std::ios::binary);

@@ -13,7 +13,7 @@
 //   peer_qpn u32, mover_qpn u32, mover_gid [16], token u64, sq_psn u32, rq_psn u32,
 //   rkey count u32 + (guest rkey u32, NIC rkey u32) pairs, reason length u16 + UTF-8 bytes.
 // decode() checks every field: these are bytes from the network
-// (tests/fuzz/vhost/peer_notice_fuzzer.cpp).
+// (tests/fuzz/migration/peer_notice_fuzzer.cpp).
 #pragma once
 
 #include <array>
@@ -31,7 +31,7 @@
 
 struct sockaddr_storage;
 
-namespace vrdma::vhost::notice {
+namespace vrdma::migration::notice {
 
 constexpr std::uint16_t kDefaultPort = 4792;
 constexpr std::size_t kHeaderLen = 10;
@@ -96,13 +96,13 @@ inline Result<Message> exchange(const Address& from, const Address& to, std::uin
   return exchange(from, to, port, m, timeout, timeout);
 }
 
-}  // namespace vrdma::vhost::notice
+}  // namespace vrdma::migration::notice
 
 namespace vrdma::vhost {
 class EventLoop;
 }
 
-namespace vrdma::vhost::notice {
+namespace vrdma::migration::notice {
 
 // The listening side, on an event loop: accepts connections, reads each request without
 // blocking the loop (a connection that has not sent a whole message within `read_timeout` is
@@ -114,7 +114,7 @@ class Server {
   using Handler = std::function<Message(const Message& m, const Address& from)>;
   static constexpr std::size_t kMaxConnections = 16;
 
-  Server(EventLoop& loop, Handler handler, std::chrono::milliseconds read_timeout = std::chrono::milliseconds(1000));
+  Server(vhost::EventLoop& loop, Handler handler, std::chrono::milliseconds read_timeout = std::chrono::milliseconds(1000));
   ~Server();
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
@@ -132,4 +132,4 @@ class Server {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace vrdma::vhost::notice
+}  // namespace vrdma::migration::notice

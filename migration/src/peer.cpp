@@ -29,10 +29,10 @@
 
 #include <fmt/format.h>
 
-#include "impl.hpp"
+#include "device_state_impl.hpp"
 #include "vrdma/common/log.hpp"
 
-namespace vrdma::vhost {
+namespace vrdma::migration {
 
 namespace {
 using M = nicdrv::QpAttrMask;
@@ -68,22 +68,18 @@ std::string gid_ip(const std::array<std::uint8_t, 16>& gid) {
 
 }  // namespace
 
-notice::Message RdmaDevice::peer_notice(const notice::Message& m, const notice::Address& from) {
-  return impl_->answer_notice(m, from);
-}
-
 // ---- the mover ------------------------------------------------------------------------------------
 
-std::vector<RdmaDevice::Impl::PausedPeer> RdmaDevice::Impl::pause_peers(
+std::vector<DeviceState::Impl::PausedPeer> DeviceState::Impl::pause_peers(
     const std::unordered_map<std::uint32_t, nicdrv::QpAttr>& attrs) {
   std::vector<PausedPeer> out;
   if (!opts.notices) return out;
   std::set<notice::Address> silent;  // addresses where no backend answered
-  for (auto& [h, qp] : qps) {
+  for (auto& [h, qp] : d.qps) {
     const auto& b = attrs.at(h);
     if (qp.type != nicdrv::QpType::rc || qp.local_peer || b.qp_state != QpState::rts) continue;
     auto to = notice::notice_address(b.ah_attr.dgid.raw);
-    auto sg = engine->query_gid(b.ah_attr.sgid_index, b.port_num == 0 ? 1 : b.port_num);
+    auto sg = d.engine->query_gid(b.ah_attr.sgid_index, b.port_num == 0 ? 1 : b.port_num);
     if (!to || !sg.ok() || silent.count(*to) != 0) continue;
     auto from = notice::notice_address(sg->gid.raw);
     if (!from || notice::is_ipv4(*from) != notice::is_ipv4(*to)) continue;
@@ -127,7 +123,7 @@ std::vector<RdmaDevice::Impl::PausedPeer> RdmaDevice::Impl::pause_peers(
   return out;
 }
 
-void RdmaDevice::Impl::release_peers(const std::vector<PausedPeer>& peers) {
+void DeviceState::Impl::release_peers(const std::vector<PausedPeer>& peers) {
   for (const auto& p : peers) {
     notice::Message m;
     m.kind = Kind::release;
@@ -144,7 +140,7 @@ void RdmaDevice::Impl::release_peers(const std::vector<PausedPeer>& peers) {
   }
 }
 
-std::optional<std::uint32_t> RdmaDevice::Impl::repoint_peer(std::uint32_t handle, const QpObj& qp, const rebuild::Record& r) {
+std::optional<std::uint32_t> DeviceState::Impl::repoint_peer(std::uint32_t handle, const QpObj& qp, const rebuild::Record& r) {
   notice::Message m;
   m.kind = Kind::repoint;
   m.peer_qpn = r.dest_qp_num;
@@ -153,7 +149,7 @@ std::optional<std::uint32_t> RdmaDevice::Impl::repoint_peer(std::uint32_t handle
   m.token = r.notice_token;
   m.sq_psn = r.sq_psn;
   m.rq_psn = r.rq_psn;
-  m.rkeys.assign(rkey_to_engine.begin(), rkey_to_engine.end());
+  m.rkeys.assign(d.rkey_to_engine.begin(), d.rkey_to_engine.end());
   const auto from = notice::notice_address(r.sgid).value_or(notice::Address{});
   const auto t0 = Clock::now();
   auto ans = notice::exchange(from, r.notice_addr, r.notice_port, m, std::chrono::milliseconds(opts.drain_timeout_ms + 500),
@@ -176,7 +172,7 @@ std::optional<std::uint32_t> RdmaDevice::Impl::repoint_peer(std::uint32_t handle
 
 // ---- the peer -------------------------------------------------------------------------------------
 
-notice::Message RdmaDevice::Impl::answer_notice(const notice::Message& m, const notice::Address& from) {
+notice::Message DeviceState::Impl::answer_notice(const notice::Message& m, const notice::Address& from) {
   auto refuse = [&](const std::string& why) {
     ++st.notices_refused;
     log::warn("virtio-rdma: a {} notice from {} for QPN {:#x} refused: {}", notice::to_string(m.kind),
@@ -191,12 +187,12 @@ notice::Message RdmaDevice::Impl::answer_notice(const notice::Message& m, const 
   if (m.kind != Kind::pause && m.kind != Kind::repoint && m.kind != Kind::release)
     return refuse(fmt::format("a {} is an answer, not a request", notice::to_string(m.kind)));
   if (!opts.notices) return refuse("this vrdmad does not take peer notices (it runs without --notices)");
-  if (paused) return refuse("this vrdmad's guest is stopped (it is moving itself); its own move re-points its peers");
-  auto q = qp_by_engine_qpn.find(m.peer_qpn);
-  if (q == qp_by_engine_qpn.end() || qps.count(q->second) == 0)
+  if (d.paused) return refuse("this vrdmad's guest is stopped (it is moving itself); its own move re-points its peers");
+  auto q = d.qp_by_engine_qpn.find(m.peer_qpn);
+  if (q == d.qp_by_engine_qpn.end() || d.qps.count(q->second) == 0)
     return refuse(fmt::format("no QP here has QPN {:#x}", m.peer_qpn));
   const auto h = q->second;
-  auto& qp = qps[h];
+  auto& qp = d.qps[h];
   if (qp.type != nicdrv::QpType::rc) return refuse(fmt::format("QP {} is not a reliable connection", h));
   auto b = qp.eng->query();
   if (!b) return refuse(fmt::format("QP {}: {}", h, b.error().message));
@@ -225,7 +221,7 @@ notice::Message RdmaDevice::Impl::answer_notice(const notice::Message& m, const 
   return ans;
 }
 
-notice::Message RdmaDevice::Impl::pause_for_peer(std::uint32_t h, QpObj& qp, const nicdrv::QpAttr& attr,
+notice::Message DeviceState::Impl::pause_for_peer(std::uint32_t h, QpObj& qp, const nicdrv::QpAttr& attr,
                                                  const notice::Message& m, const notice::Address& from) {
   notice::Message no;
   no.kind = Kind::refused;
@@ -273,7 +269,7 @@ notice::Message RdmaDevice::Impl::pause_for_peer(std::uint32_t h, QpObj& qp, con
   return ans;
 }
 
-notice::Message RdmaDevice::Impl::repoint_for_peer(std::uint32_t h, QpObj& qp, const nicdrv::QpAttr& attr,
+notice::Message DeviceState::Impl::repoint_for_peer(std::uint32_t h, QpObj& qp, const nicdrv::QpAttr& attr,
                                                    const notice::Message& m) {
   notice::Message no;
   no.kind = Kind::refused;
@@ -289,7 +285,7 @@ notice::Message RdmaDevice::Impl::repoint_for_peer(std::uint32_t h, QpObj& qp, c
         return no;
       }
     } else {
-      held_for_peer[h] = Clock::now() + std::chrono::milliseconds(opts.hold_timeout_ms);
+      hold(h, qp);
     }
   }
   const auto t0 = Clock::now();
@@ -302,10 +298,10 @@ notice::Message RdmaDevice::Impl::repoint_for_peer(std::uint32_t h, QpObj& qp, c
     no.reason = fmt::format("QP {} cannot be stopped (-> ERR): {}", h, s.error().message);
     return no;
   }
-  held_for_peer.erase(h);
+  let_go(h, qp);
   auto fail = [&](const std::string& why) {
     log::error("virtio-rdma: QP {} is lost after its peer moved: {}", h, why);
-    queue_event(vd::EventType::qp_fatal, h, static_cast<std::uint32_t>(nicdrv::WcStatus::fatal_err));
+    d.queue_event(vd::EventType::qp_fatal, h, static_cast<std::uint32_t>(nicdrv::WcStatus::fatal_err));
     no.reason = fmt::format("QP {} could not be re-created: {}", h, why);
     return no;
   };
@@ -331,9 +327,9 @@ notice::Message RdmaDevice::Impl::repoint_for_peer(std::uint32_t h, QpObj& qp, c
     if (guest != nic) qp.remote_rkeys[guest] = nic;
   ++st.qps_repointed;
   check_state_area();  // the translations travel in the state if this guest moves too
-  drain_all();         // the completions taken from the CQs at the stop go to the guest now
-  write_status(view(), qp.status_gpa, qp.sq.consumed, qp.rq.consumed, static_cast<std::uint32_t>(qp.eng->state()));
-  retry_pending();
+  d.drain_all();         // the completions taken from the CQs at the stop go to the guest now
+  d.write_status(d.view(), qp.status_gpa, qp.sq.consumed, qp.rq.consumed, static_cast<std::uint32_t>(qp.eng->state()));
+  d.retry_pending();
   log::info("virtio-rdma: QP {} (QPN {:#x}) re-connected toward its moved peer QPN {:#x} at {} in {:.1f} ms "
             "({} of its rkeys translated)",
             h, qp.guest_qpn, m.mover_qpn, gid_ip(m.mover_gid),
@@ -346,12 +342,12 @@ notice::Message RdmaDevice::Impl::repoint_for_peer(std::uint32_t h, QpObj& qp, c
   return ans;
 }
 
-std::optional<std::string> RdmaDevice::Impl::hold_and_drain(std::uint32_t h, QpObj& qp) {
+std::optional<std::string> DeviceState::Impl::hold_and_drain(std::uint32_t h, QpObj& qp) {
   nicdrv::QpAttr a;
   a.qp_state = QpState::sqd;
   if (auto s = qp.eng->modify(a, M::state); !s.ok())
     return fmt::format("QP {} cannot drain its sends (RTS -> SQD): {}", h, s.error().message);
-  held_for_peer[h] = Clock::now() + std::chrono::milliseconds(opts.hold_timeout_ms);
+  hold(h, qp);
   if (!drained(*qp.eng, std::chrono::milliseconds(opts.drain_timeout_ms))) {
     (void)resume_after_hold(h, qp);
     return fmt::format("QP {}: its sends in flight were not acknowledged within {} ms", h, opts.drain_timeout_ms);
@@ -359,27 +355,37 @@ std::optional<std::string> RdmaDevice::Impl::hold_and_drain(std::uint32_t h, QpO
   return std::nullopt;
 }
 
-Status RdmaDevice::Impl::resume_after_hold(std::uint32_t h, QpObj& qp) {
+void DeviceState::Impl::hold(std::uint32_t h, QpObj& qp) {
+  held_for_peer[h] = Clock::now() + std::chrono::milliseconds(opts.hold_timeout_ms);
+  qp.send_held = true;
+}
+
+void DeviceState::Impl::let_go(std::uint32_t h, QpObj& qp) {
   held_for_peer.erase(h);
+  qp.send_held = false;
+}
+
+Status DeviceState::Impl::resume_after_hold(std::uint32_t h, QpObj& qp) {
+  let_go(h, qp);
   if (qp.eng->state() == QpState::sqd) {
     nicdrv::QpAttr a;
     a.qp_state = QpState::rts;
     if (auto s = qp.eng->modify(a, M::state); !s.ok())
       return prefixed(fmt::format("QP {} cannot send again (SQD -> RTS): ", h), s.error());
   }
-  if (qp.sq.produced != qp.sq.consumed) pending_sq.insert(h);
-  retry_pending();
+  if (qp.sq.produced != qp.sq.consumed) d.pending_sq.insert(h);
+  d.retry_pending();
   return {};
 }
 
-void RdmaDevice::Impl::expire_holds() {
+void DeviceState::Impl::expire_holds() {
   const auto now = Clock::now();
   std::vector<std::uint32_t> due;
   for (const auto& [h, until] : held_for_peer)
     if (until <= now) due.push_back(h);
   for (auto h : due) {
-    auto it = qps.find(h);
-    if (it == qps.end()) {
+    auto it = d.qps.find(h);
+    if (it == d.qps.end()) {
       held_for_peer.erase(h);
       continue;
     }
@@ -391,11 +397,11 @@ void RdmaDevice::Impl::expire_holds() {
   arm_hold_timer();
 }
 
-void RdmaDevice::Impl::arm_hold_timer() {
+void DeviceState::Impl::arm_hold_timer() {
   if (!hold_timer) {
     hold_timer = UniqueFd(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
     if (!hold_timer) return;
-    auto w = loop.add(hold_timer.get(), EPOLLIN, [this](std::uint32_t) {
+    auto w = d.loop.add(hold_timer.get(), EPOLLIN, [this](std::uint32_t) {
       std::uint64_t n;
       [[maybe_unused]] auto r = ::read(hold_timer.get(), &n, sizeof n);
       expire_holds();
@@ -414,4 +420,4 @@ void RdmaDevice::Impl::arm_hold_timer() {
   ::timerfd_settime(hold_timer.get(), 0, &its, nullptr);
 }
 
-}  // namespace vrdma::vhost
+}  // namespace vrdma::migration

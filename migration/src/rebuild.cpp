@@ -17,103 +17,13 @@
 
 #include <fmt/format.h>
 
-#include "impl.hpp"
+#include "device_state_impl.hpp"
 #include "vrdma/common/bytes.hpp"
 #include "vrdma/common/log.hpp"
-#include "vrdma/vhost/rebuild_record.hpp"
 #include "vrdma/nicdrv/virtio_rdma_conv.hpp"
 
-namespace vrdma::vhost {
+namespace vrdma::migration {
 
-namespace rebuild {
-namespace {
-constexpr std::uint32_t kRebuildMagic = 0x42525256;  // "VRRB"
-// 1: without the notice fields; 2: the notice address an IPv4 u32; 3: 16 bytes (IPv6 too).
-constexpr std::uint8_t kRebuildVersion = 3;
-constexpr std::uint32_t kMaxRemoteRkeys = 65536;
-}  // namespace
-
-std::vector<std::uint8_t> encode(const Record& r) {
-  ByteWriter w;
-  w.put(kRebuildMagic);
-  w.put(kRebuildVersion);
-  w.put(r.state);
-  w.put(r.type);
-  w.put(r.path_mtu);
-  w.put(r.qkey);
-  w.put(r.rq_psn);
-  w.put(r.sq_psn);
-  w.put(r.dest_qp_num);
-  w.put(r.access);
-  w.put(r.pkey_index);
-  for (auto v : {r.port, r.max_rd_atomic, r.max_dest_rd_atomic, r.min_rnr_timer, r.timeout, r.retry_cnt, r.rnr_retry}) w.put(v);
-  w.put(r.dgid);
-  w.put(r.sgid);
-  for (auto v : {r.hop_limit, r.traffic_class, r.sl, r.local_peer}) w.put(v);
-  w.put(r.flow_label);
-  w.put(r.recv_outstanding);
-  w.put(r.notice_token);
-  w.put(r.notice_addr);
-  w.put(r.notice_port);
-  w.put(r.guest_dest_qpn);
-  w.put(static_cast<std::uint32_t>(r.remote_rkeys.size()));
-  for (const auto& [g, n] : r.remote_rkeys) {
-    w.put(g);
-    w.put(n);
-  }
-  return std::move(w.out);
-}
-
-Result<Record> decode(std::span<const std::uint8_t> b) {
-  ByteReader rd(b);
-  Record r;
-  std::uint32_t magic = 0;
-  std::uint8_t version = 0;
-  auto bad = [](const std::string& what) { return make_error(Errc::invalid_argument, "re-creation record: " + what); };
-  if (!rd.get(magic) || magic != kRebuildMagic) return bad("not a re-creation record (magic)");
-  if (!rd.get(version) || version < 1 || version > kRebuildVersion)
-    return bad(fmt::format("version {} (this vrdmad reads 1 to {})", version, kRebuildVersion));
-  bool ok = rd.get(r.state) && rd.get(r.type) && rd.get(r.path_mtu) && rd.get(r.qkey) && rd.get(r.rq_psn) &&
-            rd.get(r.sq_psn) && rd.get(r.dest_qp_num) && rd.get(r.access) && rd.get(r.pkey_index);
-  for (auto* v : {&r.port, &r.max_rd_atomic, &r.max_dest_rd_atomic, &r.min_rnr_timer, &r.timeout, &r.retry_cnt, &r.rnr_retry})
-    ok = ok && rd.get(*v);
-  ok = ok && rd.get(r.dgid) && rd.get(r.sgid);
-  for (auto* v : {&r.hop_limit, &r.traffic_class, &r.sl, &r.local_peer}) ok = ok && rd.get(*v);
-  ok = ok && rd.get(r.flow_label) && rd.get(r.recv_outstanding);
-  if (version >= 2) {
-    std::uint32_t nkeys = 0;
-    ok = ok && rd.get(r.notice_token);
-    if (version == 2) {
-      std::uint32_t ip = 0;
-      ok = ok && rd.get(ip);
-      if (ip != 0) r.notice_addr = notice::ipv4_address(ip);
-    } else {
-      ok = ok && rd.get(r.notice_addr);
-    }
-    ok = ok && rd.get(r.notice_port) && rd.get(r.guest_dest_qpn) && rd.get(nkeys);
-    if (ok && nkeys > kMaxRemoteRkeys) return bad(fmt::format("{} remote rkeys (at most {})", nkeys, kMaxRemoteRkeys));
-    for (std::uint32_t i = 0; ok && i < nkeys; ++i) {
-      std::pair<std::uint32_t, std::uint32_t> k;
-      ok = rd.get(k.first) && rd.get(k.second);
-      if (ok) r.remote_rkeys.push_back(k);
-    }
-  }
-  if (!ok) return bad("truncated");
-  if (!rd.at_end()) return bad("trailing bytes");
-  if (r.state > static_cast<std::uint8_t>(nicdrv::QpState::err) || r.state == static_cast<std::uint8_t>(nicdrv::QpState::sqe))
-    return bad(fmt::format("QP state {}", r.state));
-  if (r.type != static_cast<std::uint8_t>(nicdrv::QpType::rc) && r.type != static_cast<std::uint8_t>(nicdrv::QpType::ud))
-    return bad(fmt::format("QP type {}", r.type));
-  if (r.path_mtu < 1 || r.path_mtu > 5) return bad(fmt::format("path MTU code {}", r.path_mtu));
-  if ((r.rq_psn | r.sq_psn | r.dest_qp_num) >> 24 != 0 || (r.access & ~0xfu) != 0 || r.port == 0 || r.timeout > 31 ||
-      r.retry_cnt > 7 || r.rnr_retry > 7 || r.min_rnr_timer > 31 || r.local_peer > 1 || r.flow_label >> 20 != 0 ||
-      r.guest_dest_qpn >> 24 != 0 ||
-      (r.notice_token != 0 && (!notice::notice_address(r.notice_addr) || r.notice_port == 0)))
-    return bad("a PSN, QPN, access, port, timer, retry or notice value out of range");
-  return r;
-}
-
-}  // namespace rebuild
 
 namespace {
 using rebuild::Record;
@@ -125,49 +35,9 @@ using Clock = std::chrono::steady_clock;
 
 }  // namespace
 
-bool RdmaDevice::Impl::guest_name_taken(std::uint32_t v, bool qpn) const {
-  return qpn ? qpn_to_engine.count(v) != 0 : (lkey_to_engine.count(v) != 0 || rkey_to_engine.count(v) != 0);
-}
-
-void RdmaDevice::Impl::forget_names(std::uint32_t handle) {
-  if (auto it = qps.find(handle); it != qps.end()) {
-    const auto eq = it->second.eng->qp_num();
-    qp_by_engine_qpn.erase(eq);
-    if (auto g = qpn_to_guest.find(eq); g != qpn_to_guest.end()) {
-      qpn_to_engine.erase(g->second);
-      qpn_to_guest.erase(g);
-    }
-  }
-  if (auto it = mrs.find(handle); it != mrs.end()) {
-    if (it->second.eng->lkey() != it->second.guest_lkey) lkey_to_engine.erase(it->second.guest_lkey);
-    if (it->second.eng->rkey() != it->second.guest_rkey) rkey_to_engine.erase(it->second.guest_rkey);
-  }
-}
-
-void RdmaDevice::Impl::add_dma_mr(std::uint32_t handle, DmaMrObj mr) {
-  if (auto p = pds.find(mr.pd); p != pds.end()) ++p->second.users;
-  auto& placed = dma_mrs.emplace(handle, std::move(mr)).first->second;
-  dma_by_lkey[placed.guest_lkey] = &placed;
-}
-
-std::optional<std::uint32_t> RdmaDevice::Impl::dma_mr_of_pd(std::uint32_t pd) const {
-  for (const auto& [h, mr] : dma_mrs)
-    if (mr.pd == pd) return h;
-  return std::nullopt;
-}
-
-void RdmaDevice::Impl::forget_dma_mr(std::uint32_t handle) {
-  auto it = dma_mrs.find(handle);
-  if (it == dma_mrs.end()) return;
-  dma_by_lkey.erase(it->second.guest_lkey);
-  lkey_to_engine.erase(it->second.guest_lkey);
-  if (auto p = pds.find(it->second.pd); p != pds.end()) --p->second.users;
-  dma_mrs.erase(it);
-}
-
 // ---- save ----------------------------------------------------------------------------------
 
-Record RdmaDevice::Impl::record_of(const QpObj& qp, const nicdrv::QpAttr& b, const nicdrv::QpAttr& a) {
+Record DeviceState::Impl::record_of(const QpObj& qp, const nicdrv::QpAttr& b, const nicdrv::QpAttr& a) {
   Record r;
   const auto before = b.qp_state;
   r.state = static_cast<std::uint8_t>(before == QpState::sqd ? QpState::rts : before);
@@ -178,7 +48,7 @@ Record RdmaDevice::Impl::record_of(const QpObj& qp, const nicdrv::QpAttr& b, con
   r.qkey = b.qkey;
   r.rq_psn = a.rq_psn & 0xffffff;
   r.sq_psn = a.sq_psn & 0xffffff;
-  r.dest_qp_num = qp.local_peer ? guest_qpn_of(b.dest_qp_num) : b.dest_qp_num;
+  r.dest_qp_num = qp.local_peer ? d.guest_qpn_of(b.dest_qp_num) : b.dest_qp_num;
   r.access = static_cast<std::uint32_t>(b.qp_access_flags) & 0xf;
   r.pkey_index = b.pkey_index;
   r.port = b.port_num == 0 ? 1 : b.port_num;
@@ -189,7 +59,7 @@ Record RdmaDevice::Impl::record_of(const QpObj& qp, const nicdrv::QpAttr& b, con
   r.retry_cnt = static_cast<std::uint8_t>(b.retry_cnt & 7);
   r.rnr_retry = static_cast<std::uint8_t>(b.rnr_retry & 7);
   r.dgid = b.ah_attr.dgid.raw;
-  if (auto g = engine->query_gid(b.ah_attr.sgid_index, r.port); g.ok()) r.sgid = g->gid.raw;
+  if (auto g = d.engine->query_gid(b.ah_attr.sgid_index, r.port); g.ok()) r.sgid = g->gid.raw;
   r.hop_limit = b.ah_attr.hop_limit;
   r.traffic_class = b.ah_attr.traffic_class;
   r.sl = b.ah_attr.sl;
@@ -200,7 +70,7 @@ Record RdmaDevice::Impl::record_of(const QpObj& qp, const nicdrv::QpAttr& b, con
   return r;
 }
 
-Status RdmaDevice::Impl::collect_after_stop(const std::unordered_map<std::uint32_t, std::uint32_t>& expect_flush,
+Status DeviceState::Impl::collect_after_stop(const std::unordered_map<std::uint32_t, std::uint32_t>& expect_flush,
                                             const std::unordered_set<std::uint32_t>& stopped) {
   std::unordered_map<std::uint32_t, std::uint32_t> flushed;
   std::size_t waiting = expect_flush.size();
@@ -209,24 +79,24 @@ Status RdmaDevice::Impl::collect_after_stop(const std::unordered_map<std::uint32
   const auto flush_deadline = Clock::now() + std::chrono::milliseconds(opts.drain_timeout_ms);
   std::array<nicdrv::WorkCompletion, 64> wcs;
   while (waiting > 0 && Clock::now() - last < quiet && Clock::now() < flush_deadline) {
-    for (auto& [ch, cq] : cqs) {
+    for (auto& [ch, cq] : d.cqs) {
       for (;;) {
         auto n = cq.eng->poll(wcs);
         if (!n) return make_error(Errc::io_error, fmt::format("CQ {}: {}", ch, n.error().message));
         if (*n > 0) last = Clock::now();
         for (std::size_t i = 0; i < *n; ++i) {
           const auto& wc = wcs[i];
-          auto q = qp_by_engine_qpn.find(wc.qp_num);
+          auto q = d.qp_by_engine_qpn.find(wc.qp_num);
           const bool recv = static_cast<std::uint8_t>(wc.opcode) >= 128;
-          if (q == qp_by_engine_qpn.end()) continue;  // a QP that is gone
+          if (q == d.qp_by_engine_qpn.end()) continue;  // a QP that is gone
           if (wc.status == nicdrv::WcStatus::wr_flush_err && stopped.count(q->second) != 0) {
             auto e = expect_flush.find(q->second);
             if (recv && e != expect_flush.end() && ++flushed[q->second] == e->second) --waiting;
             continue;  // flushed by our own stop
           }
           auto c = nicdrv::to_cqe(wc);
-          c.qp_num = guest_qpn_of(wc.qp_num);
-          if (recv) ++qps[q->second].rq_done;
+          c.qp_num = d.guest_qpn_of(wc.qp_num);
+          if (recv) ++d.qps[q->second].rq_done;
           cq.backlog.push_back(c);
         }
         if (*n < wcs.size()) break;
@@ -237,12 +107,12 @@ Status RdmaDevice::Impl::collect_after_stop(const std::unordered_map<std::uint32
   return {};
 }
 
-Status RdmaDevice::Impl::stop_for_rebuild() {
+Status DeviceState::Impl::stop_for_rebuild() {
   stopped_for_rebuild.clear();
-  if (qps.empty()) return {};
+  if (d.qps.empty()) return {};
   const auto t0 = Clock::now();
   std::unordered_map<std::uint32_t, nicdrv::QpAttr> attrs;
-  for (auto& [h, qp] : qps) {
+  for (auto& [h, qp] : d.qps) {
     auto a = qp.eng->query();
     if (!a) return prefixed(fmt::format("QP {}: ", h), a.error());
     attrs[h] = *a;
@@ -252,11 +122,11 @@ Status RdmaDevice::Impl::stop_for_rebuild() {
   auto peers = pause_peers(attrs);
   bool keep_peers = false;
   struct ReleaseOnExit {
-    Impl& d;
+    Impl& self;
     std::vector<PausedPeer>& p;
     bool& keep;
     ~ReleaseOnExit() {
-      if (!keep) d.release_peers(p);
+      if (!keep) self.release_peers(p);
     }
   } release_on_exit{*this, peers, keep_peers};
   // 1. The NIC finishes every send already posted: RTS -> SQD, then wait until it has drained.
@@ -265,11 +135,11 @@ Status RdmaDevice::Impl::stop_for_rebuild() {
     for (auto h : draining) {
       nicdrv::QpAttr a;
       a.qp_state = QpState::rts;
-      if (auto s = qps[h].eng->modify(a, M::state); !s.ok())
+      if (auto s = d.qps[h].eng->modify(a, M::state); !s.ok())
         log::error("virtio-rdma: QP {} stays in SQD after an abandoned stop: {}", h, s.error().message);
     }
   };
-  for (auto& [h, qp] : qps) {
+  for (auto& [h, qp] : d.qps) {
     if (attrs[h].qp_state != QpState::rts) continue;
     nicdrv::QpAttr a;
     a.qp_state = QpState::sqd;
@@ -283,7 +153,7 @@ Status RdmaDevice::Impl::stop_for_rebuild() {
   for (std::size_t left = draining.size(); left > 0;) {
     left = 0;
     for (auto h : draining) {
-      auto a = qps[h].eng->query();
+      auto a = d.qps[h].eng->query();
       if (a && a->qp_state == QpState::sqd && a->sq_draining != 0) ++left;
     }
     if (left == 0) break;
@@ -299,7 +169,7 @@ Status RdmaDevice::Impl::stop_for_rebuild() {
   // 2. ERR stops each responder at a packet boundary; then the PSNs are final.
   std::unordered_map<std::uint32_t, std::uint32_t> expect_flush;
   std::unordered_set<std::uint32_t> stopped;
-  for (auto& [h, qp] : qps) {
+  for (auto& [h, qp] : d.qps) {
     const auto before = attrs[h].qp_state;
     if (before != QpState::err && before != QpState::reset) {
       nicdrv::QpAttr a;
@@ -327,21 +197,21 @@ Status RdmaDevice::Impl::stop_for_rebuild() {
   //    guest posted and saw no completion for, counted once the CQs have been quiet a while.
   if (auto s = collect_after_stop(expect_flush, stopped); !s.ok()) return s;
   for (auto& [h, rec] : stopped_for_rebuild) {
-    const auto& qp = qps[h];
+    const auto& qp = d.qps[h];
     if (qp.srq != 0) continue;
     auto r = decode(rec);
     if (!r) return std::move(r).error();
     r->recv_outstanding = qp.rq.consumed - qp.rq_done;
     rec = encode(*r);
   }
-  mark_dma_writable();  // what the NIC wrote until it stopped
+  d.mark_dma_writable();  // what the NIC wrote until it stopped
   log::info("virtio-rdma: {} QPs stopped on {} for re-creation ({} drained their sends, {} peers paused) in {:.1f} ms",
-            qps.size(), engine->name(), draining.size(), peers.size(),
+            d.qps.size(), d.engine->name(), draining.size(), peers.size(),
             std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
   return {};
 }
 
-Result<std::vector<std::uint8_t>> RdmaDevice::Impl::rebuild_record(std::uint32_t handle, const QpObj&) {
+Result<std::vector<std::uint8_t>> DeviceState::Impl::rebuild_record(std::uint32_t handle, const QpObj&) {
   auto it = stopped_for_rebuild.find(handle);
   if (it == stopped_for_rebuild.end())
     return make_error(Errc::bad_state, fmt::format("QP {} was not stopped for re-creation", handle));
@@ -350,7 +220,7 @@ Result<std::vector<std::uint8_t>> RdmaDevice::Impl::rebuild_record(std::uint32_t
 
 // ---- load ----------------------------------------------------------------------------------
 
-Status RdmaDevice::Impl::rebuild_qp(std::uint32_t handle, QpObj& qp, nicdrv::ProtectionDomain& pd,
+Status DeviceState::Impl::rebuild_qp(std::uint32_t handle, QpObj& qp, nicdrv::ProtectionDomain& pd,
                                     const nicdrv::QpInitAttr& ia, std::span<const std::uint8_t> record) {
   auto r = decode(record);
   if (!r) return std::move(r).error();
@@ -369,7 +239,7 @@ Status RdmaDevice::Impl::rebuild_qp(std::uint32_t handle, QpObj& qp, nicdrv::Pro
       q = std::move(*made);
     }
     const auto n = q->qp_num();
-    if (n != qp.guest_qpn && (guest_name_taken(n, true) || qp_by_engine_qpn.count(n) != 0)) {
+    if (n != qp.guest_qpn && (d.guest_name_taken(n, true) || d.qp_by_engine_qpn.count(n) != 0)) {
       if (was_built) --adopted;  // not used after all
       set_aside.push_back(std::move(q));
     } else {
@@ -377,19 +247,19 @@ Status RdmaDevice::Impl::rebuild_qp(std::uint32_t handle, QpObj& qp, nicdrv::Pro
     }
   }
   if (!eng) return make_error(Errc::busy, "the NIC kept handing out QPNs the guest already uses");
-  if (qp.eng) forget_names(handle);
+  if (qp.eng) d.forget_names(handle);
   qp.eng = std::move(eng);
   const auto n = qp.eng->qp_num();
-  qp_by_engine_qpn[n] = handle;
+  d.qp_by_engine_qpn[n] = handle;
   if (n != qp.guest_qpn) {
-    qpn_to_guest[n] = qp.guest_qpn;
-    qpn_to_engine[qp.guest_qpn] = n;
+    d.qpn_to_guest[n] = qp.guest_qpn;
+    d.qpn_to_engine[qp.guest_qpn] = n;
   }
   adopt_record(handle, qp, *r, record);
   return {};
 }
 
-Status RdmaDevice::Impl::reset_for_rebuild(std::uint32_t handle, QpObj& qp, std::span<const std::uint8_t> record) {
+Status DeviceState::Impl::reset_for_rebuild(std::uint32_t handle, QpObj& qp, std::span<const std::uint8_t> record) {
   auto r = decode(record);
   if (!r) return std::move(r).error();
   if (auto s = receives_fit(qp, *r); !s.ok()) return s;
@@ -401,7 +271,7 @@ Status RdmaDevice::Impl::reset_for_rebuild(std::uint32_t handle, QpObj& qp, std:
   return {};
 }
 
-Status RdmaDevice::Impl::receives_fit(const QpObj& qp, const Record& r) const {
+Status DeviceState::Impl::receives_fit(const QpObj& qp, const Record& r) const {
   if (r.type != static_cast<std::uint8_t>(qp.type)) return make_error(Errc::invalid_argument, "re-creation record: QP type differs");
   // Receives to post again: they must fit in the ring with what the guest posted since.
   if ((qp.srq != 0 && r.recv_outstanding != 0) ||
@@ -411,7 +281,7 @@ Status RdmaDevice::Impl::receives_fit(const QpObj& qp, const Record& r) const {
   return {};
 }
 
-void RdmaDevice::Impl::adopt_record(std::uint32_t handle, QpObj& qp, const Record& r, std::span<const std::uint8_t> record) {
+void DeviceState::Impl::adopt_record(std::uint32_t handle, QpObj& qp, const Record& r, std::span<const std::uint8_t> record) {
   qp.rq.consumed -= r.recv_outstanding;  // posted again when the rings run
   qp.rq_done = qp.rq.consumed;
   qp.local_peer = r.local_peer != 0;
@@ -422,11 +292,11 @@ void RdmaDevice::Impl::adopt_record(std::uint32_t handle, QpObj& qp, const Recor
 }
 
 // Once every QP exists (a QP connected inside the device needs its peer's new QPN).
-Status RdmaDevice::Impl::finish_rebuilds() {
-  auto gids = engine->gid_table();
+Status DeviceState::Impl::finish_rebuilds() {
+  auto gids = d.engine->gid_table();
   for (const auto& pr : rebuilds) {
-    auto it = qps.find(pr.handle);
-    if (it == qps.end()) continue;
+    auto it = d.qps.find(pr.handle);
+    if (it == d.qps.end()) continue;
     auto& qp = it->second;
     auto r = decode(pr.record);
     if (!r) return std::move(r).error();
@@ -467,7 +337,7 @@ Status RdmaDevice::Impl::finish_rebuilds() {
         return make_error(Errc::not_found,
                           fmt::format("QP {}: {} has no GID {} (the guest's address): give the guest's address to this "
                                       "host's RDMA interface before the guest arrives",
-                                      pr.handle, engine->name(), sgid.str()));
+                                      pr.handle, d.engine->name(), sgid.str()));
       a.ah_attr.dgid.raw = r->dgid;
       a.ah_attr.sgid_index = static_cast<std::uint8_t>(*sgid_index);
       a.ah_attr.hop_limit = r->hop_limit;
@@ -478,7 +348,7 @@ Status RdmaDevice::Impl::finish_rebuilds() {
       a.path_mtu = static_cast<nicdrv::Mtu>(r->path_mtu);
       a.dest_qp_num = r->dest_qp_num;
       if (qp.local_peer)
-        if (auto d = qpn_to_engine.find(r->dest_qp_num); d != qpn_to_engine.end()) a.dest_qp_num = d->second;
+        if (auto e = d.qpn_to_engine.find(r->dest_qp_num); e != d.qpn_to_engine.end()) a.dest_qp_num = e->second;
       // A peer backend paused for this QP: it re-creates its side toward the new QPN and says
       // which QPN it has now (peer.cpp); one that does not answer keeps the old one.
       if (r->notice_token != 0)
@@ -504,53 +374,42 @@ Status RdmaDevice::Impl::finish_rebuilds() {
       mask = mask | M::timeout | M::retry_cnt | M::rnr_retry | M::max_qp_rd_atomic;
     }
     if (auto s = step(a, mask, "RTR -> RTS"); !s.ok()) return s;
-    if (qp.rq.produced != qp.rq.consumed) pending_rq.insert(pr.handle);
-    if (qp.sq.produced != qp.sq.consumed) pending_sq.insert(pr.handle);
+    if (qp.rq.produced != qp.rq.consumed) d.pending_rq.insert(pr.handle);
+    if (qp.sq.produced != qp.sq.consumed) d.pending_sq.insert(pr.handle);
   }
   if (!rebuilds.empty())
     log::info("virtio-rdma: {} QPs re-created on {} with their saved PSNs; {} keep their QPN by translation", rebuilds.size(),
-              engine->name(), qpn_to_engine.size());
+              d.engine->name(), d.qpn_to_engine.size());
   rebuilds.clear();
   return {};
 }
 
 // ---- a move that failed after the stop -----------------------------------------------------------
 
-nicdrv::QpInitAttr RdmaDevice::Impl::init_attr_of(const QpObj& qp) {
-  nicdrv::QpInitAttr ia;
-  ia.type = qp.type;
-  ia.send_cq = cqs[qp.send_cq].eng.get();
-  ia.recv_cq = cqs[qp.recv_cq].eng.get();
-  ia.srq = qp.srq != 0 ? srqs[qp.srq].eng.get() : nullptr;
-  ia.cap = nicdrv::QpCap{qp.sq.depth, qp.srq != 0 ? 0 : qp.rq.depth, qp.max_send_sge, qp.max_recv_sge, qp.max_inline};
-  ia.sq_sig_all = qp.sq_sig_all;
-  return ia;
-}
-
-void RdmaDevice::Impl::rebuild_here() {
+void DeviceState::Impl::rebuild_here() {
   auto stopped = std::move(stopped_for_rebuild);
   stopped_for_rebuild.clear();
-  const GuestView g = view();
+  const GuestView g = d.view();
   std::size_t lost = 0;
   for (auto& [h, record] : stopped) {
-    auto it = qps.find(h);
-    if (it == qps.end()) continue;
+    auto it = d.qps.find(h);
+    if (it == d.qps.end()) continue;
     auto& qp = it->second;
-    auto s = rebuild_qp(h, qp, *pds[qp.pd].eng, init_attr_of(qp), record);
+    auto s = rebuild_qp(h, qp, *d.pds[qp.pd].eng, d.init_attr_of(qp), record);
     if (!s.ok()) {
       ++lost;
       log::error("virtio-rdma: QP {} stays stopped after the move failed: {}", h, s.error().message);
-      queue_event(vd::EventType::qp_fatal, h, static_cast<std::uint32_t>(nicdrv::WcStatus::fatal_err));
+      d.queue_event(vd::EventType::qp_fatal, h, static_cast<std::uint32_t>(nicdrv::WcStatus::fatal_err));
     }
   }
   if (auto s = finish_rebuilds(); !s.ok()) {
     log::error("virtio-rdma: after the failed move: {}", s.error().message);
     ++lost;
   }
-  for (auto& [h, qp] : qps) write_status(g, qp.status_gpa, qp.sq.consumed, qp.rq.consumed, static_cast<std::uint32_t>(qp.eng->state()));
+  for (auto& [h, qp] : d.qps) d.write_status(g, qp.status_gpa, qp.sq.consumed, qp.rq.consumed, static_cast<std::uint32_t>(qp.eng->state()));
   log::info("virtio-rdma: the move did not happen; {} QPs re-created here on {} ({} could not be); peers elsewhere see "
             "what they would after a move",
-            stopped.size() - lost, engine->name(), lost);
+            stopped.size() - lost, d.engine->name(), lost);
 }
 
-}  // namespace vrdma::vhost
+}  // namespace vrdma::migration

@@ -9,12 +9,12 @@
 
 #include <fmt/format.h>
 
-#include "impl.hpp"
+#include "device_state_impl.hpp"
 #include "vrdma/common/bytes.hpp"
 #include "vrdma/common/log.hpp"
 #include "vrdma/nicdrv/virtio_rdma_conv.hpp"
 
-namespace vrdma::vhost {
+namespace vrdma::migration {
 namespace {
 
 constexpr std::uint32_t kMagic = 0x53445256;        // "VRDS"
@@ -42,23 +42,23 @@ Error bad(const std::string& what) {
 
 }  // namespace
 
-Result<std::vector<std::uint8_t>> RdmaDevice::Impl::save_state() {
-  if (!paused && !(pds.empty() && cqs.empty()))
+Result<std::vector<std::uint8_t>> DeviceState::Impl::save_state() {
+  if (!d.paused && !(d.pds.empty() && d.cqs.empty()))
     return make_error(Errc::bad_state, "the device state can be saved only after its rings are stopped (GET_VRING_BASE)");
-  if (!srqs.empty())
+  if (!d.srqs.empty())
     return make_error(Errc::not_supported, fmt::format("the guest has {} SRQs; migrating SRQs is not supported yet",
-                                                       srqs.size()));
+                                                       d.srqs.size()));
   // On a NIC the QPs are drained and stopped first (rebuild.cpp); a second save reuses that.
-  if (engine_rebuilds() && stopped_for_rebuild.empty())
+  if (d.engine_rebuilds() && stopped_for_rebuild.empty())
     if (auto s = stop_for_rebuild(); !s.ok()) return s.error();
   ByteWriter w;
   w.put(kMagic);
-  w.put(RdmaDevice::kStateVersion);
-  w.put(next_handle_);
-  w.put(static_cast<std::uint32_t>(pds.size()));
-  for (const auto& [h, pd] : pds) w.put(h);
-  w.put(static_cast<std::uint32_t>(mrs.size()));
-  for (const auto& [h, mr] : mrs) {
+  w.put(DeviceState::kStateVersion);
+  w.put(d.next_handle_);
+  w.put(static_cast<std::uint32_t>(d.pds.size()));
+  for (const auto& [h, pd] : d.pds) w.put(h);
+  w.put(static_cast<std::uint32_t>(d.mrs.size()));
+  for (const auto& [h, mr] : d.mrs) {
     const auto& pages = mr.observer->pages();
     w.put(h);
     w.put(mr.pd);
@@ -71,17 +71,17 @@ Result<std::vector<std::uint8_t>> RdmaDevice::Impl::save_state() {
     w.put(static_cast<std::uint32_t>(pages.size()));
     for (auto p : pages) w.put(p);
   }
-  w.put(static_cast<std::uint32_t>(cqs.size()));
-  for (auto& [h, cq] : cqs) {
+  w.put(static_cast<std::uint32_t>(d.cqs.size()));
+  for (auto& [h, cq] : d.cqs) {
     // Completions still in the engine travel in the blob.
     std::array<nicdrv::WorkCompletion, 64> wcs;
     for (;;) {
       auto n = cq.eng->poll(wcs);
       if (!n) return make_error(Errc::io_error, fmt::format("CQ {}: {}", h, n.error().message));
       for (std::size_t i = 0; i < *n; ++i) {
-        (void)qp_of_completion(wcs[i]);  // counts a receive's (a re-point after the load re-posts the others)
+        (void)d.qp_of_completion(wcs[i]);  // counts a receive's (a re-point after the load re-posts the others)
         cq.backlog.push_back(nicdrv::to_cqe(wcs[i]));
-        cq.backlog.back().qp_num = guest_qpn_of(wcs[i].qp_num);
+        cq.backlog.back().qp_num = d.guest_qpn_of(wcs[i].qp_num);
       }
       if (*n < wcs.size()) break;
     }
@@ -94,15 +94,15 @@ Result<std::vector<std::uint8_t>> RdmaDevice::Impl::save_state() {
     w.put(static_cast<std::uint32_t>(cq.backlog.size()));
     for (const auto& c : cq.backlog) w.put(c);
   }
-  w.put(static_cast<std::uint32_t>(ahs.size()));
-  for (const auto& [h, ah] : ahs) {
+  w.put(static_cast<std::uint32_t>(d.ahs.size()));
+  for (const auto& [h, ah] : d.ahs) {
     w.put(h);
     w.put(ah.pd);
     w.put(ah.wire);
   }
-  w.put(static_cast<std::uint32_t>(qps.size()));
-  for (const auto& [h, qp] : qps) {
-    auto blob = engine_rebuilds() ? rebuild_record(h, qp) : qp.eng->export_state();
+  w.put(static_cast<std::uint32_t>(d.qps.size()));
+  for (const auto& [h, qp] : d.qps) {
+    auto blob = d.engine_rebuilds() ? rebuild_record(h, qp) : qp.eng->export_state();
     if (!blob) return make_error(blob.error().code == make_error_code(Errc::not_supported) ? Errc::not_supported : Errc::io_error,
                                  fmt::format("QP {}: {}", h, blob.error().message));
     w.put(h);
@@ -123,10 +123,10 @@ Result<std::vector<std::uint8_t>> RdmaDevice::Impl::save_state() {
   }
   // Version 2: beside a soft engine's QP state, what the device keeps of its own (a NIC's
   // records carry it).
-  const std::uint32_t extras = engine_rebuilds() ? 0 : static_cast<std::uint32_t>(qps.size());
+  const std::uint32_t extras = d.engine_rebuilds() ? 0 : static_cast<std::uint32_t>(d.qps.size());
   w.put(extras);
   if (extras != 0)
-    for (const auto& [h, qp] : qps) {
+    for (const auto& [h, qp] : d.qps) {
       w.put(h);
       w.put(qp.rq_done);
       w.put(qp.guest_dest_qpn);
@@ -137,37 +137,37 @@ Result<std::vector<std::uint8_t>> RdmaDevice::Impl::save_state() {
       }
     }
   // Version 3: the DMA memory regions.
-  w.put(static_cast<std::uint32_t>(dma_mrs.size()));
-  for (const auto& [h, mr] : dma_mrs) {
+  w.put(static_cast<std::uint32_t>(d.dma_mrs.size()));
+  for (const auto& [h, mr] : d.dma_mrs) {
     w.put(h);
     w.put(mr.pd);
     w.put(mr.access);
     w.put(mr.guest_lkey);
   }
-  log::info("virtio-rdma: device state saved: {} PDs, {} MRs, {} CQs, {} AHs, {} QPs, {} bytes", pds.size(),
-            mrs.size() + dma_mrs.size(), cqs.size(), ahs.size(), qps.size(), w.out.size());
+  log::info("virtio-rdma: device state saved: {} PDs, {} MRs, {} CQs, {} AHs, {} QPs, {} bytes", d.pds.size(),
+            d.mrs.size() + d.dma_mrs.size(), d.cqs.size(), d.ahs.size(), d.qps.size(), w.out.size());
   return std::move(w.out);
 }
 
-Status RdmaDevice::Impl::load_state(std::span<const std::uint8_t> blob) {
-  if (!pds.empty() || !cqs.empty() || !qps.empty())
+Status DeviceState::Impl::load_state(std::span<const std::uint8_t> blob) {
+  if (!d.pds.empty() || !d.cqs.empty() || !d.qps.empty())
     return make_error(Errc::bad_state, "device state can be loaded only into a device with no objects");
-  if (host == nullptr) return make_error(Errc::bad_state, "device state arrived without a frontend session");
-  const GuestView g = view();
-  const auto& lim = opts.limits;
+  if (d.host == nullptr) return make_error(Errc::bad_state, "device state arrived without a frontend session");
+  const GuestView g = d.view();
+  const auto& lim = d.opts.limits;
   ByteReader r(blob);
   std::uint32_t magic = 0, version = 0, next = 0, n = 0;
   if (!r.get(magic) || magic != kMagic) return bad("not a virtio RDMA device state (magic)");
-  if (!r.get(version) || !RdmaDevice::state_version_readable(version))
-    return bad(fmt::format("version {} (this vrdmad reads versions {} to {})", version, RdmaDevice::kOldestStateVersion,
-                           RdmaDevice::kStateVersion));
+  if (!r.get(version) || !DeviceState::state_version_readable(version))
+    return bad(fmt::format("version {} (this vrdmad reads versions {} to {})", version, DeviceState::kOldestStateVersion,
+                           DeviceState::kStateVersion));
   if (!r.get(next)) return bad("truncated");
   // Loading happens with the engine quiesced: nothing moves until every ring runs.
-  pause();
+  d.pause();
   adopted = 0;
   auto fail = [this](Error e) {
     pre.clear();
-    reset();
+    d.reset();
     return e;
   };
   std::uint32_t max_handle = 0;
@@ -178,16 +178,16 @@ Status RdmaDevice::Impl::load_state(std::span<const std::uint8_t> blob) {
   if (!r.get(n) || n > lim.max_pd) return fail(bad("PD count"));
   for (std::uint32_t i = 0; i < n; ++i) {
     std::uint32_t h = 0;
-    if (!r.get(h) || !fresh(h, pds.count(h) != 0)) return fail(bad("PD handle"));
+    if (!r.get(h) || !fresh(h, d.pds.count(h) != 0)) return fail(bad("PD handle"));
     if (auto it = pre.pds.find(h); it != pre.pds.end()) {
-      pds[h] = PdObj{std::move(it->second), 0, {}};
+      d.pds[h] = PdObj{std::move(it->second), 0, {}};
       pre.pds.erase(it);
       ++adopted;
       continue;
     }
-    auto pd = engine->alloc_pd();
+    auto pd = d.engine->alloc_pd();
     if (!pd) return fail(pd.error());
-    pds[h] = PdObj{std::move(*pd), 0, {}};
+    d.pds[h] = PdObj{std::move(*pd), 0, {}};
   }
   using SteadyClock = std::chrono::steady_clock;
   const auto ms_since = [](SteadyClock::time_point t) {
@@ -202,26 +202,26 @@ Status RdmaDevice::Impl::load_state(std::span<const std::uint8_t> blob) {
     if (!r.get(h) || !r.get(q.pd) || !r.get(q.access) || !r.get(q.page_shift) || !r.get(q.iova) || !r.get(q.length) ||
         !r.get(lkey) || !r.get(rkey) || !r.get(npages))
       return fail(bad("truncated MR"));
-    if (!fresh(h, mrs.count(h) != 0) || npages > lim.max_mr_pages || (lkey != rkey && rkey != 0))
+    if (!fresh(h, d.mrs.count(h) != 0) || npages > lim.max_mr_pages || (lkey != rkey && rkey != 0))
       return fail(bad(fmt::format("MR {} (pages {}, lkey {:#x}, rkey {:#x})", h, npages, lkey, rkey)));
     std::vector<std::uint64_t> pages(npages);
     for (auto& p : pages)
       if (!r.get(p)) return fail(bad("truncated page list"));
     q.npages = npages;
-    if (st.registered_bytes + q.length > lim.max_registered_bytes) return fail(bad("registered bytes over the limit"));
+    if (d.st.registered_bytes + q.length > lim.max_registered_bytes) return fail(bad("registered bytes over the limit"));
     MrObj mr;
     // A NIC picks the keys itself: the guest's stay, translated (rebuild.cpp).
-    if (auto s = register_mr(g, q, engine_rebuilds() ? 0 : lkey, mr, &pages); !s.ok())
+    if (auto s = d.register_mr(g, q, d.engine_rebuilds() ? 0 : lkey, mr, &pages); !s.ok())
       return fail(prefixed(fmt::format("MR {}: ", h), s.error()));
-    if (!engine_rebuilds() && mr.eng->lkey() != lkey)
+    if (!d.engine_rebuilds() && mr.eng->lkey() != lkey)
       return fail(make_error(Errc::not_supported, "the engine cannot keep the MR's key"));
     mr.guest_lkey = lkey;
     mr.guest_rkey = rkey;
-    if (mr.eng->lkey() != lkey) lkey_to_engine[lkey] = mr.eng->lkey();
-    if (rkey != 0 && mr.eng->rkey() != rkey) rkey_to_engine[rkey] = mr.eng->rkey();
-    st.registered_bytes += q.length;
-    ++pds[q.pd].users;
-    mrs.emplace(h, std::move(mr));
+    if (mr.eng->lkey() != lkey) d.lkey_to_engine[lkey] = mr.eng->lkey();
+    if (rkey != 0 && mr.eng->rkey() != rkey) d.rkey_to_engine[rkey] = mr.eng->rkey();
+    d.st.registered_bytes += q.length;
+    ++d.pds[q.pd].users;
+    d.mrs.emplace(h, std::move(mr));
   }
   mr_ms = ms_since(t);
   t = SteadyClock::now();
@@ -232,7 +232,7 @@ Status RdmaDevice::Impl::load_state(std::span<const std::uint8_t> blob) {
     std::uint8_t armed = 0, sol = 0;
     if (!r.get(h) || !r.get(depth) || !r.get(ring) || !r.get(produced) || !r.get(armed) || !r.get(sol) || !r.get(backlog))
       return fail(bad("truncated CQ"));
-    if (!fresh(h, cqs.count(h) != 0) || depth == 0 || (depth & (depth - 1)) != 0 || depth > lim.max_cqe ||
+    if (!fresh(h, d.cqs.count(h) != 0) || depth == 0 || (depth & (depth - 1)) != 0 || depth > lim.max_cqe ||
         backlog > lim.max_cqe || ring % 4096 != 0 ||
         !g.memory().range(ring, vd::kCqeOffset + std::uint64_t{depth} * sizeof(vd::Cqe)))
       return fail(bad(fmt::format("CQ {} (depth {}, ring {:#x})", h, depth, ring)));
@@ -244,8 +244,8 @@ Status RdmaDevice::Impl::load_state(std::span<const std::uint8_t> blob) {
       }
       pre.cqs.erase(it);
     }
-    if (auto s = add_cq(g, h, depth, ring, false, std::move(made)); !s.ok()) return fail(s.error());
-    auto& cq = cqs[h];
+    if (auto s = d.add_cq(g, h, depth, ring, false, std::move(made)); !s.ok()) return fail(s.error());
+    auto& cq = d.cqs[h];
     cq.produced = produced;
     cq.armed = armed != 0;
     cq.solicited_only = sol != 0;
@@ -261,11 +261,11 @@ Status RdmaDevice::Impl::load_state(std::span<const std::uint8_t> blob) {
     std::uint32_t h = 0, pd = 0;
     vd::AhWire wire{};
     if (!r.get(h) || !r.get(pd) || !r.get(wire)) return fail(bad("truncated AH"));
-    auto pit = pds.find(pd);
-    if (!fresh(h, ahs.count(h) != 0) || pit == pds.end()) return fail(bad(fmt::format("AH {}", h)));
+    auto pit = d.pds.find(pd);
+    if (!fresh(h, d.ahs.count(h) != 0) || pit == d.pds.end()) return fail(bad(fmt::format("AH {}", h)));
     auto ah = pit->second.eng->create_ah(nicdrv::ah_from_wire(wire));
     if (!ah) return fail(ah.error());
-    ahs[h] = AhObj{pd, wire, std::move(*ah)};
+    d.ahs[h] = AhObj{pd, wire, std::move(*ah)};
     ++pit->second.users;
   }
   t = SteadyClock::now();
@@ -280,14 +280,14 @@ Status RdmaDevice::Impl::load_state(std::span<const std::uint8_t> blob) {
         !r.get(fatal) || !r.get(qp.max_send_sge) || !r.get(qp.max_recv_sge) || !r.get(qp.max_inline) || !r.get(sq) ||
         !r.get(rq) || !r.get(qp.status_gpa) || !r.get(qpn) || !r.bytes(eng_blob, 1u << 24))
       return fail(bad("truncated QP"));
-    auto pit = pds.find(qp.pd);
-    auto scq = cqs.find(qp.send_cq);
-    auto rcq = cqs.find(qp.recv_cq);
+    auto pit = d.pds.find(qp.pd);
+    auto scq = d.cqs.find(qp.send_cq);
+    auto rcq = d.cqs.find(qp.recv_cq);
     const auto ring_ok = [&](const SavedRing& s, std::uint32_t stride) {
       return s.depth != 0 && (s.depth & (s.depth - 1)) == 0 && s.depth <= lim.max_qp_wr && s.stride == stride &&
              s.produced - s.consumed <= s.depth && g.memory().range(s.gpa, std::uint64_t{s.depth} * s.stride).ok();
     };
-    if (!fresh(h, qps.count(h) != 0) || pit == pds.end() || scq == cqs.end() || rcq == cqs.end() ||
+    if (!fresh(h, d.qps.count(h) != 0) || pit == d.pds.end() || scq == d.cqs.end() || rcq == d.cqs.end() ||
         !qp_shape_ok(lim, type, qp.max_send_sge, qp.max_recv_sge, qp.max_inline) ||
         !ring_ok(sq, vd::send_stride(qp.max_send_sge, qp.max_inline)) ||
         !ring_ok(rq, vd::recv_stride(qp.max_recv_sge)) || !g.memory().range(qp.status_gpa, sizeof(vd::QpStatus)))
@@ -306,7 +306,7 @@ Status RdmaDevice::Impl::load_state(std::span<const std::uint8_t> blob) {
     nicdrv::QpOptions qo;
     qo.requested_qpn = qpn;
     qp.guest_qpn = qpn;
-    if (engine_rebuilds()) {  // a NIC's QP: re-created from its record (rebuild.cpp)
+    if (d.engine_rebuilds()) {  // a NIC's QP: re-created from its record (rebuild.cpp)
       if (auto s = rebuild_qp(h, qp, *pit->second.eng, ia, eng_blob); !s.ok())
         return fail(prefixed(fmt::format("QP {}: ", h), s.error()));
     } else {
@@ -323,24 +323,24 @@ Status RdmaDevice::Impl::load_state(std::span<const std::uint8_t> blob) {
       if (!eng) return fail(prefixed(fmt::format("QP {}: ", h), eng.error()));
       if (auto s = (*eng)->import_state(eng_blob); !s.ok()) return fail(prefixed(fmt::format("QP {}: ", h), s.error()));
       qp.eng = std::move(*eng);
-      qp_by_engine_qpn[qp.eng->qp_num()] = h;
+      d.qp_by_engine_qpn[qp.eng->qp_num()] = h;
       qp.rq_done = qp.rq.consumed;  // a version 1 state does not say (version 2 does, below)
     }
     ++pit->second.users;
     ++scq->second.users;
     ++rcq->second.users;
-    if (qp.sq.produced != qp.sq.consumed) pending_sq.insert(h);
-    if (qp.rq.produced != qp.rq.consumed) pending_rq.insert(h);
-    qps.emplace(h, std::move(qp));
+    if (qp.sq.produced != qp.sq.consumed) d.pending_sq.insert(h);
+    if (qp.rq.produced != qp.rq.consumed) d.pending_rq.insert(h);
+    d.qps.emplace(h, std::move(qp));
   }
   if (version >= 2) {
-    if (!r.get(n) || n > qps.size() || (n != 0 && engine_rebuilds())) return fail(bad("QP extras count"));
+    if (!r.get(n) || n > d.qps.size() || (n != 0 && d.engine_rebuilds())) return fail(bad("QP extras count"));
     std::unordered_set<std::uint32_t> seen;
     for (std::uint32_t i = 0; i < n; ++i) {
       std::uint32_t h = 0, rq_done = 0, dest = 0, keys = 0;
       if (!r.get(h) || !r.get(rq_done) || !r.get(dest) || !r.get(keys)) return fail(bad("truncated QP extras"));
-      auto it = qps.find(h);
-      if (it == qps.end() || !seen.insert(h).second || dest >> 24 != 0 || keys > notice::kMaxRkeys)
+      auto it = d.qps.find(h);
+      if (it == d.qps.end() || !seen.insert(h).second || dest >> 24 != 0 || keys > notice::kMaxRkeys)
         return fail(bad(fmt::format("QP extras of QP {}", h)));
       auto& qp = it->second;
       // Receives still posted to the engine: at most what the guest posted and the device took.
@@ -355,51 +355,51 @@ Status RdmaDevice::Impl::load_state(std::span<const std::uint8_t> blob) {
     }
   }
   if (version >= 3) {
-    if (!r.get(n) || n > pds.size() || mrs.size() + n > lim.max_mr) return fail(bad("DMA MR count"));
+    if (!r.get(n) || n > d.pds.size() || d.mrs.size() + n > lim.max_mr) return fail(bad("DMA MR count"));
     std::unordered_set<std::uint32_t> names;  // the regions' lkeys as the guest knows them
-    for (const auto& [h, mr] : mrs) names.insert(mr.guest_lkey);
+    for (const auto& [h, mr] : d.mrs) names.insert(mr.guest_lkey);
     for (std::uint32_t i = 0; i < n; ++i) {
       std::uint32_t h = 0;
       DmaMrObj mr;
       if (!r.get(h) || !r.get(mr.pd) || !r.get(mr.access) || !r.get(mr.guest_lkey)) return fail(bad("truncated DMA MR"));
-      if (!fresh(h, mrs.count(h) != 0 || dma_mrs.count(h) != 0) || pds.count(mr.pd) == 0 || dma_mr_of_pd(mr.pd) ||
+      if (!fresh(h, d.mrs.count(h) != 0 || d.dma_mrs.count(h) != 0) || d.pds.count(mr.pd) == 0 || d.dma_mr_of_pd(mr.pd) ||
           (mr.access & ~VIRTIO_RDMA_ACCESS_LOCAL_WRITE) != 0 || mr.guest_lkey == 0 || !names.insert(mr.guest_lkey).second)
         return fail(bad(fmt::format("DMA MR {} (PD {}, access {:#x}, lkey {:#x})", h, mr.pd, mr.access, mr.guest_lkey)));
-      if (auto s = map_dma_mr(g, mr, true); !s.ok()) return fail(prefixed(fmt::format("DMA MR {}: ", h), s.error()));
-      if (!engine_rebuilds() && mr.parts.front().eng->lkey() != mr.guest_lkey)
+      if (auto s = d.map_dma_mr(g, mr, true); !s.ok()) return fail(prefixed(fmt::format("DMA MR {}: ", h), s.error()));
+      if (!d.engine_rebuilds() && mr.parts.front().eng->lkey() != mr.guest_lkey)
         return fail(make_error(Errc::not_supported, "the engine cannot keep the DMA MR's key"));
-      add_dma_mr(h, std::move(mr));
+      d.add_dma_mr(h, std::move(mr));
     }
   }
   if (!r.at_end()) return fail(bad("trailing bytes"));
   if (auto s = finish_rebuilds(); !s.ok()) return fail(s.error());
-  next_handle_ = std::max(next, max_handle + 1);
+  d.next_handle_ = std::max(next, max_handle + 1);
   qp_ms = ms_since(t);
   const std::uint32_t unused = pre.count();
   pre.clear();
   log::info("virtio-rdma: device state loaded: {} PDs, {} MRs ({:.1f} ms), {} CQs ({:.1f} ms), {} AHs, {} QPs "
             "({:.1f} ms), {} objects pre-created during pre-copy ({} left unused); resuming when the rings run",
-            pds.size(), mrs.size(), mr_ms, cqs.size(), cq_ms, ahs.size(), qps.size(), qp_ms, adopted, unused);
+            d.pds.size(), d.mrs.size(), mr_ms, d.cqs.size(), cq_ms, d.ahs.size(), d.qps.size(), qp_ms, adopted, unused);
   return {};
 }
 
 // ---- Object layout, built ahead on the destination ------------------------------------------------
 
-std::vector<std::uint8_t> RdmaDevice::Impl::save_layout() const {
+std::vector<std::uint8_t> DeviceState::Impl::save_layout() const {
   ByteWriter w;
   w.put(kLayoutMagic);
-  w.put(RdmaDevice::kStateVersion);
-  w.put(static_cast<std::uint32_t>(pds.size()));
-  for (const auto& [h, pd] : pds) w.put(h);
-  w.put(static_cast<std::uint32_t>(cqs.size()));
-  for (const auto& [h, cq] : cqs) {
+  w.put(DeviceState::kStateVersion);
+  w.put(static_cast<std::uint32_t>(d.pds.size()));
+  for (const auto& [h, pd] : d.pds) w.put(h);
+  w.put(static_cast<std::uint32_t>(d.cqs.size()));
+  for (const auto& [h, cq] : d.cqs) {
     w.put(h);
     w.put(cq.depth);
   }
   std::uint32_t nqp = 0;
-  for (const auto& [h, qp] : qps) nqp += qp.srq == 0 ? 1 : 0;
+  for (const auto& [h, qp] : d.qps) nqp += qp.srq == 0 ? 1 : 0;
   w.put(nqp);
-  for (const auto& [h, qp] : qps) {
+  for (const auto& [h, qp] : d.qps) {
     if (qp.srq != 0) continue;  // not migrated (save_state() says so)
     w.put(h);
     w.put(qp.pd);
@@ -417,7 +417,7 @@ std::vector<std::uint8_t> RdmaDevice::Impl::save_layout() const {
   return std::move(w.out);
 }
 
-std::shared_ptr<nicdrv::QueuePair> RdmaDevice::Impl::take_precreated_qp(std::uint32_t handle, const QpObj& qp,
+std::shared_ptr<nicdrv::QueuePair> DeviceState::Impl::take_precreated_qp(std::uint32_t handle, const QpObj& qp,
                                                                          const nicdrv::ProtectionDomain* pd,
                                                                          const nicdrv::QpInitAttr& ia,
                                                                          std::optional<std::uint32_t> qpn) {
@@ -439,12 +439,12 @@ std::shared_ptr<nicdrv::QueuePair> RdmaDevice::Impl::take_precreated_qp(std::uin
 // On a NIC the QPs are built here with QPNs of the NIC's choosing: load_state() re-creates
 // each QP from its record in one of them (rebuild_qp()), so only the modify to RTS is left for
 // the stop.
-Status RdmaDevice::Impl::precreate(std::span<const std::uint8_t> layout) {
+Status DeviceState::Impl::precreate(std::span<const std::uint8_t> layout) {
   pre.clear();
-  if (!pds.empty() || !cqs.empty() || !qps.empty())
+  if (!d.pds.empty() || !d.cqs.empty() || !d.qps.empty())
     return make_error(Errc::bad_state, "objects can be built ahead only on a device with none");
   const auto t0 = std::chrono::steady_clock::now();
-  const auto& lim = opts.limits;
+  const auto& lim = d.opts.limits;
   ByteReader r(layout);
   std::uint32_t magic = 0, version = 0, n = 0;
   auto fail = [this](const std::string& what) {
@@ -452,14 +452,14 @@ Status RdmaDevice::Impl::precreate(std::span<const std::uint8_t> layout) {
     return make_error(Errc::invalid_argument, "object layout rejected: " + what);
   };
   if (!r.get(magic) || magic != kLayoutMagic) return fail("not a virtio RDMA object layout (magic)");
-  if (!r.get(version) || !RdmaDevice::state_version_readable(version))
+  if (!r.get(version) || !DeviceState::state_version_readable(version))
     return fail(fmt::format("version {} (this vrdmad reads versions {} to {})", version,
-                            RdmaDevice::kOldestStateVersion, RdmaDevice::kStateVersion));
+                            DeviceState::kOldestStateVersion, DeviceState::kStateVersion));
   if (!r.get(n) || n > lim.max_pd) return fail("PD count");
   for (std::uint32_t i = 0; i < n; ++i) {
     std::uint32_t h = 0;
     if (!r.get(h) || h == vd::kNoHandle || pre.pds.count(h) != 0) return fail("PD handle");
-    auto pd = engine->alloc_pd();
+    auto pd = d.engine->alloc_pd();
     if (!pd) {
       pre.clear();
       return std::move(pd).error();
@@ -472,7 +472,7 @@ Status RdmaDevice::Impl::precreate(std::span<const std::uint8_t> layout) {
     if (!r.get(h) || !r.get(depth)) return fail("truncated CQ");
     if (h == vd::kNoHandle || pre.cqs.count(h) != 0 || depth == 0 || (depth & (depth - 1)) != 0 || depth > lim.max_cqe)
       return fail(fmt::format("CQ {} (depth {})", h, depth));
-    auto cq = engine->create_cq(depth);
+    auto cq = d.engine->create_cq(depth);
     if (!cq) {
       pre.clear();
       return std::move(cq).error();
@@ -492,7 +492,7 @@ Status RdmaDevice::Impl::precreate(std::span<const std::uint8_t> layout) {
     auto pit = pre.pds.find(q.pd);
     auto scq = pre.cqs.find(q.send_cq);
     auto rcq = pre.cqs.find(q.recv_cq);
-    const auto depth_ok = [&](std::uint32_t d) { return d != 0 && (d & (d - 1)) == 0 && d <= lim.max_qp_wr; };
+    const auto depth_ok = [&](std::uint32_t v) { return v != 0 && (v & (v - 1)) == 0 && v <= lim.max_qp_wr; };
     if (h == vd::kNoHandle || pre.qps.count(h) != 0 || pit == pre.pds.end() || scq == pre.cqs.end() ||
         rcq == pre.cqs.end() || !depth_ok(cap.max_send_wr) || !depth_ok(cap.max_recv_wr) ||
         !qp_shape_ok(lim, type, cap.max_send_sge, cap.max_recv_sge, cap.max_inline_data))
@@ -505,7 +505,7 @@ Status RdmaDevice::Impl::precreate(std::span<const std::uint8_t> layout) {
     q.attr.cap = cap;
     q.attr.sq_sig_all = sig != 0;
     nicdrv::QpOptions qo;
-    if (!engine_rebuilds()) qo.requested_qpn = qpn;
+    if (!d.engine_rebuilds()) qo.requested_qpn = qpn;
     auto eng = pit->second->create_qp(q.attr, qo);
     if (!eng) {
       pre.clear();
@@ -522,4 +522,4 @@ Status RdmaDevice::Impl::precreate(std::span<const std::uint8_t> layout) {
   return {};
 }
 
-}  // namespace vrdma::vhost
+}  // namespace vrdma::migration

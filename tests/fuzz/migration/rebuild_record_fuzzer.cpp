@@ -1,4 +1,4 @@
-// The re-creation record of a QP stopped on a NIC (vrdma/vhost/rebuild_record.hpp) comes
+// The re-creation record of a QP stopped on a NIC (vrdma/migration/rebuild_record.hpp) comes
 // inside a device state from the frontend. decode() must refuse what is out of range without
 // crashing; what it accepts in the current version must be exactly what encode() writes for it,
 // and a record of an older version must come back the same after encode() and decode().
@@ -6,10 +6,10 @@
 #include <cstdlib>
 #include <span>
 
-#include "vrdma/vhost/rebuild_record.hpp"
+#include "vrdma/migration/rebuild_record.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  using namespace vrdma::vhost::rebuild;
+  using namespace vrdma::migration::rebuild;
   auto r = decode(std::span(data, size));
   if (!r) return 0;
   const auto again = encode(*r);
