@@ -46,7 +46,7 @@ else
   ./scripts/build.sh build >/dev/null || { echo "demo: the build failed: run ./scripts/build.sh build to see why" >&2; exit 1; }
   B=$SRC/build
 fi
-export VRDMACTL=$B/integration/vrdmactl VRDMAD=$B/vhost/vrdmad STREAM=$B/tests/tools/vrdma-stream MEMCMP=$B/tests/tools/vrdma-memcmp
+export VRDMACTL=$B/integration/vrdmactl VRDMAD=$B/daemon/vrdmad STREAM=$B/tests/tools/vrdma-stream MEMCMP=$B/tests/tools/vrdma-memcmp
 say "preparing the guest: Debian's kernel and an initramfs with vrdma's guest tools (cached after the first run)"
 G=$("$SRC/tests/conformance/vm/make_guest.sh" "$B/nicdrv/vrdma-perf" "$B/guest/pvverbs-bind" "$STREAM" 2>&1) ||
   { echo "demo: cannot build the guest: $G" >&2; exit 1; }

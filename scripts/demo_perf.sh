@@ -42,7 +42,7 @@ run --test atomic_bw --iters 20000 --depth 16 --verify
 echo "== SEND ping-pong latency, 64 B"
 run --test send_lat --size 64 --iters 5000
 echo "== paravirtual verbs: vrdmad serves a virtio RDMA device on host A; vrdma-perf drives it through libpvverbs"
-ip netns exec $A "$PWD/build/vhost/vrdmad" --socket "$TMP/guest.sock" --engine soft:$IPA --control "$TMP/guest.ctl" \
+ip netns exec $A "$PWD/build/daemon/vrdmad" --socket "$TMP/guest.sock" --engine soft:$IPA --control "$TMP/guest.ctl" \
   2>"$TMP/vrdmad.log" &
 for _ in $(seq 100); do [ -S "$TMP/guest.ctl" ] && break; sleep 0.05; done
 runpv() {

@@ -23,7 +23,7 @@
 
 #include "vrdma/common/cli.hpp"
 #include "vrdma/guest/pci_sysfs.hpp"
-#include "vrdma/vhost/virtio_rdma.hpp"
+#include "vrdma/virtio_rdma.hpp"
 
 using namespace vrdma;
 namespace pci = vrdma::pv::pci;

@@ -3,7 +3,7 @@
  * their payloads, statuses, doorbells, events, the layouts of the work-request and completion
  * rings in guest memory, and the state area. This header IS the contract: the device (vrdmad,
  * vhost/src/rdma/), libpvverbs (guest/src/pv/, through the C++ view
- * vhost/include/vrdma/vhost/virtio_rdma.hpp), the guest kernel module and the rdma-core provider
+ * include/vrdma/virtio_rdma.hpp), the guest kernel module and the rdma-core provider
  * all compile against it.
  *
  * Plain C11, the style of Linux's include/uapi/linux/virtio_*.h: it builds in userspace (C11 and
@@ -361,6 +361,34 @@ struct virtio_rdma_create_srq_resp {
 	__le32 srq, stride;
 };
 VIRTIO_RDMA_STATIC_ASSERT(sizeof(struct virtio_rdma_create_srq_resp) == 8, "virtio_rdma_create_srq_resp is 8 bytes");
+
+/*
+ * The request body of each command: its bytes after virtio_rdma_cmd_hdr (0: none). A device
+ * refuses a shorter body (VIRTIO_RDMA_S_INVALID) and reads no byte past this length;
+ * VIRTIO_RDMA_CMD_NONE for a number that names no command.
+ */
+#define VIRTIO_RDMA_CMD_NONE 0xffffffffu
+VIRTIO_RDMA_INLINE __u32 virtio_rdma_cmd_req_len(__u32 cmd)
+{
+	switch (cmd) {
+	case VIRTIO_RDMA_CMD_QUERY_DEVICE: case VIRTIO_RDMA_CMD_QUERY_PORT: case VIRTIO_RDMA_CMD_CREATE_PD:
+	case VIRTIO_RDMA_CMD_QUERY_CONFIG:
+		return 0;
+	case VIRTIO_RDMA_CMD_QUERY_GID: return sizeof(struct virtio_rdma_query_gid_req);
+	case VIRTIO_RDMA_CMD_DESTROY_PD: case VIRTIO_RDMA_CMD_DEREG_MR: case VIRTIO_RDMA_CMD_DESTROY_CQ:
+	case VIRTIO_RDMA_CMD_QUERY_QP: case VIRTIO_RDMA_CMD_DESTROY_QP: case VIRTIO_RDMA_CMD_DESTROY_AH:
+	case VIRTIO_RDMA_CMD_DESTROY_SRQ:
+		return sizeof(struct virtio_rdma_handle_req);
+	case VIRTIO_RDMA_CMD_REG_MR: return sizeof(struct virtio_rdma_reg_mr_req);
+	case VIRTIO_RDMA_CMD_REG_DMA_MR: return sizeof(struct virtio_rdma_reg_dma_mr_req);
+	case VIRTIO_RDMA_CMD_CREATE_CQ: return sizeof(struct virtio_rdma_create_cq_req);
+	case VIRTIO_RDMA_CMD_CREATE_QP: return sizeof(struct virtio_rdma_create_qp_req);
+	case VIRTIO_RDMA_CMD_MODIFY_QP: return sizeof(struct virtio_rdma_modify_qp_req);
+	case VIRTIO_RDMA_CMD_CREATE_AH: return sizeof(struct virtio_rdma_create_ah_req);
+	case VIRTIO_RDMA_CMD_CREATE_SRQ: return sizeof(struct virtio_rdma_create_srq_req);
+	default: return VIRTIO_RDMA_CMD_NONE;
+	}
+}
 
 /* ---- Work-request rings ("Rings in guest memory") ------------------------------------------ */
 /* A send WQE: this header, then num_sge SGEs, or (VIRTIO_RDMA_SEND_INLINE) inline_len bytes. */

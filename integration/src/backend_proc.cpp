@@ -127,9 +127,9 @@ Result<int> spawn_detached(const std::vector<std::string>& argv, const std::stri
 
 BackendPrograms BackendPrograms::from_environment() {
   const auto dir = self_dir();
-  // In a build tree vrdmad sits next to vrdmactl's folder (vhost/); installed, in ../sbin.
+  // In a build tree vrdmad sits next to vrdmactl's folder (daemon/); installed, in ../sbin.
   std::string vrdmad = dir + "/../sbin/vrdmad";
-  for (const auto& c : {dir + "/vrdmad", dir + "/../vhost/vrdmad"})
+  for (const auto& c : {dir + "/vrdmad", dir + "/../daemon/vrdmad"})
     if (::access(c.c_str(), X_OK) == 0) vrdmad = c;
   // The environment, else /etc/default/vrdma (host_setting).
   std::string group = host_setting("VRDMA_QEMU_GROUP");

@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "vrdma/guest/pv.hpp"
-#include "vrdma/vhost/virtio_rdma.hpp"
+#include "vrdma/virtio_rdma.hpp"
 
 namespace vrdma::pv::detail {
 

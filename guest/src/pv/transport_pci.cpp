@@ -26,7 +26,7 @@
 #include "vrdma/common/log.hpp"
 #include "vrdma/guest/pci_sysfs.hpp"
 #include "vrdma/guest/pv.hpp"
-#include "vrdma/vhost/virtio_rdma.hpp"
+#include "vrdma/virtio_rdma.hpp"
 
 namespace vrdma::pv {
 namespace {

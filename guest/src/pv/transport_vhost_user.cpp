@@ -16,7 +16,7 @@
 #include "vrdma/vhost/driver_queue.hpp"
 #include "vrdma/vhost/frontend.hpp"
 #include "vrdma/vhost/guest_ram.hpp"
-#include "vrdma/vhost/virtio_rdma.hpp"
+#include "vrdma/virtio_rdma.hpp"
 
 namespace vrdma::pv {
 namespace {

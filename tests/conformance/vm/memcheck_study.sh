@@ -26,7 +26,7 @@ fi
 touch "$OUT"
 QEMUS=${QEMUS:-7.2 10} DEVICES=${DEVICES:-vrdma virtio-blk} BANDWIDTHS=${BANDWIDTHS:-32 0}
 MOVES=${MOVES:-20} RUN_MOVES=${RUN_MOVES:-10} STUDY_SECONDS=${STUDY_SECONDS:-7200}
-ARGS=("$B/nicdrv/vrdma-perf" "$B/vhost/vrdmad" "$B/guest/pvverbs-bind" "$B/tests/tools/vrdma-stream" "$B/tests/tools/vrdma-memcmp")
+ARGS=("$B/nicdrv/vrdma-perf" "$B/daemon/vrdmad" "$B/guest/pvverbs-bind" "$B/tests/tools/vrdma-stream" "$B/tests/tools/vrdma-memcmp")
 start=$SECONDS
 echo "memcheck study: results in $OUT"
 for q in $QEMUS; do

@@ -20,7 +20,7 @@
 #include "vrdma/vhost/driver_queue.hpp"
 #include "vrdma/vhost/guest_ram.hpp"
 #include "vrdma/vhost/rdma_device.hpp"
-#include "vrdma/vhost/virtio_rdma.hpp"
+#include "vrdma/virtio_rdma.hpp"
 
 using namespace vrdma;
 using namespace vrdma::vhost;

@@ -1,6 +1,6 @@
 // Live migration without QEMU: our frontend moves a vhost-user-blk device between two
 // vhost_blk_backend processes (sharing one disk file, as two hosts share storage) with
-// LiveMigration (vhost/live_migration.hpp), while the driver does checksummed I/O the whole time.
+// LiveMigration (support/live_migration.hpp), while the driver does checksummed I/O the whole time.
 // After switchover the destination RAM must equal the stopped source's byte for byte (pages are
 // copied only where a dirty log marks them, so a backend write missing from its log shows up
 // here), and every block read on either side must carry the data last written to it.
@@ -19,7 +19,7 @@
 
 #include "blk_client.hpp"
 #include "process.hpp"
-#include "vrdma/vhost/live_migration.hpp"
+#include "live_migration.hpp"
 
 using namespace vrdma;
 using namespace vrdma::test;

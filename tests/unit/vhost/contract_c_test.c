@@ -92,6 +92,16 @@ static void check_control(void)
 	VALUE(VIRTIO_RDMA_CMD_QUERY_CONFIG, 18);
 	VALUE(VIRTIO_RDMA_CMD_REG_DMA_MR, 19);
 	VALUE(VIRTIO_RDMA_CMD_COUNT, 20);
+	/* Each command's request body (docs/virtio-rdma.md "Commands"). */
+	{
+		static const unsigned req_len[20] = {0xffffffffu, 0, 0, 8, 0, 8, 40, 8, 16, 8, 64, 92, 8, 8, 40, 8, 32, 8, 0, 8};
+		char what[64];
+		for (unsigned c = 0; c <= VIRTIO_RDMA_CMD_COUNT; ++c) {
+			snprintf(what, sizeof what, "virtio_rdma_cmd_req_len(%u)", c);
+			check(what, virtio_rdma_cmd_req_len(c), c < 20 ? req_len[c] : VIRTIO_RDMA_CMD_NONE);
+		}
+		VALUE(VIRTIO_RDMA_CMD_NONE, 0xffffffffu);
+	}
 	VALUE(VIRTIO_RDMA_ACCESS_LOCAL_WRITE, 1);
 	SIZE(virtio_rdma_reg_dma_mr_req, 8);
 	FIELD(virtio_rdma_reg_dma_mr_req, pd, 0, 4);

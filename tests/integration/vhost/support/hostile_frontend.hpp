@@ -42,7 +42,7 @@
 #include "vrdma/vhost/driver_queue.hpp"
 #include "vrdma/vhost/frontend.hpp"
 #include "vrdma/vhost/guest_ram.hpp"
-#include "vrdma/vhost/virtio_rdma.hpp"
+#include "vrdma/virtio_rdma.hpp"
 #include "vrdmad_proc.hpp"
 
 namespace vrdma::test::hostile {

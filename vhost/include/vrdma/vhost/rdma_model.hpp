@@ -25,7 +25,7 @@
 #include "vrdma/common/fd.hpp"
 #include "vrdma/nicdrv/device.hpp"
 #include "vrdma/vhost/rdma_device.hpp"
-#include "vrdma/vhost/virtio_rdma.hpp"
+#include "vrdma/virtio_rdma.hpp"
 
 namespace vrdma::vhost {
 

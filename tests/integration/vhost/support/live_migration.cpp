@@ -1,6 +1,6 @@
 // Frontend-side live migration: the shared dirty log, the driver's write tracking, copy rounds
 // and the stop protocol (vhost-user.rst "Migration").
-#include "vrdma/vhost/live_migration.hpp"
+#include "live_migration.hpp"
 
 #include <fcntl.h>
 #include <fmt/format.h>

@@ -16,31 +16,20 @@
 // SIGTERM/SIGINT (docs/migration.md "A backend that dies").
 #include <grp.h>
 #include <sys/epoll.h>
-#include <sys/stat.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <sys/timerfd.h>
-#include <sys/socket.h>
-#include <sys/un.h>
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <chrono>
 #include <csignal>
-#include <deque>
-#include <fstream>
-#include <functional>
-#include <map>
-#include <optional>
-#include <thread>
-#include <vector>
 #include <cstdio>
 #include <cstring>
+#include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -50,21 +39,21 @@
 #include "vrdma/migration/peer_notice.hpp"
 #include "vrdma/migration/switchover.hpp"
 #include "vrdma/nicdrv/registry.hpp"
-#include "vrdma/nicdrv/soft.hpp"
 #include "vrdma/vhost/backend.hpp"
 #include "vrdma/vhost/channel.hpp"
 #include "vrdma/vhost/rdma_device.hpp"
 
+#include "control_socket.hpp"
+#include "stats.hpp"
+#include "supervise.hpp"
+
 using namespace vrdma;
+using vrdmad::ControlConnections;
+using vrdmad::listen_unix;
+using vrdmad::migration_json;
+using vrdmad::stats_json;
 
 namespace {
-
-nlohmann::json migration_json(const migration::MigratingDevice& mig) {
-  const auto m = mig.status();
-  return {{"phase", migration::to_string(m.phase)}, {"peer", m.peer},           {"message", m.message},
-          {"state_bytes", m.state_bytes},          {"save_ms", m.save_ms},     {"load_ms", m.load_ms},
-          {"stop_to_active_ms", m.stop_to_active_ms}, {"garps", m.garps}, {"state_via", m.state_via}};
-}
 
 bool parse_mac(const std::string& s, std::uint8_t (&mac)[6]) {
   unsigned v[6];
@@ -75,85 +64,6 @@ bool parse_mac(const std::string& s, std::uint8_t (&mac)[6]) {
     mac[i] = static_cast<std::uint8_t>(v[i]);
   }
   return true;
-}
-
-// What the engine put on and took off the wire: the soft engine's own counters; a NIC's port
-// counters from sysfs (the data counters count 4-byte words, IBA 16.1.3.5); {} when neither.
-nlohmann::json wire_json(const nicdrv::Device& engine, const std::string& name) {
-  if (auto st = nicdrv::soft::stats(engine))
-    return {{"tx_packets", st->tx_packets},
-            {"rx_packets", st->rx_packets},
-            {"tx_bytes", st->tx_bytes},
-            {"rx_bytes", st->rx_bytes},
-            {"retransmits", st->retransmits},
-            {"timeouts", st->timeouts},
-            {"read_rereads", st->read_rereads},
-            {"rnr_naks_sent", st->rnr_naks_sent},
-            {"rnr_naks_received", st->rnr_naks_received},
-            {"seq_naks_sent", st->seq_naks_sent},
-            {"seq_naks_received", st->seq_naks_received},
-            {"duplicates_received", st->duplicates_received},
-            {"rx_dropped", st->rx_dropped_icrc + st->rx_dropped_malformed + st->rx_dropped_no_qp + st->rx_dropped_qkey +
-                               st->rx_dropped_pkey + st->rx_longer_than_mtu}};
-  if (name.rfind("verbs:", 0) != 0) return nlohmann::json::object();
-  const auto options = name.find('?');  // verbs:IBDEV[?OPTIONS]
-  const std::string ibdev = name.substr(6, options == std::string::npos ? std::string::npos : options - 6);
-  const std::string dir = "/sys/class/infiniband/" + ibdev + "/ports/1/counters/";
-  auto counter = [&](const char* file) -> std::optional<std::uint64_t> {
-    std::ifstream in(dir + file);
-    std::uint64_t v = 0;
-    if (in >> v) return v;
-    return std::nullopt;
-  };
-  nlohmann::json j = nlohmann::json::object();
-  if (auto v = counter("port_xmit_packets")) j["tx_packets"] = *v;
-  if (auto v = counter("port_rcv_packets")) j["rx_packets"] = *v;
-  if (auto v = counter("port_xmit_data")) j["tx_bytes"] = *v * 4;
-  if (auto v = counter("port_rcv_data")) j["rx_bytes"] = *v * 4;
-  return j;
-}
-
-nlohmann::json stats_json(const vhost::RdmaDevice& dev, const migration::MigratingDevice& mig,
-                          const vhost::BackendServer& srv, const std::string& engine, const nicdrv::Device& wire,
-                          const std::string& domain, const std::string& socket) {
-  const auto s = dev.stats();
-  const auto& ds = mig.device_state();
-  const auto m = ds.stats();
-  const auto& b = srv.stats();
-  return {
-      {"version", std::string(vrdma::version())},
-      {"domain", domain},
-      {"socket", socket},
-      {"migration", migration_json(mig)},
-      {"engine", engine},
-      {"connected", srv.connected()},
-      {"paused", s.paused},
-      {"state_area_bytes", ds.state_area_bytes()},
-      {"objects", {{"pd", s.pds}, {"mr", s.mrs}, {"cq", s.cqs}, {"qp", s.qps}, {"ah", s.ahs}, {"srq", s.srqs}}},
-      {"registered_bytes", s.registered_bytes},
-      {"precreated", m.precreated},
-      {"adopted", m.adopted},
-      {"commands", s.commands},
-      {"command_errors", s.command_errors},
-      {"doorbells", s.doorbells},
-      {"doorbell_errors", s.doorbell_errors},
-      {"send_wqes", s.send_wqes},
-      {"recv_wqes", s.recv_wqes},
-      {"wqe_errors", s.wqe_errors},
-      {"cqes", s.cqes},
-      {"cq_overruns", s.cq_overruns},
-      {"events", s.events},
-      {"events_dropped", s.events_dropped},
-      {"notices",
-       {{"peers_paused", m.peers_paused},
-        {"peers_repointed", m.peers_repointed},
-        {"answered", m.notices_answered},
-        {"refused", m.notices_refused},
-        {"qps_paused", m.qps_paused},
-        {"qps_repointed", m.qps_repointed}}},
-      {"vhost", {{"connections", b.connections}, {"messages", b.messages}, {"rejected", b.rejected}, {"kicks", b.kicks}}},
-      {"wire", wire_json(wire, engine)},
-  };
 }
 
 // The vhost-user socket for QEMU's group only: root:GROUP, mode 0660 (connect(2) on a UNIX
@@ -182,223 +92,11 @@ Status give_socket_to_group(const std::string& path, gid_t gid) {
   return {};
 }
 
-Result<UniqueFd> listen_unix(const std::string& path) {
-  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-  if (!fd) return errno_error(errno, "creating the control socket");
-  sockaddr_un a{};
-  a.sun_family = AF_UNIX;
-  if (path.size() >= sizeof a.sun_path) return make_error(Errc::invalid_argument, "control socket path too long: " + path);
-  // Bound under a temporary name and renamed once listening: whoever sees `path` can connect
-  // (a client that connected between bind and listen was refused).
-  const std::string tmp = path + ".new";
-  if (tmp.size() >= sizeof a.sun_path) return make_error(Errc::invalid_argument, "control socket path too long: " + path);
-  VRDMA_TRY(vhost::claim_socket_path(path));
-  std::memcpy(a.sun_path, tmp.c_str(), tmp.size() + 1);
-  ::unlink(tmp.c_str());
-  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return errno_error(errno, "binding " + tmp);
-  if (::listen(fd.get(), 8) != 0) return errno_error(errno, "listening on " + tmp);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) return errno_error(errno, "renaming " + tmp + " to " + path);
-  return fd;
-}
-
-// The control socket's connections, served on the event loop without ever blocking it (the
-// rule of docs/vhost.md "What a frontend cannot do to the event loop", for whoever can reach this
-// socket): each is non-blocking, its request line read as bytes arrive and answered once whole (a
-// newline, the client's shutdown, a whole JSON value, or 4 KiB); at most 64 at once (a 65th
-// closes the oldest); one whose line is not whole 1 s after it connected is closed.
-class ControlConnections {
- public:
-  using Handler = std::function<std::string(const std::string& line)>;
-  ControlConnections(vhost::EventLoop& loop, int listener, Handler handler)
-      : loop_(loop), listener_(listener), handler_(std::move(handler)) {}
-  ~ControlConnections() {
-    for (auto& [fd, c] : conns_) loop_.remove(fd);
-    if (timer_) loop_.remove(timer_.get());
-    loop_.remove(listener_);
-  }
-  ControlConnections(const ControlConnections&) = delete;
-  ControlConnections& operator=(const ControlConnections&) = delete;
-
-  Status start() {
-    timer_ = UniqueFd(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
-    if (!timer_) return errno_error(errno, "timerfd for the control socket");
-    VRDMA_TRY(loop_.add(timer_.get(), EPOLLIN, [this](std::uint32_t) { on_timer(); }));
-    return loop_.add(listener_, EPOLLIN, [this](std::uint32_t) { on_accept(); });
-  }
-
- private:
-  static constexpr std::size_t kMaxConns = 64, kMaxLine = 4096;
-  static constexpr auto kDeadline = std::chrono::seconds(1);
-  struct Conn {
-    UniqueFd fd;
-    std::string in;
-    std::chrono::steady_clock::time_point since;
-    std::uint64_t order;
-  };
-
-  void on_accept() {
-    for (int i = 0; i < 16; ++i) {  // a few per wake-up; the rest wake us again
-      UniqueFd c(::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
-      if (!c) return;
-      if (conns_.size() >= kMaxConns) {
-        auto oldest = std::min_element(conns_.begin(), conns_.end(),
-                                       [](const auto& a, const auto& b) { return a.second.order < b.second.order; });
-        close(oldest->first);
-      }
-      const int fd = c.get();
-      if (!loop_.add(fd, EPOLLIN, [this, fd](std::uint32_t) { on_read(fd); }).ok()) continue;
-      conns_[fd] = Conn{std::move(c), {}, std::chrono::steady_clock::now(), ++order_};
-      if (conns_.size() == 1) arm(true);
-    }
-  }
-
-  void on_read(int fd) {
-    auto it = conns_.find(fd);
-    if (it == conns_.end()) return;
-    Conn& c = it->second;
-    char buf[1024];
-    const ssize_t n = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT);
-    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
-    if (n > 0) c.in.append(buf, static_cast<std::size_t>(n));
-    const auto nl = c.in.find('\n');
-    // More to come, unless what came is a whole JSON value already (a client that sends no newline).
-    if (n > 0 && nl == std::string::npos && c.in.size() < kMaxLine && !nlohmann::json::accept(c.in)) return;
-    if (n < 0 || c.in.empty()) return close(fd);
-    const std::string out = handler_(c.in.substr(0, nl));
-    // The reply (a few KiB) fits the empty socket buffer; a client that cannot take it is gone.
-    [[maybe_unused]] auto w = ::send(fd, out.data(), out.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
-    close(fd);
-  }
-
-  void on_timer() {
-    std::uint64_t n;
-    [[maybe_unused]] auto r = ::read(timer_.get(), &n, sizeof n);
-    const auto now = std::chrono::steady_clock::now();
-    std::vector<int> late;
-    for (const auto& [fd, c] : conns_)
-      if (now - c.since >= kDeadline) late.push_back(fd);
-    for (int fd : late) close(fd);
-  }
-
-  void close(int fd) {
-    loop_.remove(fd);
-    conns_.erase(fd);
-    if (conns_.empty()) arm(false);
-  }
-
-  void arm(bool on) {
-    const timespec every{0, on ? 250'000'000 : 0};
-    const itimerspec t{every, every};
-    ::timerfd_settime(timer_.get(), 0, &t, nullptr);
-  }
-
-  vhost::EventLoop& loop_;
-  int listener_;
-  Handler handler_;
-  UniqueFd timer_;
-  std::map<int, Conn> conns_;
-  std::uint64_t order_ = 0;
-};
-
-// --supervise: this process only starts the backend (this program without --supervise) and
-// starts it again when it dies of a crash or a kill, at most kMaxRestarts times a minute. A
-// restarted backend that was not a migration destination gets --incoming guest: when the guest's
-// state area holds a device state nobody has loaded yet (the backend died between the
-// migration's stop and the destination's load), it takes the guest's objects from there, and
-// otherwise it starts with none, and (--restarted) tells the guest's driver that any objects it
-// had are gone (DEVICE_FATAL). SIGTERM/SIGINT go to the backend and end both.
-constexpr int kMaxRestarts = 5;
-
-pid_t start_backend(const std::vector<std::string>& args) {
-  const pid_t pid = ::fork();
-  if (pid != 0) return pid;
-  // A supervisor that is itself killed takes its backend with it (no orphan serving the socket).
-  ::prctl(PR_SET_PDEATHSIG, SIGTERM);
-  sigset_t none;
-  sigemptyset(&none);
-  sigprocmask(SIG_SETMASK, &none, nullptr);
-  std::vector<char*> argv;
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  ::execv("/proc/self/exe", argv.data());
-  std::fprintf(stderr, "vrdmad: cannot start the backend again: %s\n", std::strerror(errno));
-  ::_exit(127);
-}
-
-std::string how_it_ended(int st) {
-  if (WIFSIGNALED(st)) {
-    const char* n = ::sigabbrev_np(WTERMSIG(st));
-    return fmt::format("was killed by signal {} (SIG{})", WTERMSIG(st), n ? n : "?");
-  }
-  return fmt::format("exited with status {}", WEXITSTATUS(st));
-}
-
-int supervise(int argc, char** argv) {
-  std::vector<std::string> args;
-  std::string socket = "its socket";
-  bool incoming = false;
-  for (int i = 0; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--supervise") continue;
-    if (a == "--incoming" || a.rfind("--incoming=", 0) == 0) incoming = true;
-    if (a == "--socket" && i + 1 < argc) socket = argv[i + 1];
-    args.push_back(a);
-  }
-  sigset_t mask;
-  sigemptyset(&mask);
-  for (int sig : {SIGTERM, SIGINT, SIGCHLD}) sigaddset(&mask, sig);
-  sigprocmask(SIG_BLOCK, &mask, nullptr);
-  pid_t child = start_backend(args);
-  if (child < 0) {
-    log::error("vrdmad: cannot start the backend: {}", std::strerror(errno));
-    return 1;
-  }
-  std::deque<std::chrono::steady_clock::time_point> restarts;
-  for (;;) {
-    siginfo_t si{};
-    if (::sigwaitinfo(&mask, &si) < 0) continue;
-    if (si.si_signo == SIGTERM || si.si_signo == SIGINT) {
-      ::kill(child, si.si_signo);
-      int st = 0;
-      while (::waitpid(child, &st, 0) < 0 && errno == EINTR) {
-      }
-      return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
-    }
-    int st = 0;
-    const pid_t done = ::waitpid(child, &st, WNOHANG);
-    if (done != child) continue;
-    if (WIFEXITED(st) && (WEXITSTATUS(st) == 0 || WEXITSTATUS(st) == 2)) return WEXITSTATUS(st);  // asked to, or usage
-    const auto now = std::chrono::steady_clock::now();
-    while (!restarts.empty() && now - restarts.front() > std::chrono::minutes(1)) restarts.pop_front();
-    if (restarts.size() >= kMaxRestarts) {
-      log::error("vrdmad: the backend {} {} for the {}th time within a minute; not starting it again (its log above "
-                 "says why; the guest's device stays without a backend until one serves {})",
-                 done, how_it_ended(st), kMaxRestarts + 1, socket);
-      return 1;
-    }
-    restarts.push_back(now);
-    if (!incoming) {
-      args.insert(args.end(), {"--incoming", "guest"});
-      incoming = true;
-    }
-    if (std::find(args.begin(), args.end(), "--restarted") == args.end()) args.emplace_back("--restarted");
-    log::warn("vrdmad: the backend {} {}; starting it again (restart {} of at most {} a minute), with --incoming "
-              "guest: a device state the guest's memory holds from a migration is taken from there",
-              done, how_it_ended(st), restarts.size(), kMaxRestarts);
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    child = start_backend(args);
-    if (child < 0) {
-      log::error("vrdmad: cannot start the backend again: {}", std::strerror(errno));
-      return 1;
-    }
-  }
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i)
-    if (std::strcmp(argv[i], "--supervise") == 0) return supervise(argc, argv);
+    if (std::strcmp(argv[i], "--supervise") == 0) return vrdmad::supervise(argc, argv);
   CLI::App app{"vrdmad: virtio RDMA device backend (vhost-user), one process per guest device", "vrdmad"};
   vrdma::cli::prepare(app);
   std::string sock, engine_name, control, incoming, announce, mac = "52:54:00:00:00:01";

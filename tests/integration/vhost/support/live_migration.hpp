@@ -1,6 +1,6 @@
 // Frontend-side live migration of a vhost-user device from one backend process to another, done
-// the way QEMU does it for a VM (vhost-user.rst "Migration"), for our own frontend (libpvverbs
-// acting as a VMM, and the tests):
+// the way QEMU does it for a VM (vhost-user.rst "Migration"), for our own frontend in the tests
+// (a test VMM: part of vhost_test_support, not of the vhost module):
 //
 //   begin()        the source must have acked LOG_SHMFD: the frontend makes a shared dirty log
 //                  covering guest RAM (SET_LOG_BASE), starts tracking its own writes to RAM, and

@@ -1,14 +1,16 @@
-// The C++ view of the virtio RDMA device's contract. The contract itself is the plain C header
-// include/vrdma/virtio_rdma.h (docs/virtio-rdma.md), which the guest kernel module and the
+// The C++ view of the virtio RDMA device's contract, beside it. The contract itself is the plain
+// C header vrdma/virtio_rdma.h (docs/virtio-rdma.md), which the guest kernel module and the
 // rdma-core provider compile too; this header gives its structs and values the names the C++
-// code uses (vrdmad's device model, vhost/src/rdma/; libpvverbs, guest/src/pv/): every struct is
-// an alias of the C struct, every constant and enumerator takes its value from the C define,
-// and the static_asserts below tie the two together. Only C++ conveniences live here: scoped
-// enums, command names, std::bit_ceil, a zero-initialised StateCensus.
+// code uses (vrdmad's device model, vhost/src/rdma/; the migration code; libpvverbs,
+// guest/src/pv/): every struct is an alias of the C struct, every constant and enumerator takes
+// its value from the C define, and the static_asserts below tie the two together. Only C++
+// conveniences live here: scoped enums, command names, std::bit_ceil, a zero-initialised
+// StateCensus. Header-only (target vrdma_contract), so any module may use it.
 #pragma once
 
 #include <vrdma/virtio_rdma.h>
 
+#include <array>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
@@ -75,7 +77,14 @@ enum class Cmd : std::uint32_t {
   reg_dma_mr = VIRTIO_RDMA_CMD_REG_DMA_MR,      // a PD's local DMA key (response: RegMrResp)
   count_ = VIRTIO_RDMA_CMD_COUNT
 };
-std::string_view cmd_name(std::uint32_t cmd) noexcept;
+// A command's name for sentences ("?" for 0, "UNKNOWN" past the last).
+inline constexpr std::array<std::string_view, VIRTIO_RDMA_CMD_COUNT> kCmdNames{
+    "?",          "QUERY_DEVICE", "QUERY_PORT", "QUERY_GID",  "CREATE_PD",  "DESTROY_PD",  "REG_MR",
+    "DEREG_MR",   "CREATE_CQ",    "DESTROY_CQ", "CREATE_QP",  "MODIFY_QP",  "QUERY_QP",    "DESTROY_QP",
+    "CREATE_AH",  "DESTROY_AH",   "CREATE_SRQ", "DESTROY_SRQ", "QUERY_CONFIG", "REG_DMA_MR"};
+constexpr std::string_view cmd_name(std::uint32_t cmd) noexcept {
+  return cmd < kCmdNames.size() ? kCmdNames[cmd] : std::string_view("UNKNOWN");
+}
 
 using CmdHeader = ::virtio_rdma_cmd_hdr;
 // Status values are Linux errno numbers (0 = success), so a guest can hand them to its callers.
