@@ -101,7 +101,7 @@ int main(int argc, char** argv) {
   vrdma::cli::prepare(app);
   std::string sock, engine_name, control, incoming, announce, mac = "52:54:00:00:00:01";
   vhost::RdmaDeviceOptions opts;
-  migration::DeviceStateOptions dopts;
+  migration::MigrationOptions mopts;  // filled below; its device options from the command line
   auto& lim = opts.limits;
   app.add_option("--socket", sock, "vhost-user socket to serve")->required();
   app.add_option("--engine", engine_name, "RDMA engine: soft:<ip|ifname>[?opts] or verbs:<ibdev|pci>")->required();
@@ -142,8 +142,8 @@ int main(int argc, char** argv) {
                  "on a NIC, tell the vrdma backends of the guest's QPs' peers where a QP went when the guest moves, and "
                  "take their notices: listen for them on this address (the guest's RDMA address on this host, IPv4 or "
                  "IPv6; a comma-separated list for a guest with both)");
-  app.add_option("--notice-port", dopts.notice_port, "TCP port of the peer notices")->capture_default_str();
-  app.add_option("--notice-hold-ms", dopts.hold_timeout_ms,
+  app.add_option("--notice-port", mopts.device.notice_port, "TCP port of the peer notices")->capture_default_str();
+  app.add_option("--notice-hold-ms", mopts.device.hold_timeout_ms,
                  "how long a QP paused for a moving peer waits to be re-pointed before its sends go on")
       ->capture_default_str()
       ->check(CLI::Range(100u, 600000u));
@@ -199,15 +199,13 @@ int main(int argc, char** argv) {
     log::error("vrdmad: {}", loop.error().message);
     return 1;
   }
-  dopts.notices = !notices_ip.empty();
+  mopts.device.notices = !notices_ip.empty();
   vhost::RdmaDevice dev(*engine, *loop, opts);
-  migration::MigrationOptions mopts;
   mopts.engine_name = engine_name;
   mopts.mac = mac;
   mopts.announce_if = announce;
   mopts.self = sock;
   mopts.restarted = restarted;
-  mopts.device = dopts;
   if (!migration_engine.empty()) {
     auto me = nicdrv::open_device(migration_engine);
     if (!me) {
@@ -283,20 +281,21 @@ int main(int argc, char** argv) {
       const auto where = migration::notice::to_string(l.addr);
       if (!here && l.server->listening()) {
         l.server->close();
-        log::info("vrdmad: the guest left; this vrdmad takes no more peer notices on {} port {}", where, dopts.notice_port);
+        log::info("vrdmad: the guest left; this vrdmad takes no more peer notices on {} port {}", where,
+                  mopts.device.notice_port);
       } else if (here && !l.server->listening()) {
-        auto ok = l.server->listen(l.addr, dopts.notice_port);
+        auto ok = l.server->listen(l.addr, mopts.device.notice_port);
         if (!ok) return std::move(ok).error();
         if (!*ok) {
           if (!l.busy_said)
             log::warn("vrdmad: another process takes peer notices on {} port {} (another backend of this guest on this "
                       "host?): this vrdmad takes them once that one lets go",
-                      where, dopts.notice_port);
+                      where, mopts.device.notice_port);
           l.busy_said = true;
           continue;
         }
         l.busy_said = false;
-        log::info("vrdmad: taking peer notices on {} port {}", where, dopts.notice_port);
+        log::info("vrdmad: taking peer notices on {} port {}", where, mopts.device.notice_port);
       }
     }
     return {};

@@ -63,6 +63,18 @@ UniqueFd listener(std::uint16_t& port, int backlog = 4) {
   return fd;
 }
 
+// A server's handler that records who sent the notice and answers `kind` for its QP, with `token`.
+Server::Handler answering(Kind kind, Address& seen_from, std::uint64_t token = 0) {
+  return [kind, &seen_from, token](const Message& m, const Address& from) {
+    seen_from = from;
+    Message a;
+    a.kind = kind;
+    a.peer_qpn = m.peer_qpn;
+    a.token = token;
+    return a;
+  };
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(the_bytes_are_the_documented_ones_and_come_back_the_same) {
@@ -204,13 +216,7 @@ BOOST_AUTO_TEST_CASE(the_server_answers_without_blocking_on_a_silent_connection)
   auto loop = vrdma::vhost::EventLoop::create();
   BOOST_REQUIRE(loop.ok());
   Address seen_from{};
-  Server srv(*loop, [&](const Message& m, const Address& from) {
-    seen_from = from;
-    Message a;
-    a.kind = Kind::repointed;
-    a.peer_qpn = m.peer_qpn;
-    return a;
-  }, 2000ms);
+  Server srv(*loop, answering(Kind::repointed, seen_from), 2000ms);
   std::uint16_t port = 0;
   {
     auto probe = listener(port);  // a free port: taken and given back
@@ -319,14 +325,7 @@ BOOST_AUTO_TEST_CASE(notices_travel_over_ipv6_too) {
   auto loop = vrdma::vhost::EventLoop::create();
   BOOST_REQUIRE(loop.ok());
   Address seen_from{};
-  Server srv(*loop, [&](const Message& m, const Address& from) {
-    seen_from = from;
-    Message a;
-    a.kind = Kind::paused;
-    a.peer_qpn = m.peer_qpn;
-    a.token = 7;
-    return a;
-  });
+  Server srv(*loop, answering(Kind::paused, seen_from, 7));
   const auto v6lo = *parse_address("::1");
   std::uint16_t port = 0;
   {
