@@ -82,6 +82,12 @@ inline constexpr std::array<std::string_view, VIRTIO_RDMA_CMD_COUNT> kCmdNames{
     "?",          "QUERY_DEVICE", "QUERY_PORT", "QUERY_GID",  "CREATE_PD",  "DESTROY_PD",  "REG_MR",
     "DEREG_MR",   "CREATE_CQ",    "DESTROY_CQ", "CREATE_QP",  "MODIFY_QP",  "QUERY_QP",    "DESTROY_QP",
     "CREATE_AH",  "DESTROY_AH",   "CREATE_SRQ", "DESTROY_SRQ", "QUERY_CONFIG", "REG_DMA_MR"};
+constexpr bool every_command_named() {
+  for (auto n : kCmdNames)
+    if (n.empty()) return false;
+  return true;
+}
+static_assert(every_command_named(), "kCmdNames: a name for every number below VIRTIO_RDMA_CMD_COUNT");
 constexpr std::string_view cmd_name(std::uint32_t cmd) noexcept {
   return cmd < kCmdNames.size() ? kCmdNames[cmd] : std::string_view("UNKNOWN");
 }
