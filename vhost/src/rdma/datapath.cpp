@@ -180,9 +180,9 @@ void DeviceModel::post_sq(const GuestView& g, std::uint32_t handle, QpObj& qp) {
         wr.imm_data = w->imm_data;
         wr.rdma.remote_addr = w->remote_addr;
         wr.rdma.rkey = w->rkey;
-        if (qp.local_peer && !rkey_to_engine.empty())  // a moved region of this device (rebuild.cpp)
+        if (qp.local_peer && !rkey_to_engine.empty())  // a moved region of this device (migration/src/rebuild.cpp)
           if (auto k = rkey_to_engine.find(w->rkey); k != rkey_to_engine.end()) wr.rdma.rkey = k->second;
-        if (!qp.remote_rkeys.empty())  // the peer's regions after it moved onto a NIC (peer.cpp)
+        if (!qp.remote_rkeys.empty())  // the peer's regions after it moved onto a NIC (migration/src/peer.cpp)
           if (auto k = qp.remote_rkeys.find(w->rkey); k != qp.remote_rkeys.end()) wr.rdma.rkey = k->second;
         wr.atomic.remote_addr = w->remote_addr;
         wr.atomic.rkey = wr.rdma.rkey;
