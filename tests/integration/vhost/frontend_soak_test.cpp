@@ -2,7 +2,7 @@
 // against one vrdmad for VRDMA_SOAK_SECONDS (60 by default; the issue asks for 600 once, by hand),
 // beside a guest on another vrdmad moving checked data the whole time, and a guest of the
 // victim's own writing checked data after every round. Zero failed checks; every answer within
-// the bound the whole time; the victim's open fds the same and its resident memory within
+// the bound the whole time; the victim's open fds no more and its resident memory within
 // 4 MiB of what they were after the first round.
 #define BOOST_TEST_MODULE vrdmad_frontend_soak
 #include <boost/test/unit_test.hpp>
@@ -27,8 +27,11 @@ struct Rest {
   int fds = -1;
   long rss_kib = -1;
 };
-// `want_fds`: a count seen at rest before; a connection the victim is still closing may hold one
-// more for a moment, so wait up to 2 s for the count to come back before taking it.
+// A connection the victim is still closing holds an fd or two for a moment after its status
+// says it has no frontend. `want_fds` < 0 (the first sample): wait until the count has held still
+// for 500 ms (up to 3 s), so a closing connection is not taken for what the victim keeps (CI's
+// ASan run once took 19 after the first round and found 18 at the end: fd 15 was still closing).
+// `want_fds` >= 0 (the end): wait up to 2 s for the count to come down to it.
 Rest at_rest(const Vrdmad& v, int want_fds = -1) {
   for (int i = 0; i < 200; ++i) {
     auto st = v.status();
@@ -36,7 +39,17 @@ Rest at_rest(const Vrdmad& v, int want_fds = -1) {
     std::this_thread::sleep_for(10ms);
   }
   std::this_thread::sleep_for(50ms);
-  for (int i = 0; i < 20 && want_fds >= 0 && v.child->open_fds() != want_fds; ++i) std::this_thread::sleep_for(100ms);
+  if (want_fds < 0) {
+    int last = v.child->open_fds(), still = 0;
+    for (int i = 0; i < 30 && still < 5; ++i) {
+      std::this_thread::sleep_for(100ms);
+      const int now = v.child->open_fds();
+      still = now == last ? still + 1 : 0;
+      last = now;
+    }
+  } else {
+    for (int i = 0; i < 20 && v.child->open_fds() > want_fds; ++i) std::this_thread::sleep_for(100ms);
+  }
   return {v.child->open_fds(), rss_kib(v.child->pid())};
 }
 
@@ -86,8 +99,13 @@ BOOST_AUTO_TEST_CASE(every_attack_in_a_loop_beside_a_guest_moving_checked_data) 
                               << n.other_max_ms << " ms); victim fds " << before.fds << " -> " << after.fds
                               << ", RSS " << before.rss_kib << " -> " << after.rss_kib << " KiB");
   BOOST_CHECK(v->child->alive());
-  BOOST_CHECK_MESSAGE(after.fds == before.fds, "the victim holds " << after.fds << " fds, " << before.fds
+  // A leak is growth. Fewer at the end is something that was still closing after the first
+  // round despite the wait above: worth a line in the log, not a failure.
+  BOOST_CHECK_MESSAGE(after.fds <= before.fds, "the victim holds " << after.fds << " fds, " << before.fds
                                                 << " after the first round:\n" << fd_list(v->child->pid()));
+  if (after.fds < before.fds)
+    BOOST_TEST_MESSAGE("the victim holds " << after.fds << " fds, " << before.fds << " after the first round:\n"
+                                           << fd_list(v->child->pid()));
   if (kSanitized)  // ASan keeps freed memory in quarantine (up to 256 MiB): RSS says nothing there
     BOOST_TEST_MESSAGE("RSS not compared: a sanitizer build");
   else
