@@ -53,7 +53,7 @@ nlohmann::json wire_json(const nicdrv::Device& engine, const std::string& name) 
   return j;
 }
 
-nlohmann::json stats_json(const vhost::RdmaDevice& dev, const migration::MigratingDevice& mig,
+nlohmann::json stats_json(const device::RdmaDevice& dev, const migration::MigratingDevice& mig,
                           const vhost::BackendServer& srv, const std::string& engine, const nicdrv::Device& wire,
                           const std::string& domain, const std::string& socket) {
   const auto s = dev.stats();

@@ -9,7 +9,7 @@
 #include "vrdma/migration/switchover.hpp"
 #include "vrdma/nicdrv/device.hpp"
 #include "vrdma/vhost/backend.hpp"
-#include "vrdma/vhost/rdma_device.hpp"
+#include "vrdma/device/rdma_device.hpp"
 
 namespace vrdma::vrdmad {
 
@@ -20,7 +20,7 @@ nlohmann::json migration_json(const migration::MigratingDevice& mig);
 nlohmann::json wire_json(const nicdrv::Device& engine, const std::string& name);
 // Everything: the device's objects and counters, the device state's (pre-created objects,
 // notices), the vhost-user server's, the wire's and the migration's.
-nlohmann::json stats_json(const vhost::RdmaDevice& dev, const migration::MigratingDevice& mig,
+nlohmann::json stats_json(const device::RdmaDevice& dev, const migration::MigratingDevice& mig,
                           const vhost::BackendServer& srv, const std::string& engine, const nicdrv::Device& wire,
                           const std::string& domain, const std::string& socket);
 

@@ -41,7 +41,7 @@
 #include "vrdma/nicdrv/registry.hpp"
 #include "vrdma/vhost/backend.hpp"
 #include "vrdma/vhost/channel.hpp"
-#include "vrdma/vhost/rdma_device.hpp"
+#include "vrdma/device/rdma_device.hpp"
 
 #include "control_socket.hpp"
 #include "stats.hpp"
@@ -100,7 +100,7 @@ int main(int argc, char** argv) {
   CLI::App app{"vrdmad: virtio RDMA device backend (vhost-user), one process per guest device", "vrdmad"};
   vrdma::cli::prepare(app);
   std::string sock, engine_name, control, incoming, announce, mac = "52:54:00:00:00:01";
-  vhost::RdmaDeviceOptions opts;
+  device::RdmaDeviceOptions opts;
   migration::MigrationOptions mopts;  // filled below; its device options from the command line
   auto& lim = opts.limits;
   app.add_option("--socket", sock, "vhost-user socket to serve")->required();
@@ -200,7 +200,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   mopts.device.notices = !notices_ip.empty();
-  vhost::RdmaDevice dev(*engine, *loop, opts);
+  device::RdmaDevice dev(*engine, *loop, opts);
   mopts.engine_name = engine_name;
   mopts.mac = mac;
   mopts.announce_if = announce;

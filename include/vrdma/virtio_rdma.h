@@ -2,7 +2,7 @@
  * The virtio RDMA device's contract (docs/virtio-rdma.md): config space, control commands and
  * their payloads, statuses, doorbells, events, the layouts of the work-request and completion
  * rings in guest memory, and the state area. This header IS the contract: the device (vrdmad,
- * vhost/src/rdma/), libpvverbs (guest/src/pv/, through the C++ view
+ * device/src/), libpvverbs (guest/src/pv/, through the C++ view
  * include/vrdma/virtio_rdma.hpp), the guest kernel module and the rdma-core provider
  * all compile against it.
  *

@@ -1,7 +1,7 @@
 // The C++ view of the virtio RDMA device's contract, beside it. The contract itself is the plain
 // C header vrdma/virtio_rdma.h (docs/virtio-rdma.md), which the guest kernel module and the
 // rdma-core provider compile too; this header gives its structs and values the names the C++
-// code uses (vrdmad's device model, vhost/src/rdma/; the migration code; libpvverbs,
+// code uses (vrdmad's device model, device/src/; the migration code; libpvverbs,
 // guest/src/pv/): every struct is an alias of the C struct, every constant and enumerator takes
 // its value from the C define, and the static_asserts below tie the two together. Only C++
 // conveniences live here: scoped enums, command names, std::bit_ceil, a zero-initialised

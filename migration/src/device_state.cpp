@@ -7,7 +7,7 @@
 
 namespace vrdma::migration {
 
-DeviceState::DeviceState(vhost::RdmaDevice& device, DeviceStateOptions opts)
+DeviceState::DeviceState(device::RdmaDevice& device, DeviceStateOptions opts)
     : impl_(std::make_unique<Impl>(device, opts)) {}
 DeviceState::~DeviceState() = default;
 
@@ -33,7 +33,7 @@ DeviceStateStats DeviceState::stats() const {
   return s;
 }
 
-DeviceState::Impl::Impl(vhost::RdmaDevice& dev, DeviceStateOptions o) : device(dev), d(dev.model()), opts(o) {
+DeviceState::Impl::Impl(device::RdmaDevice& dev, DeviceStateOptions o) : device(dev), d(dev.model()), opts(o) {
   device.set_hooks(this);
 }
 

@@ -18,24 +18,24 @@
 #include "vrdma/migration/device_state.hpp"
 #include "vrdma/migration/peer_notice.hpp"
 #include "vrdma/migration/rebuild_record.hpp"
-#include "vrdma/vhost/rdma_model.hpp"
+#include "vrdma/device/model.hpp"
 
 namespace vrdma::migration {
 
 namespace vd = vrdma::vrdma_dev;
-using vhost::AhObj;
-using vhost::CqObj;
+using device::AhObj;
+using device::CqObj;
 using vhost::DescChain;
-using vhost::DmaMrObj;
+using device::DmaMrObj;
 using vhost::GuestView;
-using vhost::MrObj;
-using vhost::PdObj;
+using device::MrObj;
+using device::PdObj;
 using vhost::prefixed;
-using vhost::QpObj;
+using device::QpObj;
 using vhost::Queue;
-using vhost::RdmaLimits;
-using vhost::SrqObj;
-using vhost::WorkRing;
+using device::RdmaLimits;
+using device::SrqObj;
+using device::WorkRing;
 
 // Engine objects built during pre-copy from a source's object layout (state.cpp precreate()),
 // adopted by load_state() when the state names the same handle with the same parameters, so
@@ -62,18 +62,18 @@ struct Precreated {
   [[nodiscard]] std::uint32_t count() const { return static_cast<std::uint32_t>(pds.size() + cqs.size() + qps.size()); }
 };
 
-struct DeviceState::Impl final : vhost::ModelHooks {
-  Impl(vhost::RdmaDevice& device, DeviceStateOptions o);
+struct DeviceState::Impl final : device::ModelHooks {
+  Impl(device::RdmaDevice& device, DeviceStateOptions o);
   ~Impl() override;
   Impl(const Impl&) = delete;
   Impl& operator=(const Impl&) = delete;
 
-  vhost::RdmaDevice& device;
-  vhost::DeviceModel& d;
+  device::RdmaDevice& device;
+  device::DeviceModel& d;
   DeviceStateOptions opts;
   DeviceStateStats st;
 
-  // vhost::ModelHooks (device_state.cpp)
+  // device::ModelHooks (device_state.cpp)
   void rings_stopped() override;
   void rings_running() override;
   void device_reset() override;

@@ -57,7 +57,7 @@ void DeviceState::Impl::state_queue(Queue& q) {
     else if (chain->writable > vd::kMaxStateArea)
       why = fmt::format("its {} bytes are more than the {} a state area may have", chain->writable, vd::kMaxStateArea);
     if (!why.empty()) {
-      if (d.should_log_refusal(vhost::DeviceModel::Refused::command)) log::warn("virtio-rdma: state area refused ({}); returned unused", why);
+      if (d.should_log_refusal(device::DeviceModel::Refused::command)) log::warn("virtio-rdma: state area refused ({}); returned unused", why);
       if (!q.push(*chain, 0).ok()) return;
       continue;
     }

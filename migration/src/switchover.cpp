@@ -31,7 +31,7 @@ const char* to_string(Phase p) noexcept {
 }
 
 
-MigratingDevice::MigratingDevice(vhost::RdmaDevice& inner, vhost::EventLoop& loop, MigrationOptions opts)
+MigratingDevice::MigratingDevice(device::RdmaDevice& inner, vhost::EventLoop& loop, MigrationOptions opts)
     : impl_(std::make_unique<Impl>(inner, loop, std::move(opts))) {}
 MigratingDevice::~MigratingDevice() = default;
 

@@ -37,7 +37,7 @@ inline std::uint32_t crc32_of(std::span<const std::uint8_t> b) {
 }
 
 struct MigratingDevice::Impl {
-  vhost::RdmaDevice& inner;
+  device::RdmaDevice& inner;
   vhost::EventLoop& loop;
   MigrationOptions opts;
   DeviceState state;  // the device state codec, state area, re-creation and peer notices
@@ -62,7 +62,7 @@ struct MigratingDevice::Impl {
   bool told_dropping = false;
   std::string arrived_without;  // why the guest runs here without (all) its objects, for the status
 
-  Impl(vhost::RdmaDevice& d, vhost::EventLoop& l, MigrationOptions o);
+  Impl(device::RdmaDevice& d, vhost::EventLoop& l, MigrationOptions o);
   ~Impl();
 
   // ---- both roles (switchover_link.cpp) ----

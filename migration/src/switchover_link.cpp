@@ -16,7 +16,7 @@
 
 namespace vrdma::migration {
 
-MigratingDevice::Impl::Impl(vhost::RdmaDevice& d, vhost::EventLoop& l, MigrationOptions o) : inner(d), loop(l), opts(std::move(o)), state(d, opts.device) {
+MigratingDevice::Impl::Impl(device::RdmaDevice& d, vhost::EventLoop& l, MigrationOptions o) : inner(d), loop(l), opts(std::move(o)), state(d, opts.device) {
   if (opts.announce_if.empty()) return;
   auto v6 = turn_off_ipv6(opts.announce_if);
   if (!v6)

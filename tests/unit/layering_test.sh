@@ -7,8 +7,9 @@
 #      common      <- common
 #      nicdrv      <- common, nicdrv
 #      sriov       <- common, sriov
-#      vhost       <- common, nicdrv, vhost          (protocol, and the device model without migration)
-#      migration   <- common, nicdrv, vhost, migration
+#      vhost       <- common, vhost                  (the vhost-user protocol alone)
+#      device      <- common, nicdrv, vhost, device  (the device model: knows no migration)
+#      migration   <- common, nicdrv, vhost, device, migration
 #      guest       <- common, nicdrv, vhost, guest   (the frontend and the nicdrv API)
 #      integration <- common, sriov, integration
 #    The device contract (include/, the C header) is open to every module. Tools (MODULE/tools/)
@@ -20,8 +21,8 @@ set -euo pipefail
 root=$(cd "$1" && pwd) db=$2
 [ -s "$db" ] || { echo "no $db: configure with CMAKE_EXPORT_COMPILE_COMMANDS (the top CMakeLists sets it)" >&2; exit 1; }
 declare -A allowed=(
-  [common]="common" [nicdrv]="common nicdrv" [sriov]="common sriov" [vhost]="common nicdrv vhost"
-  [migration]="common nicdrv vhost migration" [guest]="common nicdrv vhost guest"
+  [common]="common" [nicdrv]="common nicdrv" [sriov]="common sriov" [vhost]="common vhost"
+  [device]="common nicdrv vhost device" [migration]="common nicdrv vhost device migration" [guest]="common nicdrv vhost guest"
   [integration]="common sriov integration"
 )
 modules="${!allowed[*]}"

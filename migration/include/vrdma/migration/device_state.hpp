@@ -1,8 +1,8 @@
-// The device state of a virtio RDMA device (vhost::RdmaDevice) and what moves it: the state
+// The device state of a virtio RDMA device (device::RdmaDevice) and what moves it: the state
 // codec (save_state/load_state), the object layout built ahead at a destination (precreate),
 // the state area in guest memory, QPs re-created on a NIC under the guest's names, and the
 // notices that pause and re-point peer backends (peer_notice.hpp). It works on the device
-// through its snapshot interface (vrdma/vhost/rdma_model.hpp) and hears of the device's stops,
+// through its snapshot interface (vrdma/device/model.hpp) and hears of the device's stops,
 // starts and resets as its ModelHooks; the device knows none of this (docs/architecture.md).
 //
 // One DeviceState per RdmaDevice, made after it and destroyed before it; every call on the
@@ -22,7 +22,7 @@
 
 #include "vrdma/common/result.hpp"
 #include "vrdma/migration/peer_notice.hpp"
-#include "vrdma/vhost/rdma_device.hpp"
+#include "vrdma/device/rdma_device.hpp"
 
 namespace vrdma::migration {
 
@@ -60,7 +60,7 @@ class DeviceState {
   static constexpr std::uint32_t kOldestStateVersion = 1;
   static constexpr bool state_version_readable(std::uint32_t v) { return v >= kOldestStateVersion && v <= kStateVersion; }
 
-  explicit DeviceState(vhost::RdmaDevice& device, DeviceStateOptions opts = {});
+  explicit DeviceState(device::RdmaDevice& device, DeviceStateOptions opts = {});
   ~DeviceState();
   DeviceState(const DeviceState&) = delete;
   DeviceState& operator=(const DeviceState&) = delete;

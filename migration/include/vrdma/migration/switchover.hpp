@@ -1,6 +1,6 @@
 // Live migration of a virtio RDMA device between two vrdmad processes (docs/migration.md).
 //
-// MigratingDevice wraps the device model (vhost::RdmaDevice) as a vhost::Device and runs the
+// MigratingDevice wraps the device model (device::RdmaDevice) as a vhost::Device and runs the
 // switchover protocol of stream.hpp around it. The device model still carries the state itself
 // (the codec, the object layout built ahead, the state area in guest memory; docs/architecture.md
 // says where they are going); this wrapper decides when each is used and talks to the peer:
@@ -44,7 +44,7 @@
 #include "vrdma/common/result.hpp"
 #include "vrdma/migration/device_state.hpp"
 #include "vrdma/vhost/event_loop.hpp"
-#include "vrdma/vhost/rdma_device.hpp"
+#include "vrdma/device/rdma_device.hpp"
 
 namespace vrdma::migration {
 
@@ -96,7 +96,7 @@ struct MigrationStatus {
 
 class MigratingDevice final : public vhost::Device {
  public:
-  MigratingDevice(vhost::RdmaDevice& inner, vhost::EventLoop& loop, MigrationOptions opts);
+  MigratingDevice(device::RdmaDevice& inner, vhost::EventLoop& loop, MigrationOptions opts);
   ~MigratingDevice() override;
   MigratingDevice(const MigratingDevice&) = delete;
   MigratingDevice& operator=(const MigratingDevice&) = delete;

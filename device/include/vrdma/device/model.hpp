@@ -1,5 +1,5 @@
 // The virtio RDMA device model's objects and operations (see rdma_device.hpp for the threading
-// and trust rules): what vhost/src/rdma implements, one file per role: device.cpp (queues,
+// and trust rules): what device/src implements, one file per role: device.cpp (queues,
 // events, completions, pause/resume), commands.cpp (the control queue), datapath.cpp (doorbells,
 // work requests), memory.cpp (memory regions over guest pages, the dirty-log observer),
 // names.cpp (the guest's names for engine QPNs and keys).
@@ -24,16 +24,16 @@
 
 #include "vrdma/common/fd.hpp"
 #include "vrdma/nicdrv/device.hpp"
-#include "vrdma/vhost/rdma_device.hpp"
+#include "vrdma/device/rdma_device.hpp"
 #include "vrdma/virtio_rdma.hpp"
 
-namespace vrdma::vhost {
+namespace vrdma::device {
 
 namespace vd = vrdma::vrdma_dev;
 
 // The dirty log as the engine thread sees it: swapped whole on memory_changed().
 struct LogRef {
-  std::atomic<std::shared_ptr<DirtyLog>> log;
+  std::atomic<std::shared_ptr<vhost::DirtyLog>> log;
 };
 
 // Maps the engine's writes into a region back to guest pages and marks them dirty.
@@ -74,7 +74,7 @@ class RegionObserver final : public nicdrv::WriteObserver {
 struct DmaMrObj {
   struct Part {
     std::uint64_t gpa = 0, size = 0;
-    std::shared_ptr<const MappedRegion> region;  // keeps the mapping alive
+    std::shared_ptr<const vhost::MappedRegion> region;  // keeps the mapping alive
     std::shared_ptr<nicdrv::MemoryRegion> eng;
   };
   std::uint32_t pd = 0, access = 0;
@@ -96,8 +96,8 @@ struct MrObj {
   std::uint64_t iova = 0, length = 0;
   std::uint32_t access = 0;
   MmapArea window;  // the alias mapping when the pages were scattered
-  GuardedMapping window_guard;  // SIGBUS in it reported like one in guest memory (guest_fault.hpp)
-  std::vector<std::shared_ptr<const MappedRegion>> regions;  // keeps the mapped pages alive
+  vhost::GuardedMapping window_guard;  // SIGBUS in it reported like one in guest memory (guest_fault.hpp)
+  std::vector<std::shared_ptr<const vhost::MappedRegion>> regions;  // keeps the mapped pages alive
   std::shared_ptr<MrObserver> observer;
   std::shared_ptr<nicdrv::MemoryRegion> eng;
   // The keys the guest was given. They are the engine's, except after a move onto a NIC, which
@@ -180,20 +180,20 @@ class ModelHooks {
   // The device dropped every object (a reset, or its end).
   virtual void device_reset() = 0;
   // The state queue (kStateQueue) has buffers: the device has no use for them itself.
-  virtual void state_queue(Queue& q) = 0;
+  virtual void state_queue(vhost::Queue& q) = 0;
   // Control commands made objects: the device state grew.
   virtual void objects_added() = 0;
 };
 
 struct DeviceModel {
-  DeviceModel(std::shared_ptr<nicdrv::Device> e, EventLoop& l, RdmaDeviceOptions o);
+  DeviceModel(std::shared_ptr<nicdrv::Device> e, vhost::EventLoop& l, RdmaDeviceOptions o);
   ~DeviceModel();
   DeviceModel(const DeviceModel&) = delete;
   DeviceModel& operator=(const DeviceModel&) = delete;
   ModelHooks* hooks = nullptr;  // RdmaDevice::set_hooks (migration::DeviceState), or nobody
 
   // device.cpp
-  void queue_ready(Queue& q);
+  void queue_ready(vhost::Queue& q);
   void queue_stopped(std::uint16_t index);
   void reset();
   void memory_changed();
@@ -206,43 +206,43 @@ struct DeviceModel {
   void retry_stalled();
   void arm_retry_timer();
   void queue_event(vd::EventType type, std::uint32_t handle, std::uint32_t info = 0);
-  void deliver_events(Queue& q);
-  bool write_cqe(std::uint32_t cq_handle, CqObj& cq, const GuestView& g, const vd::Cqe& cqe);
-  [[nodiscard]] GuestView view() const;
+  void deliver_events(vhost::Queue& q);
+  bool write_cqe(std::uint32_t cq_handle, CqObj& cq, const vhost::GuestView& g, const vd::Cqe& cqe);
+  [[nodiscard]] vhost::GuestView view() const;
 
   // commands.cpp
-  void control(Queue& q);
-  std::vector<std::uint8_t> execute(const GuestView& g, std::span<const std::uint8_t> req, vd::Status& status,
+  void control(vhost::Queue& q);
+  std::vector<std::uint8_t> execute(const vhost::GuestView& g, std::span<const std::uint8_t> req, vd::Status& status,
                                     std::string& why);
 
   // datapath.cpp
-  void doorbells(Queue& q);
-  void ring_doorbell(const GuestView& g, const vd::Doorbell& db);
-  void post_sq(const GuestView& g, std::uint32_t handle, QpObj& qp);
-  void post_rq(const GuestView& g, std::uint32_t handle, QpObj& qp);
-  void post_srq(const GuestView& g, std::uint32_t handle, SrqObj& srq);
+  void doorbells(vhost::Queue& q);
+  void ring_doorbell(const vhost::GuestView& g, const vd::Doorbell& db);
+  void post_sq(const vhost::GuestView& g, std::uint32_t handle, QpObj& qp);
+  void post_rq(const vhost::GuestView& g, std::uint32_t handle, QpObj& qp);
+  void post_srq(const vhost::GuestView& g, std::uint32_t handle, SrqObj& srq);
   // A completion the device writes itself: a WQE it refused (local QP operation error) or a
   // receive it flushed.
-  void error_cqe(const GuestView& g, std::uint32_t cq_handle, std::uint64_t wr_id, std::uint32_t qp_num, bool recv,
+  void error_cqe(const vhost::GuestView& g, std::uint32_t cq_handle, std::uint64_t wr_id, std::uint32_t qp_num, bool recv,
                  nicdrv::WcStatus status = nicdrv::WcStatus::loc_qp_op_err);
-  void write_status(const GuestView& g, std::uint64_t gpa, std::uint32_t sq, std::uint32_t rq, std::uint32_t state);
+  void write_status(const vhost::GuestView& g, std::uint64_t gpa, std::uint32_t sq, std::uint32_t rq, std::uint32_t state);
   void retry_pending();
   // The engine AH of an inline address vector in PD `pd` (made on first use, then kept).
   Result<nicdrv::AddressHandle*> inline_ah(std::uint32_t pd, const vd::AhWire& av);
 
   // memory.cpp
   // The page list comes from guest memory (REG_MR) or from a saved device state.
-  Result<MrObj> map_mr(const GuestView& g, const vd::RegMrReq& r, const std::vector<std::uint64_t>* saved_pages = nullptr);
-  Status register_mr(const GuestView& g, const vd::RegMrReq& r, std::uint32_t requested_key, MrObj& out,
+  Result<MrObj> map_mr(const vhost::GuestView& g, const vd::RegMrReq& r, const std::vector<std::uint64_t>* saved_pages = nullptr);
+  Status register_mr(const vhost::GuestView& g, const vd::RegMrReq& r, std::uint32_t requested_key, MrObj& out,
                      const std::vector<std::uint64_t>* saved_pages = nullptr);
   // The engine regions of a DMA memory region over the guest memory there is now (the old
   // ones released first). keep_name: the guest already knows mr.guest_lkey (a loaded state, a
   // new memory table); an engine that can is asked for that key again, else it is translated.
-  Status map_dma_mr(const GuestView& g, DmaMrObj& mr, bool keep_name);
+  Status map_dma_mr(const vhost::GuestView& g, DmaMrObj& mr, bool keep_name);
   [[nodiscard]] std::uint32_t dma_engine_lkey(const DmaMrObj& mr, std::uint64_t addr) const;
   // commands.cpp: a CQ's engine object, zeroed guest ring and event-fd watch.
   // `made`: an engine CQ built ahead (a migration's pre-created objects) instead of a new one.
-  Status add_cq(const GuestView& g, std::uint32_t handle, std::uint32_t depth, std::uint64_t ring_gpa, bool zero_ring,
+  Status add_cq(const vhost::GuestView& g, std::uint32_t handle, std::uint32_t depth, std::uint64_t ring_gpa, bool zero_ring,
                 std::shared_ptr<nicdrv::CompletionQueue> made = {});
 
   // names.cpp. The attributes a QP was created with (its CQs and SRQ as they are now).
@@ -300,9 +300,9 @@ struct DeviceModel {
   bool engine_reports_solicited = true;
   void mark_dma_writable();
   void journal_objects() const;
-  EventLoop& loop;
+  vhost::EventLoop& loop;
   RdmaDeviceOptions opts;
-  DeviceHost* host = nullptr;
+  vhost::DeviceHost* host = nullptr;
   std::shared_ptr<LogRef> log = std::make_shared<LogRef>();
   RdmaDeviceStats st;
   bool paused = false;
@@ -344,4 +344,4 @@ struct DeviceModel {
   bool retry_armed = false;
 };
 
-}  // namespace vrdma::vhost
+}  // namespace vrdma::device

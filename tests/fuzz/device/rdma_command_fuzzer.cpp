@@ -19,11 +19,12 @@
 #include "vrdma/vhost/device.hpp"
 #include "vrdma/vhost/driver_queue.hpp"
 #include "vrdma/vhost/guest_ram.hpp"
-#include "vrdma/vhost/rdma_device.hpp"
+#include "vrdma/device/rdma_device.hpp"
 #include "vrdma/virtio_rdma.hpp"
 
 using namespace vrdma;
 using namespace vrdma::vhost;
+using namespace vrdma::device;
 namespace vd = vrdma::vrdma_dev;
 
 namespace {

@@ -11,11 +11,11 @@
 
 #include <fmt/format.h>
 
-#include "vrdma/vhost/rdma_model.hpp"
+#include "vrdma/device/model.hpp"
 #include "vrdma/common/log.hpp"
 #include "vrdma/nicdrv/virtio_rdma_conv.hpp"
 
-namespace vrdma::vhost {
+namespace vrdma::device {
 
 namespace {
 
@@ -46,7 +46,7 @@ vd::Status status_of(const Error& e) {
 bool pow2(std::uint32_t v) { return v != 0 && std::has_single_bit(v); }
 
 // A ring or block the device will read and write: aligned and wholly inside one region.
-std::optional<std::string> check_area(const GuestView& g, std::uint64_t gpa, std::uint64_t len, std::uint64_t align,
+std::optional<std::string> check_area(const vhost::GuestView& g, std::uint64_t gpa, std::uint64_t len, std::uint64_t align,
                                       std::string_view what) {
   if (gpa % align != 0) return fmt::format("{} at {:#x} is not {}-byte aligned", what, gpa, align);
   if (gpa + len < gpa) return fmt::format("{} at {:#x} wraps the address space", what, gpa);
@@ -75,7 +75,7 @@ using Reply = CmdResult<std::vector<std::uint8_t>>;
 // its addresses must fall in, `lim` the per-guest limits.
 struct Handlers {
   DeviceModel& d;
-  const GuestView& g;
+  const vhost::GuestView& g;
   std::span<const std::uint8_t> body;
   const RdmaLimits& lim;
 
@@ -157,7 +157,7 @@ const Command* command_of(std::uint32_t cmd) {
 
 }  // namespace
 
-void DeviceModel::control(Queue& q) {
+void DeviceModel::control(vhost::Queue& q) {
   bool grew = false;  // an object was made: the state may outgrow the state area
   // A command sees every doorbell the driver rang before it (the two rings' kicks reach this
   // loop in no particular order): a driver that posted receives and then asks anything knows the
@@ -168,7 +168,7 @@ void DeviceModel::control(Queue& q) {
     ++st.commands;
     std::array<std::uint8_t, kMaxRequest> req{};
     const std::size_t len = static_cast<std::size_t>(std::min<std::uint64_t>(chain->readable, kMaxRequest));
-    ChainReader r(q.memory(), *chain);
+    vhost::ChainReader r(q.memory(), *chain);
     vd::Status status = vd::Status::ok;
     std::vector<std::uint8_t> body;
     std::string why;
@@ -183,7 +183,7 @@ void DeviceModel::control(Queue& q) {
       const auto* row = command_of(cmd);
       grew |= status == vd::Status::ok && row != nullptr && row->effect == Effect::makes;
     }
-    ChainWriter w(q.memory(), *chain);
+    vhost::ChainWriter w(q.memory(), *chain);
     vd::RespHeader h{static_cast<std::uint32_t>(status), 0};
     if (status != vd::Status::ok) {
       ++st.command_errors;
@@ -208,7 +208,7 @@ void DeviceModel::control(Queue& q) {
   }
 }
 
-Status DeviceModel::add_cq(const GuestView& g, std::uint32_t h, std::uint32_t depth, std::uint64_t ring_gpa,
+Status DeviceModel::add_cq(const vhost::GuestView& g, std::uint32_t h, std::uint32_t depth, std::uint64_t ring_gpa,
                                 bool zero_ring, std::shared_ptr<nicdrv::CompletionQueue> made) {
   auto cq = made ? Result<std::shared_ptr<nicdrv::CompletionQueue>>(std::move(made)) : engine->create_cq(depth);
   if (!cq) return std::move(cq).error();
@@ -234,7 +234,7 @@ Status DeviceModel::add_cq(const GuestView& g, std::uint32_t h, std::uint32_t de
   return {};
 }
 
-std::vector<std::uint8_t> DeviceModel::execute(const GuestView& g, std::span<const std::uint8_t> req,
+std::vector<std::uint8_t> DeviceModel::execute(const vhost::GuestView& g, std::span<const std::uint8_t> req,
                                                     vd::Status& status, std::string& why_out) {
   if (req.size() < sizeof(vd::CmdHeader)) {
     status = vd::Status::invalid;
@@ -637,4 +637,4 @@ Reply Handlers::query_config() {
     return out;
 }
 
-}  // namespace vrdma::vhost
+}  // namespace vrdma::device

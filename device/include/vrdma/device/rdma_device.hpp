@@ -27,7 +27,7 @@
 #include "vrdma/vhost/device.hpp"
 #include "vrdma/vhost/event_loop.hpp"
 
-namespace vrdma::vhost {
+namespace vrdma::device {
 
 struct RdmaLimits {
   std::uint32_t max_pd = 1024;
@@ -64,19 +64,19 @@ struct RdmaDeviceStats {
 struct DeviceModel;
 class ModelHooks;
 
-class RdmaDevice final : public Device {
+class RdmaDevice final : public vhost::Device {
  public:
-  RdmaDevice(std::shared_ptr<nicdrv::Device> engine, EventLoop& loop, RdmaDeviceOptions opts = {});
+  RdmaDevice(std::shared_ptr<nicdrv::Device> engine, vhost::EventLoop& loop, RdmaDeviceOptions opts = {});
   ~RdmaDevice() override;
   RdmaDevice(const RdmaDevice&) = delete;
   RdmaDevice& operator=(const RdmaDevice&) = delete;
 
   // vhost::Device
-  [[nodiscard]] DeviceInfo info() const override;
+  [[nodiscard]] vhost::DeviceInfo info() const override;
   [[nodiscard]] std::vector<std::uint8_t> config() const override;
-  void attach(DeviceHost* host) override;
+  void attach(vhost::DeviceHost* host) override;
   void memory_changed() override;
-  void queue_ready(Queue& q) override;
+  void queue_ready(vhost::Queue& q) override;
   void queue_stopped(std::uint16_t index) override;
   void reset() override;
   // The device state is saved and loaded by the code that moves devices
@@ -101,7 +101,7 @@ class RdmaDevice final : public Device {
   [[nodiscard]] RdmaDeviceStats stats() const;
   [[nodiscard]] const nicdrv::Device& engine() const;
 
-  // The snapshot interface (vrdma/vhost/rdma_model.hpp): the objects, for the code that moves
+  // The snapshot interface (vrdma/device/model.hpp): the objects, for the code that moves
   // the device; and who hears of its stops, starts and resets (nullptr: nobody).
   [[nodiscard]] DeviceModel& model();
   void set_hooks(ModelHooks* hooks);
@@ -110,4 +110,4 @@ class RdmaDevice final : public Device {
   std::unique_ptr<DeviceModel> impl_;
 };
 
-}  // namespace vrdma::vhost
+}  // namespace vrdma::device

@@ -3,9 +3,9 @@
 // QPs and regions: migration/src/rebuild.cpp) names them its own way, and the maps here turn
 // one into the other in work requests, completions and commands. Also the DMA memory regions'
 // bookkeeping and a QP's creation attributes, which re-creation reads.
-#include "vrdma/vhost/rdma_model.hpp"
+#include "vrdma/device/model.hpp"
 
-namespace vrdma::vhost {
+namespace vrdma::device {
 
 bool DeviceModel::guest_name_taken(std::uint32_t v, bool qpn) const {
   return qpn ? qpn_to_engine.count(v) != 0 : (lkey_to_engine.count(v) != 0 || rkey_to_engine.count(v) != 0);
@@ -58,4 +58,4 @@ nicdrv::QpInitAttr DeviceModel::init_attr_of(const QpObj& qp) {
   return ia;
 }
 
-}  // namespace vrdma::vhost
+}  // namespace vrdma::device

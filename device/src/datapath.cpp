@@ -8,11 +8,11 @@
 
 #include <fmt/format.h>
 
-#include "vrdma/vhost/rdma_model.hpp"
+#include "vrdma/device/model.hpp"
 #include "vrdma/common/log.hpp"
 #include "vrdma/nicdrv/virtio_rdma_conv.hpp"
 
-namespace vrdma::vhost {
+namespace vrdma::device {
 
 namespace {
 constexpr std::size_t kBatch = 32;
@@ -24,9 +24,9 @@ void grow(std::vector<T>& v, std::size_t n) {
 }
 }
 
-void DeviceModel::doorbells(Queue& q) {
+void DeviceModel::doorbells(vhost::Queue& q) {
   while (auto chain = q.pop()) {
-    ChainReader r(q.memory(), *chain);
+    vhost::ChainReader r(q.memory(), *chain);
     std::array<vd::Doorbell, 64> dbs;
     while (r.remaining() >= sizeof(vd::Doorbell)) {
       const auto n = std::min<std::uint64_t>(dbs.size(), r.remaining() / sizeof(vd::Doorbell));
@@ -41,7 +41,7 @@ void DeviceModel::doorbells(Queue& q) {
   if (!events.empty() && host != nullptr && host->queue_running(vd::kEventQueue)) host->run_queue(vd::kEventQueue);
 }
 
-void DeviceModel::ring_doorbell(const GuestView& g, const vd::Doorbell& db) {
+void DeviceModel::ring_doorbell(const vhost::GuestView& g, const vd::Doorbell& db) {
   auto bad = [&](std::string why) {
     ++st.doorbell_errors;
     if (should_log_refusal(Refused::doorbell)) log::warn("virtio-rdma: doorbell ignored: {}", why);
@@ -97,7 +97,7 @@ void DeviceModel::ring_doorbell(const GuestView& g, const vd::Doorbell& db) {
   bad(fmt::format("unknown doorbell kind {}", db.kind));
 }
 
-void DeviceModel::write_status(const GuestView& g, std::uint64_t gpa, std::uint32_t sq, std::uint32_t rq,
+void DeviceModel::write_status(const vhost::GuestView& g, std::uint64_t gpa, std::uint32_t sq, std::uint32_t rq,
                                     std::uint32_t state) {
   vd::QpStatus s{};
   s.sq_consumed = sq;
@@ -106,7 +106,7 @@ void DeviceModel::write_status(const GuestView& g, std::uint64_t gpa, std::uint3
   (void)g.write(gpa, &s, offsetof(vd::QpStatus, reserved));
 }
 
-void DeviceModel::error_cqe(const GuestView& g, std::uint32_t cq_handle, std::uint64_t wr_id, std::uint32_t qp_num,
+void DeviceModel::error_cqe(const vhost::GuestView& g, std::uint32_t cq_handle, std::uint64_t wr_id, std::uint32_t qp_num,
                                  bool recv, nicdrv::WcStatus status) {
   if (status != nicdrv::WcStatus::wr_flush_err) ++st.wqe_errors;
   auto it = cqs.find(cq_handle);
@@ -136,7 +136,7 @@ Result<nicdrv::AddressHandle*> DeviceModel::inline_ah(std::uint32_t pd, const vd
   return cache.emplace(std::move(key), std::move(*ah)).first->second.get();
 }
 
-void DeviceModel::post_sq(const GuestView& g, std::uint32_t handle, QpObj& qp) {
+void DeviceModel::post_sq(const vhost::GuestView& g, std::uint32_t handle, QpObj& qp) {
   if (paused) return;
   if (qp.send_held) {  // paused for a moving peer (migration/src/peer.cpp)
     if (qp.sq.consumed != qp.sq.produced) pending_sq.insert(handle);
@@ -282,7 +282,7 @@ namespace {
 // Reads receive WQEs [consumed, produced) of `ring` and posts them with `post`; shared by QP
 // receive rings and SRQs.
 template <class Post, class Reject, class Key>
-void post_recv_ring(const GuestView& g, WorkRing& ring, std::uint32_t max_sge, std::vector<nicdrv::Sge>& sges,
+void post_recv_ring(const vhost::GuestView& g, WorkRing& ring, std::uint32_t max_sge, std::vector<nicdrv::Sge>& sges,
                     Post&& post, Reject&& reject, bool& full, std::uint64_t& count, Key&& key) {
   std::array<nicdrv::RecvWr, kBatch> wrs;
   std::array<std::uint32_t, kBatch> slot{};
@@ -329,7 +329,7 @@ void post_recv_ring(const GuestView& g, WorkRing& ring, std::uint32_t max_sge, s
 
 }  // namespace
 
-void DeviceModel::post_rq(const GuestView& g, std::uint32_t handle, QpObj& qp) {
+void DeviceModel::post_rq(const vhost::GuestView& g, std::uint32_t handle, QpObj& qp) {
   if (paused) return;
   bool full = false;
   // Receives posted to a QP in ERR complete with a flush error (IBA 10.8.3.1). A NIC may leave
@@ -357,7 +357,7 @@ void DeviceModel::post_rq(const GuestView& g, std::uint32_t handle, QpObj& qp) {
   write_status(g, qp.status_gpa, qp.sq.consumed, qp.rq.consumed, static_cast<std::uint32_t>(state));
 }
 
-void DeviceModel::post_srq(const GuestView& g, std::uint32_t handle, SrqObj& s) {
+void DeviceModel::post_srq(const vhost::GuestView& g, std::uint32_t handle, SrqObj& s) {
   if (paused) return;
   bool full = false;
   post_recv_ring(
@@ -378,7 +378,7 @@ void DeviceModel::post_srq(const GuestView& g, std::uint32_t handle, SrqObj& s) 
 
 void DeviceModel::retry_pending() {
   if (paused || host == nullptr) return;
-  const GuestView g = view();
+  const vhost::GuestView g = view();
   std::vector<std::uint32_t>& hs = retry_scratch;
   hs.assign(pending_sq.begin(), pending_sq.end());
   for (auto h : hs)
@@ -391,4 +391,4 @@ void DeviceModel::retry_pending() {
     if (auto it = srqs.find(h); it != srqs.end()) post_srq(g, h, it->second);
 }
 
-}  // namespace vrdma::vhost
+}  // namespace vrdma::device

@@ -6,15 +6,15 @@
 
 #include <fmt/format.h>
 
-#include "vrdma/vhost/rdma_model.hpp"
+#include "vrdma/device/model.hpp"
 #include "vrdma/common/log.hpp"
 #include "vrdma/vhost/write_journal.hpp"
 
-namespace vrdma::vhost {
+namespace vrdma::device {
 
 void MrObserver::on_write(std::uint64_t addr, std::uint64_t len) noexcept {
   auto log = log_->log.load(std::memory_order_acquire);
-  if ((!log && !journal::enabled()) || len == 0) return;
+  if ((!log && !vhost::journal::enabled()) || len == 0) return;
   const auto base = reinterpret_cast<std::uint64_t>(base_);
   if (addr < base) return;
   std::uint64_t off = off0_ + (addr - base);  // offset from the start of pages_[0]
@@ -25,7 +25,7 @@ void MrObserver::on_write(std::uint64_t addr, std::uint64_t len) noexcept {
     const std::uint64_t in = off & (psize - 1);
     const std::uint64_t n = std::min(len, psize - in);
     const bool logged = log && log->mark(pages_[page] + in, n);
-    journal::write(pages_[page] + in, n, journal::Source::engine, log != nullptr, logged);
+    vhost::journal::write(pages_[page] + in, n, vhost::journal::Source::engine, log != nullptr, logged);
     off += n;
     len -= n;
   }
@@ -33,14 +33,14 @@ void MrObserver::on_write(std::uint64_t addr, std::uint64_t len) noexcept {
 
 void RegionObserver::on_write(std::uint64_t addr, std::uint64_t len) noexcept {
   auto log = log_->log.load(std::memory_order_acquire);
-  if ((!log && !journal::enabled()) || len == 0 || addr < base_ || addr - base_ >= size_) return;
+  if ((!log && !vhost::journal::enabled()) || len == 0 || addr < base_ || addr - base_ >= size_) return;
   const std::uint64_t gpa = gpa_ + (addr - base_);
   len = std::min(len, size_ - (addr - base_));
   const bool logged = log && log->mark(gpa, len);
-  journal::write(gpa, len, journal::Source::engine, log != nullptr, logged);
+  vhost::journal::write(gpa, len, vhost::journal::Source::engine, log != nullptr, logged);
 }
 
-Status DeviceModel::map_dma_mr(const GuestView& g, DmaMrObj& mr, bool keep_name) {
+Status DeviceModel::map_dma_mr(const vhost::GuestView& g, DmaMrObj& mr, bool keep_name) {
   mr.parts.clear();  // their keys go back to the engine before they are asked for again
   auto pit = pds.find(mr.pd);
   if (pit == pds.end()) return make_error(Errc::not_found, fmt::format("no PD {}", mr.pd));
@@ -54,7 +54,7 @@ Status DeviceModel::map_dma_mr(const GuestView& g, DmaMrObj& mr, bool keep_name)
     if (keep_name && parts.empty() && !engine_rebuilds()) mo.requested_key = mr.guest_lkey;
     auto eng = pit->second.eng->reg_mr(reg->host(), reg->size(), static_cast<nicdrv::Access>(mr.access), mo);
     if (!eng)
-      return prefixed(fmt::format("registering guest memory [{:#x}, +{:#x}) for a DMA memory region: ", reg->gpa(),
+      return vhost::prefixed(fmt::format("registering guest memory [{:#x}, +{:#x}) for a DMA memory region: ", reg->gpa(),
                                   reg->size()),
                       eng.error());
     parts.push_back({reg->gpa(), reg->size(), reg, std::move(*eng)});
@@ -85,7 +85,7 @@ std::uint32_t DeviceModel::dma_engine_lkey(const DmaMrObj& mr, std::uint64_t add
   return mr.parts.front().eng->lkey();
 }
 
-Result<MrObj> DeviceModel::map_mr(const GuestView& g, const vd::RegMrReq& r,
+Result<MrObj> DeviceModel::map_mr(const vhost::GuestView& g, const vd::RegMrReq& r,
                                       const std::vector<std::uint64_t>* saved_pages) {
   const auto& lim = opts.limits;
   if (r.page_shift < 12 || r.page_shift > 30)
@@ -118,16 +118,16 @@ Result<MrObj> DeviceModel::map_mr(const GuestView& g, const vd::RegMrReq& r,
   // contiguous in one region.
   struct Run {
     std::size_t first, count;
-    const MappedRegion* region;
+    const vhost::MappedRegion* region;
     std::uint64_t gpa;
   };
   std::vector<Run> runs;
-  std::vector<std::shared_ptr<const MappedRegion>> keep;
+  std::vector<std::shared_ptr<const vhost::MappedRegion>> keep;
   const auto& regions = g.memory().regions();
   for (std::size_t i = 0; i < pages.size(); ++i) {
     const std::uint64_t p = pages[i];
     if (p % psize != 0) return make_error(Errc::invalid_argument, fmt::format("page {} at {:#x} is not {}-aligned", i, p, psize));
-    const MappedRegion* reg = nullptr;
+    const vhost::MappedRegion* reg = nullptr;
     for (const auto& rr : regions)
       if (p >= rr->gpa() && p - rr->gpa() < rr->size() && rr->size() - (p - rr->gpa()) >= psize) {
         reg = rr.get();
@@ -160,7 +160,7 @@ Result<MrObj> DeviceModel::map_mr(const GuestView& g, const vd::RegMrReq& r,
     }
     // The engine's thread reads and writes through this alias: a guest file shrunk under it
     // fails the device like a fault in the guest memory mapping itself.
-    mr.window_guard = GuardedMapping(win, total, "an RDMA memory region's mapping", runs.front().region->fault_sink());
+    mr.window_guard = vhost::GuardedMapping(win, total, "an RDMA memory region's mapping", runs.front().region->fault_sink());
   }
   for (auto& k : keep) mr.regions.push_back(std::move(k));
   const std::uint8_t* base = nullptr;
@@ -176,7 +176,7 @@ Result<MrObj> DeviceModel::map_mr(const GuestView& g, const vd::RegMrReq& r,
   return mr;
 }
 
-Status DeviceModel::register_mr(const GuestView& g, const vd::RegMrReq& r, std::uint32_t requested_key,
+Status DeviceModel::register_mr(const vhost::GuestView& g, const vd::RegMrReq& r, std::uint32_t requested_key,
                                      MrObj& out, const std::vector<std::uint64_t>* saved_pages) {
   auto pit = pds.find(r.pd);
   if (pit == pds.end()) return make_error(Errc::not_found, fmt::format("no PD {}", r.pd));
@@ -205,4 +205,4 @@ Status DeviceModel::register_mr(const GuestView& g, const vd::RegMrReq& r, std::
   return {};
 }
 
-}  // namespace vrdma::vhost
+}  // namespace vrdma::device

@@ -9,20 +9,20 @@
 #include <cerrno>
 #include <cstring>
 
-#include "vrdma/vhost/rdma_model.hpp"
+#include "vrdma/device/model.hpp"
 #include "vrdma/common/log.hpp"
 #include "vrdma/nicdrv/virtio_rdma_conv.hpp"
 #include "vrdma/vhost/write_journal.hpp"
 
-namespace vrdma::vhost {
+namespace vrdma::device {
 
 // ---- RdmaDevice: the public face ----------------------------------------------------------------
-RdmaDevice::RdmaDevice(std::shared_ptr<nicdrv::Device> engine, EventLoop& loop, RdmaDeviceOptions opts)
+RdmaDevice::RdmaDevice(std::shared_ptr<nicdrv::Device> engine, vhost::EventLoop& loop, RdmaDeviceOptions opts)
     : impl_(std::make_unique<DeviceModel>(std::move(engine), loop, opts)) {}
 RdmaDevice::~RdmaDevice() = default;
 
-DeviceInfo RdmaDevice::info() const {
-  DeviceInfo i;
+vhost::DeviceInfo RdmaDevice::info() const {
+  vhost::DeviceInfo i;
   i.num_queues = vd::kNumQueues;
   i.max_queue_size = 1024;
   // Behind QEMU's vhost-user-blk the frontend reads a blk-sized window: describe the device there.
@@ -73,12 +73,12 @@ vd::Config DeviceModel::config_space() const {
   return c;
 }
 
-void RdmaDevice::attach(DeviceHost* host) {
+void RdmaDevice::attach(vhost::DeviceHost* host) {
   impl_->host = host;
   impl_->memory_changed();
 }
 void RdmaDevice::memory_changed() { impl_->memory_changed(); }
-void RdmaDevice::queue_ready(Queue& q) { impl_->queue_ready(q); }
+void RdmaDevice::queue_ready(vhost::Queue& q) { impl_->queue_ready(q); }
 void RdmaDevice::queue_stopped(std::uint16_t index) { impl_->queue_stopped(index); }
 void RdmaDevice::reset() { impl_->reset(); }
 Result<std::vector<std::uint8_t>> RdmaDevice::save_state() {
@@ -112,7 +112,7 @@ RdmaDeviceStats RdmaDevice::stats() const {
 const nicdrv::Device& RdmaDevice::engine() const { return *impl_->engine; }
 
 // ---- DeviceModel -----------------------------------------------------------------------------------
-DeviceModel::DeviceModel(std::shared_ptr<nicdrv::Device> e, EventLoop& l, RdmaDeviceOptions o)
+DeviceModel::DeviceModel(std::shared_ptr<nicdrv::Device> e, vhost::EventLoop& l, RdmaDeviceOptions o)
     : engine(std::move(e)), loop(l), opts(o) {
   if (auto a = engine->query_device(); a.ok()) {
     engine_reports_writes = a->reports_writes;
@@ -136,7 +136,7 @@ DeviceModel::~DeviceModel() {
   if (retry_timer) loop.remove(retry_timer.get());
 }
 
-GuestView DeviceModel::view() const { return host != nullptr ? host->memory() : GuestView(); }
+vhost::GuestView DeviceModel::view() const { return host != nullptr ? host->memory() : vhost::GuestView(); }
 
 void DeviceModel::memory_changed() {
   auto v = view();
@@ -154,7 +154,7 @@ void DeviceModel::memory_changed() {
   }
 }
 
-void DeviceModel::queue_ready(Queue& q) {
+void DeviceModel::queue_ready(vhost::Queue& q) {
   maybe_resume();
   if (paused) return;
   switch (q.index()) {
@@ -197,22 +197,22 @@ void DeviceModel::pause() {
 // Where the device's objects lie in guest memory, for the write journal's readers: a page of
 // a migrated guest that differs from its source is told apart by what it holds.
 void DeviceModel::journal_objects() const {
-  if (!journal::enabled()) return;
-  using journal::Object;
+  if (!vhost::journal::enabled()) return;
+  using vhost::journal::Object;
   for (const auto& [h, cq] : cqs)
-    journal::object(Object::cq_ring, h, cq.ring_gpa, vd::kCqeOffset + std::uint64_t{cq.depth} * sizeof(vd::Cqe));
+    vhost::journal::object(Object::cq_ring, h, cq.ring_gpa, vd::kCqeOffset + std::uint64_t{cq.depth} * sizeof(vd::Cqe));
   for (const auto& [h, qp] : qps) {
-    journal::object(Object::send_ring, h, qp.sq.gpa, std::uint64_t{qp.sq.depth} * qp.sq.stride);
-    if (qp.srq == vd::kNoHandle) journal::object(Object::recv_ring, h, qp.rq.gpa, std::uint64_t{qp.rq.depth} * qp.rq.stride);
-    journal::object(Object::qp_status, h, qp.status_gpa, sizeof(vd::QpStatus));
+    vhost::journal::object(Object::send_ring, h, qp.sq.gpa, std::uint64_t{qp.sq.depth} * qp.sq.stride);
+    if (qp.srq == vd::kNoHandle) vhost::journal::object(Object::recv_ring, h, qp.rq.gpa, std::uint64_t{qp.rq.depth} * qp.rq.stride);
+    vhost::journal::object(Object::qp_status, h, qp.status_gpa, sizeof(vd::QpStatus));
   }
   for (const auto& [h, srq] : srqs) {
-    journal::object(Object::srq_ring, h, srq.ring.gpa, std::uint64_t{srq.ring.depth} * srq.ring.stride);
-    journal::object(Object::qp_status, h, srq.status_gpa, sizeof(vd::QpStatus));
+    vhost::journal::object(Object::srq_ring, h, srq.ring.gpa, std::uint64_t{srq.ring.depth} * srq.ring.stride);
+    vhost::journal::object(Object::qp_status, h, srq.status_gpa, sizeof(vd::QpStatus));
   }
   for (const auto& [h, mr] : mrs) {
     const std::uint64_t psize = std::uint64_t{1} << mr.page_shift;
-    for (auto p : mr.observer->pages()) journal::object(Object::mr_page, h, p, psize);
+    for (auto p : mr.observer->pages()) vhost::journal::object(Object::mr_page, h, p, psize);
   }
 }
 
@@ -294,7 +294,7 @@ void DeviceModel::reset() {
 
 // Writes one CQE if the guest's ring has room. The CQE's body is written first, its owner
 // (phase) byte last with release order, so a polling driver never sees half a CQE.
-bool DeviceModel::write_cqe(std::uint32_t cq_handle, CqObj& cq, const GuestView& g, const vd::Cqe& cqe) {
+bool DeviceModel::write_cqe(std::uint32_t cq_handle, CqObj& cq, const vhost::GuestView& g, const vd::Cqe& cqe) {
   auto consumer = g.read_obj<std::uint32_t>(cq.ring_gpa + offsetof(vd::CqControl, consumer));
   if (!consumer) return false;
   if (cq.produced - *consumer >= cq.depth) {
@@ -350,7 +350,7 @@ void DeviceModel::drain_cq(std::uint32_t handle) {
   auto it = cqs.find(handle);
   if (it == cqs.end()) return;
   CqObj& cq = it->second;
-  const GuestView g = view();
+  const vhost::GuestView g = view();
   std::array<nicdrv::WorkCompletion, 32> wcs;
   bool any_send = !cq.backlog.empty();
   while (!cq.backlog.empty() && write_cqe(handle, cq, g, cq.backlog.front())) cq.backlog.pop_front();
@@ -485,7 +485,7 @@ void DeviceModel::queue_event(vd::EventType type, std::uint32_t handle, std::uin
   events.push_back({type, handle, info});
 }
 
-void DeviceModel::deliver_events(Queue& q) {
+void DeviceModel::deliver_events(vhost::Queue& q) {
   while (!events.empty()) {
     auto chain = q.pop();
     if (!chain) return;
@@ -498,7 +498,7 @@ void DeviceModel::deliver_events(Queue& q) {
     if (ev.type == vd::EventType::cq_completion) {
       if (auto it = cqs.find(ev.handle); it != cqs.end()) it->second.event_queued = false;
     }
-    ChainWriter w(q.memory(), *chain);
+    vhost::ChainWriter w(q.memory(), *chain);
     std::uint32_t written = 0;
     if (w.remaining() >= sizeof e && w.write(&e, sizeof e).ok()) {
       written = sizeof e;
@@ -512,4 +512,4 @@ void DeviceModel::deliver_events(Queue& q) {
   }
 }
 
-}  // namespace vrdma::vhost
+}  // namespace vrdma::device
