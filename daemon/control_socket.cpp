@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -55,21 +56,27 @@ void ControlConnections::on_accept() {
     UniqueFd c(::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
     if (!c) return;
     if (conns_.size() >= kMaxConns) {
-      auto oldest = std::min_element(conns_.begin(), conns_.end(),
-                                     [](const auto& a, const auto& b) { return a.second.order < b.second.order; });
+      // The oldest still sending its request goes; one waiting for its answer only when all are.
+      auto oldest = std::min_element(conns_.begin(), conns_.end(), [](const auto& a, const auto& b) {
+        return std::pair(a.second.answering, a.second.order) < std::pair(b.second.answering, b.second.order);
+      });
       close(oldest->first);
     }
     const int fd = c.get();
-    if (!loop_.add(fd, EPOLLIN, [this, fd](std::uint32_t) { on_read(fd); }).ok()) continue;
+    if (!loop_.add(fd, EPOLLIN, [this, fd](std::uint32_t ev) { on_read(fd, ev); }).ok()) continue;
     conns_[fd] = Conn{std::move(c), {}, std::chrono::steady_clock::now(), ++order_};
     if (conns_.size() == 1) arm(true);
   }
 }
 
-void ControlConnections::on_read(int fd) {
+void ControlConnections::on_read(int fd, std::uint32_t ev) {
   auto it = conns_.find(fd);
   if (it == conns_.end()) return;
   Conn& c = it->second;
+  if (c.answering) {  // watched for nothing but hang-ups now: the client left before its answer
+    if ((ev & (EPOLLHUP | EPOLLERR)) != 0) close(fd);
+    return;
+  }
   char buf[1024];
   const ssize_t n = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT);
   if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
@@ -78,7 +85,20 @@ void ControlConnections::on_read(int fd) {
   // More to come, unless what came is a whole JSON value already (a client that sends no newline).
   if (n > 0 && nl == std::string::npos && c.in.size() < kMaxLine && !nlohmann::json::accept(c.in)) return;
   if (n < 0 || c.in.empty()) return close(fd);
-  const std::string out = handler_(c.in.substr(0, nl));
+  c.answering = true;
+  c.since = std::chrono::steady_clock::now();
+  if (!loop_.modify(fd, 0).ok()) return close(fd);
+  const std::string line = c.in.substr(0, nl);
+  c.in.clear();
+  // `c` may be gone once the handler returns: it may answer (and close) at once.
+  handler_(line, [alive = std::weak_ptr<int>(alive_), this, fd, order = c.order](const std::string& out) {
+    if (!alive.expired()) answer(fd, order, out);
+  });
+}
+
+void ControlConnections::answer(int fd, std::uint64_t order, const std::string& out) {
+  auto it = conns_.find(fd);
+  if (it == conns_.end() || it->second.order != order) return;  // that client is gone
   // The reply (a few KiB) fits the empty socket buffer; a client that cannot take it is gone.
   [[maybe_unused]] auto w = ::send(fd, out.data(), out.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
   close(fd);
@@ -90,7 +110,8 @@ void ControlConnections::on_timer() {
   const auto now = std::chrono::steady_clock::now();
   std::vector<int> late;
   for (const auto& [fd, c] : conns_)
-    if (now - c.since >= kDeadline) late.push_back(fd);
+    if (now - c.since >= (c.answering ? kAnswerDeadline : kDeadline))
+      late.push_back(fd);
   for (int fd : late) close(fd);
 }
 

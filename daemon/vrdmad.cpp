@@ -329,7 +329,8 @@ int main(int argc, char** argv) {
       return 1;
     }
     ctl = std::move(*l);
-    control_conns = std::make_unique<ControlConnections>(*loop, ctl.get(), [&](const std::string& line) {
+    control_conns = std::make_unique<ControlConnections>(*loop, ctl.get(), [&](const std::string& line,
+                                                                              ControlConnections::Reply answer) {
       nlohmann::json reply;
       auto req = nlohmann::json::parse(line, nullptr, false);
       if (req.is_discarded() || !req.is_object() || !req.contains("cmd") || !req["cmd"].is_string()) {
@@ -347,9 +348,17 @@ int main(int argc, char** argv) {
           reply = {{"error", "migrate needs \"to\": the destination vrdmad's tcp:IP:PORT (its --incoming)"}};
         } else {
           const bool prestate = !req.contains("prestate") || !req["prestate"].is_boolean() || req["prestate"].get<bool>();
-          auto st = mig.migrate_to(req["to"].get<std::string>(), std::chrono::seconds(5), prestate);
-          reply = st.ok() ? nlohmann::json{{"ok", true}, {"migration", migration_json(mig)}}
-                          : nlohmann::json{{"ok", false}, {"error", st.error().message}};
+          // Answered once the destination accepted the guest or did not, the loop serving on meanwhile.
+          auto st = mig.migrate_to(
+              req["to"].get<std::string>(),
+              [&mig, answer](const Status& done) {
+                const auto r = done.ok() ? nlohmann::json{{"ok", true}, {"migration", migration_json(mig)}}
+                                         : nlohmann::json{{"ok", false}, {"error", done.error().message}};
+                answer(r.dump() + "\n");
+              },
+              std::chrono::seconds(5), prestate);
+          if (st.ok()) return;
+          reply = {{"ok", false}, {"error", st.error().message}};
         }
       } else if (req["cmd"] == "cancel") {
         auto st = mig.cancel("cancelled by the operator");
@@ -358,7 +367,7 @@ int main(int argc, char** argv) {
         reply = {{"error", "unknown command " + req["cmd"].get<std::string>() +
                                "; commands: status, stats, migrate, cancel"}};
       }
-      return reply.dump() + "\n";
+      answer(reply.dump() + "\n");
     });
     if (auto st = control_conns->start(); !st.ok()) {
       log::error("vrdmad: {}", st.error().message);

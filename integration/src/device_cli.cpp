@@ -13,8 +13,8 @@
 namespace vrdma::integration {
 namespace {
 
-Result<nlohmann::json> ask(const std::string& control, const nlohmann::json& req) {
-  return control_json(control, req, 5000);
+Result<nlohmann::json> ask(const std::string& control, const nlohmann::json& req, int timeout_ms = 5000) {
+  return control_json(control, req, timeout_ms);
 }
 
 std::string phase_of(const nlohmann::json& status) {
@@ -35,6 +35,8 @@ std::string message_of(const nlohmann::json& status) {
 
 std::string phase_sentence(const std::string& phase) {
   if (phase == "idle") return "No migration is configured; the device serves its guest here.";
+  if (phase == "connecting")
+    return "The device is connecting to the destination vrdmad and waits for it to accept the guest.";
   if (phase == "incoming") return "The device waits for an incoming migration; no state has arrived yet.";
   if (phase == "holding") return "The guest's rings started here before the device state arrived; waiting for it.";
   if (phase == "loaded") return "The device state is loaded here; waiting for the guest's rings to start.";
@@ -92,7 +94,8 @@ int migrate(const std::string& control, const std::string& to, long timeout_s, b
     if (!ok) std::fprintf(stderr, "vrdmactl device migrate: %s\n", error.c_str());
     return ok ? 0 : 1;
   };
-  auto r = ask(control, {{"cmd", "migrate"}, {"to", to}});
+  // vrdmad answers once the destination accepted the guest or did not (it waits 5 s at most).
+  auto r = ask(control, {{"cmd", "migrate"}, {"to", to}}, 10000);
   if (!r) return result(false, "", r.error().message);
   if (!r->value("ok", false))
     return result(false, "", "vrdmad refused the migration to " + to + ": " +

@@ -8,7 +8,6 @@
 #include <net/if.h>
 #include <netinet/if_ether.h>
 #include <netinet/tcp.h>
-#include <poll.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -62,26 +61,24 @@ Result<UniqueFd> tcp_listen(const sockaddr_in& a) {
   return fd;
 }
 
-Result<UniqueFd> tcp_connect(const sockaddr_in& a, std::chrono::milliseconds timeout) {
+Result<UniqueFd> tcp_connect_start(const sockaddr_in& a) {
   UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!fd) return errno_error(errno, "migration socket");
   int one = 1;
   ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0) {
-    if (errno != EINPROGRESS) return errno_error(errno, "connecting to the destination vrdmad at " + to_string(a));
-    pollfd p{fd.get(), POLLOUT, 0};
-    const int n = ::poll(&p, 1, static_cast<int>(timeout.count()));
-    if (n == 0)
-      return make_error(Errc::timeout, fmt::format("the destination vrdmad at {} did not accept a connection within {} ms",
-                                                   to_string(a), timeout.count()));
-    int err = 0;
-    socklen_t len = sizeof err;
-    ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
-    if (n < 0 || err != 0)
-      return errno_error(n < 0 ? errno : err, "connecting to the destination vrdmad at " + to_string(a) +
-                                                   " (is it running with --incoming " + to_string(a) + "?)");
-  }
+  if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0 && errno != EINPROGRESS)
+    return errno_error(errno, "connecting to the destination vrdmad at " + to_string(a) + " (is it running with --incoming " +
+                                  to_string(a) + "?)");
   return fd;
+}
+
+Status connect_outcome(int fd, const sockaddr_in& a) {
+  int err = 0;
+  socklen_t len = sizeof err;
+  if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+  if (err == 0) return {};
+  return errno_error(err, "connecting to the destination vrdmad at " + to_string(a) + " (is it running with --incoming " +
+                              to_string(a) + "?)");
 }
 
 Status set_noarp(const std::string& ifname, bool noarp) {

@@ -20,8 +20,11 @@ namespace vrdma::migration {
 Result<sockaddr_in> parse_tcp_address(const std::string& addr);
 // Listening socket (non-blocking, SO_REUSEADDR).
 Result<UniqueFd> tcp_listen(const sockaddr_in& a);
-// Connected socket (non-blocking afterwards), within `timeout`.
-Result<UniqueFd> tcp_connect(const sockaddr_in& a, std::chrono::milliseconds timeout);
+// A non-blocking socket connecting to `a`: connected, or still connecting (writable once it is
+// done; connect_outcome() then says whether it worked). An error here is an immediate refusal.
+Result<UniqueFd> tcp_connect_start(const sockaddr_in& a);
+// How a non-blocking connect on `fd` ended, once the socket is writable (SO_ERROR).
+Status connect_outcome(int fd, const sockaddr_in& a);
 std::string to_string(const sockaddr_in& a);
 
 // The guest's address on this host's interface `ifname`: silence it (IFF_NOARP: the kernel

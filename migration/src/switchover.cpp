@@ -16,6 +16,7 @@ using Clock = std::chrono::steady_clock;
 const char* to_string(Phase p) noexcept {
   switch (p) {
     case Phase::idle: return "idle";
+    case Phase::connecting: return "connecting";
     case Phase::incoming: return "incoming";
     case Phase::holding: return "holding";
     case Phase::loaded: return "loaded";

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -106,7 +107,32 @@ struct MigratingDevice::Impl {
   void let_go();
   bool others_stopped(std::uint16_t index) const;
   bool all_stopped() const;
-  Status migrate_to(const std::string& addr, std::chrono::milliseconds timeout, bool send_layout);
+  Status migrate_to(const std::string& addr, MigratingDevice::Done done, std::chrono::milliseconds timeout,
+                    bool send_layout);
+  // Source, Phase::connecting: the connection to the destination while it is being made, on the
+  // event loop (a destination that is slow to accept or to answer HELLO costs the loop nothing):
+  // connect, HELLO, HELLO_OK; a one-shot timer bounds the whole.
+  struct Dial {
+    UniqueFd fd, timer;
+    sockaddr_in to{};
+    std::string addr;
+    std::chrono::milliseconds timeout{};
+    bool send_layout = true;
+    bool hello_sent = false;
+    FrameReader in;
+    std::unique_ptr<RdmaLink> rdma;
+    std::vector<std::uint8_t> hello;
+    MigrationStatus before;  // what the status goes back to when the destination is not reached
+    MigratingDevice::Done done;
+  };
+  std::unique_ptr<Dial> dial;
+  void on_dial(std::uint32_t ev);
+  // The destination accepted (HELLO_OK): the link is the migration's, the phase armed.
+  void dialled(const HelloOk& ok);
+  // The destination was not reached, refused or did not answer: the status goes back to what
+  // it was, and `done` hears why.
+  void dial_failed(Error why);
+  void drop_dial();
 };
 
 }  // namespace vrdma::migration

@@ -29,6 +29,7 @@ MigratingDevice::Impl::Impl(device::RdmaDevice& d, vhost::EventLoop& l, Migratio
 }
 
 MigratingDevice::Impl::~Impl() {
+  drop_dial();
   drop_link();
   if (listener) loop.remove(listener.get());
   if (no_area_timer) loop.remove(no_area_timer.get());

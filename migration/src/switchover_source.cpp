@@ -2,9 +2,11 @@
 // destination's answer, the object layout ahead (PRESTATE), the state when every ring has
 // stopped (over RDMA when both sides have a migration engine, else TCP; or into the guest's
 // memory when no destination was armed), and letting go once the guest runs there.
-#include <poll.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/timerfd.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include <fmt/format.h>
@@ -129,76 +131,156 @@ bool MigratingDevice::Impl::all_stopped() const {
   return true;
 }
 
-Status MigratingDevice::Impl::migrate_to(const std::string& addr, std::chrono::milliseconds timeout, bool send_layout) {
+Status MigratingDevice::Impl::migrate_to(const std::string& addr, MigratingDevice::Done done,
+                                         std::chrono::milliseconds timeout, bool send_layout) {
   if (st.phase == Phase::incoming || st.phase == Phase::holding || st.phase == Phase::loaded)
     return make_error(Errc::bad_state, "this vrdmad is waiting for an incoming guest; it cannot send one");
-  if (st.phase == Phase::armed || st.phase == Phase::state_sent || st.phase == Phase::handed_over)
+  if (st.phase == Phase::connecting || st.phase == Phase::armed || st.phase == Phase::state_sent ||
+      st.phase == Phase::handed_over)
     return make_error(Errc::busy, fmt::format("a migration to {} is already in progress ({})", st.peer, to_string(st.phase)));
   if (st.phase == Phase::migrated) return make_error(Errc::bad_state, "the guest already left this vrdmad");
   auto a = parse_tcp_address(addr);
   if (!a) return std::move(a).error();
-  const auto deadline = Clock::now() + timeout;
-  auto fd = tcp_connect(*a, timeout);
+  auto fd = tcp_connect_start(*a);
   if (!fd) return std::move(fd).error();
+  auto d = std::make_unique<Dial>();
+  d->fd = std::move(*fd);
+  d->to = *a;
+  d->addr = addr;
+  d->timeout = timeout;
+  d->send_layout = send_layout;
+  d->before = st;
+  d->done = std::move(done);
   Hello me = identity();
-  std::unique_ptr<RdmaLink> link_rdma;
   if (opts.migration_engine) {
     auto l = RdmaLink::create(opts.migration_engine, 0);
     if (l) {
-      link_rdma = std::move(*l);
-      me.rdma = link_rdma->local();
+      d->rdma = std::move(*l);
+      me.rdma = d->rdma->local();
       me.state_hint = state.state_bound_bytes();
     } else {
       log::warn("migration: the state goes over TCP: cannot make a QP on {}: {}", opts.migration_engine->name(),
                 l.error().message);
     }
   }
-  const auto hello = encode(FrameType::hello, encode_hello(me));
-  if (::send(fd->get(), hello.data(), hello.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(hello.size()))
-    return errno_error(errno, "sending HELLO to " + addr);
-  FrameReader r;
-  bool prestate = false;  // the destination builds the objects ahead when told their layout
-  for (;;) {
-    auto f = r.next();
-    if (!f) return make_error(Errc::protocol_error, addr + " answered with a broken frame: " + f.error().message);
-    if (f->has_value()) {
-      if ((*f)->type == FrameType::hello_ok) {
-        auto ok = decode_hello_ok((*f)->payload);
-        if (!ok) return make_error(Errc::protocol_error, addr + " answered HELLO with a broken HELLO_OK: " + ok.error().message);
-        prestate = ok->prestate;
-        log::info("migration: {} (vrdma {}) takes the guest", addr, release_name(ok->release));
-        if (link_rdma && ok->rdma && ok->rdma->bytes > 0) {
-          if (auto c = link_rdma->connect(*ok->rdma); c.ok()) {
-            log::info("migration: the state goes over RDMA ({} -> {}, room for {} bytes)", link_rdma->local().gid,
-                      ok->rdma->gid, ok->rdma->bytes);
-          } else {
-            log::warn("migration: the state goes over TCP: connecting to {} failed: {}", ok->rdma->gid, c.error().message);
-            link_rdma.reset();
-          }
-        } else if (link_rdma) {
-          log::info("migration: the state goes over TCP ({} has no migration engine)", addr);
-          link_rdma.reset();
-        }
-        break;
-      }
-      if ((*f)->type == FrameType::refuse)
-        return make_error(Errc::access_denied, "the destination at " + addr + " refused the guest: " + (*f)->text());
-      return make_error(Errc::protocol_error, fmt::format("{} answered HELLO with {}", addr, to_string((*f)->type)));
-    }
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-    pollfd p{fd->get(), POLLIN, 0};
-    if (left <= 0 || ::poll(&p, 1, static_cast<int>(left)) <= 0)
-      return make_error(Errc::timeout, fmt::format("the destination at {} did not answer HELLO within {} ms", addr,
-                                                   timeout.count()));
-    std::uint8_t buf[4096];
-    const ssize_t n = ::recv(fd->get(), buf, sizeof buf, 0);
-    if (n <= 0) return make_error(Errc::connection_lost, "the destination at " + addr + " closed the connection");
-    r.feed(std::span(buf, static_cast<std::size_t>(n)));
+  d->hello = encode(FrameType::hello, encode_hello(me));
+  d->timer = UniqueFd(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
+  if (!d->timer) return errno_error(errno, "a timer for the connection to " + addr);
+  const auto ms = std::max<std::int64_t>(timeout.count(), 1);
+  const itimerspec t{{0, 0}, {static_cast<time_t>(ms / 1000), static_cast<long>(ms % 1000) * 1'000'000}};
+  if (::timerfd_settime(d->timer.get(), 0, &t, nullptr) != 0) return errno_error(errno, "arming the timer for " + addr);
+  const int dfd = d->fd.get(), tfd = d->timer.get();
+  VRDMA_TRY(loop.add(dfd, EPOLLOUT, [this](std::uint32_t ev) { on_dial(ev); }));
+  if (auto s = loop.add(tfd, EPOLLIN, [this](std::uint32_t) {
+        const auto what = dial->hello_sent ? "did not answer HELLO" : "did not accept a connection";
+        dial_failed(make_error(Errc::timeout, fmt::format("the destination vrdmad at {} {} within {} ms", dial->addr, what,
+                                                          dial->timeout.count())));
+      });
+      !s.ok()) {
+    loop.remove(dfd);
+    return s;
   }
-  link = std::move(*fd);
-  in = std::move(r);
+  dial = std::move(d);
+  st.phase = Phase::connecting;
+  st.peer = addr;
+  st.message = "connecting to the destination vrdmad and waiting for it to accept the guest (HELLO)";
+  log::info("migration: connecting to {} (at most {} ms)", addr, timeout.count());
+  return {};
+}
+
+void MigratingDevice::Impl::on_dial(std::uint32_t ev) {
+  if (!dial) return;
+  Dial& d = *dial;
+  if (!d.hello_sent) {
+    if (auto c = connect_outcome(d.fd.get(), d.to); !c.ok()) return dial_failed(c.error());
+    // HELLO is a few hundred bytes: it goes whole into the new socket's empty buffer.
+    const ssize_t n = ::send(d.fd.get(), d.hello.data(), d.hello.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n != static_cast<ssize_t>(d.hello.size()))
+      return dial_failed(n < 0 ? errno_error(errno, "sending HELLO to " + d.addr)
+                               : make_error(Errc::io_error, "sending HELLO to " + d.addr + ": short write"));
+    d.hello_sent = true;
+    if (auto m = loop.modify(d.fd.get(), EPOLLIN); !m.ok()) return dial_failed(m.error());
+    return;
+  }
+  bool closed = false;
+  for (;;) {
+    std::uint8_t buf[4096];
+    const ssize_t n = ::recv(d.fd.get(), buf, sizeof buf, MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) break;
+    if (n <= 0) {
+      closed = true;
+      break;
+    }
+    d.in.feed(std::span(buf, static_cast<std::size_t>(n)));
+    if (d.in.buffered() > 65536)
+      return dial_failed(make_error(Errc::protocol_error, d.addr + " answered HELLO with more than a HELLO_OK"));
+  }
+  auto f = d.in.next();
+  if (!f)
+    return dial_failed(make_error(Errc::protocol_error, d.addr + " answered with a broken frame: " + f.error().message));
+  if (f->has_value()) {
+    if ((*f)->type == FrameType::hello_ok) {
+      auto ok = decode_hello_ok((*f)->payload);
+      if (!ok)
+        return dial_failed(make_error(Errc::protocol_error, d.addr + " answered HELLO with a broken HELLO_OK: " + ok.error().message));
+      return dialled(*ok);
+    }
+    if ((*f)->type == FrameType::refuse)
+      return dial_failed(make_error(Errc::access_denied, "the destination at " + d.addr + " refused the guest: " + (*f)->text()));
+    return dial_failed(make_error(Errc::protocol_error, fmt::format("{} answered HELLO with {}", d.addr, to_string((*f)->type))));
+  }
+  if (closed || (ev & (EPOLLHUP | EPOLLERR)) != 0)
+    dial_failed(make_error(Errc::connection_lost, "the destination at " + d.addr + " closed the connection"));
+}
+
+void MigratingDevice::Impl::drop_dial() {
+  if (!dial) return;
+  loop.remove(dial->fd.get());
+  loop.remove(dial->timer.get());
+  dial.reset();
+}
+
+void MigratingDevice::Impl::dial_failed(Error why) {
+  if (!dial) return;
+  auto done = std::move(dial->done);
+  st = dial->before;
+  drop_dial();
+  log::warn("migration: {}; the guest keeps running here", why.message);
+  if (done) done(Status(std::move(why)));
+}
+
+void MigratingDevice::Impl::dialled(const HelloOk& ok) {
+  Dial& d = *dial;
+  const std::string addr = d.addr;
+  log::info("migration: {} (vrdma {}) takes the guest", addr, release_name(ok.release));
+  std::unique_ptr<RdmaLink> link_rdma = std::move(d.rdma);
+  if (link_rdma && ok.rdma && ok.rdma->bytes > 0) {
+    if (auto c = link_rdma->connect(*ok.rdma); c.ok()) {
+      log::info("migration: the state goes over RDMA ({} -> {}, room for {} bytes)", link_rdma->local().gid,
+                ok.rdma->gid, ok.rdma->bytes);
+    } else {
+      log::warn("migration: the state goes over TCP: connecting to {} failed: {}", ok.rdma->gid, c.error().message);
+      link_rdma.reset();
+    }
+  } else if (link_rdma) {
+    log::info("migration: the state goes over TCP ({} has no migration engine)", addr);
+    link_rdma.reset();
+  }
+  loop.remove(d.fd.get());
+  loop.remove(d.timer.get());
+  link = std::move(d.fd);
+  in = std::move(d.in);
   rdma = std::move(link_rdma);
-  VRDMA_TRY(watch_link());
+  const bool send_layout = d.send_layout;
+  auto done = std::move(d.done);
+  dial.reset();
+  if (auto w = watch_link(); !w.ok()) {
+    st = MigrationStatus{};
+    drop_link();
+    fail("watching the link to " + addr + ": " + w.error().message);
+    if (done) done(std::move(w));
+    return;
+  }
   st = MigrationStatus{};
   st.phase = Phase::armed;
   st.peer = addr;
@@ -207,24 +289,26 @@ Status MigratingDevice::Impl::migrate_to(const std::string& addr, std::chrono::m
   if (all_stopped() && inner.stats().paused) {
     t_stop = Clock::now();
     send_state();
-    return {};
-  }
-  if (const auto s = inner.stats(); send_layout && prestate && s.pds + s.cqs + s.qps > 0) {
+  } else if (const auto s = inner.stats(); send_layout && ok.prestate && s.pds + s.cqs + s.qps > 0) {
     const auto t0 = Clock::now();
     const auto layout = state.save_layout();
     send(FrameType::prestate, layout);
     log::info("migration: sent the object layout ({} bytes, {:.1f} ms) for {} to build during pre-copy",
               layout.size(), ms_since(t0), addr);
   }
-  return {};
+  if (done) done({});
 }
 
-Status MigratingDevice::migrate_to(const std::string& addr, std::chrono::milliseconds timeout, bool prestate) {
-  return impl_->migrate_to(addr, timeout, prestate);
+Status MigratingDevice::migrate_to(const std::string& addr, Done done, std::chrono::milliseconds timeout, bool prestate) {
+  return impl_->migrate_to(addr, std::move(done), timeout, prestate);
 }
 
 Status MigratingDevice::cancel(const std::string& why) {
   auto& m = *impl_;
+  if (m.st.phase == Phase::connecting) {
+    m.dial_failed(make_error(Errc::bad_state, "cancelled before the destination accepted the guest: " + why));
+    return {};
+  }
   if (m.st.phase != Phase::armed) return make_error(Errc::bad_state, fmt::format("no armed migration to cancel ({})",
                                                                                to_string(m.st.phase)));
   m.send(FrameType::abort, why);

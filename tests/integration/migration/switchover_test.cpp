@@ -12,6 +12,7 @@
 #define BOOST_TEST_MODULE migration_switchover
 #include <boost/test/unit_test.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -499,6 +500,83 @@ BOOST_AUTO_TEST_CASE(failed_migrations_leave_the_guest_running_at_the_source) {
     BOOST_CHECK_EQUAL(g.here->status()["migration"]["phase"], "idle");
   }
   s.run_until([&] { return s.sent() >= 200; });
+
+  // 1b. A destination that takes the connection and never answers HELLO (its vrdmad stopped
+  //     with SIGSTOP: the kernel still accepts into the listener's backlog). The source waits
+  //     for it on its event loop, not in it: while the migrate request is pending its status
+  //     answers and the guest's traffic completes (60 more messages, the window is 16); the
+  //     request is answered after 5 s with the reason, and the phase is idle again.
+  {
+    Vrdmad dst(g.dir, "silent", net.b, std::string("soft:") + kGuestIp, incoming_args("tcp:10.67.0.2:7824", "gB"));
+    BOOST_REQUIRE_EQUAL(::kill(dst.child->pid(), SIGSTOP), 0);
+    std::atomic<bool> replied{false};
+    nlohmann::json r;
+    const auto t0 = Clock::now();
+    std::thread asker([&] {
+      r = g.here->control({{"cmd", "migrate"}, {"to", "tcp:10.67.0.2:7824"}});
+      replied = true;
+    });
+    const auto ms_since = [](Clock::time_point t) {
+      return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+    };
+    double status_max_ms = 0;
+    int probes = 0, connecting = 0;
+    auto probe = [&] {
+      const auto p0 = Clock::now();
+      const auto st = g.here->status();
+      status_max_ms = std::max(status_max_ms, ms_since(p0));
+      ++probes;
+      if (st["migration"]["phase"] == "connecting") ++connecting;
+    };
+    // The request is with vrdmad once it says so; the traffic is measured from there.
+    while (connecting == 0 && !replied && ms_since(t0) < 3000) probe();
+    BOOST_CHECK_MESSAGE(connecting > 0, "vrdmad never said it was connecting");
+    const std::size_t sent0 = s.sent();
+    auto next = Clock::now();
+    s.run_until([&] {
+      if (Clock::now() >= next) {
+        probe();
+        next = Clock::now() + 100ms;
+      }
+      return s.sent() >= sent0 + 60;
+    }, 20s);
+    const bool flowed_while_pending = !replied;
+    const double flow_ms = ms_since(t0);
+    while (!replied && ms_since(t0) < 15000) {
+      probe();
+      std::this_thread::sleep_for(100ms);
+    }
+    asker.join();
+    const double waited = ms_since(t0);
+    BOOST_TEST_MESSAGE("a destination that never answers: 60 messages in " << flow_ms << " ms, the answer after "
+                       << waited << " ms: " << r.dump() << "; " << probes << " status requests (" << connecting
+                       << " said connecting), the slowest " << status_max_ms << " ms");
+    BOOST_CHECK_MESSAGE(flowed_while_pending, "the guest's traffic waited for the migrate request ("
+                                                  << flow_ms << " ms for 60 messages)");
+    BOOST_CHECK(r["ok"] == false);
+    BOOST_CHECK_MESSAGE(r.value("error", "").find("did not answer HELLO within 5000 ms") != std::string::npos, r.dump());
+    BOOST_CHECK_GE(waited, 4500.0);
+    BOOST_CHECK_LT(status_max_ms, 1000.0);
+    BOOST_CHECK_EQUAL(g.here->status()["migration"]["phase"], "idle");
+    // The same again, cancelled while it connects: both requests are answered at once.
+    replied = false;
+    const auto t1 = Clock::now();
+    std::thread asker2([&] {
+      r = g.here->control({{"cmd", "migrate"}, {"to", "tcp:10.67.0.2:7824"}});
+      replied = true;
+    });
+    connecting = 0;
+    while (connecting == 0 && !replied && ms_since(t1) < 3000) probe();
+    const auto c = g.here->control({{"cmd", "cancel"}});
+    asker2.join();
+    BOOST_TEST_MESSAGE("cancelled while connecting after " << ms_since(t1) << " ms: " << c.dump() << ", " << r.dump());
+    BOOST_CHECK(c["ok"] == true);
+    BOOST_CHECK(r["ok"] == false);
+    BOOST_CHECK_MESSAGE(r.value("error", "").find("cancelled") != std::string::npos, r.dump());
+    BOOST_CHECK_LT(ms_since(t1), 3000.0);
+    BOOST_CHECK_EQUAL(g.here->status()["migration"]["phase"], "idle");
+    ::kill(dst.child->pid(), SIGCONT);
+  }
 
   // 2. The destination dies after accepting the guest, before the rings stop: the source says
   //    so, the frontend cannot reach the destination and runs the guest on at the source.

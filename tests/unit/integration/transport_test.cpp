@@ -110,6 +110,7 @@ BOOST_AUTO_TEST_CASE(tcp_goes_multifd_unless_told_otherwise) {
 BOOST_AUTO_TEST_CASE(phase_sentences) {
   BOOST_TEST(phase_sentence("migrated").find("destination") != std::string::npos);
   BOOST_TEST(phase_sentence("failed").find("keeps running here") != std::string::npos);
+  BOOST_TEST(phase_sentence("connecting").find("connecting to the destination") != std::string::npos);
   BOOST_TEST(phase_sentence("bogus").find("unknown") != std::string::npos);
 }
 

@@ -1,9 +1,10 @@
 // Live migration of a virtio RDMA device between two vrdmad processes (docs/migration.md).
 //
 // MigratingDevice wraps the device model (device::RdmaDevice) as a vhost::Device and runs the
-// switchover protocol of stream.hpp around it. The device model still carries the state itself
-// (the codec, the object layout built ahead, the state area in guest memory; docs/architecture.md
-// says where they are going); this wrapper decides when each is used and talks to the peer:
+// switchover protocol of stream.hpp around it. The state itself (the codec, the object layout
+// built ahead, the state area in guest memory) is its DeviceState's (device_state.hpp), which
+// reads the device through its snapshot interface; this wrapper decides when each is used and
+// talks to the peer:
 //
 //   source                                         destination (vrdmad --incoming tcp:IP:PORT)
 //   migrate_to(addr): connect, HELLO  ---------->  identity checked (GID, MAC, engine, version)
@@ -32,12 +33,13 @@
 // nothing lost; a destination never runs rings without a loaded state (it holds them, and says
 // so in the log, until the state arrives).
 //
-// Threads: everything runs on the backend's event loop, like every vhost::Device call. Only
-// migrate_to() blocks, for at most its timeout, while it connects and waits for HELLO_OK.
+// Threads: everything runs on the backend's event loop, like every vhost::Device call, and
+// nothing blocks it: migrate_to() connects and waits for HELLO_OK on the loop (Phase::connecting).
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -50,6 +52,7 @@ namespace vrdma::migration {
 
 enum class Phase {
   idle,          // no migration configured
+  connecting,    // source: connecting to the destination, waiting for it to accept (HELLO_OK)
   incoming,      // destination: listening, no state yet
   holding,       // destination: rings started before the state arrived; waiting for it
   loaded,        // destination: state loaded, waiting for the rings to start
@@ -105,13 +108,19 @@ class MigratingDevice final : public vhost::Device {
   // "guest" only from the guest's own memory (the state area, which a destination always reads
   // when its rings start before a source sent the state).
   Status listen_incoming(const std::string& addr);
-  // Source: start a migration to the destination vrdmad at "tcp:IP:PORT". Returns once the
-  // destination has accepted the guest's identity (or with the reason it did not). Unless
-  // `prestate` is false, the object layout goes at once (PRESTATE) so that the destination
-  // builds the engine objects during pre-copy; the state goes when every ring has stopped.
-  Status migrate_to(const std::string& addr, std::chrono::milliseconds timeout = std::chrono::seconds(5),
+  // Source: start a migration to the destination vrdmad at "tcp:IP:PORT". Returns at once: an
+  // error says why none could start (a bad address, the wrong phase, an immediate refusal),
+  // and `done` is then never called. Otherwise the phase is `connecting` while the connection
+  // is made and HELLO answered, on the event loop, and `done` is called once, on the loop: ok
+  // when the destination accepted the guest's identity (phase armed), or why not (refused, no
+  // answer within `timeout`, cancelled; the status is then back to what it was). Unless
+  // `prestate` is false, the object layout goes as soon as it is accepted (PRESTATE) so that
+  // the destination builds the engine objects during pre-copy; the state goes when every ring
+  // has stopped.
+  using Done = std::function<void(Status)>;
+  Status migrate_to(const std::string& addr, Done done, std::chrono::milliseconds timeout = std::chrono::seconds(5),
                     bool prestate = true);
-  // Source: give up an armed migration (before the state has gone).
+  // Source: give up a migration still connecting, or armed (before the state has gone).
   Status cancel(const std::string& why);
   [[nodiscard]] MigrationStatus status() const;
 
