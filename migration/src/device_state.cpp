@@ -1,6 +1,5 @@
 // DeviceState's public face (device_state.hpp) and the device's hooks: what a stop, a start
 // and a reset of the device mean to the state that moves it.
-#include <sys/timerfd.h>
 
 #include "device_state_impl.hpp"
 #include "vrdma/vhost/write_journal.hpp"

@@ -210,10 +210,17 @@ struct DeviceModel {
   bool write_cqe(std::uint32_t cq_handle, CqObj& cq, const vhost::GuestView& g, const vd::Cqe& cqe);
   [[nodiscard]] vhost::GuestView view() const;
 
-  // commands.cpp
+  // commands.cpp, commands_qp.cpp
   void control(vhost::Queue& q);
-  std::vector<std::uint8_t> execute(const vhost::GuestView& g, std::span<const std::uint8_t> req, vd::Status& status,
-                                    std::string& why);
+  // One control command: the response's body, or (status not ok) the sentence why not; `made`:
+  // it made an object (the state may have outgrown the state area).
+  struct Executed {
+    vd::Status status = vd::Status::ok;
+    std::vector<std::uint8_t> body;
+    std::string why;
+    bool made = false;
+  };
+  Executed execute(const vhost::GuestView& g, std::span<const std::uint8_t> req);
 
   // datapath.cpp
   void doorbells(vhost::Queue& q);
