@@ -10,6 +10,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -79,13 +80,25 @@ struct Handlers {
   std::span<const std::uint8_t> body;
   const RdmaLimits& lim;
 
-  // REG_MR and REG_DMA_MR: the guest's regions of both kinds count against max_mr.
-  [[nodiscard]] std::optional<Refusal> mr_room() const {
-    const auto n = d.mrs.size() + d.dma_mrs.size();
-    if (n >= lim.max_mr)
-      return refuse(vd::Status::no_space, fmt::format("the guest already has {} MRs (limit {})", n, lim.max_mr));
-    return std::nullopt;
+  // A per-guest limit on objects of one kind: refused once the guest has `limit` of them.
+  [[nodiscard]] static std::optional<Refusal> room(std::size_t have, std::uint32_t limit, std::string_view what) {
+    if (have < limit) return std::nullopt;
+    return refuse(vd::Status::no_space, fmt::format("the guest already has {} {} (limit {})", have, what, limit));
   }
+  // What a DESTROY_* (or DEREG_MR) names: the request's handle and its object in `m`, when there
+  // is one and nothing uses it (PDs, CQs and SRQs count their `users`, which are `what`).
+  template <class Map>
+  CmdResult<typename Map::iterator> to_destroy(Map& m, std::string_view kind, std::string_view what = {}) {
+    const auto h = req_as<vd::HandleReq>(body).handle;
+    auto it = m.find(h);
+    if (it == m.end()) return refuse(vd::Status::not_found, fmt::format("no {} {}", kind, h));
+    if constexpr (requires { it->second.users; })
+      if (it->second.users != 0)
+        return refuse(vd::Status::busy, fmt::format("{} {} is still used by {} {}", kind, h, it->second.users, what));
+    return it;
+  }
+  // REG_MR and REG_DMA_MR: the guest's regions of both kinds count against max_mr.
+  [[nodiscard]] std::optional<Refusal> mr_room() const { return room(d.mrs.size() + d.dma_mrs.size(), lim.max_mr, "MRs"); }
 
   Reply query_device();
   Reply query_port();

@@ -217,8 +217,7 @@ Reply Handlers::query_gid() {
 }
 
 Reply Handlers::create_pd() {
-  if (d.pds.size() >= lim.max_pd)
-    return refuse(vd::Status::no_space, fmt::format("the guest already has {} PDs (limit {})", d.pds.size(), lim.max_pd));
+  if (auto e = room(d.pds.size(), lim.max_pd, "PDs")) return *e;
   auto pd = d.engine->alloc_pd();
   if (!pd) return refuse(status_of(pd.error()), pd.error().message);
   const auto h = d.new_handle();
@@ -227,12 +226,9 @@ Reply Handlers::create_pd() {
 }
 
 Reply Handlers::destroy_pd() {
-  const auto h = req_as<vd::HandleReq>(body).handle;
-  auto it = d.pds.find(h);
-  if (it == d.pds.end()) return refuse(vd::Status::not_found, fmt::format("no PD {}", h));
-  if (it->second.users != 0)
-    return refuse(vd::Status::busy, fmt::format("PD {} still holds {} objects", h, it->second.users));
-  d.pds.erase(it);
+  auto it = to_destroy(d.pds, "PD", "MRs, QPs, AHs or SRQs");
+  if (auto* no = std::get_if<Refusal>(&it)) return *no;
+  d.pds.erase(std::get<0>(it));
   return std::vector<std::uint8_t>{};
 }
 
@@ -297,8 +293,9 @@ Reply Handlers::dereg_mr() {
     d.forget_dma_mr(h);
     return std::vector<std::uint8_t>{};
   }
-  auto it = d.mrs.find(h);
-  if (it == d.mrs.end()) return refuse(vd::Status::not_found, fmt::format("no MR {}", h));
+  auto found = to_destroy(d.mrs, "MR");
+  if (auto* no = std::get_if<Refusal>(&found)) return *no;
+  const auto it = std::get<0>(found);
   d.st.registered_bytes -= it->second.length;
   --d.pds[it->second.pd].users;
   d.forget_names(h);
@@ -308,8 +305,7 @@ Reply Handlers::dereg_mr() {
 
 Reply Handlers::create_cq() {
   const auto r = req_as<vd::CreateCqReq>(body);
-  if (d.cqs.size() >= lim.max_cq)
-    return refuse(vd::Status::no_space, fmt::format("the guest already has {} CQs (limit {})", d.cqs.size(), lim.max_cq));
+  if (auto e = room(d.cqs.size(), lim.max_cq, "CQs")) return *e;
   if (!pow2(r.depth) || r.depth > lim.max_cqe)
     return refuse(vd::Status::invalid, fmt::format("CQ depth {} is not a power of two up to {}", r.depth, lim.max_cqe));
   const std::uint64_t bytes = vd::kCqeOffset + std::uint64_t{r.depth} * sizeof(vd::Cqe);
@@ -320,11 +316,9 @@ Reply Handlers::create_cq() {
 }
 
 Reply Handlers::destroy_cq() {
-  const auto h = req_as<vd::HandleReq>(body).handle;
-  auto it = d.cqs.find(h);
-  if (it == d.cqs.end()) return refuse(vd::Status::not_found, fmt::format("no CQ {}", h));
-  if (it->second.users != 0)
-    return refuse(vd::Status::busy, fmt::format("CQ {} is still used by {} QPs", h, it->second.users));
+  auto found = to_destroy(d.cqs, "CQ", "QPs");
+  if (auto* no = std::get_if<Refusal>(&found)) return *no;
+  const auto it = std::get<0>(found);
   const int fd = it->second.eng->event_fd();
   d.loop.remove(fd);
   d.cq_by_fd.erase(fd);

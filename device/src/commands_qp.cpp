@@ -7,8 +7,7 @@ namespace vrdma::device::cmd {
 
 Reply Handlers::create_qp() {
   const auto r = req_as<vd::CreateQpReq>(body);
-  if (d.qps.size() >= lim.max_qp)
-    return refuse(vd::Status::no_space, fmt::format("the guest already has {} QPs (limit {})", d.qps.size(), lim.max_qp));
+  if (auto e = room(d.qps.size(), lim.max_qp, "QPs")) return *e;
   auto pit = d.pds.find(r.pd);
   auto scq = d.cqs.find(r.send_cq);
   auto rcq = d.cqs.find(r.recv_cq);
@@ -136,9 +135,10 @@ Reply Handlers::query_qp() {
 }
 
 Reply Handlers::destroy_qp() {
-  const auto h = req_as<vd::HandleReq>(body).handle;
-  auto it = d.qps.find(h);
-  if (it == d.qps.end()) return refuse(vd::Status::not_found, fmt::format("DESTROY_QP names no QP {}", h));
+  auto found = to_destroy(d.qps, "QP");
+  if (auto* no = std::get_if<Refusal>(&found)) return *no;
+  const auto it = std::get<0>(found);
+  const auto h = it->first;
   auto& qp = it->second;
   --d.pds[qp.pd].users;
   --d.cqs[qp.send_cq].users;
@@ -155,8 +155,7 @@ Reply Handlers::create_ah() {
   const auto r = req_as<vd::CreateAhReq>(body);
   auto pit = d.pds.find(r.pd);
   if (pit == d.pds.end()) return refuse(vd::Status::not_found, fmt::format("CREATE_AH names no PD {}", r.pd));
-  if (d.ahs.size() >= lim.max_ah)
-    return refuse(vd::Status::no_space, fmt::format("the guest already has {} AHs (limit {})", d.ahs.size(), lim.max_ah));
+  if (auto e = room(d.ahs.size(), lim.max_ah, "AHs")) return *e;
   auto ah = pit->second.eng->create_ah(nicdrv::ah_from_wire(r.ah));
   if (!ah) return refuse(status_of(ah.error()), ah.error().message);
   const auto h = d.new_handle();
@@ -166,9 +165,9 @@ Reply Handlers::create_ah() {
 }
 
 Reply Handlers::destroy_ah() {
-  const auto h = req_as<vd::HandleReq>(body).handle;
-  auto it = d.ahs.find(h);
-  if (it == d.ahs.end()) return refuse(vd::Status::not_found, fmt::format("DESTROY_AH names no AH {}", h));
+  auto found = to_destroy(d.ahs, "AH");
+  if (auto* no = std::get_if<Refusal>(&found)) return *no;
+  const auto it = std::get<0>(found);
   --d.pds[it->second.pd].users;
   d.ahs.erase(it);
   return std::vector<std::uint8_t>{};
@@ -178,8 +177,7 @@ Reply Handlers::create_srq() {
   const auto r = req_as<vd::CreateSrqReq>(body);
   auto pit = d.pds.find(r.pd);
   if (pit == d.pds.end()) return refuse(vd::Status::not_found, fmt::format("CREATE_SRQ names no PD {}", r.pd));
-  if (d.srqs.size() >= lim.max_srq)
-    return refuse(vd::Status::no_space, fmt::format("the guest already has {} SRQs (limit {})", d.srqs.size(), lim.max_srq));
+  if (auto e = room(d.srqs.size(), lim.max_srq, "SRQs")) return *e;
   if (!pow2(r.depth) || r.depth > lim.max_qp_wr || r.max_sge == 0 || r.max_sge > lim.max_sge)
     return refuse(vd::Status::invalid, fmt::format("SRQ depth {} / SGEs {} out of range (power of two up to {}, 1..{})",
                                                    r.depth, r.max_sge, lim.max_qp_wr, lim.max_sge));
@@ -204,13 +202,11 @@ Reply Handlers::create_srq() {
 }
 
 Reply Handlers::destroy_srq() {
-  const auto h = req_as<vd::HandleReq>(body).handle;
-  auto it = d.srqs.find(h);
-  if (it == d.srqs.end()) return refuse(vd::Status::not_found, fmt::format("DESTROY_SRQ names no SRQ {}", h));
-  if (it->second.users != 0)
-    return refuse(vd::Status::busy, fmt::format("SRQ {} is still used by {} QPs", h, it->second.users));
+  auto found = to_destroy(d.srqs, "SRQ", "QPs");
+  if (auto* no = std::get_if<Refusal>(&found)) return *no;
+  const auto it = std::get<0>(found);
   --d.pds[it->second.pd].users;
-  d.pending_srq.erase(h);
+  d.pending_srq.erase(it->first);
   d.srqs.erase(it);
   return std::vector<std::uint8_t>{};
 }
