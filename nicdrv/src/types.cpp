@@ -69,6 +69,7 @@ std::string_view to_string(WrOpcode op) noexcept {
     case WrOpcode::rdma_read: return "RDMA_READ";
     case WrOpcode::atomic_cmp_and_swp: return "ATOMIC_CMP_AND_SWP";
     case WrOpcode::atomic_fetch_and_add: return "ATOMIC_FETCH_AND_ADD";
+    case WrOpcode::send_with_inv: return "SEND_WITH_INV";
   }
   return "?";
 }

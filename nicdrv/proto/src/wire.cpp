@@ -35,7 +35,7 @@ std::uint32_t get32(const std::uint8_t* p) noexcept { return (std::uint32_t{get1
 std::uint64_t get64(const std::uint8_t* p) noexcept { return (std::uint64_t{get32(p)} << 32) | get32(p + 4); }
 
 // ---- Extended headers, in wire order (IBA 9.2 figure 123 / rxe_opcode.c offsets) ----------------
-// BTH, [RDETH,] DETH, RETH, AtomicETH, AETH, AtomicAckETH, ImmDt. Encode, parse and the
+// BTH, [RDETH,] DETH, RETH, AtomicETH, AETH, AtomicAckETH, ImmDt, IETH. Encode, parse and the
 // header lengths in the opcode table all walk this one list.
 struct ExtHeader {
   HdrFlag flag;
@@ -86,13 +86,18 @@ void get_atomic_ack(Headers& h, const std::uint8_t* p) noexcept { h.atomic_ack =
 void put_imm(const Headers& h, std::uint8_t* p) noexcept { put32(p, h.imm); }
 void get_imm(Headers& h, const std::uint8_t* p) noexcept { h.imm = get32(p); }
 
-constexpr std::array<ExtHeader, 6> kExtHeaders{{
+// IETH (9.3.8): the R_Key to invalidate, 4 bytes.
+void put_ieth(const Headers& h, std::uint8_t* p) noexcept { put32(p, h.ieth); }
+void get_ieth(Headers& h, const std::uint8_t* p) noexcept { h.ieth = get32(p); }
+
+constexpr std::array<ExtHeader, 7> kExtHeaders{{
     {kHasDeth, kDethLen, put_deth, get_deth},
     {kHasReth, kRethLen, put_reth, get_reth},
     {kHasAtomicEth, kAtomicEthLen, put_atomic, get_atomic},
     {kHasAeth, kAethLen, put_aeth, get_aeth},
     {kHasAtomicAckEth, kAtomicAckEthLen, put_atomic_ack, get_atomic_ack},
     {kHasImm, kImmLen, put_imm, get_imm},
+    {kHasIeth, kIethLen, put_ieth, get_ieth},
 }};
 
 // ---- Opcode table (IBA 9.2.1 table 38; flags as in rxe_opcode.c) --------------------------------
@@ -143,6 +148,8 @@ constexpr Row kRows[] = {
     {Opcode::rc_atomic_acknowledge, "RC Atomic Acknowledge", fl(kIsAtomic, kOnly, kHasAeth, kHasAtomicAckEth)},
     {Opcode::rc_compare_swap, "RC Compare Swap", fl(kIsRequest, kIsAtomic, kOnly, kHasAtomicEth)},
     {Opcode::rc_fetch_add, "RC Fetch Add", fl(kIsRequest, kIsAtomic, kOnly, kHasAtomicEth)},
+    {Opcode::rc_send_last_inv, "RC Send Last Invalidate", fl(kSend, kIsLast, kHasIeth)},
+    {Opcode::rc_send_only_inv, "RC Send Only Invalidate", fl(kSend, kOnly, kHasIeth)},
     {Opcode::ud_send_only, "UD Send Only", fl(kSend, kOnly, kHasDeth)},
     {Opcode::ud_send_only_imm, "UD Send Only Immediate", fl(kSend, kOnly, kHasDeth, kHasImm)},
 };
@@ -157,7 +164,7 @@ constexpr std::array<OpcodeInfo, 256> make_table() noexcept {
 constexpr std::array<OpcodeInfo, 256> kTable = make_table();
 
 constexpr std::size_t hl(Opcode op) noexcept { return kTable[static_cast<std::uint8_t>(op)].hdr_len; }
-static_assert(std::size(kRows) == 23, "RC (21) + UD (2) opcodes");
+static_assert(std::size(kRows) == 25, "RC (23) + UD (2) opcodes");
 static_assert(hl(Opcode::rc_send_middle) == kBthLen);
 static_assert(hl(Opcode::rc_send_only_imm) == kBthLen + kImmLen);
 static_assert(hl(Opcode::rc_write_first) == kBthLen + kRethLen);
@@ -168,6 +175,7 @@ static_assert(hl(Opcode::rc_read_response_only) == kBthLen + kAethLen);
 static_assert(hl(Opcode::rc_atomic_acknowledge) == kBthLen + kAethLen + kAtomicAckEthLen);
 static_assert(hl(Opcode::rc_compare_swap) == kBthLen + kAtomicEthLen);
 static_assert(hl(Opcode::ud_send_only_imm) == kBthLen + kDethLen + kImmLen);
+static_assert(hl(Opcode::rc_send_only_inv) == kBthLen + kIethLen);
 static_assert(!kTable[0x15].valid && !kTable[0x63].valid && !kTable[0x66].valid);
 
 // ---- BTH (IBA 9.2, figure 124) ---------------------------------------------------------------

@@ -13,7 +13,8 @@ using wire::Opcode;
 WcOpcode wc_opcode(WrOpcode op) {
   switch (op) {
     case WrOpcode::send:
-    case WrOpcode::send_with_imm: return WcOpcode::send;
+    case WrOpcode::send_with_imm:
+    case WrOpcode::send_with_inv: return WcOpcode::send;
     case WrOpcode::rdma_write:
     case WrOpcode::rdma_write_with_imm: return WcOpcode::rdma_write;
     case WrOpcode::rdma_read: return WcOpcode::rdma_read;

@@ -125,7 +125,7 @@ Result<std::shared_ptr<MemoryRegion>> SoftPd::reg_mr(void* addr, std::size_t len
     } while (d.mrs.count(key) != 0 || key == 0);
   }
   auto mr = std::make_shared<SoftMr>(shared_from_this(), static_cast<std::uint8_t*>(addr), length, access, key,
-                                     opts.observer, opts.iova);
+                                     opts.observer, opts.iova, opts.remote_invalidate);
   d.mrs[key] = mr.get();
   return std::shared_ptr<MemoryRegion>(std::move(mr));
 }

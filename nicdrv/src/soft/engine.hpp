@@ -122,9 +122,9 @@ std::unique_ptr<Link> make_fault_link(std::unique_ptr<Link> inner, const FaultCo
 class SoftMr final : public MemoryRegion {
  public:
   SoftMr(std::shared_ptr<SoftPd> pd, std::uint8_t* base, std::uint64_t len, Access acc, std::uint32_t key,
-         std::shared_ptr<WriteObserver> obs, std::optional<std::uint64_t> iova)
+         std::shared_ptr<WriteObserver> obs, std::optional<std::uint64_t> iova, bool remote_invalidate)
       : pd_(std::move(pd)), base_(base), len_(len), acc_(acc), key_(key), obs_(std::move(obs)),
-        iova_(iova.value_or(reinterpret_cast<std::uint64_t>(base))) {}
+        iova_(iova.value_or(reinterpret_cast<std::uint64_t>(base))), remote_invalidate_(remote_invalidate) {}
   ~SoftMr() override;
   std::uint32_t lkey() const noexcept override { return key_; }
   std::uint32_t rkey() const noexcept override { return key_; }
@@ -139,6 +139,11 @@ class SoftMr final : public MemoryRegion {
     return base_ + (va - start);
   }
   [[nodiscard]] const SoftPd* pd() const noexcept { return pd_.get(); }
+  // A peer's SEND with Invalidate may end the region (MrOptions::remote_invalidate); once it
+  // has, the keys name nothing (find_mr). Both guarded by the device's mu_.
+  [[nodiscard]] bool remote_invalidate() const noexcept { return remote_invalidate_; }
+  [[nodiscard]] bool valid() const noexcept { return valid_; }
+  void invalidate() noexcept { valid_ = false; }
   // Every engine write into the region goes through here (so the observer sees it).
   void write(std::uint8_t* dst, const void* src, std::size_t len) const noexcept {
     std::memcpy(dst, src, len);
@@ -156,6 +161,8 @@ class SoftMr final : public MemoryRegion {
   std::uint32_t key_;
   std::shared_ptr<WriteObserver> obs_;
   std::uint64_t iova_;
+  bool remote_invalidate_ = false;
+  bool valid_ = true;
 };
 
 class SoftCq final : public CompletionQueue, public std::enable_shared_from_this<SoftCq> {
@@ -239,7 +246,7 @@ struct SendWqe {
   bool signaled = false;
   bool solicited = false;
   bool fence = false;
-  std::uint32_t imm = 0;
+  std::uint32_t imm = 0;  // SEND_WITH_IMM's ImmDt; SEND_WITH_INV's R_Key (ibv_send_wr's union)
   std::uint64_t remote_addr = 0;
   std::uint32_t rkey = 0;
   std::uint64_t compare_add = 0, swap = 0;
@@ -466,9 +473,10 @@ class SoftDevice final : public Device {
   bool quiesced = false;
 
   // Engine helpers (engine thread or API caller, with mu_ held).
+  // The valid region `key` names (a remotely invalidated one names nothing).
   SoftMr* find_mr(std::uint32_t key) {
     auto it = mrs.find(key);
-    return it == mrs.end() ? nullptr : it->second;
+    return it == mrs.end() || !it->second->valid() ? nullptr : it->second;
   }
   void mark_active(SoftQp& qp);
   void move_to_error(SoftQp& qp);

@@ -174,7 +174,8 @@ Status SoftQp::post_send(std::span<const SendWr> wrs, std::size_t* bad_index) {
     if (is_datagram(type_) && !ud_ok)
       return fail(i, make_error(Errc::invalid_argument, qp_name(*this) + ": UD QPs carry only SEND and SEND_WITH_IMM, not " +
                                                             std::string(to_string(wr.opcode))));
-    if (static_cast<unsigned>(wr.opcode) > static_cast<unsigned>(WrOpcode::atomic_fetch_and_add))
+    if (static_cast<unsigned>(wr.opcode) > static_cast<unsigned>(WrOpcode::atomic_fetch_and_add) &&
+        wr.opcode != WrOpcode::send_with_inv)
       return fail(i, make_error(Errc::invalid_argument, qp_name(*this) + ": unknown opcode"));
     if (is_datagram(type_) && wr.ud.ah == nullptr)
       return fail(i, make_error(Errc::invalid_argument, qp_name(*this) + ": UD send without an address handle"));
@@ -192,7 +193,7 @@ Status SoftQp::post_send(std::span<const SendWr> wrs, std::size_t* bad_index) {
     w.signaled = sq_sig_all || has(wr.flags, SendFlags::signaled);
     w.solicited = has(wr.flags, SendFlags::solicited);
     w.fence = has(wr.flags, SendFlags::fence);
-    w.imm = wr.imm_data;
+    w.imm = wr.opcode == WrOpcode::send_with_inv ? wr.invalidate_rkey : wr.imm_data;
     bool atomic = wr.opcode == WrOpcode::atomic_cmp_and_swp || wr.opcode == WrOpcode::atomic_fetch_and_add;
     w.remote_addr = atomic ? wr.atomic.remote_addr : wr.rdma.remote_addr;
     w.rkey = atomic ? wr.atomic.rkey : wr.rdma.rkey;

@@ -22,6 +22,11 @@ Opcode seg_opcode(WrOpcode op, std::uint32_t k, std::uint32_t n) {
              : first       ? Opcode::rc_send_first
              : last        ? Opcode::rc_send_last_imm
                            : Opcode::rc_send_middle;
+    case WrOpcode::send_with_inv:
+      return first && last ? Opcode::rc_send_only_inv
+             : first       ? Opcode::rc_send_first
+             : last        ? Opcode::rc_send_last_inv
+                           : Opcode::rc_send_middle;
     case WrOpcode::rdma_write:
       return first && last ? Opcode::rc_write_only : first ? Opcode::rc_write_first : last ? Opcode::rc_write_last : Opcode::rc_write_middle;
     case WrOpcode::rdma_write_with_imm:
@@ -183,6 +188,7 @@ bool SoftDevice::requester_run(SoftQp& qp, std::size_t budget) {
         h.reth.dma_len = w.length;
       }
       h.imm = w.imm;
+      h.ieth = w.imm;  // SEND_WITH_INV keeps its R_Key where SEND_WITH_IMM keeps ImmDt
       std::uint8_t* p = pkt_begin(qp.dst_ip(), h, len, len == mtu);
       WcStatus s = wqe_payload(*this, qp, w, off, p, len);
       if (s != WcStatus::success) {

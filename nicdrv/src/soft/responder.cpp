@@ -30,6 +30,15 @@ bool take_recv(SoftQp& qp, RecvWqe& out) {
 
 bool recv_available(const SoftQp& qp) { return qp.srq ? !qp.srq->queue.empty() : !qp.rq.empty(); }
 
+// SEND with Invalidate (IBA 9.4.1.3, 10.6.6): the region `rkey` names, in the QP's PD, made
+// to allow it (MrOptions::remote_invalidate), becomes invalid. False when there is none such.
+bool remote_invalidate(SoftDevice& d, const SoftQp& qp, std::uint32_t rkey) {
+  SoftMr* mr = d.find_mr(rkey);
+  if (mr == nullptr || mr->pd() != qp.pd.get() || !mr->remote_invalidate()) return false;
+  mr->invalidate();
+  return true;
+}
+
 // MR for a remote access by rkey, checked for PD, rights and bounds; nullptr if any fails.
 SoftMr* remote_mr(SoftDevice& d, const SoftQp& qp, std::uint32_t rkey, std::uint64_t va, std::uint64_t len, Access need) {
   if (!has(qp.attr.qp_access_flags, need)) return nullptr;
@@ -48,7 +57,8 @@ static void responder_fatal(SoftDevice& d, SoftQp& qp, wire::NakCode code, std::
 }
 
 static void recv_complete(SoftQp& qp, const RecvWqe& r, WcStatus status, WcOpcode op, std::uint32_t len,
-                          bool with_imm, std::uint32_t imm, bool solicited) {
+                          bool with_imm, std::uint32_t imm, bool solicited,
+                          std::optional<std::uint32_t> invalidated = std::nullopt) {
   WorkCompletion wc;
   wc.wr_id = r.wr_id;
   wc.status = status;
@@ -59,6 +69,10 @@ static void recv_complete(SoftQp& qp, const RecvWqe& r, WcStatus status, WcOpcod
   if (with_imm) {
     wc.imm_data = imm;
     wc.wc_flags = WcFlags::with_imm;
+  }
+  if (invalidated) {
+    wc.invalidated_rkey = *invalidated;
+    wc.wc_flags = wc.wc_flags | WcFlags::with_inv;
   }
   qp.rcq->push(wc, solicited);
 }
@@ -185,7 +199,24 @@ void SoftDevice::responder_packet(SoftQp& qp, const wire::Packet& pkt, std::uint
     qp.in_send = !last;
     if (last) {
       bool imm = (oi.flags & wire::kHasImm) != 0;
-      recv_complete(qp, qp.cur_recv, WcStatus::success, WcOpcode::recv, qp.recv_offset, imm, h.imm, h.bth.solicited);
+      std::optional<std::uint32_t> invalidated;
+      if ((oi.flags & wire::kHasIeth) != 0) {
+        if (!remote_invalidate(*this, qp, h.ieth)) {
+          // Class J (rxe does the same): the receive completes in error, the requester hears
+          // NAK Invalid Request, and the QP goes to ERR.
+          log::warn("soft RoCE: QP {:#x}: a SEND with Invalidate names R_Key {:#x}, which is no region of this QP's PD "
+                    "that allows remote invalidation; the QP goes to the error state",
+                    qp.qp_num(), h.ieth);
+          recv_complete(qp, qp.cur_recv, WcStatus::rem_inv_req_err, WcOpcode::recv, qp.recv_offset, false, 0, false);
+          qp.have_recv = false;
+          responder_fatal(*this, qp, wire::NakCode::invalid_request, psn);
+          return;
+        }
+        invalidated = h.ieth;
+        ++st.remote_invalidations;
+      }
+      recv_complete(qp, qp.cur_recv, WcStatus::success, WcOpcode::recv, qp.recv_offset, imm, h.imm, h.bth.solicited,
+                    invalidated);
       qp.have_recv = false;
       qp.msn = (qp.msn + 1) & 0xffffff;
     }

@@ -354,6 +354,9 @@ Result<std::shared_ptr<MemoryRegion>> VerbsPd::reg_mr(void* addr, std::size_t le
   if (opts.requested_key != 0)
     return make_error(Errc::not_supported, "reg_mr: " + dn + " picks memory keys itself; a requested key (" +
                                                std::to_string(opts.requested_key) + ") is not supported by verbs");
+  if (opts.remote_invalidate)
+    return make_error(Errc::not_supported, "reg_mr: " + dn + ": a region a peer may invalidate is a fast-registered "
+                                               "one, which only a kernel user can make; verbs registers plain ones");
   if (opts.observer)
     return make_error(Errc::not_supported, "reg_mr: " + dn + " writes registered memory by DMA and cannot report the "
                                                "bytes it writes; a write observer is not supported by verbs");
@@ -451,6 +454,10 @@ Result<std::size_t> VerbsCq::poll(std::span<WorkCompletion> out) {
       if ((w.wc_flags & IBV_WC_WITH_IMM) != 0) {
         f |= static_cast<std::uint32_t>(WcFlags::with_imm);
         o.imm_data = be32toh(w.imm_data);
+      }
+      if ((w.wc_flags & IBV_WC_WITH_INV) != 0) {
+        f |= static_cast<std::uint32_t>(WcFlags::with_inv);
+        o.invalidated_rkey = w.invalidated_rkey;
       }
       o.wc_flags = static_cast<WcFlags>(f);
       annotate(w, o);

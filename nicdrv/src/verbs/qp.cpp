@@ -32,6 +32,8 @@ namespace {
 // types.hpp promises libibverbs' values; the casts below rely on it.
 static_assert(static_cast<int>(WrOpcode::atomic_fetch_and_add) == IBV_WR_ATOMIC_FETCH_AND_ADD);
 static_assert(static_cast<int>(WrOpcode::send_with_imm) == IBV_WR_SEND_WITH_IMM);
+static_assert(static_cast<int>(WrOpcode::send_with_inv) == IBV_WR_SEND_WITH_INV);
+static_assert(static_cast<unsigned>(WcFlags::with_inv) == IBV_WC_WITH_INV);
 static_assert(static_cast<unsigned>(SendFlags::inline_data) == IBV_SEND_INLINE);
 static_assert(static_cast<unsigned>(SendFlags::solicited) == IBV_SEND_SOLICITED);
 static_assert(static_cast<unsigned>(QpAttrMask::dest_qpn) == IBV_QP_DEST_QPN);
@@ -332,7 +334,8 @@ Status VerbsQp::post_send(std::span<const SendWr> wrs, std::size_t* bad_index) {
       if (type_ == QpType::ud && in.opcode != WrOpcode::send && in.opcode != WrOpcode::send_with_imm)
         return fail(base + k, make_error(Errc::invalid_argument, what() + ": UD QPs carry only SEND and SEND_WITH_IMM, not " +
                                                                      std::string(to_string(in.opcode))));
-      if (static_cast<unsigned>(in.opcode) > static_cast<unsigned>(WrOpcode::atomic_fetch_and_add))
+      if (static_cast<unsigned>(in.opcode) > static_cast<unsigned>(WrOpcode::atomic_fetch_and_add) &&
+          in.opcode != WrOpcode::send_with_inv)
         return fail(base + k, make_error(Errc::invalid_argument, what() + ": unknown opcode"));
       if (in.opcode == WrOpcode::rdma_read && dev().max_sge_rd() != 0 && in.sg_list.size() > dev().max_sge_rd())
         return fail(base + k, make_error(Errc::not_supported, what() + ": an RDMA READ into " + std::to_string(in.sg_list.size()) +
@@ -356,6 +359,7 @@ Status VerbsQp::post_send(std::span<const SendWr> wrs, std::size_t* bad_index) {
       o.send_flags = static_cast<unsigned>(in.flags);                       // same bits as ibv_send_flags
       if (in.opcode == WrOpcode::send_with_imm || in.opcode == WrOpcode::rdma_write_with_imm)
         o.imm_data = htobe32(in.imm_data);
+      if (in.opcode == WrOpcode::send_with_inv) o.invalidate_rkey = in.invalidate_rkey;
       if (type_ == QpType::ud) {
         auto* ah = dynamic_cast<VerbsAh*>(in.ud.ah);
         if (ah == nullptr || &ah->pd().dev() != &dev())

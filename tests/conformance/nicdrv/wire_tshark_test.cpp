@@ -61,6 +61,7 @@ std::vector<Built> every_opcode() {
     h.atomic = {0x00007f0000001000ULL, 0x2000 + b, 5, 7};
     h.atomic_ack = 0x1122334455667788ULL;
     h.imm = 0xc0ffee00 + b;
+    h.ieth = 0x7e570000 + b;
     h.deth = {0x11111111, 0x000100 + b};
     const std::size_t n = (oi.flags & w::kHasPayload) ? 13 : 0;
     p.ib.resize(oi.hdr_len + n + 3 + w::kIcrcLen);
@@ -211,7 +212,7 @@ BOOST_AUTO_TEST_CASE(tshark_decodes_every_opcode_as_encoded,
       "infiniband.reth.dmalen",  "infiniband.aeth.syndrome",  "infiniband.aeth.msn",
       "infiniband.deth.q_key",   "infiniband.deth.srcqp",     "infiniband.atomiceth.swapdt",
       "infiniband.atomiceth.cmpdt", "infiniband.atomicacketh.origremdt", "infiniband.immdt",
-      "infiniband.invariant.crc", "_ws.col.Info"};
+      "infiniband.invariant.crc", "infiniband.ieth", "_ws.col.Info"};
   std::string cmd = "tshark -n -r " + pcap.string() + " -T fields -E separator='|' -E occurrence=f";
   for (const auto& f : fields) cmd += " -e " + f;
   const Run r = run(cmd + " 2>/dev/null");
@@ -254,6 +255,7 @@ BOOST_AUTO_TEST_CASE(tshark_decodes_every_opcode_as_encoded,
       }
       if (oi.flags & w::kHasAtomicAckEth) BOOST_TEST(n("infiniband.atomicacketh.origremdt") == p.hdr.atomic_ack);
       if (oi.flags & w::kHasImm) BOOST_TEST(num("0x" + got["infiniband.immdt"]) == p.hdr.imm);
+      if (oi.flags & w::kHasIeth) BOOST_TEST(num("0x" + got["infiniband.ieth"]) == p.hdr.ieth);
       // Wireshark shows the last four bytes as a big-endian number; we store the CRC LSB first.
       const std::uint8_t* c = p.ib.data() + p.ib.size() - 4;
       const std::uint32_t shown =

@@ -329,6 +329,86 @@ BOOST_AUTO_TEST_CASE(bad_rkey_and_missing_rights) {
   BOOST_TEST(one(q.a).status == WcStatus::rem_access_err);
 }
 
+// SEND with Invalidate (IBA 9.4.1.3, 10.6.6; what nvmet-rdma sends an NVMe-oF initiator): the
+// message lands in B's receive, B's region that allows it becomes invalid (B's completion says
+// which R_Key), and a later WRITE by that key is a remote access error. A region registered
+// without remote invalidation refuses such a SEND: B's receive and A's send complete in error.
+BOOST_AUTO_TEST_CASE(send_with_invalidate_ends_a_region_that_allows_it_and_no_other) {
+  {
+    Pair p;
+    std::vector<std::uint8_t> target(8192, 0);
+    MrOptions mo;
+    mo.remote_invalidate = true;
+    auto x = p.b.pd->reg_mr(target.data(), target.size(), Access::local_write | Access::remote_write, mo);
+    VRDMA_REQUIRE_OK(x);
+    for (std::size_t i = 0; i < 256; ++i) p.a.buf.data()[i] = static_cast<std::uint8_t>(i * 7 + 1);
+    // A WRITE by the key lands while it is valid.
+    Sge s = p.sge(p.a, 0, 256);
+    auto w = wr_of(WrOpcode::rdma_write, 1, &s, 1);
+    w.rdma.remote_addr = (*x)->addr();
+    w.rdma.rkey = (*x)->rkey();
+    post_send(p.a, w);
+    BOOST_REQUIRE(one(p.a).status == WcStatus::success);
+    BOOST_TEST(std::equal(target.begin(), target.begin() + 256, p.a.buf.data()));
+    // The SEND with Invalidate: data and the invalidated key on B's side, a plain SEND on A's.
+    post_recv(p.b, 50, p.sge(p.b, 0, 4096));
+    Sge m = p.sge(p.a, 0, 3000);  // more than one packet at the default MTU: SEND First .. Last Invalidate
+    auto inv = wr_of(WrOpcode::send_with_inv, 2, &m, 1);
+    inv.invalidate_rkey = (*x)->rkey();
+    post_send(p.a, inv);
+    const auto sa = one(p.a);
+    BOOST_TEST(sa.status == WcStatus::success);
+    BOOST_TEST(sa.opcode == WcOpcode::send);
+    const auto rb = one(p.b);
+    BOOST_TEST(rb.status == WcStatus::success);
+    BOOST_TEST(rb.wr_id == 50u);
+    BOOST_TEST(rb.byte_len == 3000u);
+    BOOST_TEST(has(rb.wc_flags, WcFlags::with_inv));
+    BOOST_TEST(!has(rb.wc_flags, WcFlags::with_imm));
+    BOOST_TEST(rb.invalidated_rkey == (*x)->rkey());
+    BOOST_TEST(std::equal(p.b.buf.data(), p.b.buf.data() + 3000, p.a.buf.data()));
+    auto st = soft::stats(*p.b.dev);
+    VRDMA_REQUIRE_OK(st);
+    BOOST_TEST(st->remote_invalidations == 1u);
+    // The key names nothing now: a WRITE by it is refused, and the region's bytes stay.
+    target[0] = 0xee;
+    auto again = wr_of(WrOpcode::rdma_write, 3, &s, 1);
+    again.rdma.remote_addr = (*x)->addr();
+    again.rdma.rkey = (*x)->rkey();
+    post_send(p.a, again);
+    BOOST_TEST(one(p.a).status == WcStatus::rem_access_err);
+    BOOST_TEST(target[0] == 0xee);
+  }
+  {
+    // B's endpoint region was registered plainly: naming it in a SEND with Invalidate fails.
+    Pair q;
+    post_recv(q.b, 60, q.sge(q.b, 0, 4096));
+    Sge m = q.sge(q.a, 0, 100);
+    auto inv = wr_of(WrOpcode::send_with_inv, 4, &m, 1);
+    inv.invalidate_rkey = q.b.mr->rkey();
+    post_send(q.a, inv);
+    BOOST_TEST(one(q.a).status == WcStatus::rem_inv_req_err);
+    const auto rb = one(q.b);
+    BOOST_TEST(rb.wr_id == 60u);
+    BOOST_TEST(rb.status == WcStatus::rem_inv_req_err);
+    BOOST_TEST(q.b.qp->state() == QpState::err);
+    auto st = soft::stats(*q.b.dev);
+    VRDMA_REQUIRE_OK(st);
+    BOOST_TEST(st->remote_invalidations == 0u);
+  }
+  {
+    // A key that names no region at all: the same refusal.
+    Pair u;
+    post_recv(u.b, 70, u.sge(u.b, 0, 4096));
+    Sge m = u.sge(u.a, 0, 16);
+    auto inv = wr_of(WrOpcode::send_with_inv, 5, &m, 1);
+    inv.invalidate_rkey = u.b.mr->rkey() + 0x777;
+    post_send(u.a, inv);
+    BOOST_TEST(one(u.a).status == WcStatus::rem_inv_req_err);
+    BOOST_TEST(one(u.b).status == WcStatus::rem_inv_req_err);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(local_protection_error_on_bad_lkey) {
   Pair p;
   Sge s = p.sge(p.a, 0, 100);

@@ -79,6 +79,7 @@ w::Headers edge_headers(Opcode op, bool ones) {
   h.atomic = {u64, u32, u64, u64};
   h.atomic_ack = u64;
   h.imm = u32;
+  h.ieth = u32;
   h.deth = {u32, ones ? w::kQpnMask : 0u};
   return h;
 }
@@ -100,6 +101,7 @@ w::Headers mixed_headers(Opcode op) {
   h.atomic = {0x8877665544332211ULL, 0xa1b2c3d4, 0x0f0e0d0c0b0a0908ULL, 0x1716151413121110ULL};
   h.atomic_ack = 0xdeadbeefcafef00dULL;
   h.imm = 0x89abcdef;
+  h.ieth = 0x5a6b7c8d;
   h.deth = {0x80010000, 0x000001};
   return h;
 }
@@ -114,6 +116,7 @@ w::Headers expected_after_parse(const w::Headers& in) {
   if (has(op, w::kHasAtomicEth)) e.atomic = in.atomic;
   if (has(op, w::kHasAtomicAckEth)) e.atomic_ack = in.atomic_ack;
   if (has(op, w::kHasImm)) e.imm = in.imm;
+  if (has(op, w::kHasIeth)) e.ieth = in.ieth;
   if (has(op, w::kHasDeth)) e.deth = in.deth;
   return e;
 }
@@ -130,7 +133,7 @@ w::Headers send_only(std::uint32_t qpn, std::uint32_t psn) {
 
 BOOST_AUTO_TEST_CASE(opcode_table_lists_iba_table_38_rc_and_ud_opcodes) {
   const auto ops = all_opcodes();
-  BOOST_TEST(ops.size() == 23u);
+  BOOST_TEST(ops.size() == 25u);
   std::set<std::string_view> names;
   for (Opcode op : ops) {
     const auto& oi = w::info(op);
@@ -144,6 +147,7 @@ BOOST_AUTO_TEST_CASE(opcode_table_lists_iba_table_38_rc_and_ud_opcodes) {
       if (oi.flags & w::kHasAeth) len += w::kAethLen;
       if (oi.flags & w::kHasAtomicAckEth) len += w::kAtomicAckEthLen;
       if (oi.flags & w::kHasImm) len += w::kImmLen;
+      if (oi.flags & w::kHasIeth) len += w::kIethLen;
       BOOST_TEST(oi.hdr_len == len);
       // Bits 7:5 are the transport: RC 000 or UD 011 (9.2.1).
       const unsigned transport = static_cast<std::uint8_t>(op) >> 5;
@@ -223,6 +227,12 @@ BOOST_AUTO_TEST_CASE(extended_headers_sit_at_iba_byte_offsets) {
   // AETH syndrome: NAK (3 << 5) | remote access error (2); MSN; then AtomicAckETH.
   const std::uint8_t aeth_ack[] = {0x62, 0x65, 0x43, 0x21, 0xde, 0xad, 0xbe, 0xef, 0xca, 0xfe, 0xf0, 0x0d};
   BOOST_TEST(std::equal(std::begin(aeth_ack), std::end(aeth_ack), aa.begin() + 12));
+
+  // IETH: the R_Key to invalidate, right after the BTH.
+  const auto inv = build(mixed_headers(Opcode::rc_send_only_inv), pattern(4, 9));
+  const std::uint8_t ieth[] = {0x5a, 0x6b, 0x7c, 0x8d};
+  BOOST_TEST(std::equal(std::begin(ieth), std::end(ieth), inv.begin() + 12));
+  BOOST_TEST(w::info(Opcode::rc_send_only_inv).hdr_len == w::kBthLen + w::kIethLen);
 
   const auto ud = build(mixed_headers(Opcode::ud_send_only_imm), pattern(4, 9));
   // DETH: Q_Key, reserved byte, SrcQP; then ImmDt.

@@ -105,6 +105,10 @@ struct MrOptions {
   // none means the host address itself. Lets a backend register guest memory under guest
   // addresses, which stay the same when the guest migrates (guest-physical 0 included).
   std::optional<std::uint64_t> iova;
+  // A peer's SEND with Invalidate naming this region's R_Key (from a QP in the same PD) makes
+  // the region invalid: no local or remote access by its keys from then on. What a fast-
+  // registered region allows (IBA 10.6.6); a region registered without it refuses such a SEND.
+  bool remote_invalidate = false;
 };
 struct QpOptions {
   std::uint32_t requested_qpn = 0;  // 0: the provider picks

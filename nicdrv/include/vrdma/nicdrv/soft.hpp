@@ -53,6 +53,8 @@ struct EngineStats {
   std::uint64_t tail_probes = 0;
   std::uint64_t seq_naks_sent = 0, seq_naks_received = 0, duplicates_received = 0;
   std::uint64_t acks_sent = 0;
+  // Regions invalidated by a peer's SEND with Invalidate.
+  std::uint64_t remote_invalidations = 0;
   std::uint64_t faults_dropped = 0, faults_duplicated = 0, faults_reordered = 0, faults_corrupted = 0;
   // QP1: CM MADs received, sent, dropped (malformed, not CM, unknown connection), resent.
   std::uint64_t cm_mads_received = 0, cm_mads_sent = 0, cm_mads_dropped = 0, cm_resends = 0;

@@ -223,6 +223,10 @@ enum class WrOpcode : std::uint8_t {
   rdma_read = 4,
   atomic_cmp_and_swp = 5,
   atomic_fetch_and_add = 6,
+  // RC: a SEND whose last packet carries IETH, telling the responder to invalidate the R_Key
+  // `invalidate_rkey` (one of its regions that allows it, MrOptions::remote_invalidate; IBA
+  // 9.4.1.3, 10.6.6).
+  send_with_inv = 9,
 };
 std::string_view to_string(WrOpcode op) noexcept;
 
@@ -242,6 +246,7 @@ struct SendWr {
   SendFlags flags = SendFlags::none;
   std::span<const Sge> sg_list;
   std::uint32_t imm_data = 0;  // host order; sent big-endian
+  std::uint32_t invalidate_rkey = 0;  // send_with_inv: the peer's R_Key to invalidate
   struct {
     std::uint64_t remote_addr = 0;
     std::uint32_t rkey = 0;
@@ -306,9 +311,11 @@ enum class WcOpcode : std::uint8_t {
 };
 std::string_view to_string(WcOpcode op) noexcept;
 
-// grh and with_imm are ibv_wc_flags; solicited (not in ibv) marks a receive whose message had the
-// solicited-event bit, which a backend needs to honour a guest's solicited-only CQ arm.
-enum class WcFlags : std::uint32_t { none = 0, grh = 1, with_imm = 2, solicited = 1u << 8 };
+// grh, with_imm and with_inv are ibv_wc_flags; solicited (not in ibv) marks a receive whose
+// message had the solicited-event bit, which a backend needs to honour a guest's solicited-only
+// CQ arm. with_inv: the receive was a SEND with Invalidate, whose R_Key (invalidated_rkey) this
+// side invalidated.
+enum class WcFlags : std::uint32_t { none = 0, grh = 1, with_imm = 2, with_inv = 8, solicited = 1u << 8 };
 constexpr WcFlags operator|(WcFlags a, WcFlags b) noexcept {
   return static_cast<WcFlags>(static_cast<std::uint32_t>(a) | static_cast<std::uint32_t>(b));
 }
@@ -323,6 +330,7 @@ struct WorkCompletion {
   std::uint32_t vendor_err = 0;
   std::uint32_t byte_len = 0;
   std::uint32_t imm_data = 0;  // host order, valid with WcFlags::with_imm
+  std::uint32_t invalidated_rkey = 0;  // valid with WcFlags::with_inv
   std::uint32_t qp_num = 0;
   std::uint32_t src_qp = 0;    // UD: sender's QPN
   WcFlags wc_flags = WcFlags::none;

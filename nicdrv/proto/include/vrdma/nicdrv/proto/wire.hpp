@@ -20,7 +20,7 @@ namespace vrdma::nicdrv::soft::wire {
 
 inline constexpr std::uint16_t kRoceV2Port = 4791;
 inline constexpr std::size_t kBthLen = 12, kDethLen = 8, kRethLen = 16, kAtomicEthLen = 28, kAethLen = 4,
-                             kAtomicAckEthLen = 8, kImmLen = 4, kIcrcLen = 4;
+                             kAtomicAckEthLen = 8, kImmLen = 4, kIethLen = 4, kIcrcLen = 4;
 inline constexpr std::uint16_t kDefaultPkey = 0xffff;
 
 // IBA 10.9.3 (and Linux rxe's pkey_match): a packet's P_Key matches a partition key when their
@@ -63,6 +63,8 @@ enum class Opcode : std::uint8_t {
   rc_atomic_acknowledge = 0x12,
   rc_compare_swap = 0x13,
   rc_fetch_add = 0x14,
+  rc_send_last_inv = 0x16,  // SEND with Invalidate: IETH names the responder's R_Key to invalidate
+  rc_send_only_inv = 0x17,
   ud_send_only = 0x64,
   ud_send_only_imm = 0x65,
 };
@@ -83,6 +85,7 @@ enum HdrFlag : std::uint16_t {
   kIsWrite = 1u << 11,
   kIsRead = 1u << 12,   // read request or read response
   kIsAtomic = 1u << 13, // atomic request or atomic ack
+  kHasIeth = 1u << 14,  // IETH (9.3.8): SEND with Invalidate's R_Key
 };
 
 struct OpcodeInfo {
@@ -162,6 +165,7 @@ struct Headers {
   AtomicEth atomic;
   std::uint64_t atomic_ack = 0;  // AtomicAckETH: original remote data
   std::uint32_t imm = 0;         // ImmDt, host order
+  std::uint32_t ieth = 0;        // IETH: the R_Key a SEND with Invalidate invalidates
   Deth deth;
   bool operator==(const Headers&) const = default;
 };
