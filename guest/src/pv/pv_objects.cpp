@@ -17,6 +17,9 @@ Result<std::shared_ptr<MemoryRegion>> PvPd::reg_mr(void* addr, std::size_t lengt
   if (opts.requested_key != 0 || opts.observer)
     return make_error(Errc::not_supported, dev_->name() + ": requested keys and write observers are backend features, "
                                                           "not available to a pv guest");
+  if (opts.remote_invalidate)
+    return make_error(Errc::not_supported, dev_->name() + ": the virtio RDMA device carries no SEND with Invalidate, so "
+                                                          "no region a peer may invalidate");
   auto& t = dev_->transport();
   auto gpa = t.gpa_of(addr, length);
   if (!gpa)

@@ -1375,6 +1375,50 @@ BOOST_AUTO_TEST_CASE(mr_iova_is_the_address_work_requests_use) {
   BOOST_TEST(test::check_pattern(p.b.at(5000), 2000, 4));
 }
 
+// SEND with Invalidate (IBA 9.4.1.3, 10.6.6; what nvmet-rdma answers an NVMe-oF initiator with):
+// a provider that makes regions a peer may end (soft) places the message, reports the key it
+// invalidated, and refuses that key from then on; one that cannot says so by name when the
+// region is made (verbs: userspace cannot fast-register; pv: the device contract has no such
+// opcode).
+BOOST_AUTO_TEST_CASE(send_with_invalidate_ends_the_named_region_or_is_refused_by_name) {
+  Pair p;
+  MrOptions mo;
+  mo.remote_invalidate = true;
+  auto mb = p.b.pd->reg_mr(p.b.at(1 << 20), 65536, Access::local_write | Access::remote_write, mo);
+  if (!mb.ok()) {
+    BOOST_REQUIRE_MESSAGE(mb.error().is(Errc::not_supported), mb.error().message);
+    BOOST_TEST(mb.error().message.find(p.b.dev->name()) != std::string::npos, mb.error().message);
+    skip(mb.error().message);
+    return;
+  }
+  Sge r = p.b.sge(0, 8192);
+  post_recv(*p.b.qp, 7, {&r, 1});
+  test::fill_pattern(p.a.at(0), 5000, 9);
+  Sge s = p.a.sge(0, 5000);
+  auto w = wr_of(WrOpcode::send_with_inv, 1, {&s, 1});
+  w.invalidate_rkey = (*mb)->rkey();
+  post_send(*p.a.qp, w);
+  auto sc = one(p.a);
+  BOOST_TEST(sc.status == WcStatus::success);
+  BOOST_TEST(sc.opcode == WcOpcode::send);
+  auto rc = one(p.b);
+  BOOST_TEST(rc.status == WcStatus::success);
+  BOOST_TEST(rc.wr_id == 7u);
+  BOOST_TEST(rc.byte_len == 5000u);
+  BOOST_TEST(has(rc.wc_flags, WcFlags::with_inv));
+  BOOST_TEST(rc.invalidated_rkey == (*mb)->rkey());
+  BOOST_TEST(test::check_pattern(p.b.at(0), 5000, 9));
+  // The key names nothing now.
+  std::memset(p.b.at(1 << 20), 0x5c, 64);
+  auto wr = wr_of(WrOpcode::rdma_write, 2, {&s, 1});
+  s.length = 64;
+  wr.rdma.remote_addr = (*mb)->addr();
+  wr.rdma.rkey = (*mb)->rkey();
+  post_send(*p.a.qp, wr);
+  BOOST_TEST(one(p.a).status == WcStatus::rem_access_err);
+  BOOST_TEST(p.b.at(1 << 20)[0] == 0x5c);
+}
+
 BOOST_AUTO_TEST_CASE(requested_keys_and_qpns_are_honoured_or_refused_by_name) {
   auto d = open_or_fail(g_dev_a);
   auto pd = *d->alloc_pd();
