@@ -73,22 +73,14 @@ const char* to_string(Kind k) {
 
 std::vector<std::uint8_t> encode(const Message& m) {
   ByteWriter w;
-  w.be(kMagic);
-  w.be(kVersion);
-  w.be(static_cast<std::uint8_t>(m.kind));
+  w.be(kMagic, kVersion, static_cast<std::uint8_t>(m.kind));
   const std::size_t nkeys = std::min<std::size_t>(m.rkeys.size(), kMaxRkeys);
   const std::size_t nreason = std::min(m.reason.size(), kMaxReason);
-  w.be(static_cast<std::uint32_t>(kFixedBody + nkeys * 8 + nreason));
-  w.be(m.peer_qpn);
-  w.be(m.mover_qpn);
+  w.be(static_cast<std::uint32_t>(kFixedBody + nkeys * 8 + nreason), m.peer_qpn, m.mover_qpn);
   w.raw(m.mover_gid);
-  w.be(m.token);
-  w.be(m.sq_psn);
-  w.be(m.rq_psn);
-  w.be(static_cast<std::uint32_t>(nkeys));
+  w.be(m.token, m.sq_psn, m.rq_psn, static_cast<std::uint32_t>(nkeys));
   for (std::size_t i = 0; i < nkeys; ++i) {
-    w.be(m.rkeys[i].first);
-    w.be(m.rkeys[i].second);
+    w.be(m.rkeys[i].first, m.rkeys[i].second);
   }
   w.be(static_cast<std::uint16_t>(nreason));
   w.raw(std::span(reinterpret_cast<const std::uint8_t*>(m.reason.data()), nreason));
@@ -118,13 +110,13 @@ Result<Message> decode(std::span<const std::uint8_t> bytes) {
   std::uint32_t nkeys = 0;
   std::uint16_t nreason = 0;
   std::span<const std::uint8_t> gid, reason;
-  bool ok = r.be(m.peer_qpn) && r.be(m.mover_qpn) && r.raw(m.mover_gid.size(), gid);
-  ok = ok && r.be(m.token) && r.be(m.sq_psn) && r.be(m.rq_psn) && r.be(nkeys);
+  bool ok = r.be(m.peer_qpn, m.mover_qpn) && r.raw(m.mover_gid.size(), gid);
+  ok = ok && r.be(m.token, m.sq_psn, m.rq_psn, nkeys);
   if (!ok) return bad("truncated");
   std::memcpy(m.mover_gid.data(), gid.data(), gid.size());
   if (nkeys > kMaxRkeys || std::size_t{nkeys} * 8 > r.remaining()) return bad(fmt::format("{} rkeys", nkeys));
   m.rkeys.resize(nkeys);
-  for (auto& [g, n] : m.rkeys) ok = ok && r.be(g) && r.be(n);
+  for (auto& [g, n] : m.rkeys) ok = ok && r.be(g, n);
   ok = ok && r.be(nreason);
   if (!ok || nreason > kMaxReason || r.remaining() != nreason || !r.raw(nreason, reason))
     return bad("truncated or trailing bytes");

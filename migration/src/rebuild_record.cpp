@@ -20,31 +20,15 @@ constexpr std::uint32_t kMaxRemoteRkeys = 65536;
 
 std::vector<std::uint8_t> encode(const Record& r) {
   ByteWriter w;
-  w.put(kRebuildMagic);
-  w.put(kRebuildVersion);
-  w.put(r.state);
-  w.put(r.type);
-  w.put(r.path_mtu);
-  w.put(r.qkey);
-  w.put(r.rq_psn);
-  w.put(r.sq_psn);
-  w.put(r.dest_qp_num);
-  w.put(r.access);
-  w.put(r.pkey_index);
+  w.put(kRebuildMagic, kRebuildVersion, r.state, r.type, r.path_mtu, r.qkey, r.rq_psn, r.sq_psn, r.dest_qp_num,
+        r.access, r.pkey_index);
   for (auto v : {r.port, r.max_rd_atomic, r.max_dest_rd_atomic, r.min_rnr_timer, r.timeout, r.retry_cnt, r.rnr_retry}) w.put(v);
-  w.put(r.dgid);
-  w.put(r.sgid);
+  w.put(r.dgid, r.sgid);
   for (auto v : {r.hop_limit, r.traffic_class, r.sl, r.local_peer}) w.put(v);
-  w.put(r.flow_label);
-  w.put(r.recv_outstanding);
-  w.put(r.notice_token);
-  w.put(r.notice_addr);
-  w.put(r.notice_port);
-  w.put(r.guest_dest_qpn);
-  w.put(static_cast<std::uint32_t>(r.remote_rkeys.size()));
+  w.put(r.flow_label, r.recv_outstanding, r.notice_token, r.notice_addr, r.notice_port, r.guest_dest_qpn,
+        static_cast<std::uint32_t>(r.remote_rkeys.size()));
   for (const auto& [g, n] : r.remote_rkeys) {
-    w.put(g);
-    w.put(n);
+    w.put(g, n);
   }
   return std::move(w.out);
 }
@@ -58,13 +42,12 @@ Result<Record> decode(std::span<const std::uint8_t> b) {
   if (!rd.get(magic) || magic != kRebuildMagic) return bad("not a re-creation record (magic)");
   if (!rd.get(version) || version < 1 || version > kRebuildVersion)
     return bad(fmt::format("version {} (this vrdmad reads 1 to {})", version, kRebuildVersion));
-  bool ok = rd.get(r.state) && rd.get(r.type) && rd.get(r.path_mtu) && rd.get(r.qkey) && rd.get(r.rq_psn) &&
-            rd.get(r.sq_psn) && rd.get(r.dest_qp_num) && rd.get(r.access) && rd.get(r.pkey_index);
+  bool ok = rd.get(r.state, r.type, r.path_mtu, r.qkey, r.rq_psn, r.sq_psn, r.dest_qp_num, r.access, r.pkey_index);
   for (auto* v : {&r.port, &r.max_rd_atomic, &r.max_dest_rd_atomic, &r.min_rnr_timer, &r.timeout, &r.retry_cnt, &r.rnr_retry})
     ok = ok && rd.get(*v);
-  ok = ok && rd.get(r.dgid) && rd.get(r.sgid);
+  ok = ok && rd.get(r.dgid, r.sgid);
   for (auto* v : {&r.hop_limit, &r.traffic_class, &r.sl, &r.local_peer}) ok = ok && rd.get(*v);
-  ok = ok && rd.get(r.flow_label) && rd.get(r.recv_outstanding);
+  ok = ok && rd.get(r.flow_label, r.recv_outstanding);
   if (version >= 2) {
     std::uint32_t nkeys = 0;
     ok = ok && rd.get(r.notice_token);
@@ -75,11 +58,11 @@ Result<Record> decode(std::span<const std::uint8_t> b) {
     } else {
       ok = ok && rd.get(r.notice_addr);
     }
-    ok = ok && rd.get(r.notice_port) && rd.get(r.guest_dest_qpn) && rd.get(nkeys);
+    ok = ok && rd.get(r.notice_port, r.guest_dest_qpn, nkeys);
     if (ok && nkeys > kMaxRemoteRkeys) return bad(fmt::format("{} remote rkeys (at most {})", nkeys, kMaxRemoteRkeys));
     for (std::uint32_t i = 0; ok && i < nkeys; ++i) {
       std::pair<std::uint32_t, std::uint32_t> k;
-      ok = rd.get(k.first) && rd.get(k.second);
+      ok = rd.get(k.first, k.second);
       if (ok) r.remote_rkeys.push_back(k);
     }
   }

@@ -52,23 +52,13 @@ Result<std::vector<std::uint8_t>> DeviceState::Impl::save_state() {
   if (d.engine_rebuilds() && stopped_for_rebuild.empty())
     if (auto s = stop_for_rebuild(); !s.ok()) return s.error();
   ByteWriter w;
-  w.put(kMagic);
-  w.put(DeviceState::kStateVersion);
-  w.put(d.next_handle_);
-  w.put(static_cast<std::uint32_t>(d.pds.size()));
+  w.put(kMagic, DeviceState::kStateVersion, d.next_handle_, static_cast<std::uint32_t>(d.pds.size()));
   for (const auto& [h, pd] : d.pds) w.put(h);
   w.put(static_cast<std::uint32_t>(d.mrs.size()));
   for (const auto& [h, mr] : d.mrs) {
     const auto& pages = mr.observer->pages();
-    w.put(h);
-    w.put(mr.pd);
-    w.put(mr.access);
-    w.put(mr.page_shift);
-    w.put(mr.iova);
-    w.put(mr.length);
-    w.put(mr.guest_lkey);
-    w.put(mr.guest_rkey);
-    w.put(static_cast<std::uint32_t>(pages.size()));
+    w.put(h, mr.pd, mr.access, mr.page_shift, mr.iova, mr.length, mr.guest_lkey, mr.guest_rkey,
+          static_cast<std::uint32_t>(pages.size()));
     for (auto p : pages) w.put(p);
   }
   w.put(static_cast<std::uint32_t>(d.cqs.size()));
@@ -85,40 +75,22 @@ Result<std::vector<std::uint8_t>> DeviceState::Impl::save_state() {
       }
       if (*n < wcs.size()) break;
     }
-    w.put(h);
-    w.put(cq.depth);
-    w.put(cq.ring_gpa);
-    w.put(cq.produced);
-    w.put(static_cast<std::uint8_t>(cq.armed));
-    w.put(static_cast<std::uint8_t>(cq.solicited_only));
-    w.put(static_cast<std::uint32_t>(cq.backlog.size()));
+    w.put(h, cq.depth, cq.ring_gpa, cq.produced, static_cast<std::uint8_t>(cq.armed),
+          static_cast<std::uint8_t>(cq.solicited_only), static_cast<std::uint32_t>(cq.backlog.size()));
     for (const auto& c : cq.backlog) w.put(c);
   }
   w.put(static_cast<std::uint32_t>(d.ahs.size()));
   for (const auto& [h, ah] : d.ahs) {
-    w.put(h);
-    w.put(ah.pd);
-    w.put(ah.wire);
+    w.put(h, ah.pd, ah.wire);
   }
   w.put(static_cast<std::uint32_t>(d.qps.size()));
   for (const auto& [h, qp] : d.qps) {
     auto blob = d.engine_rebuilds() ? rebuild_record(h, qp) : qp.eng->export_state();
     if (!blob) return make_error(blob.error().code == make_error_code(Errc::not_supported) ? Errc::not_supported : Errc::io_error,
                                  fmt::format("QP {}: {}", h, blob.error().message));
-    w.put(h);
-    w.put(qp.pd);
-    w.put(qp.send_cq);
-    w.put(qp.recv_cq);
-    w.put(static_cast<std::uint8_t>(qp.type));
-    w.put(static_cast<std::uint8_t>(qp.sq_sig_all));
-    w.put(static_cast<std::uint8_t>(qp.fatal_reported));
-    w.put(qp.max_send_sge);
-    w.put(qp.max_recv_sge);
-    w.put(qp.max_inline);
-    w.put(save_ring(qp.sq));
-    w.put(save_ring(qp.rq));
-    w.put(qp.status_gpa);
-    w.put(qp.guest_qpn);
+    w.put(h, qp.pd, qp.send_cq, qp.recv_cq, static_cast<std::uint8_t>(qp.type),
+          static_cast<std::uint8_t>(qp.sq_sig_all), static_cast<std::uint8_t>(qp.fatal_reported), qp.max_send_sge,
+          qp.max_recv_sge, qp.max_inline, save_ring(qp.sq), save_ring(qp.rq), qp.status_gpa, qp.guest_qpn);
     w.bytes(*blob);
   }
   // Version 2: beside a soft engine's QP state, what the device keeps of its own (a NIC's
@@ -127,22 +99,15 @@ Result<std::vector<std::uint8_t>> DeviceState::Impl::save_state() {
   w.put(extras);
   if (extras != 0)
     for (const auto& [h, qp] : d.qps) {
-      w.put(h);
-      w.put(qp.rq_done);
-      w.put(qp.guest_dest_qpn);
-      w.put(static_cast<std::uint32_t>(qp.remote_rkeys.size()));
+      w.put(h, qp.rq_done, qp.guest_dest_qpn, static_cast<std::uint32_t>(qp.remote_rkeys.size()));
       for (const auto& [guest, nic] : qp.remote_rkeys) {
-        w.put(guest);
-        w.put(nic);
+        w.put(guest, nic);
       }
     }
   // Version 3: the DMA memory regions.
   w.put(static_cast<std::uint32_t>(d.dma_mrs.size()));
   for (const auto& [h, mr] : d.dma_mrs) {
-    w.put(h);
-    w.put(mr.pd);
-    w.put(mr.access);
-    w.put(mr.guest_lkey);
+    w.put(h, mr.pd, mr.access, mr.guest_lkey);
   }
   log::info("virtio-rdma: device state saved: {} PDs, {} MRs, {} CQs, {} AHs, {} QPs, {} bytes", d.pds.size(),
             d.mrs.size() + d.dma_mrs.size(), d.cqs.size(), d.ahs.size(), d.qps.size(), w.out.size());
@@ -387,32 +352,20 @@ Status DeviceState::Impl::load_state(std::span<const std::uint8_t> blob) {
 
 std::vector<std::uint8_t> DeviceState::Impl::save_layout() const {
   ByteWriter w;
-  w.put(kLayoutMagic);
-  w.put(DeviceState::kStateVersion);
-  w.put(static_cast<std::uint32_t>(d.pds.size()));
+  w.put(kLayoutMagic, DeviceState::kStateVersion, static_cast<std::uint32_t>(d.pds.size()));
   for (const auto& [h, pd] : d.pds) w.put(h);
   w.put(static_cast<std::uint32_t>(d.cqs.size()));
   for (const auto& [h, cq] : d.cqs) {
-    w.put(h);
-    w.put(cq.depth);
+    w.put(h, cq.depth);
   }
   std::uint32_t nqp = 0;
   for (const auto& [h, qp] : d.qps) nqp += qp.srq == 0 ? 1 : 0;
   w.put(nqp);
   for (const auto& [h, qp] : d.qps) {
     if (qp.srq != 0) continue;  // not migrated (save_state() says so)
-    w.put(h);
-    w.put(qp.pd);
-    w.put(qp.send_cq);
-    w.put(qp.recv_cq);
-    w.put(static_cast<std::uint8_t>(qp.type));
-    w.put(static_cast<std::uint8_t>(qp.sq_sig_all));
-    w.put(qp.sq.depth);
-    w.put(qp.rq.depth);
-    w.put(qp.max_send_sge);
-    w.put(qp.max_recv_sge);
-    w.put(qp.max_inline);
-    w.put(qp.eng->qp_num());
+    w.put(h, qp.pd, qp.send_cq, qp.recv_cq, static_cast<std::uint8_t>(qp.type),
+          static_cast<std::uint8_t>(qp.sq_sig_all), qp.sq.depth, qp.rq.depth, qp.max_send_sge, qp.max_recv_sge,
+          qp.max_inline, qp.eng->qp_num());
   }
   return std::move(w.out);
 }

@@ -36,18 +36,8 @@ RecvWqe from_rec(const RecvRec& r) { return RecvWqe{r.wr_id, std::min<std::uint3
 Result<std::vector<std::uint8_t>> SoftQp::export_state() const {
   std::lock_guard lk(dev.mu_);
   ByteWriter w;
-  w.put(kMagic);
-  w.put(kVersion);
-  w.put(qpn_);
-  w.put(static_cast<std::uint8_t>(type_));
-  w.put(static_cast<std::uint8_t>(state()));
-  w.put(attr);
-  w.put(cap);
-  w.put(una_psn);
-  w.put(next_new_psn);
-  w.put(retry_left);
-  w.put(rnr_left);
-  w.put(static_cast<std::uint32_t>(sq_tail - sq_head));
+  w.put(kMagic, kVersion, qpn_, static_cast<std::uint8_t>(type_), static_cast<std::uint8_t>(state()), attr, cap,
+        una_psn, next_new_psn, retry_left, rnr_left, static_cast<std::uint32_t>(sq_tail - sq_head));
   for (std::uint64_t i = sq_head; i != sq_tail; ++i) {
     const SendWqe& s = sq[i % sq.size()];
     WqeRec r{s.wr_id, s.remote_addr, s.compare_add, s.swap, s.rkey, s.imm, s.ud_dst_ip_be, s.ud_qpn, s.ud_qkey,
@@ -60,21 +50,11 @@ Result<std::vector<std::uint8_t>> SoftQp::export_state() const {
   w.put(static_cast<std::uint32_t>(rq.size()));
   for (const auto& r : rq) w.put(to_rec(r));
   // Responder.
-  w.put(e_psn);
-  w.put(msn);
-  w.put(static_cast<std::uint8_t>(in_send));
-  w.put(static_cast<std::uint8_t>(in_write));
-  w.put(static_cast<std::uint8_t>(have_recv));
-  w.put(to_rec(cur_recv));
-  w.put(recv_offset);
-  w.put(write_va);
-  w.put(write_rkey);
-  w.put(write_left);
-  w.put(write_total);
-  w.put(static_cast<std::uint32_t>(rd_res.size()));
+  w.put(e_psn, msn, static_cast<std::uint8_t>(in_send), static_cast<std::uint8_t>(in_write),
+        static_cast<std::uint8_t>(have_recv), to_rec(cur_recv), recv_offset, write_va, write_rkey, write_left,
+        write_total, static_cast<std::uint32_t>(rd_res.size()));
   for (const auto& r : rd_res) w.put(r);
-  w.put(static_cast<std::uint64_t>(rd_res_next));
-  w.put(static_cast<std::uint32_t>(read_jobs.size()));
+  w.put(static_cast<std::uint64_t>(rd_res_next), static_cast<std::uint32_t>(read_jobs.size()));
   for (const auto& j : read_jobs) w.put(j);
   return std::move(w.out);
 }

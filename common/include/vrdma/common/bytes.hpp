@@ -16,11 +16,12 @@ namespace vrdma {
 
 class ByteWriter {
  public:
-  template <class T>
-  void put(const T& v) {
-    static_assert(std::is_trivially_copyable_v<T>);
-    const auto* p = reinterpret_cast<const std::uint8_t*>(&v);
-    out.insert(out.end(), p, p + sizeof(T));
+  // Each field in turn, as its bytes.
+  template <class... T>
+  void put(const T&... v) {
+    static_assert((std::is_trivially_copyable_v<T> && ...));
+    (out.insert(out.end(), reinterpret_cast<const std::uint8_t*>(&v), reinterpret_cast<const std::uint8_t*>(&v) + sizeof(T)),
+     ...);
   }
   // A u32 length, then the bytes.
   void bytes(std::span<const std::uint8_t> b) {
@@ -28,25 +29,28 @@ class ByteWriter {
     out.insert(out.end(), b.begin(), b.end());
   }
   // An unsigned integer in network byte order (big-endian).
-  template <std::unsigned_integral T>
-  void be(T v) {
-    for (std::size_t i = sizeof(T); i-- > 0;) out.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
+  template <std::unsigned_integral... T>
+  void be(T... v) {
+    (be_one(v), ...);
   }
   // The bytes as they are, no length.
   void raw(std::span<const std::uint8_t> b) { out.insert(out.end(), b.begin(), b.end()); }
   std::vector<std::uint8_t> out;
+
+ private:
+  template <std::unsigned_integral T>
+  void be_one(T v) {
+    for (std::size_t i = sizeof(T); i-- > 0;) out.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
+  }
 };
 
 class ByteReader {
  public:
   explicit ByteReader(std::span<const std::uint8_t> in) : in_(in) {}
-  template <class T>
-  bool get(T& v) {
-    static_assert(std::is_trivially_copyable_v<T>);
-    if (in_.size() - pos_ < sizeof(T)) return false;
-    std::memcpy(&v, in_.data() + pos_, sizeof(T));
-    pos_ += sizeof(T);
-    return true;
+  // Each field in turn; false (and the rest left alone) at the first that is not there.
+  template <class... T>
+  bool get(T&... v) {
+    return (get_one(v) && ...);
   }
   // What ByteWriter::bytes wrote, if its length is at most `max`.
   bool bytes(std::vector<std::uint8_t>& b, std::size_t max) {
@@ -57,14 +61,9 @@ class ByteReader {
     return true;
   }
   // An unsigned integer in network byte order (big-endian).
-  template <std::unsigned_integral T>
-  bool be(T& v) {
-    if (in_.size() - pos_ < sizeof(T)) return false;
-    T x = 0;
-    for (std::size_t i = 0; i < sizeof(T); ++i) x = static_cast<T>((x << 8) | in_[pos_ + i]);
-    v = x;
-    pos_ += sizeof(T);
-    return true;
+  template <std::unsigned_integral... T>
+  bool be(T&... v) {
+    return (be_one(v) && ...);
   }
   // Exactly n bytes as they are (a view into the input), if that many are left.
   bool raw(std::size_t n, std::span<const std::uint8_t>& out) {
@@ -77,6 +76,23 @@ class ByteReader {
   [[nodiscard]] bool at_end() const { return pos_ == in_.size(); }
 
  private:
+  template <class T>
+  bool get_one(T& v) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    if (in_.size() - pos_ < sizeof(T)) return false;
+    std::memcpy(&v, in_.data() + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return true;
+  }
+  template <std::unsigned_integral T>
+  bool be_one(T& v) {
+    if (in_.size() - pos_ < sizeof(T)) return false;
+    T x = 0;
+    for (std::size_t i = 0; i < sizeof(T); ++i) x = static_cast<T>((x << 8) | in_[pos_ + i]);
+    v = x;
+    pos_ += sizeof(T);
+    return true;
+  }
   std::span<const std::uint8_t> in_;
   std::size_t pos_ = 0;
 };
