@@ -174,8 +174,7 @@ Status SoftQp::post_send(std::span<const SendWr> wrs, std::size_t* bad_index) {
     if (is_datagram(type_) && !ud_ok)
       return fail(i, make_error(Errc::invalid_argument, qp_name(*this) + ": UD QPs carry only SEND and SEND_WITH_IMM, not " +
                                                             std::string(to_string(wr.opcode))));
-    if (static_cast<unsigned>(wr.opcode) > static_cast<unsigned>(WrOpcode::atomic_fetch_and_add) &&
-        wr.opcode != WrOpcode::send_with_inv)
+    if (!is_known(wr.opcode))
       return fail(i, make_error(Errc::invalid_argument, qp_name(*this) + ": unknown opcode"));
     if (is_datagram(type_) && wr.ud.ah == nullptr)
       return fail(i, make_error(Errc::invalid_argument, qp_name(*this) + ": UD send without an address handle"));

@@ -92,8 +92,7 @@ Status SoftQp::import_state(std::span<const std::uint8_t> blob) {
     WqeRec x{};
     if (!r.get(x) || !r.bytes(s.inline_data, cap.max_inline_data)) return bad("truncated send queue");
     if (x.num_sge > kMaxSge || x.num_sge > cap.max_send_sge ||
-        (x.opcode > static_cast<std::uint8_t>(WrOpcode::atomic_fetch_and_add) &&
-         x.opcode != static_cast<std::uint8_t>(WrOpcode::send_with_inv)) ||
+        !is_known(static_cast<WrOpcode>(x.opcode)) ||
         x.status > static_cast<std::uint8_t>(WcStatus::general_err) || x.first_psn > wire::kPsnMask ||
         x.npkts > (1u << 23) || x.resp_pkts > x.npkts || (x.is_inline && s.inline_data.size() != x.length))
       return bad("bad WQE");

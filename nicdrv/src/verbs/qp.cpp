@@ -334,8 +334,7 @@ Status VerbsQp::post_send(std::span<const SendWr> wrs, std::size_t* bad_index) {
       if (type_ == QpType::ud && in.opcode != WrOpcode::send && in.opcode != WrOpcode::send_with_imm)
         return fail(base + k, make_error(Errc::invalid_argument, what() + ": UD QPs carry only SEND and SEND_WITH_IMM, not " +
                                                                      std::string(to_string(in.opcode))));
-      if (static_cast<unsigned>(in.opcode) > static_cast<unsigned>(WrOpcode::atomic_fetch_and_add) &&
-          in.opcode != WrOpcode::send_with_inv)
+      if (!is_known(in.opcode))
         return fail(base + k, make_error(Errc::invalid_argument, what() + ": unknown opcode"));
       if (in.opcode == WrOpcode::rdma_read && dev().max_sge_rd() != 0 && in.sg_list.size() > dev().max_sge_rd())
         return fail(base + k, make_error(Errc::not_supported, what() + ": an RDMA READ into " + std::to_string(in.sg_list.size()) +

@@ -229,6 +229,10 @@ enum class WrOpcode : std::uint8_t {
   send_with_inv = 9,
 };
 std::string_view to_string(WrOpcode op) noexcept;
+// One of the values above (a number off the wire or from a caller is checked with this).
+constexpr bool is_known(WrOpcode op) noexcept {
+  return static_cast<unsigned>(op) <= static_cast<unsigned>(WrOpcode::atomic_fetch_and_add) || op == WrOpcode::send_with_inv;
+}
 
 enum class SendFlags : std::uint32_t { none = 0, fence = 1, signaled = 2, solicited = 4, inline_data = 8 };
 constexpr SendFlags operator|(SendFlags a, SendFlags b) noexcept {
