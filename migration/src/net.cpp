@@ -61,14 +61,20 @@ Result<UniqueFd> tcp_listen(const sockaddr_in& a) {
   return fd;
 }
 
+namespace {
+Error connect_error(int err, const sockaddr_in& a) {
+  return errno_error(err, "connecting to the destination vrdmad at " + to_string(a) + " (is it running with --incoming " +
+                              to_string(a) + "?)");
+}
+}  // namespace
+
 Result<UniqueFd> tcp_connect_start(const sockaddr_in& a) {
   UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!fd) return errno_error(errno, "migration socket");
   int one = 1;
   ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0 && errno != EINPROGRESS)
-    return errno_error(errno, "connecting to the destination vrdmad at " + to_string(a) + " (is it running with --incoming " +
-                                  to_string(a) + "?)");
+    return connect_error(errno, a);
   return fd;
 }
 
@@ -77,8 +83,7 @@ Status connect_outcome(int fd, const sockaddr_in& a) {
   socklen_t len = sizeof err;
   if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
   if (err == 0) return {};
-  return errno_error(err, "connecting to the destination vrdmad at " + to_string(a) + " (is it running with --incoming " +
-                              to_string(a) + "?)");
+  return connect_error(err, a);
 }
 
 Status set_noarp(const std::string& ifname, bool noarp) {
