@@ -11,7 +11,7 @@
 #include <filesystem>
 
 #include "check.hpp"
-#include "sriov_sysfs_simulator.hpp"
+#include "standard_host.hpp"
 #include "vrdma/nicdrv/registry.hpp"
 #include "vrdma/nicdrv/verbs.hpp"
 #include "vrdma/sriov/control.hpp"
@@ -23,15 +23,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct SysfsFixture {
-  sriov::test::SriovSysfsSimulator sim;
-  sriov::SysfsRoot sysfs;
-  SysfsFixture() {
-    sim.add_standard_nics();
-    sim.start();
-    sysfs.root = sim.root();
-    sysfs.settle_timeout = std::chrono::milliseconds(3000);
-  }
+struct SysfsFixture : sriov::test::StandardHost {
   void enable_vfs(const char* pf, std::uint32_t n) {
     auto st = sriov::set_num_vfs(sysfs, *sriov::parse_pci_address(pf), n);
     VRDMA_REQUIRE_OK(st);

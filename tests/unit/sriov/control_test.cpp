@@ -3,7 +3,7 @@
 
 #include <filesystem>
 
-#include "sriov_sysfs_simulator.hpp"
+#include "standard_host.hpp"
 #include "vrdma/sriov/control.hpp"
 
 using namespace vrdma;
@@ -12,15 +12,7 @@ using vrdma::sriov::test::SriovSysfsSimulator;
 namespace fs = std::filesystem;
 
 namespace {
-struct Fixture {
-  SriovSysfsSimulator sim;
-  SysfsRoot sysfs;
-  Fixture() {
-    sim.add_standard_nics();
-    sim.start();
-    sysfs.root = sim.root();
-    sysfs.settle_timeout = std::chrono::milliseconds(3000);
-  }
+struct Fixture : test::StandardHost {
   std::string driver_of(const char* bdf) {
     std::error_code ec;
     auto t = fs::read_symlink(sim.root() / "bus/pci/devices" / bdf / "driver", ec);

@@ -5,25 +5,16 @@
 #include <filesystem>
 #include <fstream>
 
-#include "sriov_sysfs_simulator.hpp"
+#include "standard_host.hpp"
 #include "vrdma/sriov/control.hpp"
 #include "vrdma/sriov/discovery.hpp"
 
 using namespace vrdma;
 using namespace vrdma::sriov;
-using vrdma::sriov::test::SriovSysfsSimulator;
 namespace fs = std::filesystem;
 
 namespace {
-struct Fixture {
-  SriovSysfsSimulator sim;
-  SysfsRoot sysfs;
-  Fixture() {
-    sim.add_standard_nics();
-    sim.start();
-    sysfs.root = sim.root();
-    sysfs.settle_timeout = std::chrono::milliseconds(3000);
-  }
+struct Fixture : test::StandardHost {
   Inventory inv() {
     auto r = discover(sysfs);
     if (!r.ok()) BOOST_FAIL(r.error().message);

@@ -7,14 +7,13 @@
 
 #include <filesystem>
 
-#include "sriov_sysfs_simulator.hpp"
+#include "standard_host.hpp"
 #include "vrdma/sriov/control.hpp"
 #include "vrdma/sriov/ledger.hpp"
 #include "vrdma/sriov/pool.hpp"
 
 using namespace vrdma;
 using namespace vrdma::sriov;
-using vrdma::sriov::test::SriovSysfsSimulator;
 namespace fs = std::filesystem;
 
 namespace vrdma::sriov {
@@ -24,15 +23,9 @@ std::ostream& operator<<(std::ostream& o, const PciAddress& a) { return o << a.s
 namespace {
 PciAddress pci(const char* s) { return *parse_pci_address(s); }
 
-struct Fixture {
-  SriovSysfsSimulator sim;
-  SysfsRoot sysfs;
+struct Fixture : test::StandardHost {
   fs::path db;
   Fixture() {
-    sim.add_standard_nics();
-    sim.start();
-    sysfs.root = sim.root();
-    sysfs.settle_timeout = std::chrono::milliseconds(3000);
     db = sim.root().parent_path() / "state/vf-ledger.sqlite";
     BOOST_REQUIRE(set_num_vfs(sysfs, pci("0000:af:00.0"), 4).ok());
     BOOST_REQUIRE(set_num_vfs(sysfs, pci("0000:5e:00.0"), 2).ok());
