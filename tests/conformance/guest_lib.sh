@@ -3,6 +3,7 @@
 # (default /var/cache/vrdma-rig). A part that cannot be had ends the builder with status 3 and a
 # reason on stderr (the tests then skip).
 CACHE=${VRDMA_RIG_CACHE:-/var/cache/vrdma-rig}
+GUEST_LIB_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 mkdir -p "$CACHE"
 
 skip() { echo "make_guest: $*" >&2; exit 3; }
@@ -99,10 +100,24 @@ guest_files() {
   guest_libs "$root" "$@"
 }
 
-# guest_pack ROOT INIT OUT: INIT as /init, the tree as a gzipped newc cpio at OUT.
+# guest_stale INITRD FILE...: true when INITRD is missing or older than a FILE, the calling
+# builder ($0), this file or guest_steps.sh (what the initramfs is made of).
+guest_stale() {
+  local out=$1 f
+  shift
+  [ -f "$out" ] || return 0
+  for f in "$@" "$0" "$GUEST_LIB_DIR/guest_lib.sh" "$GUEST_LIB_DIR/guest_steps.sh"; do
+    [ "$f" -nt "$out" ] && return 0
+  done
+  return 1
+}
+
+# guest_pack ROOT INIT OUT: INIT as /init (with guest_steps.sh as /steps.sh, which it may
+# source), the tree as a gzipped newc cpio at OUT.
 guest_pack() {
   cp "$2" "$1/init"
   chmod +x "$1/init"
+  cp "$GUEST_LIB_DIR/guest_steps.sh" "$1/steps.sh"
   (cd "$1" && find . | cpio -o -H newc --quiet | gzip -1) > "$3.tmp"
   mv "$3.tmp" "$3"
 }

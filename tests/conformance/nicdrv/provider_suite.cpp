@@ -261,40 +261,22 @@ struct CmLink {
   std::unique_ptr<CmConnection> client, server;
 };
 
-// RESET -> INIT -> RTR -> RTS, pointing `self` at `peer`.
+// RESET -> INIT -> RTR -> RTS, pointing `self` at `peer` (test::bring_up, with the link's MTU and
+// responder resources and our side's GID index).
 Status bring_up(QueuePair& self, const Side& me, QueuePair& peer, const Side& other, std::uint32_t my_psn,
                 std::uint32_t peer_psn, const Opts& o, const Link& l) {
-  using M = QpAttrMask;
-  const bool rc = o.type == QpType::rc;
-  QpAttr a;
-  a.qp_state = QpState::init;
-  a.pkey_index = 0;
-  a.port_num = 1;
-  a.qp_access_flags = o.access;
-  a.qkey = o.qkey;
-  VRDMA_TRY(self.modify(a, M::state | M::pkey_index | M::port | (rc ? M::access_flags : M::qkey)));
-  a.qp_state = QpState::rtr;
-  if (rc) {
-    a.path_mtu = l.mtu;
-    a.dest_qp_num = peer.qp_num();
-    a.rq_psn = peer_psn;
-    a.max_dest_rd_atomic = l.rd_atomic;
-    a.min_rnr_timer = o.min_rnr_timer;
-    a.ah_attr.dgid = other.gid.gid;
-    a.ah_attr.sgid_index = static_cast<std::uint8_t>(me.gid.index);
-    VRDMA_TRY(self.modify(a, M::state | M::av | M::path_mtu | M::dest_qpn | M::rq_psn | M::max_dest_rd_atomic |
-                                 M::min_rnr_timer));
-  } else {
-    VRDMA_TRY(self.modify(a, M::state));
-  }
-  a.qp_state = QpState::rts;
-  a.sq_psn = my_psn;
-  a.timeout = o.timeout;
-  a.retry_cnt = o.retry_cnt;
-  a.rnr_retry = o.rnr_retry;
-  a.max_rd_atomic = l.rd_atomic;
-  if (rc) return self.modify(a, M::state | M::sq_psn | M::timeout | M::retry_cnt | M::rnr_retry | M::max_qp_rd_atomic);
-  return self.modify(a, M::state | M::sq_psn);
+  test::PairOptions po;
+  po.type = o.type;
+  po.mtu = l.mtu;
+  po.timeout = o.timeout;
+  po.retry_cnt = o.retry_cnt;
+  po.rnr_retry = o.rnr_retry;
+  po.min_rnr_timer = o.min_rnr_timer;
+  po.rd_atomic = l.rd_atomic;
+  po.qkey = o.qkey;
+  po.access = o.access;
+  po.gid_index = static_cast<std::uint8_t>(me.gid.index);
+  return test::bring_up(self, test::PeerInfo{peer.qp_num(), other.gid.gid, peer_psn}, my_psn, po);
 }
 
 // iWARP: A connects to B through the connection manager, B listening on its interface's

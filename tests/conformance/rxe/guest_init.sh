@@ -3,13 +3,8 @@
 # 10.77.0.2 with MTU 9000 (path MTU 4096 needs it), creates rxe0 on it, then runs the host's
 # commands. The host writes "STEP <n> <shell command>" lines to the serial console; the guest
 # answers "=== BEGIN <n>", the command's output and "=== END <n> rc=<status>". "QUIT" powers off.
-mount -t proc proc /proc
-mount -t sysfs sys /sys
-mount -t devtmpfs dev /dev
-mkdir -p /dev/pts /tmp
-for m in crc32_generic crc32c_generic virtio_pci virtio_net ib_uverbs rdma_ucm rdma_rxe; do
-  modprobe "$m" 2>/dev/null || echo "guest: modprobe $m failed"
-done
+. /steps.sh
+init_guest crc32_generic crc32c_generic virtio_pci virtio_net ib_uverbs rdma_ucm rdma_rxe
 ip link set lo up
 ip link set eth0 mtu 9000
 ip link set eth0 up
@@ -20,14 +15,4 @@ if [ -f /lib/modules/$(uname -r)/extra/siw.ko ]; then
 fi
 stty -echo 2>/dev/null
 echo "VRDMA-GUEST-READY $(rdma link show | tr '\n' ';')"
-while read -r word n cmd; do
-  case "$word" in
-    STEP)
-      echo "=== BEGIN $n"
-      sh -c "$cmd" 2>&1
-      echo "=== END $n rc=$?"
-      ;;
-    QUIT) break ;;
-  esac
-done
-poweroff -f
+serve_steps

@@ -42,8 +42,7 @@ TOOLS="ibv_devinfo ibv_rc_pingpong ibv_ud_pingpong ibv_srq_pingpong ib_write_bw 
 for t in $TOOLS; do command -v "$t" >/dev/null || skip "$t is not installed (perftest ibverbs-utils rdmacm-utils iproute2)"; done
 
 INITRD="$CACHE/rxe-guest-$KVER${SIW_KO:+-siw}.cpio.gz"
-if [ ! -f "$INITRD" ] || [ "$HERE/guest_init.sh" -nt "$INITRD" ] || [ "$0" -nt "$INITRD" ] ||
-   [ "$HERE/../guest_lib.sh" -nt "$INITRD" ]; then
+if guest_stale "$INITRD" "$HERE/guest_init.sh"; then
   ROOT=$(mktemp -d)
   trap 'rm -rf "$ROOT"' EXIT
   guest_root "$ROOT"

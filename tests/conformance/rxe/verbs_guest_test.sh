@@ -30,10 +30,8 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 skip() { echo "SKIP: $*"; exit 77; }
 [ "$(id -u)" -eq 0 ] && ip netns list >/dev/null 2>&1 || skip "needs root to create network namespaces"
 command -v qemu-system-x86_64 >/dev/null || skip "qemu-system-x86_64 is not installed (apt-get install qemu-system-x86)"
-rc=0; out=$("$HERE/make_guest.sh" 2>&1) || rc=$?
-if [ $rc -eq 3 ]; then skip "guest unavailable: $out"; elif [ $rc -ne 0 ]; then echo "$out"; exit 1; fi
-KERNEL=$(echo "$out" | sed -n 's/.*KERNEL=\([^ ]*\).*/\1/p')
-INITRD=$(echo "$out" | sed -n 's/.*INITRD=\([^ ]*\).*/\1/p')
+. "$HERE/../serial_lib.sh"  # guest_build, wait_serial, vm_rig_cleanup
+guest_build "$HERE/make_guest.sh"
 
 T0=$(date +%s)
 NS=hvb-$$

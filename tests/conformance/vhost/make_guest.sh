@@ -11,8 +11,7 @@ guest_kernel
 guest_tools
 
 INITRD="$CACHE/vhost-guest-$KVER.cpio.gz"
-if [ ! -f "$INITRD" ] || [ "$HERE/guest_init.sh" -nt "$INITRD" ] || [ "$0" -nt "$INITRD" ] ||
-   [ "$HERE/../guest_lib.sh" -nt "$INITRD" ]; then
+if guest_stale "$INITRD" "$HERE/guest_init.sh"; then
   ROOT=$(mktemp -d)
   trap 'rm -rf "$ROOT"' EXIT
   guest_root "$ROOT"

@@ -10,13 +10,9 @@
 # case against vrdma.peer=IP, case i on TCP port vrdma.port+i (default 18600), printing
 # "VRDMA-CASE <i> <test> rc=<status> <JSON>" per case and "VRDMA-GUEST-DONE" at the end.
 # A case is test/size/iters/depth[/seconds] (seconds: run for that long instead of iters).
-mount -t proc proc /proc
-mount -t sysfs sys /sys
-mount -t devtmpfs dev /dev
-mkdir -p /dev/pts /tmp /dev/hugepages
-for m in virtio_pci virtio_blk virtio_net uio_pci_generic; do
-  modprobe "$m" 2>/dev/null || echo "guest: modprobe $m failed"
-done
+. /steps.sh
+init_guest virtio_pci virtio_blk virtio_net uio_pci_generic
+mkdir -p /dev/hugepages
 mount -t hugetlbfs none /dev/hugepages || echo "guest: cannot mount hugetlbfs"
 echo 64 > /proc/sys/vm/nr_hugepages
 arg() { tr ' ' '\n' < /proc/cmdline | sed -n "s/^$1=//p" | tail -1; }
@@ -92,14 +88,4 @@ CASE
   poweroff -f
 fi
 
-while read -r word n cmd; do
-  case "$word" in
-    STEP)
-      echo "=== BEGIN $n"
-      sh -c "$cmd" 2>&1
-      echo "=== END $n rc=$?"
-      ;;
-    QUIT) break ;;
-  esac
-done
-poweroff -f
+serve_steps

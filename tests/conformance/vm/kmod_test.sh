@@ -36,6 +36,7 @@ set -euo pipefail
 SRC=$(readlink -f "$1"); VRDMAD=$(readlink -f "$2"); PERF=$(readlink -f "$3")
 HERE=$(cd "$(dirname "$0")" && pwd)
 skip() { echo "SKIP: $*"; exit 77; }
+. "$HERE/../serial_lib.sh"  # wait_serial, vm_rig_cleanup
 [ "$(id -u)" -eq 0 ] && ip netns list >/dev/null 2>&1 || skip "needs root to create network namespaces"
 command -v qemu-system-x86_64 >/dev/null || skip "qemu-system-x86_64 is not installed (apt-get install qemu-system-x86)"
 command -v rdma >/dev/null || skip "rdma (iproute2) is not installed"
@@ -43,14 +44,7 @@ T0=$(date +%s.%N)
 work=$(mktemp -d)
 NS=vmk$$
 qemu_pid="" cat_pid="" vrdmad_pid=""
-cleanup() {
-  exec 3>&- 2>/dev/null || true
-  for p in $qemu_pid $cat_pid $vrdmad_pid; do kill "$p" 2>/dev/null || true; done
-  ip netns pids "$NS" 2>/dev/null | xargs -r kill 2>/dev/null || true
-  ip netns del "$NS" 2>/dev/null || true
-  if [ -n "${KEEP_WORK:-}" ]; then echo "work dir kept: $work"; else rm -rf "$work"; fi
-}
-trap cleanup EXIT
+trap vm_rig_cleanup EXIT
 
 # ---- The guest: Debian's kernel, the module built for it, busybox, rdma, uverbs_probe --------
 rc=0
@@ -206,7 +200,6 @@ ip netns exec "$NS" qemu-system-x86_64 -accel tcg -cpu max -m 512M -smp 1,maxcpu
 qemu_pid=$!
 exec 3>"$work/con.in"
 
-. "$(dirname "${BASH_SOURCE[0]}")/../serial_lib.sh"  # wait_serial
 failed=0 checks=0
 fail() { echo "FAIL: $*"; failed=$((failed + 1)); }
 check() {  # check DESCRIPTION COMMAND...: one counted assertion

@@ -14,9 +14,7 @@ guest_kernel
 guest_tools
 
 INITRD="$CACHE/pv-guest-$KVER.cpio.gz"
-if [ ! -f "$INITRD" ] || [ "$HERE/guest_init.sh" -nt "$INITRD" ] || [ "$0" -nt "$INITRD" ] ||
-   [ "$HERE/../guest_lib.sh" -nt "$INITRD" ] || [ "$PERF" -nt "$INITRD" ] || [ "$BIND" -nt "$INITRD" ] ||
-   [ "$STREAM" -nt "$INITRD" ]; then
+if guest_stale "$INITRD" "$HERE/guest_init.sh" "$PERF" "$BIND" "$STREAM"; then
   ROOT=$(mktemp -d)
   trap 'rm -rf "$ROOT"' EXIT
   guest_root "$ROOT"

@@ -22,18 +22,15 @@
 # VRDMA_MEMCMP), root and tools checked (exit 77 with the reason), the guest built: sets PERF,
 # VRDMAD, BIND, STREAM, MEMCMP, KERNEL and INITRD.
 vm_rig() {
-  local out rc=0
   PERF=$(readlink -f "$1"); VRDMAD=$(readlink -f "$2"); BIND=$(readlink -f "$3"); STREAM=$(readlink -f "$4")
   MEMCMP=$(readlink -f "$5")
   [ "$(id -u)" -eq 0 ] && ip netns list >/dev/null 2>&1 || skip "needs root to create network namespaces"
   command -v "$QEMU" >/dev/null || skip "$QEMU is not installed (apt-get install qemu-system-x86)"
   command -v nft >/dev/null || skip "nft is not installed (apt-get install nftables)"
-  out=$("$HERE/make_guest.sh" "$PERF" "$BIND" "$STREAM" 2>&1) || rc=$?
-  if [ $rc -eq 3 ]; then skip "guest unavailable: $out"; elif [ $rc -ne 0 ]; then echo "$out"; exit 1; fi
-  KERNEL=$(echo "$out" | sed -n 's/.*KERNEL=\([^ ]*\).*/\1/p')
-  INITRD=$(echo "$out" | sed -n 's/.*INITRD=\([^ ]*\).*/\1/p')
+  guest_build "$HERE/make_guest.sh" "$PERF" "$BIND" "$STREAM"
 }
 skip() { echo "SKIP: $*"; exit 77; }
+. "$(dirname "${BASH_SOURCE[0]}")/../serial_lib.sh"  # guest_build
 
 SW=vmsw$$ A=vma$$ B=vmb$$ P=vmp$$
 GIP=10.78.0.12 GMAC=52:54:00:78:00:0c   # the guest's RDMA identity (vrdmad's engine)

@@ -17,24 +17,15 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 skip() { echo "SKIP: $*"; exit 77; }
 [ "$(id -u)" -eq 0 ] && ip netns list >/dev/null 2>&1 || skip "needs root to create network namespaces"
 command -v qemu-system-x86_64 >/dev/null || skip "qemu-system-x86_64 is not installed (apt-get install qemu-system-x86)"
-rc=0; out=$("$HERE/make_guest.sh" "$PERF" "$BIND" "$STREAM" 2>&1) || rc=$?
-if [ $rc -eq 3 ]; then skip "guest unavailable: $out"; elif [ $rc -ne 0 ]; then echo "$out"; exit 1; fi
-KERNEL=$(echo "$out" | sed -n 's/.*KERNEL=\([^ ]*\).*/\1/p')
-INITRD=$(echo "$out" | sed -n 's/.*INITRD=\([^ ]*\).*/\1/p')
+. "$HERE/../serial_lib.sh"  # guest_build, wait_serial, vm_rig_cleanup
+guest_build "$HERE/make_guest.sh" "$PERF" "$BIND" "$STREAM"
 
 T0=$(date +%s.%N)
 NS=vm7$$
 BRIDGE=10.77.7.1 GUEST=10.77.7.2 PEER=10.77.7.3 DEVIP=10.77.7.12
 work=$(mktemp -d)
 qemu_pid="" cat_pid="" vrdmad_pid=""
-cleanup() {
-  exec 3>&- 2>/dev/null || true
-  for p in $qemu_pid $cat_pid $vrdmad_pid; do kill "$p" 2>/dev/null || true; done
-  ip netns pids "$NS" 2>/dev/null | xargs -r kill 2>/dev/null || true
-  ip netns del "$NS" 2>/dev/null || true
-  if [ -n "${KEEP_WORK:-}" ]; then echo "work dir kept: $work"; else rm -rf "$work"; fi
-}
-trap cleanup EXIT
+trap vm_rig_cleanup EXIT
 
 # One "host": a bridge holding the tap of the guest's virtio-net (TCP for vrdma-perf's
 # exchange), the guest device's RDMA address (vrdmad's soft engine) and the peer's address.
@@ -71,7 +62,6 @@ ip netns exec "$NS" qemu-system-x86_64 -accel tcg -cpu max -m 1G -smp 1,maxcpus=
 qemu_pid=$!
 exec 3>"$work/con.in"
 
-. "$(dirname "${BASH_SOURCE[0]}")/../serial_lib.sh"  # wait_serial
 failed=0
 fail() { echo "FAIL: $*"; failed=$((failed + 1)); }
 wait_serial "VRDMA-GUEST-READY" 120 || { echo "FAIL: the guest did not come up"; tail -30 "$work/serial.log"; cat "$work/qemu.log"; exit 1; }

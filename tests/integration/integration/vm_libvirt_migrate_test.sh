@@ -24,10 +24,9 @@ skip() { echo "vm_libvirt_migrate: SKIP: $*" >&2; exit 77; }
 for t in libvirtd virsh qemu-system-x86_64 nft; do
   command -v $t >/dev/null || skip "$t is not installed (scripts/setup.sh installs libvirt, QEMU and nftables)"
 done
-rc=0; G=$("$SRC/tests/conformance/vm/make_guest.sh" "$PERF" "$BIND" "$STREAM" 2>&1) || rc=$?
-[ $rc = 3 ] && skip "guest unavailable: $G"
-[ $rc = 0 ] || { echo "$G"; exit 1; }
-export KERNEL=$(echo "$G" | sed -n 's/.*KERNEL=\([^ ]*\).*/\1/p') INITRD=$(echo "$G" | sed -n 's/.*INITRD=\([^ ]*\).*/\1/p')
+. "$SRC/tests/conformance/serial_lib.sh"  # guest_build
+guest_build "$SRC/tests/conformance/vm/make_guest.sh" "$PERF" "$BIND" "$STREAM"
+export KERNEL INITRD
 
 export W=$(mktemp -d /tmp/lv6vm.XXXXXX)
 export SWNS=lv6sw$$ PNS=lv6p$$
