@@ -39,7 +39,7 @@ Result<Endpoint> make_endpoint(std::shared_ptr<Device> dev, const PairOptions& o
   return e;
 }
 
-Status connect_to(Endpoint& self, const PeerInfo& peer, std::uint32_t my_psn, const PairOptions& o) {
+Status bring_up(QueuePair& qp, const PeerInfo& peer, std::uint32_t my_psn, const PairOptions& o) {
   const std::uint32_t peer_psn = peer.psn;
   QpAttr a;
   a.qp_state = QpState::init;
@@ -49,7 +49,7 @@ Status connect_to(Endpoint& self, const PeerInfo& peer, std::uint32_t my_psn, co
   a.qkey = o.qkey;
   using M = QpAttrMask;
   bool rc = o.type == QpType::rc;
-  VRDMA_TRY(self.qp->modify(a, M::state | M::pkey_index | M::port | (rc ? M::access_flags : M::qkey)));
+  VRDMA_TRY(qp.modify(a, M::state | M::pkey_index | M::port | (rc ? M::access_flags : M::qkey)));
   a.qp_state = QpState::rtr;
   if (rc) {
     a.path_mtu = o.mtu;
@@ -59,10 +59,10 @@ Status connect_to(Endpoint& self, const PeerInfo& peer, std::uint32_t my_psn, co
     a.min_rnr_timer = o.min_rnr_timer;
     a.ah_attr.dgid = peer.gid;
     a.ah_attr.sgid_index = o.gid_index;
-    VRDMA_TRY(self.qp->modify(a, M::state | M::av | M::path_mtu | M::dest_qpn | M::rq_psn | M::max_dest_rd_atomic |
-                                     M::min_rnr_timer));
+    VRDMA_TRY(qp.modify(a, M::state | M::av | M::path_mtu | M::dest_qpn | M::rq_psn | M::max_dest_rd_atomic |
+                                 M::min_rnr_timer));
   } else {
-    VRDMA_TRY(self.qp->modify(a, M::state));
+    VRDMA_TRY(qp.modify(a, M::state));
   }
   a.qp_state = QpState::rts;
   a.sq_psn = my_psn;
@@ -70,10 +70,30 @@ Status connect_to(Endpoint& self, const PeerInfo& peer, std::uint32_t my_psn, co
   a.retry_cnt = o.retry_cnt;
   a.rnr_retry = o.rnr_retry;
   a.max_rd_atomic = o.rd_atomic;
-  if (rc)
-    VRDMA_TRY(self.qp->modify(a, M::state | M::sq_psn | M::timeout | M::retry_cnt | M::rnr_retry | M::max_qp_rd_atomic));
-  else
-    VRDMA_TRY(self.qp->modify(a, M::state | M::sq_psn));
+  if (rc) return qp.modify(a, M::state | M::sq_psn | M::timeout | M::retry_cnt | M::rnr_retry | M::max_qp_rd_atomic);
+  return qp.modify(a, M::state | M::sq_psn);
+}
+
+Status connect_to(Endpoint& self, const PeerInfo& peer, std::uint32_t my_psn, const PairOptions& o) {
+  return bring_up(*self.qp, peer, my_psn, o);
+}
+
+Status write_checked(Endpoint& a, const Endpoint& b, std::size_t n, std::uint64_t seed,
+                     std::chrono::milliseconds timeout) {
+  fill_pattern(a.buf.data(), n, seed);
+  Sge s{reinterpret_cast<std::uint64_t>(a.buf.data()), static_cast<std::uint32_t>(n), a.mr->lkey()};
+  SendWr w;
+  w.opcode = WrOpcode::rdma_write;
+  w.flags = SendFlags::signaled;
+  w.sg_list = std::span<const Sge>(&s, 1);
+  w.rdma.remote_addr = b.mr->addr();
+  w.rdma.rkey = b.mr->rkey();
+  VRDMA_TRY(a.qp->post_send(std::span(&w, 1)));
+  auto wc = wait_cq(*a.cq, 1, timeout);
+  if (wc.empty()) return make_error(Errc::timeout, "the RDMA WRITE did not complete in time");
+  if (wc[0].status != WcStatus::success)
+    return make_error(Errc::io_error, "the RDMA WRITE completed with " + std::string(to_string(wc[0].status)));
+  if (!check_pattern(b.buf.data(), n, seed)) return make_error(Errc::io_error, "the target does not hold the bytes written");
   return {};
 }
 

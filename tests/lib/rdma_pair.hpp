@@ -69,11 +69,18 @@ struct PeerInfo {
   std::uint32_t psn = 0;  // the peer's send PSN (our receive PSN)
 };
 // RESET -> INIT -> RTR -> RTS on one side, pointing at `peer`, sending from `my_psn`.
+Status bring_up(nicdrv::QueuePair& qp, const PeerInfo& peer, std::uint32_t my_psn, const PairOptions& o);
 Status connect_to(Endpoint& self, const PeerInfo& peer, std::uint32_t my_psn, const PairOptions& o);
 
 // Polls until n completions arrive or the deadline passes; returns what arrived.
 std::vector<nicdrv::WorkCompletion> wait_cq(nicdrv::CompletionQueue& cq, std::size_t n,
                                             std::chrono::milliseconds timeout = std::chrono::seconds(20));
+
+// One signaled RDMA WRITE of n patterned bytes (`seed`) from the start of a's buffer to the start
+// of b's, waited for: an error saying what went wrong (refused, no completion within `timeout`, a
+// failed completion, other bytes at the target) unless the data arrived.
+Status write_checked(Endpoint& a, const Endpoint& b, std::size_t n, std::uint64_t seed,
+                     std::chrono::milliseconds timeout = std::chrono::seconds(10));
 
 // Deterministic pattern for end-to-end data checks.
 void fill_pattern(std::uint8_t* p, std::size_t n, std::uint64_t seed);

@@ -172,17 +172,7 @@ BOOST_AUTO_TEST_CASE(hostile_guest_gets_errors_and_harms_no_one) {
       return;
     }
     for (std::uint64_t seed = 1; !stop && seed < 100000; ++seed) {
-      fill_pattern(a->buf.data(), 65536, seed);
-      nicdrv::Sge s{reinterpret_cast<std::uint64_t>(a->buf.data()), 65536, a->mr->lkey()};
-      nicdrv::SendWr w;
-      w.opcode = nicdrv::WrOpcode::rdma_write;
-      w.flags = nicdrv::SendFlags::signaled;
-      w.sg_list = std::span<const nicdrv::Sge>(&s, 1);
-      w.rdma.remote_addr = b->mr->addr();
-      w.rdma.rkey = b->mr->rkey();
-      auto st = a->qp->post_send(std::span(&w, 1));
-      auto wc = wait_cq(*a->cq, 1, 10s);
-      if (st.ok() && wc.size() == 1 && wc[0].status == nicdrv::WcStatus::success && check_pattern(b->buf.data(), 65536, seed))
+      if (write_checked(*a, *b, 65536, seed).ok())
         ++other_ok;
       else
         ++other_bad;
@@ -367,19 +357,7 @@ BOOST_AUTO_TEST_CASE(hostile_guest_gets_errors_and_harms_no_one) {
     VRDMA_REQUIRE_OK(a);
     VRDMA_REQUIRE_OK(b);
     VRDMA_REQUIRE_OK(connect(*a, *b, o));
-    fill_pattern(a->buf.data(), 4096, 5);
-    nicdrv::Sge s{reinterpret_cast<std::uint64_t>(a->buf.data()), 4096, a->mr->lkey()};
-    nicdrv::SendWr w;
-    w.opcode = nicdrv::WrOpcode::rdma_write;
-    w.flags = nicdrv::SendFlags::signaled;
-    w.sg_list = std::span<const nicdrv::Sge>(&s, 1);
-    w.rdma.remote_addr = b->mr->addr();
-    w.rdma.rkey = b->mr->rkey();
-    VRDMA_REQUIRE_OK(a->qp->post_send(std::span(&w, 1)));
-    auto wc = wait_cq(*a->cq, 1, 10s);
-    BOOST_REQUIRE_EQUAL(wc.size(), 1u);
-    BOOST_CHECK_EQUAL(wc[0].status, nicdrv::WcStatus::success);
-    BOOST_CHECK(check_pattern(b->buf.data(), 4096, 5));
+    VRDMA_CHECK_OK(write_checked(*a, *b, 4096, 5));
   }
   // The other guest keeps moving data: on a loaded machine the steps above may have taken most
   // of the CPU, so give it (bounded) time to show more than a handful of checked writes.

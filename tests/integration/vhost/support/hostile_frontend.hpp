@@ -117,17 +117,7 @@ class Guest {
   // One RDMA WRITE of n patterned bytes, its completion, and the bytes checked at the target.
   bool write_checked(std::uint64_t seed, std::size_t n = 65536) {
     if (!ok_) return false;
-    fill_pattern(a_.buf.data(), n, seed);
-    nicdrv::Sge s{reinterpret_cast<std::uint64_t>(a_.buf.data()), static_cast<std::uint32_t>(n), a_.mr->lkey()};
-    nicdrv::SendWr w;
-    w.opcode = nicdrv::WrOpcode::rdma_write;
-    w.flags = nicdrv::SendFlags::signaled;
-    w.sg_list = std::span<const nicdrv::Sge>(&s, 1);
-    w.rdma.remote_addr = b_.mr->addr();
-    w.rdma.rkey = b_.mr->rkey();
-    auto st = a_.qp->post_send(std::span(&w, 1));
-    auto wc = wait_cq(*a_.cq, 1, 10s);
-    return st.ok() && wc.size() == 1 && wc[0].status == nicdrv::WcStatus::success && check_pattern(b_.buf.data(), n, seed);
+    return test::write_checked(a_, b_, n, seed).ok();
   }
 
  private:
