@@ -118,25 +118,17 @@ class SoftCmConnection final : public CmConnection {
     lk.unlock();
     // RTR then RTS with the REP's values (IBA 12.7.2, the kernel's cm_init_qp_rtr/rts_attr).
     // Each side's Starting PSN is the one it expects to receive: we send from the REP's.
-    QpAttr a;
-    a.qp_state = QpState::rtr;
-    a.path_mtu = static_cast<Mtu>(req.path_mtu);
-    a.dest_qp_num = rep.local_qpn;
-    a.rq_psn = req.starting_psn;
-    a.max_dest_rd_atomic = std::max<std::uint8_t>(req.responder_resources, 1);
-    a.min_rnr_timer = 12;
-    a.ah_attr.dgid = Gid::from_ipv4(peer_);
-    using M = QpAttrMask;
-    Status st = qp->modify(a, M::state | M::av | M::path_mtu | M::dest_qpn | M::rq_psn | M::max_dest_rd_atomic | M::min_rnr_timer);
-    if (st) {
-      a.qp_state = QpState::rts;
-      a.sq_psn = rep.starting_psn;
-      a.timeout = req.primary_local_ack_timeout;
-      a.retry_cnt = req.retry_count;
-      a.rnr_retry = rep.rnr_retry_count;
-      a.max_rd_atomic = std::max<std::uint8_t>(std::min(req.initiator_depth, rep.responder_resources), 1);
-      st = qp->modify(a, M::state | M::sq_psn | M::timeout | M::retry_cnt | M::rnr_retry | M::max_qp_rd_atomic);
-    }
+    Path path;
+    path.mtu = static_cast<Mtu>(req.path_mtu);
+    path.dest_qpn = rep.local_qpn;
+    path.rq_psn = req.starting_psn;
+    path.sq_psn = rep.starting_psn;
+    path.responder = std::max<std::uint8_t>(req.responder_resources, 1);
+    path.initiator = std::max<std::uint8_t>(std::min(req.initiator_depth, rep.responder_resources), 1);
+    path.timeout = req.primary_local_ack_timeout;
+    path.retry_cnt = req.retry_count;
+    path.rnr_retry = rep.rnr_retry_count;
+    Status st = to_rts(*qp, path);
     lk.lock();
     GsiAgent::Entry* ep = g.find(id_);
     if (ep == nullptr) return make_error(Errc::connection_lost, what + ": the connection vanished");
@@ -186,27 +178,19 @@ class SoftCmConnection final : public CmConnection {
       std::lock_guard lk2(dev_->mu_);
       psn = g.random_psn();
     }
-    QpAttr a;
-    a.qp_state = QpState::rtr;
-    a.path_mtu = mtu;
-    a.dest_qp_num = req.local_qpn;
-    a.rq_psn = psn;
-    a.max_dest_rd_atomic = responder;
-    a.min_rnr_timer = 12;
-    a.ah_attr.dgid = Gid::from_ipv4(peer_);
-    using M = QpAttrMask;
-    Status st = qp->modify(a, M::state | M::av | M::path_mtu | M::dest_qpn | M::rq_psn | M::max_dest_rd_atomic | M::min_rnr_timer);
-    if (st) {
-      // RTS before the REP, as librdmacm's rdma_accept does: the initiator may send as soon as
-      // it has our REP. Its retry counts come from its REQ.
-      a.qp_state = QpState::rts;
-      a.sq_psn = req.starting_psn;  // the initiator expects this one (cm.c: sq_psn from the REQ)
-      a.timeout = std::max<std::uint8_t>(req.primary_local_ack_timeout, params_.local_ack_timeout);
-      a.retry_cnt = req.retry_count;
-      a.rnr_retry = req.rnr_retry_count;
-      a.max_rd_atomic = initiator;
-      st = qp->modify(a, M::state | M::sq_psn | M::timeout | M::retry_cnt | M::rnr_retry | M::max_qp_rd_atomic);
-    }
+    // RTS before the REP, as librdmacm's rdma_accept does: the initiator may send as soon as it
+    // has our REP. Its retry counts come from its REQ; it expects its sq_psn (cm.c).
+    Path path;
+    path.mtu = mtu;
+    path.dest_qpn = req.local_qpn;
+    path.rq_psn = psn;
+    path.sq_psn = req.starting_psn;
+    path.responder = responder;
+    path.initiator = initiator;
+    path.timeout = std::max<std::uint8_t>(req.primary_local_ack_timeout, params_.local_ack_timeout);
+    path.retry_cnt = req.retry_count;
+    path.rnr_retry = req.rnr_retry_count;
+    Status st = to_rts(*qp, path);
     lk.lock();
     e = g.find(id_);
     if (e == nullptr) return make_error(Errc::connection_lost, what + ": the request is gone");
@@ -310,6 +294,35 @@ class SoftCmConnection final : public CmConnection {
       return nullptr;
     }
     return qp;
+  }
+
+  // What the CM exchange settled for one side's QP (IBA 12.7: the REQ's and REP's fields).
+  struct Path {
+    Mtu mtu = Mtu::mtu1024;
+    std::uint32_t dest_qpn = 0, rq_psn = 0, sq_psn = 0;
+    std::uint8_t responder = 1, initiator = 1;  // max_dest_rd_atomic, max_rd_atomic
+    std::uint8_t timeout = 0, retry_cnt = 0, rnr_retry = 0;
+  };
+
+  // INIT -> RTR -> RTS toward the peer along `p`.
+  Status to_rts(SoftQp& qp, const Path& p) {
+    QpAttr a;
+    a.qp_state = QpState::rtr;
+    a.path_mtu = p.mtu;
+    a.dest_qp_num = p.dest_qpn;
+    a.rq_psn = p.rq_psn;
+    a.max_dest_rd_atomic = p.responder;
+    a.min_rnr_timer = 12;
+    a.ah_attr.dgid = Gid::from_ipv4(peer_);
+    using M = QpAttrMask;
+    VRDMA_TRY(qp.modify(a, M::state | M::av | M::path_mtu | M::dest_qpn | M::rq_psn | M::max_dest_rd_atomic | M::min_rnr_timer));
+    a.qp_state = QpState::rts;
+    a.sq_psn = p.sq_psn;
+    a.timeout = p.timeout;
+    a.retry_cnt = p.retry_cnt;
+    a.rnr_retry = p.rnr_retry;
+    a.max_rd_atomic = p.initiator;
+    return qp.modify(a, M::state | M::sq_psn | M::timeout | M::retry_cnt | M::rnr_retry | M::max_qp_rd_atomic);
   }
 
   Status to_init(SoftQp& qp) {
