@@ -177,7 +177,10 @@ bool is_iwarp(const Device& d) {
 //    fills no state and no asynchronous event reports the TERMINATE (the responder side is
 //    seen in ERR through its flushed receives);
 //  - an RDMA READ of an MR registered without remote read succeeds: the READ response is built
-//    after siw_check_sgl_tx(..., perms 0), which checks bounds and PD but no rights.
+//    after siw_check_sgl_tx(..., perms 0), which checks bounds and PD but no rights;
+//  - a WRITE still in progress when the peer's TERMINATE ends the connection completes as local
+//    QP operation error (siw_sq_flush() completes the in-progress WQE so; IBA: remote access
+//    error); seen in verbs_guest_conformance_test on 2026-12-06, a race with the TERMINATE.
 // Our own pv provider (libpvverbs):
 //  - WorkCompletion::sgid stays empty: the virtio CQE (32 bytes) has no room for it and
 //    libpvverbs does not read the GRH back from the receive buffer yet (the verbs provider
@@ -187,7 +190,7 @@ struct Known {
   bool short_recv_is_qp_op_err = false, bad_lkey_is_qp_op_err = false, recv_in_err_not_flushed = false,
        send_in_err_not_flushed = false, solicited_never_wakes = false, terminate_unseen = false,
        read_ignores_mr_rights = false, sgid_not_filled = false, solicited_arm_wakes_on_any_receive = false,
-       post_refusal_is_qp_op_err = false;
+       post_refusal_is_qp_op_err = false, inflight_flush_is_qp_op_err = false;
 };
 Known known_of(const Device& d) {
   Known k;
@@ -202,7 +205,7 @@ Known known_of(const Device& d) {
   } else if ((a->provider == "verbs" || pv) && a->vendor_id == 0x626d74) {
     k.who = d.name() + " (Linux siw)";
     k.bad_lkey_is_qp_op_err = k.recv_in_err_not_flushed = k.send_in_err_not_flushed = k.solicited_never_wakes = true;
-    k.terminate_unseen = k.read_ignores_mr_rights = true;
+    k.terminate_unseen = k.read_ignores_mr_rights = k.inflight_flush_is_qp_op_err = true;
   }
   if (pv) {
     k.who = k.who.empty() ? d.name() + " (libpvverbs)" : k.who + " through libpvverbs";
@@ -887,7 +890,10 @@ BOOST_AUTO_TEST_CASE(status_remote_access_error_then_flush_on_both_sides) {
       auto got = test::wait_cq(*p.a.cq, 2, 5s);
       BOOST_REQUIRE(!got.empty());
       BOOST_TEST(got[0].wr_id == 1u);
-      BOOST_TEST((got[0].status == WcStatus::success || got[0].status == WcStatus::rem_access_err), to_string(got[0].status));
+      if (const Known k = known_of(*p.a.dev); k.inflight_flush_is_qp_op_err && got[0].status == WcStatus::loc_qp_op_err)
+        deviation(k, "a WRITE in progress when the TERMINATE came completes as local QP operation error");
+      else
+        BOOST_TEST((got[0].status == WcStatus::success || got[0].status == WcStatus::rem_access_err), to_string(got[0].status));
       if (got.size() > 1)
         BOOST_TEST((got[1].status == WcStatus::success || got[1].status == WcStatus::wr_flush_err), to_string(got[1].status));
       auto rc = one(p.b);
