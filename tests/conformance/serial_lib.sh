@@ -2,6 +2,13 @@
 # rxe/peer_rig.sh, the libvirt VM tests): building it, its serial console, ending it. Sourced;
 # wait_serial uses the caller's $work (serial.log, qemu.log) and $qemu_pid.
 
+# rig_require: skips the test through the caller's skip() unless it runs as root with network
+# namespaces and QEMU ($QEMU, default qemu-system-x86_64) is installed.
+rig_require() {
+  [ "$(id -u)" -eq 0 ] && ip netns list >/dev/null 2>&1 || skip "needs root to create network namespaces"
+  command -v "${QEMU:-qemu-system-x86_64}" >/dev/null || skip "${QEMU:-qemu-system-x86_64} is not installed (apt-get install qemu-system-x86)"
+}
+
 # guest_build BUILDER [ARG...]: runs a guest builder (a make_guest.sh) and sets KERNEL and INITRD
 # from its answer. A part that cannot be had (status 3) skips the test through the caller's
 # skip(); any other failure ends the test with the builder's output.
@@ -37,4 +44,18 @@ wait_serial() {
     sleep 0.1
   done
   return 1
+}
+
+# guest_run SECONDS OUTFILE COMMAND: COMMAND (one string, as the guest's sh -c reads it) under
+# `timeout SECONDS` in the guest (guest_steps.sh's serve_steps on the console, fd 3); its output
+# lands in OUTFILE, and the return status is the command's (124 when the step never ended).
+step=0
+guest_run() {
+  local secs=$1 f=$2 rc
+  step=$((step + 1))
+  echo "STEP $step timeout $secs $3" >&3
+  wait_serial "=== END $step rc=" $((secs + 15)) || { echo "(guest step $step timed out)" > "$f"; return 124; }
+  tr -d '\r' < "$work/serial.log" | sed -n "/^=== BEGIN $step\$/,/^=== END $step rc=/p" > "$f"
+  rc=$(sed -n "s/^=== END $step rc=\([0-9]*\).*/\1/p" "$f")
+  return "${rc:-1}"
 }

@@ -28,9 +28,8 @@ VRDMAD=$(readlink -f "$3")
 NICMIG=$(readlink -f "$4")
 HERE=$(cd "$(dirname "$0")" && pwd)
 skip() { echo "SKIP: $*"; exit 77; }
-[ "$(id -u)" -eq 0 ] && ip netns list >/dev/null 2>&1 || skip "needs root to create network namespaces"
-command -v qemu-system-x86_64 >/dev/null || skip "qemu-system-x86_64 is not installed (apt-get install qemu-system-x86)"
-. "$HERE/../serial_lib.sh"  # guest_build, wait_serial, vm_rig_cleanup
+. "$HERE/../serial_lib.sh"  # rig_require, guest_build, wait_serial, vm_rig_cleanup
+rig_require
 guest_build "$HERE/make_guest.sh"
 
 T0=$(date +%s)

@@ -36,9 +36,8 @@ set -euo pipefail
 SRC=$(readlink -f "$1"); VRDMAD=$(readlink -f "$2"); PERF=$(readlink -f "$3")
 HERE=$(cd "$(dirname "$0")" && pwd)
 skip() { echo "SKIP: $*"; exit 77; }
-. "$HERE/../serial_lib.sh"  # wait_serial, vm_rig_cleanup
-[ "$(id -u)" -eq 0 ] && ip netns list >/dev/null 2>&1 || skip "needs root to create network namespaces"
-command -v qemu-system-x86_64 >/dev/null || skip "qemu-system-x86_64 is not installed (apt-get install qemu-system-x86)"
+. "$HERE/../serial_lib.sh"  # rig_require, wait_serial, guest_run, vm_rig_cleanup
+rig_require
 command -v rdma >/dev/null || skip "rdma (iproute2) is not installed"
 T0=$(date +%s.%N)
 work=$(mktemp -d)
@@ -210,17 +209,8 @@ check() {  # check DESCRIPTION COMMAND...: one counted assertion
 wait_serial "VRDMA-GUEST-READY" 120 || { echo "FAIL: the guest did not come up"; tail -30 "$work/serial.log"; exit 1; }
 echo "guest ready after $(echo "$(date +%s.%N) - $T0" | bc | cut -c1-5) s wall"
 
-step=0
-guest() {  # guest SECONDS OUTFILE COMMAND: COMMAND under timeout in the guest, output in OUTFILE
-  local secs=$1 f=$2; shift 2
-  step=$((step + 1))
-  echo "STEP $step timeout $secs sh -c '$*'" >&3
-  wait_serial "=== END $step rc=" $((secs + 15)) || { echo "(guest step $step timed out)" > "$f"; return 124; }
-  tr -d '\r' < "$work/serial.log" | sed -n "/^=== BEGIN $step\$/,/^=== END $step rc=/p" > "$f"
-  local rc
-  rc=$(sed -n "s/^=== END $step rc=\([0-9]*\).*/\1/p" "$f")
-  return "${rc:-1}"
-}
+# guest SECONDS OUTFILE COMMAND...: the words as one `sh -c` command line in the guest (guest_run).
+guest() { guest_run "$1" "$2" "sh -c '${*:3}'"; }
 has() { grep -q -- "$2" "$1"; }
 
 # The GID the guest must show for the device's address (sysfs prints 8 groups of 4 hex digits).

@@ -33,6 +33,8 @@
 
 #include <rdma/ib_user_ioctl_verbs.h>
 #include <rdma/ib_user_verbs.h>
+
+#include "uverbs_cmd.h"
 #include <vrdma/virtio_rdma.h>
 #include <vrdma/virtio_rdma_abi.h>
 
@@ -56,21 +58,9 @@ static int fd;
 
 #define DIE(...) do { printf(__VA_ARGS__); printf("\n"); exit(1); } while (0)
 
-/* One write() command; the response (core + driver) lands where the request's `response` points. */
 static int command(__u32 cmd, const void *req, size_t req_len, size_t resp_len)
 {
-	char buf[512];
-	struct ib_uverbs_cmd_hdr hdr = {
-		.command = cmd,
-		.in_words = (__u16)((sizeof(hdr) + req_len) / 4),
-		.out_words = (__u16)(resp_len / 4),
-	};
-
-	memcpy(buf, &hdr, sizeof(hdr));
-	memcpy(buf + sizeof(hdr), req, req_len);
-	if (write(fd, buf, sizeof(hdr) + req_len) != (ssize_t)(sizeof(hdr) + req_len))
-		return errno ? errno : EIO;
-	return 0;
+	return uverbs_command(fd, cmd, req, req_len, resp_len);
 }
 
 struct qp {

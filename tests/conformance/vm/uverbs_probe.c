@@ -18,22 +18,7 @@
 
 #include <rdma/ib_user_verbs.h>
 
-/* One write() command: header, request; the response lands at `resp`. */
-static int command(int fd, __u32 cmd, void *req, size_t req_len, size_t resp_len)
-{
-	char buf[256];
-	struct ib_uverbs_cmd_hdr hdr = {
-		.command = cmd,
-		.in_words = (__u16)((sizeof(hdr) + req_len) / 4),
-		.out_words = (__u16)(resp_len / 4),
-	};
-
-	memcpy(buf, &hdr, sizeof(hdr));
-	memcpy(buf + sizeof(hdr), req, req_len);
-	if (write(fd, buf, sizeof(hdr) + req_len) != (ssize_t)(sizeof(hdr) + req_len))
-		return errno ? errno : EIO;
-	return 0;
-}
+#include "uverbs_cmd.h"
 
 int main(int argc, char **argv)
 {
@@ -51,7 +36,7 @@ int main(int argc, char **argv)
 
 	struct ib_uverbs_get_context_resp ctx;
 	struct ib_uverbs_get_context gc = { .response = (uintptr_t)&ctx };
-	if ((err = command(fd, IB_USER_VERBS_CMD_GET_CONTEXT, &gc, sizeof(gc), sizeof(ctx)))) {
+	if ((err = uverbs_command(fd, IB_USER_VERBS_CMD_GET_CONTEXT, &gc, sizeof(gc), sizeof(ctx)))) {
 		printf("get_context failed: %s\n", strerror(err));
 		return 1;
 	}
@@ -60,7 +45,7 @@ int main(int argc, char **argv)
 	struct ib_uverbs_query_device_resp d;
 	struct ib_uverbs_query_device qd = { .response = (uintptr_t)&d };
 	memset(&d, 0, sizeof(d));
-	if ((err = command(fd, IB_USER_VERBS_CMD_QUERY_DEVICE, &qd, sizeof(qd), sizeof(d)))) {
+	if ((err = uverbs_command(fd, IB_USER_VERBS_CMD_QUERY_DEVICE, &qd, sizeof(qd), sizeof(d)))) {
 		printf("query_device failed: %s\n", strerror(err));
 		return 1;
 	}
@@ -74,21 +59,21 @@ int main(int argc, char **argv)
 	struct ib_uverbs_query_port_resp p;
 	struct ib_uverbs_query_port qp = { .response = (uintptr_t)&p, .port_num = 1 };
 	memset(&p, 0, sizeof(p));
-	if ((err = command(fd, IB_USER_VERBS_CMD_QUERY_PORT, &qp, sizeof(qp), sizeof(p)))) {
+	if ((err = uverbs_command(fd, IB_USER_VERBS_CMD_QUERY_PORT, &qp, sizeof(qp), sizeof(p)))) {
 		printf("query_port failed: %s\n", strerror(err));
 		return 1;
 	}
 	printf("port state=%u max_mtu=%u active_mtu=%u gid_tbl_len=%d pkey_tbl_len=%u max_msg_sz=%u link_layer=%u\n",
 	       p.state, p.max_mtu, p.active_mtu, p.gid_tbl_len, p.pkey_tbl_len, p.max_msg_sz, p.link_layer);
 	qp.port_num = 2;
-	err = command(fd, IB_USER_VERBS_CMD_QUERY_PORT, &qp, sizeof(qp), sizeof(p));
+	err = uverbs_command(fd, IB_USER_VERBS_CMD_QUERY_PORT, &qp, sizeof(qp), sizeof(p));
 	printf("port2 %s\n", err ? strerror(err) : "answered");
 
 	__u32 pds[64];
 	for (int i = 0; i < npds; i++) {
 		struct ib_uverbs_alloc_pd_resp r;
 		struct ib_uverbs_alloc_pd a = { .response = (uintptr_t)&r };
-		if ((err = command(fd, IB_USER_VERBS_CMD_ALLOC_PD, &a, sizeof(a), sizeof(r)))) {
+		if ((err = uverbs_command(fd, IB_USER_VERBS_CMD_ALLOC_PD, &a, sizeof(a), sizeof(r)))) {
 			printf("alloc_pd %d failed: %s\n", i, strerror(err));
 			return 1;
 		}
@@ -105,7 +90,7 @@ int main(int argc, char **argv)
 	}
 	for (int i = 0; i < npds; i++) {
 		struct ib_uverbs_dealloc_pd dp = { .pd_handle = pds[i] };
-		if ((err = command(fd, IB_USER_VERBS_CMD_DEALLOC_PD, &dp, sizeof(dp), 0))) {
+		if ((err = uverbs_command(fd, IB_USER_VERBS_CMD_DEALLOC_PD, &dp, sizeof(dp), 0))) {
 			printf("dealloc_pd %d failed: %s\n", i, strerror(err));
 			return 1;
 		}

@@ -24,13 +24,12 @@
 vm_rig() {
   PERF=$(readlink -f "$1"); VRDMAD=$(readlink -f "$2"); BIND=$(readlink -f "$3"); STREAM=$(readlink -f "$4")
   MEMCMP=$(readlink -f "$5")
-  [ "$(id -u)" -eq 0 ] && ip netns list >/dev/null 2>&1 || skip "needs root to create network namespaces"
-  command -v "$QEMU" >/dev/null || skip "$QEMU is not installed (apt-get install qemu-system-x86)"
+  rig_require
   command -v nft >/dev/null || skip "nft is not installed (apt-get install nftables)"
   guest_build "$HERE/make_guest.sh" "$PERF" "$BIND" "$STREAM"
 }
 skip() { echo "SKIP: $*"; exit 77; }
-. "$(dirname "${BASH_SOURCE[0]}")/../serial_lib.sh"  # guest_build
+. "$(dirname "${BASH_SOURCE[0]}")/../serial_lib.sh"  # rig_require, guest_build
 
 SW=vmsw$$ A=vma$$ B=vmb$$ P=vmp$$
 GIP=10.78.0.12 GMAC=52:54:00:78:00:0c   # the guest's RDMA identity (vrdmad's engine)

@@ -15,9 +15,8 @@ set -euo pipefail
 PERF=$(readlink -f "$1"); VRDMAD=$(readlink -f "$2"); BIND=$(readlink -f "$3"); STREAM=$(readlink -f "$4")
 HERE=$(cd "$(dirname "$0")" && pwd)
 skip() { echo "SKIP: $*"; exit 77; }
-[ "$(id -u)" -eq 0 ] && ip netns list >/dev/null 2>&1 || skip "needs root to create network namespaces"
-command -v qemu-system-x86_64 >/dev/null || skip "qemu-system-x86_64 is not installed (apt-get install qemu-system-x86)"
-. "$HERE/../serial_lib.sh"  # guest_build, wait_serial, vm_rig_cleanup
+. "$HERE/../serial_lib.sh"  # rig_require, guest_build, wait_serial, vm_rig_cleanup
+rig_require
 guest_build "$HERE/make_guest.sh" "$PERF" "$BIND" "$STREAM"
 
 T0=$(date +%s.%N)
@@ -68,17 +67,8 @@ wait_serial "VRDMA-GUEST-READY" 120 || { echo "FAIL: the guest did not come up";
 boot=$(echo "$(date +%s.%N) - $T0" | bc)
 echo "guest ready after ${boot} s wall: $(grep -a "VRDMA-GUEST-READY" "$work/serial.log" | tr -d '\r')"
 
-step=0
-guest() {  # guest SECONDS OUTFILE COMMAND: runs COMMAND under timeout, output in OUTFILE, returns its status
-  local secs=$1 f=$2; shift 2
-  step=$((step + 1))
-  echo "STEP $step timeout $secs $*" >&3
-  wait_serial "=== END $step rc=" $((secs + 15)) || { echo "(guest step $step timed out)" > "$f"; return 124; }
-  tr -d '\r' < "$work/serial.log" | sed -n "/^=== BEGIN $step\$/,/^=== END $step rc=/p" > "$f"
-  local rc
-  rc=$(sed -n "s/^=== END $step rc=\([0-9]*\).*/\1/p" "$f")
-  return "${rc:-1}"
-}
+# guest SECONDS OUTFILE COMMAND...: the words as the guest's command line (guest_run).
+guest() { guest_run "$1" "$2" "${*:3}"; }
 
 # 1. The carrier function: virtio_blk took it at boot (an empty disk); pvverbs-bind finds it by
 #    its signature, moves it to uio_pci_generic and prints its address.
