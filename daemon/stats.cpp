@@ -34,6 +34,8 @@ nlohmann::json wire_json(const nicdrv::Device& engine, const std::string& name) 
             {"seq_naks_received", st->seq_naks_received},
             {"duplicates_received", st->duplicates_received},
             {"remote_invalidations", st->remote_invalidations},
+            {"local_invalidations", st->local_invalidations},
+            {"fast_registrations", st->fast_registrations},
             {"rx_dropped", st->rx_dropped_icrc + st->rx_dropped_malformed + st->rx_dropped_no_qp + st->rx_dropped_qkey +
                                st->rx_dropped_pkey + st->rx_longer_than_mtu}};
   if (name.rfind("verbs:", 0) != 0) return nlohmann::json::object();

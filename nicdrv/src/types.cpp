@@ -70,6 +70,8 @@ std::string_view to_string(WrOpcode op) noexcept {
     case WrOpcode::atomic_cmp_and_swp: return "ATOMIC_CMP_AND_SWP";
     case WrOpcode::atomic_fetch_and_add: return "ATOMIC_FETCH_AND_ADD";
     case WrOpcode::send_with_inv: return "SEND_WITH_INV";
+    case WrOpcode::local_inv: return "LOCAL_INV";
+    case WrOpcode::reg_mr: return "REG_MR";
   }
   return "?";
 }
@@ -95,6 +97,7 @@ std::string_view to_string(WcOpcode op) noexcept {
     case WcOpcode::fetch_add: return "FETCH_ADD";
     case WcOpcode::bind_mw: return "BIND_MW";
     case WcOpcode::local_inv: return "LOCAL_INV";
+    case WcOpcode::reg_mr: return "REG_MR";
     case WcOpcode::recv: return "RECV";
     case WcOpcode::recv_rdma_with_imm: return "RECV_RDMA_WITH_IMM";
   }

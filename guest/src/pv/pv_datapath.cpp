@@ -177,9 +177,10 @@ Status PvQp::post_send(std::span<const SendWr> wrs, std::size_t* bad_index) {
                                                               std::string(to_string(wr.opcode))));
       break;
     }
-    if (wr.opcode == WrOpcode::send_with_inv) {  // the contract's send WQE has no such opcode
-      result = fail(i, make_error(Errc::not_supported, qp_name() + ": the virtio RDMA device carries no SEND with "
-                                                                   "Invalidate (its send work requests are ibv's first seven)"));
+    if (wr.opcode == WrOpcode::send_with_inv || is_local_op(wr.opcode)) {  // the contract's send WQE has no such opcode
+      result = fail(i, make_error(Errc::not_supported, qp_name() + ": the virtio RDMA device carries no " +
+                                                           std::string(to_string(wr.opcode)) +
+                                                           " (its send work requests are ibv's first seven)"));
       break;
     }
     if (is_datagram(type_) && wr.ud.ah == nullptr) {

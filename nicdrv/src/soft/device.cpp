@@ -102,8 +102,10 @@ void SoftCq::push(const WorkCompletion& wc, bool solicited) {
 
 // ---- MR / PD ------------------------------------------------------------------------------------
 SoftMr::~SoftMr() {
-  std::lock_guard lk(pd_->dev().mu_);
-  pd_->dev().mrs.erase(key_);
+  auto& d = pd_->dev();
+  std::lock_guard lk(d.mu_);
+  d.mrs.erase(lkey());
+  if (fast()) d.fast_mrs.erase(lkey() >> 8);
 }
 
 Result<std::shared_ptr<MemoryRegion>> SoftPd::reg_mr(void* addr, std::size_t length, Access access,
@@ -121,12 +123,39 @@ Result<std::shared_ptr<MemoryRegion>> SoftPd::reg_mr(void* addr, std::size_t len
   } else {
     do {
       key = d.next_key++;
-      if (d.next_key == 0) d.next_key = 0x100;
+      if (d.next_key >= SoftDevice::kFastKeys) d.next_key = 0x100;
     } while (d.mrs.count(key) != 0 || key == 0);
   }
   auto mr = std::make_shared<SoftMr>(shared_from_this(), static_cast<std::uint8_t*>(addr), length, access, key,
                                      opts.observer, opts.iova, opts.remote_invalidate);
   d.mrs[key] = mr.get();
+  return std::shared_ptr<MemoryRegion>(std::move(mr));
+}
+
+Result<std::shared_ptr<MemoryRegion>> SoftPd::alloc_mr(std::uint32_t max_pages, const MrOptions& opts) {
+  auto& d = *dev_;
+  if (max_pages == 0 || max_pages > kMaxFastRegPages)
+    return make_error(Errc::invalid_argument, "alloc_mr: " + std::to_string(max_pages) + " pages is outside 1.." +
+                                                  std::to_string(kMaxFastRegPages) + " (max_fast_reg_pages of " + d.name() + ")");
+  if (opts.requested_key != 0 || opts.iova)
+    return make_error(Errc::invalid_argument, "alloc_mr: a fast-registration region takes its address and key from REG_MR");
+  std::lock_guard lk(d.mu_);
+  // A free block of 256 keys: its index names the region for good.
+  std::uint32_t index = 0;
+  for (std::uint32_t tries = 0; tries < (1u << 23); ++tries) {
+    const std::uint32_t i = d.next_fast++;
+    if (d.next_fast == 0) d.next_fast = SoftDevice::kFastKeys >> 8;
+    if (d.fast_mrs.count(i) == 0 && d.mrs.count(i << 8) == 0) {
+      index = i;
+      break;
+    }
+  }
+  if (index == 0) return make_error(Errc::no_memory, "alloc_mr: no fast-registration key left on " + d.name());
+  const std::uint32_t key = index << 8;
+  auto mr = std::make_shared<SoftMr>(shared_from_this(), nullptr, 0, Access::none, key, opts.observer, 0, true);
+  mr->make_fast(max_pages);
+  d.mrs[key] = mr.get();
+  d.fast_mrs[index] = mr.get();
   return std::shared_ptr<MemoryRegion>(std::move(mr));
 }
 
@@ -289,6 +318,7 @@ Result<DeviceAttr> SoftDevice::query_device() const {
   a.reports_writes = true;
   a.reports_solicited = true;
   a.gsi = true;
+  a.max_fast_reg_pages = kMaxFastRegPages;
   return a;
 }
 

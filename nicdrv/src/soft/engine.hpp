@@ -53,6 +53,7 @@ class SoftQp;
 class GsiAgent;
 
 inline constexpr std::size_t kMaxSge = 16;
+inline constexpr std::uint32_t kMaxFastRegPages = 512;  // as Linux rxe's max_fast_reg_page_list_len
 inline constexpr std::size_t kTxSlots = 64;
 inline constexpr std::size_t kRxSlots = 64;
 inline constexpr std::size_t kPktBuf = 4096 + 128;
@@ -126,8 +127,8 @@ class SoftMr final : public MemoryRegion {
       : pd_(std::move(pd)), base_(base), len_(len), acc_(acc), key_(key), obs_(std::move(obs)),
         iova_(iova.value_or(reinterpret_cast<std::uint64_t>(base))), remote_invalidate_(remote_invalidate) {}
   ~SoftMr() override;
-  std::uint32_t lkey() const noexcept override { return key_; }
-  std::uint32_t rkey() const noexcept override { return key_; }
+  std::uint32_t lkey() const noexcept override { return key_.load(std::memory_order_relaxed); }
+  std::uint32_t rkey() const noexcept override { return key_.load(std::memory_order_relaxed); }
   std::uint64_t addr() const noexcept override { return iova_; }
   std::uint64_t length() const noexcept override { return len_; }
   Access access() const noexcept override { return acc_; }
@@ -144,6 +145,25 @@ class SoftMr final : public MemoryRegion {
   [[nodiscard]] bool remote_invalidate() const noexcept { return remote_invalidate_; }
   [[nodiscard]] bool valid() const noexcept { return valid_; }
   void invalidate() noexcept { valid_ = false; }
+  // A region for fast registration (SoftPd::alloc_mr): made invalid, with room for max_pages()
+  // pages; REG_MR gives it memory (assign), LOCAL_INV takes it away (invalidate). Its address,
+  // length and rights are the engine's to change (under mu_): read them through the API only
+  // while no REG_MR of it is in flight.
+  [[nodiscard]] bool fast() const noexcept { return max_pages_ != 0; }
+  [[nodiscard]] std::uint32_t max_pages() const noexcept { return max_pages_; }
+  void make_fast(std::uint32_t max_pages) noexcept {
+    max_pages_ = max_pages;
+    remote_invalidate_ = true;  // IBA 10.6.6: what a peer may invalidate is fast-registered
+    valid_ = false;
+  }
+  void assign(std::uint8_t* base, std::uint64_t len, std::uint64_t iova, Access acc, std::uint32_t key) noexcept {
+    base_ = base;
+    len_ = len;
+    iova_ = iova;
+    acc_ = acc;
+    key_.store(key, std::memory_order_relaxed);
+    valid_ = true;
+  }
   // Every engine write into the region goes through here (so the observer sees it).
   void write(std::uint8_t* dst, const void* src, std::size_t len) const noexcept {
     std::memcpy(dst, src, len);
@@ -158,11 +178,12 @@ class SoftMr final : public MemoryRegion {
   std::uint8_t* base_;
   std::uint64_t len_;
   Access acc_;
-  std::uint32_t key_;
+  std::atomic<std::uint32_t> key_;
   std::shared_ptr<WriteObserver> obs_;
   std::uint64_t iova_;
   bool remote_invalidate_ = false;
   bool valid_ = true;
+  std::uint32_t max_pages_ = 0;
 };
 
 class SoftCq final : public CompletionQueue, public std::enable_shared_from_this<SoftCq> {
@@ -226,6 +247,7 @@ class SoftPd final : public ProtectionDomain, public std::enable_shared_from_thi
   Result<std::shared_ptr<QueuePair>> create_qp(const QpInitAttr& attr, const QpOptions& opts) override;
   Result<std::shared_ptr<AddressHandle>> create_ah(const AhAttr& attr) override;
   Result<std::shared_ptr<SharedReceiveQueue>> create_srq(std::uint32_t max_wr, std::uint32_t max_sge) override;
+  Result<std::shared_ptr<MemoryRegion>> alloc_mr(std::uint32_t max_pages, const MrOptions& opts) override;
   std::uint32_t handle() const noexcept override { return handle_; }
   [[nodiscard]] SoftDevice& dev() const { return *dev_; }
 
@@ -246,7 +268,16 @@ struct SendWqe {
   bool signaled = false;
   bool solicited = false;
   bool fence = false;
-  std::uint32_t imm = 0;  // SEND_WITH_IMM's ImmDt; SEND_WITH_INV's R_Key (ibv_send_wr's union)
+  std::uint32_t imm = 0;  // SEND_WITH_IMM's ImmDt; SEND_WITH_INV's and LOCAL_INV's key (ibv_send_wr's union)
+  // REG_MR: what the region (named by its key's upper 24 bits, which REG_MR never changes) gets.
+  struct {
+    std::uint32_t index = 0;
+    std::uint8_t* addr = nullptr;
+    std::uint64_t iova = 0, length = 0;
+    std::uint8_t page_shift = 12;
+    Access access = Access::none;
+    std::uint32_t key = 0;
+  } reg;
   std::uint64_t remote_addr = 0;
   std::uint32_t rkey = 0;
   std::uint64_t compare_add = 0, swap = 0;
@@ -322,6 +353,7 @@ class SoftQp final : public QueuePair {
   Result<QpAttr> query() const override;
   QpState state() const noexcept override { return state_.load(std::memory_order_acquire); }
   Status post_send(std::span<const SendWr> wrs, std::size_t* bad_index) override;
+  Status check_reg(const SendWr& wr) const;
   Status post_recv(std::span<const RecvWr> wrs, std::size_t* bad_index) override;
   Result<std::vector<std::uint8_t>> export_state() const override;
   Status import_state(std::span<const std::uint8_t> blob) override;
@@ -467,7 +499,12 @@ class SoftDevice final : public Device {
   std::unordered_map<std::uint32_t, SoftQp*> qps;
   std::vector<SoftQp*> active;  // QPs with send work; deduplicated by SoftQp::queued
   EngineStats st;
-  std::uint32_t next_key = 0x100;
+  std::uint32_t next_key = 0x100;  // plain regions: 0x100 up to kFastKeys
+  // Fast-registration regions by their key's upper 24 bits (keys from kFastKeys up; REG_MR
+  // changes only the low byte of a key, so each holds a block of 256).
+  static constexpr std::uint32_t kFastKeys = 0x80000000u;
+  std::unordered_map<std::uint32_t, SoftMr*> fast_mrs;
+  std::uint32_t next_fast = kFastKeys >> 8;
   std::uint32_t next_qpn = 0x11;
   std::uint32_t next_pd = 1;
   bool quiesced = false;
@@ -480,6 +517,8 @@ class SoftDevice final : public Device {
   }
   void mark_active(SoftQp& qp);
   void move_to_error(SoftQp& qp);
+  // Executes a LOCAL_INV or REG_MR at the head of the send queue (requester.cpp).
+  WcStatus local_op(SoftQp& qp, const SendWqe& w);
   // Allocates a TX slot for a packet to dst; flushes when the batch is full. Returns the buffer.
   std::uint8_t* tx_alloc(std::uint32_t dst_ip_be);
   void tx_commit(std::size_t len);

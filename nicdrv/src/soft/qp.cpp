@@ -1,6 +1,8 @@
 // Soft QP: creation, the IBA state machine (attributes applied per transition), posting.
 #include <algorithm>
 
+#include <fmt/format.h>
+
 #include "soft/engine.hpp"
 #include "vrdma/nicdrv/qp_state.hpp"
 
@@ -147,6 +149,34 @@ Status SoftQp::modify(const QpAttr& a, QpAttrMask mask) {
   return {};
 }
 
+// What a REG_MR can be refused at once (the region's state is checked when it runs: an error
+// completion then, as in Linux rxe).
+Status SoftQp::check_reg(const SendWr& wr) const {
+  const std::string what = qp_name(*this) + ": REG_MR: ";
+  auto* mr = dynamic_cast<SoftMr*>(wr.reg.mr);
+  if (mr == nullptr || !mr->fast() || mr->pd() != pd.get())
+    return make_error(Errc::invalid_argument, what + "the region is not one alloc_mr made on this QP's PD");
+  if ((wr.reg.key >> 8) != (mr->lkey() >> 8))
+    return make_error(Errc::invalid_argument, fmt::format("{}key {:#x} differs from the region's {:#x} above its low byte "
+                                                          "(REG_MR changes only the key's low 8 bits)",
+                                                          what, wr.reg.key, mr->lkey()));
+  if (wr.reg.page_shift < 12 || wr.reg.page_shift > 30)
+    return make_error(Errc::invalid_argument, fmt::format("{}page_shift {} is outside 12..30", what, wr.reg.page_shift));
+  const std::uint64_t page = std::uint64_t{1} << wr.reg.page_shift;
+  const std::uint64_t first = wr.reg.iova & ~(page - 1);
+  if (wr.reg.length == 0 || wr.reg.addr == nullptr || wr.reg.iova + wr.reg.length < wr.reg.iova)
+    return make_error(Errc::invalid_argument, what + "no memory (a null address, a zero or wrapping length)");
+  const std::uint64_t pages = (wr.reg.iova + wr.reg.length - first + page - 1) >> wr.reg.page_shift;
+  if (pages > mr->max_pages())
+    return make_error(Errc::invalid_argument, fmt::format("{}{} bytes from iova {:#x} span {} pages of {}; the region "
+                                                          "was made for {}",
+                                                          what, wr.reg.length, wr.reg.iova, pages, page, mr->max_pages()));
+  if ((has(wr.reg.access, Access::remote_write) || has(wr.reg.access, Access::remote_atomic)) &&
+      !has(wr.reg.access, Access::local_write))
+    return make_error(Errc::invalid_argument, what + "remote write or atomic access requires local write access too (IBA 10.6.3.1)");
+  return {};
+}
+
 Status SoftQp::post_send(std::span<const SendWr> wrs, std::size_t* bad_index) {
   std::unique_lock lk(dev.mu_);
   QpState s = state();
@@ -176,10 +206,15 @@ Status SoftQp::post_send(std::span<const SendWr> wrs, std::size_t* bad_index) {
                                                             std::string(to_string(wr.opcode))));
     if (!is_known(wr.opcode))
       return fail(i, make_error(Errc::invalid_argument, qp_name(*this) + ": unknown opcode"));
+    if (wr.opcode == WrOpcode::reg_mr) {
+      auto st = check_reg(wr);
+      if (!st) return fail(i, st.error());
+    }
     if (is_datagram(type_) && wr.ud.ah == nullptr)
       return fail(i, make_error(Errc::invalid_argument, qp_name(*this) + ": UD send without an address handle"));
     std::uint64_t total = 0;
-    for (const auto& sge : wr.sg_list) total += sge.length;
+    if (!is_local_op(wr.opcode))
+      for (const auto& sge : wr.sg_list) total += sge.length;
     bool inl = has(wr.flags, SendFlags::inline_data);
     if (inl && total > cap.max_inline_data)
       return fail(i, make_error(Errc::invalid_argument, qp_name(*this) + ": inline data of " + std::to_string(total) +
@@ -192,7 +227,16 @@ Status SoftQp::post_send(std::span<const SendWr> wrs, std::size_t* bad_index) {
     w.signaled = sq_sig_all || has(wr.flags, SendFlags::signaled);
     w.solicited = has(wr.flags, SendFlags::solicited);
     w.fence = has(wr.flags, SendFlags::fence);
-    w.imm = wr.opcode == WrOpcode::send_with_inv ? wr.invalidate_rkey : wr.imm_data;
+    w.imm = wr.opcode == WrOpcode::send_with_inv || wr.opcode == WrOpcode::local_inv ? wr.invalidate_rkey : wr.imm_data;
+    if (wr.opcode == WrOpcode::reg_mr) {
+      w.reg.index = wr.reg.mr->lkey() >> 8;
+      w.reg.addr = static_cast<std::uint8_t*>(wr.reg.addr);
+      w.reg.iova = wr.reg.iova;
+      w.reg.length = wr.reg.length;
+      w.reg.page_shift = wr.reg.page_shift;
+      w.reg.access = wr.reg.access;
+      w.reg.key = wr.reg.key;
+    }
     bool atomic = wr.opcode == WrOpcode::atomic_cmp_and_swp || wr.opcode == WrOpcode::atomic_fetch_and_add;
     w.remote_addr = atomic ? wr.atomic.remote_addr : wr.rdma.remote_addr;
     w.rkey = atomic ? wr.atomic.rkey : wr.rdma.rkey;
@@ -204,8 +248,8 @@ Status SoftQp::post_send(std::span<const SendWr> wrs, std::size_t* bad_index) {
       w.ud_qpn = wr.ud.remote_qpn & wire::kQpnMask;
       w.ud_qkey = wr.ud.remote_qkey;
     }
-    w.num_sge = static_cast<std::uint32_t>(wr.sg_list.size());
-    std::copy(wr.sg_list.begin(), wr.sg_list.end(), w.sge.begin());
+    w.num_sge = is_local_op(wr.opcode) ? 0 : static_cast<std::uint32_t>(wr.sg_list.size());
+    std::copy_n(wr.sg_list.begin(), w.num_sge, w.sge.begin());
     w.is_inline = inl;
     w.length = static_cast<std::uint32_t>(total);
     if (inl) {

@@ -40,6 +40,11 @@ Result<std::vector<std::uint8_t>> SoftQp::export_state() const {
         una_psn, next_new_psn, retry_left, rnr_left, static_cast<std::uint32_t>(sq_tail - sq_head));
   for (std::uint64_t i = sq_head; i != sq_tail; ++i) {
     const SendWqe& s = sq[i % sq.size()];
+    // A REG_MR that has run is a completion like any other; one still waiting names memory of
+    // this host, which the record cannot carry.
+    if (s.opcode == WrOpcode::reg_mr && !s.started)
+      return make_error(Errc::bad_state, "QP " + std::to_string(qpn_) + ": a REG_MR waits in the send queue (it names memory of this "
+                                                          "host); let the send queue drain (SQD) before exporting the QP");
     WqeRec r{s.wr_id, s.remote_addr, s.compare_add, s.swap, s.rkey, s.imm, s.ud_dst_ip_be, s.ud_qpn, s.ud_qkey,
              s.num_sge, s.length, s.first_psn, s.npkts, s.resp_pkts, static_cast<std::uint8_t>(s.opcode),
              s.signaled, s.solicited, s.fence, s.is_inline, s.started, s.done, static_cast<std::uint8_t>(s.status),
@@ -94,7 +99,8 @@ Status SoftQp::import_state(std::span<const std::uint8_t> blob) {
     if (x.num_sge > kMaxSge || x.num_sge > cap.max_send_sge ||
         !is_known(static_cast<WrOpcode>(x.opcode)) ||
         x.status > static_cast<std::uint8_t>(WcStatus::general_err) || x.first_psn > wire::kPsnMask ||
-        x.npkts > (1u << 23) || x.resp_pkts > x.npkts || (x.is_inline && s.inline_data.size() != x.length))
+        x.npkts > (1u << 23) || x.resp_pkts > x.npkts || (x.is_inline && s.inline_data.size() != x.length) ||
+        (static_cast<WrOpcode>(x.opcode) == WrOpcode::reg_mr && !x.started))
       return bad("bad WQE");
     s.wr_id = x.wr_id; s.remote_addr = x.remote_addr; s.compare_add = x.compare_add; s.swap = x.swap;
     s.rkey = x.rkey; s.imm = x.imm; s.ud_dst_ip_be = x.ud_dst_ip_be; s.ud_qpn = x.ud_qpn; s.ud_qkey = x.ud_qkey;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "soft/engine.hpp"
+#include "vrdma/common/log.hpp"
 
 namespace vrdma::nicdrv::soft {
 namespace {
@@ -99,6 +100,44 @@ void SoftDevice::request_read(SoftQp& qp, SendWqe& w, std::uint32_t from) {
   w.req_heard = false;
 }
 
+WcStatus SoftDevice::local_op(SoftQp& qp, const SendWqe& w) {
+  if (w.opcode == WrOpcode::local_inv) {
+    // Any region of the QP's PD that may be invalidated (a fast-registration one, or one made
+    // with MrOptions::remote_invalidate), valid or not (IBA 10.6.4.4).
+    auto it = mrs.find(w.imm);
+    if (it == mrs.end() || !it->second->remote_invalidate() || it->second->pd() != qp.pd.get()) {
+      log::debug("soft {}: QP {}: LOCAL_INV of key {:#x}, which names no region of the QP's PD that may be invalidated",
+                 name_, qp.qp_num(), w.imm);
+      return WcStatus::loc_qp_op_err;
+    }
+    it->second->invalidate();
+    ++st.local_invalidations;
+    return WcStatus::success;
+  }
+  auto it = fast_mrs.find(w.reg.index);
+  SoftMr* const found = it == fast_mrs.end() ? nullptr : it->second;
+  const char* why = nullptr;
+  if (found == nullptr)
+    why = "the region is gone";
+  else if (found->valid())
+    why = "the region is valid (LOCAL_INV it first)";
+  else if (found->pd() != qp.pd.get())
+    why = "the region is of another PD";
+  else if (auto other = mrs.find(w.reg.key); other != mrs.end() && other->second != found)
+    why = "the new key is another region's";
+  if (why != nullptr) {
+    log::debug("soft {}: QP {}: REG_MR with key {:#x} refused: {}", name_, qp.qp_num(), w.reg.key, why);
+    return WcStatus::loc_qp_op_err;
+  }
+  SoftMr& mr = *found;
+  mrs.erase(mr.lkey());
+  // The region starts at iova's offset into its first page of the memory at addr.
+  mr.assign(w.reg.addr, w.reg.length, w.reg.iova, w.reg.access, w.reg.key);
+  mrs[w.reg.key] = &mr;
+  ++st.fast_registrations;
+  return WcStatus::success;
+}
+
 bool SoftDevice::requester_run(SoftQp& qp, std::size_t budget) {
   if (is_datagram(qp.type())) {
     for (; budget > 0 && qp.sq_next != qp.sq_tail && qp.state() == QpState::rts; --budget) {
@@ -121,6 +160,20 @@ bool SoftDevice::requester_run(SoftQp& qp, std::size_t budget) {
       if (is_rd_atomic(w.opcode) && qp.rd_atomic_outstanding >= qp.attr.max_rd_atomic) break;
       // Fence: wait for every earlier READ/atomic to complete.
       if (w.fence && qp.rd_atomic_outstanding > 0) break;
+      if (is_local_op(w.opcode)) {
+        // LOCAL_INV and REG_MR run now, in order, and complete when every earlier request has
+        // (retire_completed); fenced, they wait for that first (IBA 10.8.3.3).
+        if (w.fence && qp.sq_head != qp.sq_next) break;
+        ++qp.sq_next;
+        w.started = true;
+        w.npkts = 0;
+        w.first_psn = qp.next_new_psn;
+        const WcStatus s = local_op(qp, w);
+        complete_send(qp, w, s);
+        if (s != WcStatus::success) return false;
+        --budget;
+        continue;
+      }
       if ((w.opcode == WrOpcode::atomic_cmp_and_swp || w.opcode == WrOpcode::atomic_fetch_and_add) && w.length != 8) {
         // The atomic result is 8 bytes; any other local length is a local length error.
         ++qp.sq_next;

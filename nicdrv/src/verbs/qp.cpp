@@ -336,6 +336,10 @@ Status VerbsQp::post_send(std::span<const SendWr> wrs, std::size_t* bad_index) {
                                                                      std::string(to_string(in.opcode))));
       if (!is_known(in.opcode))
         return fail(base + k, make_error(Errc::invalid_argument, what() + ": unknown opcode"));
+      if (is_local_op(in.opcode))
+        return fail(base + k, make_error(Errc::not_supported, what() + ": " + std::string(to_string(in.opcode)) +
+                                                                  " works on fast-registration regions, which only kernel "
+                                                                  "users make (rdma-core has no alloc_mr)"));
       if (in.opcode == WrOpcode::rdma_read && dev().max_sge_rd() != 0 && in.sg_list.size() > dev().max_sge_rd())
         return fail(base + k, make_error(Errc::not_supported, what() + ": an RDMA READ into " + std::to_string(in.sg_list.size()) +
                                                                   " SGEs; " + dev().name() + " scatters READ responses into at most " +

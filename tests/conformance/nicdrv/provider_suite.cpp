@@ -1407,6 +1407,67 @@ BOOST_AUTO_TEST_CASE(send_with_invalidate_ends_the_named_region_or_is_refused_by
   BOOST_TEST(p.b.at(1 << 20)[0] == 0x5c);
 }
 
+// Fast registration (IBA 10.6.3.4, 10.6.4.4; Linux ib_alloc_mr, IB_WR_REG_MR, IB_WR_LOCAL_INV):
+// where the device offers it (max_fast_reg_pages), REG_MR gives B's region memory, rights and a
+// key that A WRITEs through, and LOCAL_INV ends it; where it does not, alloc_mr and both work
+// requests are refused in a sentence.
+BOOST_AUTO_TEST_CASE(fast_registration_or_a_refusal) {
+  Pair p;
+  auto attr = p.b.dev->query_device();
+  VRDMA_REQUIRE_OK(attr);
+  auto mr = p.b.pd->alloc_mr(4);
+  if (attr->max_fast_reg_pages == 0) {
+    BOOST_REQUIRE(!mr.ok());
+    BOOST_TEST(mr.error().is(Errc::not_supported), mr.error().message);
+    auto inv = wr_of(WrOpcode::local_inv, 1, {});
+    inv.invalidate_rkey = p.b.mr->rkey();
+    auto st = p.b.qp->post_send(std::span(&inv, 1));
+    BOOST_REQUIRE(!st.ok());
+    BOOST_TEST(st.error().is(Errc::not_supported), st.error().message);
+    BOOST_TEST(st.error().message.find("LOCAL_INV") != std::string::npos, st.error().message);
+    skip(p.b.dev->name() + " has no fast registration: " + mr.error().message);
+    return;
+  }
+  VRDMA_REQUIRE_OK(mr);
+  MemoryRegion& m = **mr;
+  const std::uint64_t iova = 0x40000000 + 512;
+  auto reg = wr_of(WrOpcode::reg_mr, 2, {});
+  reg.reg.mr = &m;
+  reg.reg.addr = p.b.at(1 << 20);
+  reg.reg.iova = iova;
+  reg.reg.length = 12000;  // pages 0..2 from iova's page
+  reg.reg.access = Access::local_write | Access::remote_write | Access::remote_read;
+  reg.reg.key = (m.lkey() & ~0xffu) | 0x21;
+  post_send(*p.b.qp, reg);
+  auto rc = one(p.b);
+  BOOST_TEST(rc.status == WcStatus::success);
+  BOOST_TEST(rc.opcode == WcOpcode::reg_mr);
+  BOOST_TEST(m.rkey() == reg.reg.key);
+  test::fill_pattern(p.a.at(0), 12000, 21);
+  Sge s = p.a.sge(0, 12000);
+  auto w = wr_of(WrOpcode::rdma_write, 3, {&s, 1});
+  w.rdma.remote_addr = iova;
+  w.rdma.rkey = m.rkey();
+  post_send(*p.a.qp, w);
+  BOOST_TEST(one(p.a).status == WcStatus::success);
+  BOOST_TEST(test::check_pattern(p.b.at(1 << 20), 12000, 21));
+  auto inv = wr_of(WrOpcode::local_inv, 4, {});
+  inv.invalidate_rkey = m.rkey();
+  post_send(*p.b.qp, inv);
+  auto ic = one(p.b);
+  BOOST_TEST(ic.status == WcStatus::success);
+  BOOST_TEST(ic.opcode == WcOpcode::local_inv);
+  // The key names nothing now.
+  std::memset(p.b.at(1 << 20), 0x6d, 64);
+  s.length = 64;
+  auto again = wr_of(WrOpcode::rdma_write, 5, {&s, 1});
+  again.rdma.remote_addr = iova;
+  again.rdma.rkey = m.rkey();
+  post_send(*p.a.qp, again);
+  BOOST_TEST(one(p.a).status == WcStatus::rem_access_err);
+  BOOST_TEST(p.b.at(1 << 20)[0] == 0x6d);
+}
+
 BOOST_AUTO_TEST_CASE(requested_keys_and_qpns_are_honoured_or_refused_by_name) {
   auto d = open_or_fail(g_dev_a);
   auto pd = *d->alloc_pd();

@@ -124,6 +124,15 @@ class ProtectionDomain {
   virtual Result<std::shared_ptr<QueuePair>> create_qp(const QpInitAttr& attr, const QpOptions& opts = {}) = 0;
   virtual Result<std::shared_ptr<AddressHandle>> create_ah(const AhAttr& attr) = 0;
   virtual Result<std::shared_ptr<SharedReceiveQueue>> create_srq(std::uint32_t max_wr, std::uint32_t max_sge) = 0;
+  // A region for fast registration (IBA 10.6.3.4; Linux ib_alloc_mr(IB_MR_TYPE_MEM_REG)): it
+  // starts invalid, holding no memory, and is given memory, rights and a key by a REG_MR work
+  // request on a QP of this PD, up to `max_pages` pages (DeviceAttr::max_fast_reg_pages);
+  // LOCAL_INV or a peer's SEND with Invalidate makes it invalid again. `opts` may carry an
+  // observer; its keys are the provider's. Providers without it answer not_supported.
+  virtual Result<std::shared_ptr<MemoryRegion>> alloc_mr(std::uint32_t max_pages, const MrOptions& opts = {}) {
+    (void)max_pages, (void)opts;
+    return make_error(Errc::not_supported, "alloc_mr: this provider has no fast registration (max_fast_reg_pages is 0)");
+  }
   [[nodiscard]] virtual std::uint32_t handle() const noexcept = 0;
 };
 

@@ -55,6 +55,9 @@ struct EngineStats {
   std::uint64_t acks_sent = 0;
   // Regions invalidated by a peer's SEND with Invalidate.
   std::uint64_t remote_invalidations = 0;
+  // LOCAL_INV and REG_MR work requests executed (fast registration); refused ones complete in
+  // error and are not counted.
+  std::uint64_t local_invalidations = 0, fast_registrations = 0;
   std::uint64_t faults_dropped = 0, faults_duplicated = 0, faults_reordered = 0, faults_corrupted = 0;
   // QP1: CM MADs received, sent, dropped (malformed, not CM, unknown connection), resent.
   std::uint64_t cm_mads_received = 0, cm_mads_sent = 0, cm_mads_dropped = 0, cm_resends = 0;

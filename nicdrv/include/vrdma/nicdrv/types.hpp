@@ -79,6 +79,9 @@ struct DeviceAttr {
   // create_qp(QpType::gsi) gives the caller QP1 and the connection manager's MADs (the soft
   // engine; on a NIC QP1 belongs to the host's kernel).
   bool gsi = false;
+  // ProtectionDomain::alloc_mr, WrOpcode::reg_mr and local_inv: the most pages one region can
+  // be given (Linux max_fast_reg_page_list_len); 0: no fast registration.
+  std::uint32_t max_fast_reg_pages = 0;
 };
 
 struct PortAttr {
@@ -227,12 +230,22 @@ enum class WrOpcode : std::uint8_t {
   // `invalidate_rkey` (one of its regions that allows it, MrOptions::remote_invalidate; IBA
   // 9.4.1.3, 10.6.6).
   send_with_inv = 9,
+  // Fast registration (IBA 10.6.3.4 and 10.6.4.4; Linux IB_WR_LOCAL_INV, IB_WR_REG_MR), RC only,
+  // executed in order when the send queue reaches them, no packet on the wire: LOCAL_INV makes
+  // the region whose key is `invalidate_rkey` invalid; REG_MR gives a region from
+  // ProtectionDomain::alloc_mr memory, rights and a new key (SendWr::reg). With the fence flag
+  // either waits for every earlier work request to complete.
+  local_inv = 7,
+  reg_mr = 32,
 };
 std::string_view to_string(WrOpcode op) noexcept;
 // One of the values above (a number off the wire or from a caller is checked with this).
 constexpr bool is_known(WrOpcode op) noexcept {
-  return static_cast<unsigned>(op) <= static_cast<unsigned>(WrOpcode::atomic_fetch_and_add) || op == WrOpcode::send_with_inv;
+  return static_cast<unsigned>(op) <= static_cast<unsigned>(WrOpcode::atomic_fetch_and_add) || op == WrOpcode::send_with_inv ||
+         op == WrOpcode::local_inv || op == WrOpcode::reg_mr;
 }
+// LOCAL_INV and REG_MR: work on this side's regions, nothing on the wire.
+constexpr bool is_local_op(WrOpcode op) noexcept { return op == WrOpcode::local_inv || op == WrOpcode::reg_mr; }
 
 enum class SendFlags : std::uint32_t { none = 0, fence = 1, signaled = 2, solicited = 4, inline_data = 8 };
 constexpr SendFlags operator|(SendFlags a, SendFlags b) noexcept {
@@ -243,6 +256,7 @@ constexpr bool has(SendFlags set, SendFlags bit) noexcept {
 }
 
 class AddressHandle;
+class MemoryRegion;
 
 struct SendWr {
   std::uint64_t wr_id = 0;
@@ -250,7 +264,7 @@ struct SendWr {
   SendFlags flags = SendFlags::none;
   std::span<const Sge> sg_list;
   std::uint32_t imm_data = 0;  // host order; sent big-endian
-  std::uint32_t invalidate_rkey = 0;  // send_with_inv: the peer's R_Key to invalidate
+  std::uint32_t invalidate_rkey = 0;  // send_with_inv: the peer's R_Key; local_inv: our key
   struct {
     std::uint64_t remote_addr = 0;
     std::uint32_t rkey = 0;
@@ -266,6 +280,19 @@ struct SendWr {
     std::uint32_t remote_qpn = 0;
     std::uint32_t remote_qkey = 0;
   } ud;
+  // reg_mr: the region (from alloc_mr on the QP's PD, invalid until now) gets the `length`
+  // bytes at host address `addr`, which work requests and peers name from `iova` on, in pages
+  // of 1 << page_shift (as many as the region was made for, counting from iova's page), the
+  // rights `access`, and the key `key` (the region's own but for its low byte: IBA 10.6.3.4).
+  struct {
+    MemoryRegion* mr = nullptr;
+    void* addr = nullptr;
+    std::uint64_t iova = 0;
+    std::uint64_t length = 0;
+    std::uint8_t page_shift = 12;
+    Access access = Access::none;
+    std::uint32_t key = 0;
+  } reg;
 };
 
 struct RecvWr {
@@ -310,6 +337,7 @@ enum class WcOpcode : std::uint8_t {
   fetch_add = 4,
   bind_mw = 5,
   local_inv = 6,
+  reg_mr = 10,  // Linux IB_WC_REG_MR (ibv has none: only kernel users register this way)
   recv = 128,
   recv_rdma_with_imm = 129,
 };
