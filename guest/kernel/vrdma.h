@@ -229,6 +229,11 @@ int vrdma_cmd_init(struct vrdma_dev *dev);
 void vrdma_cmd_free(struct vrdma_dev *dev);
 void vrdma_ctrl_done(struct virtqueue *vq);
 int vrdma_cmd(struct vrdma_dev *dev, u32 cmd, const void *req, size_t req_len, void *resp, size_t resp_len);
+int vrdma_cmd_create(struct vrdma_dev *dev, u32 cmd, const void *req, size_t req_len, void *resp, size_t resp_len,
+		     u32 *handle);
+int vrdma_file(struct vrdma_dev *dev, struct xarray *table, u32 cmd, u32 handle, void *obj, int epoch);
+void vrdma_undo_create(struct vrdma_dev *dev, struct xarray *table, void *obj, u32 destroy_cmd, u32 handle, int epoch,
+		       struct vrdma_ring **ring);
 
 /* The control queue was given up: the device may still hold (and use) what it was last given. */
 static inline bool vrdma_cmd_lost(struct vrdma_dev *dev)

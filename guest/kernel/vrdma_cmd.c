@@ -178,3 +178,66 @@ out:
 	mutex_unlock(&dev->cmd_lock);
 	return ret;
 }
+
+/*
+ * A command that creates an object: vrdma_cmd, then the new object's handle from the answer's
+ * first field (every create answer starts with it), which must not be VIRTIO_RDMA_NO_HANDLE.
+ * `*handle` is left alone unless the command succeeded.
+ */
+int vrdma_cmd_create(struct vrdma_dev *dev, u32 cmd, const void *req, size_t req_len, void *resp, size_t resp_len,
+		     u32 *handle)
+{
+	__le32 h;
+	int ret;
+
+	if (WARN_ON(resp_len < sizeof(h)))
+		return -EINVAL;
+	ret = vrdma_cmd(dev, cmd, req, req_len, resp, resp_len);
+	if (ret)
+		return ret;
+	memcpy(&h, resp, sizeof(h));
+	*handle = le32_to_cpu(h);
+	if (*handle == VIRTIO_RDMA_NO_HANDLE) {
+		dev_err_ratelimited(&dev->vdev->dev, "%s answered handle 0 (handles are non-zero)\n", cmd_name(cmd));
+		return -EPROTO;
+	}
+	return 0;
+}
+
+/*
+ * Files a new object under its handle in one of the device's tables. A handle already there is
+ * the device's mistake (handles are never reused in a session): -EPROTO. An object answered
+ * around a device-fatal event, which empties the tables, is not filed: it is lost with the rest.
+ */
+int vrdma_file(struct vrdma_dev *dev, struct xarray *table, u32 cmd, u32 handle, void *obj, int epoch)
+{
+	int ret = vrdma_live(dev, epoch) ? xa_insert(table, handle, obj, GFP_KERNEL) : 0;
+
+	/* A device-fatal event between the answer and here emptied the table: take it out again. */
+	if (!ret && !vrdma_live(dev, epoch))
+		xa_cmpxchg(table, handle, obj, NULL, GFP_KERNEL);
+	if (ret) {
+		dev_err_ratelimited(&dev->vdev->dev, "%s answered handle %u, which names another object\n", cmd_name(cmd),
+				    handle);
+		return -EPROTO;
+	}
+	return 0;
+}
+
+/*
+ * Undoes a create that failed after the ring was made: the object out of `table` (when given and
+ * filed there), the device's object destroyed (when it gave a handle and still holds the guest's
+ * objects), then the ring let go (kept while a device that never answered may still write it).
+ */
+void vrdma_undo_create(struct vrdma_dev *dev, struct xarray *table, void *obj, u32 destroy_cmd, u32 handle, int epoch,
+		       struct vrdma_ring **ring)
+{
+	struct virtio_rdma_handle_req d = { .handle = cpu_to_le32(handle) };
+
+	if (table && handle)
+		xa_cmpxchg(table, handle, obj, NULL, GFP_KERNEL);
+	if (handle && vrdma_live(dev, epoch))
+		vrdma_cmd(dev, destroy_cmd, &d, sizeof(d), NULL, 0);
+	vrdma_ring_release(*ring, vrdma_cmd_lost(dev));
+	*ring = NULL;
+}

@@ -43,26 +43,12 @@ int vrdma_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr, stru
 	req.depth = cpu_to_le32(cq->depth);
 	req.ring_gpa = cpu_to_le64(cq->ring->gpa);
 	cq->epoch = atomic_read(&dev->epoch);
-	ret = vrdma_cmd(dev, VIRTIO_RDMA_CMD_CREATE_CQ, &req, sizeof(req), &resp, sizeof(resp));
+	ret = vrdma_cmd_create(dev, VIRTIO_RDMA_CMD_CREATE_CQ, &req, sizeof(req), &resp, sizeof(resp), &cq->handle);
 	if (ret)
 		goto err_ring;
-	cq->handle = le32_to_cpu(resp.handle);
-	if (cq->handle == VIRTIO_RDMA_NO_HANDLE) {
-		dev_err_ratelimited(&dev->vdev->dev, "CREATE_CQ answered handle 0 (handles are non-zero)\n");
-		ret = -EPROTO;
+	ret = vrdma_file(dev, &dev->cqs, VIRTIO_RDMA_CMD_CREATE_CQ, cq->handle, cq, cq->epoch);
+	if (ret)
 		goto err_ring;
-	}
-	/* A handle already known is the device's mistake (handles are never reused in a session). */
-	ret = vrdma_live(dev, cq->epoch) ? xa_insert(&dev->cqs, cq->handle, cq, GFP_KERNEL) : 0;
-	/* A device-fatal event between the answer and here emptied the table: the CQ is not in it. */
-	if (!ret && !vrdma_live(dev, cq->epoch))
-		xa_cmpxchg(&dev->cqs, cq->handle, cq, NULL, GFP_KERNEL);
-	if (ret) {
-		dev_err_ratelimited(&dev->vdev->dev, "CREATE_CQ answered handle %u, which names another CQ\n",
-				    cq->handle);
-		ret = -EPROTO;
-		goto err_destroy;
-	}
 	ibcq->cqe = cq->depth;
 	if (!udata)
 		goto done;
@@ -72,24 +58,14 @@ int vrdma_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr, stru
 	uresp.cq_handle = cq->handle;
 	ret = ib_copy_to_udata(udata, &uresp, sizeof(uresp));
 	if (ret)
-		goto err_xa;
+		goto err_ring;
 done:
 	if (vrdma_live(dev, cq->epoch))
 		atomic_inc(&dev->objs);
 	return 0;
 
-err_xa:
-	xa_cmpxchg(&dev->cqs, cq->handle, cq, NULL, GFP_KERNEL);
-err_destroy:
-	{
-		struct virtio_rdma_handle_req d = { .handle = cpu_to_le32(cq->handle) };
-
-		if (vrdma_live(dev, cq->epoch))
-			vrdma_cmd(dev, VIRTIO_RDMA_CMD_DESTROY_CQ, &d, sizeof(d), NULL, 0);
-	}
 err_ring:
-	vrdma_ring_release(cq->ring, vrdma_cmd_lost(dev));
-	cq->ring = NULL;
+	vrdma_undo_create(dev, &dev->cqs, cq, VIRTIO_RDMA_CMD_DESTROY_CQ, cq->handle, cq->epoch, &cq->ring);
 	return ret;
 }
 

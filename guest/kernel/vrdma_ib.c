@@ -218,14 +218,9 @@ static int vrdma_alloc_pd(struct ib_pd *ibpd, struct ib_udata *udata)
 	 * (a lost PD's handle named after the device started its handles over).
 	 */
 	pd->epoch = atomic_read(&dev->epoch);
-	ret = vrdma_cmd(dev, VIRTIO_RDMA_CMD_CREATE_PD, NULL, 0, &r, sizeof(r));
+	ret = vrdma_cmd_create(dev, VIRTIO_RDMA_CMD_CREATE_PD, NULL, 0, &r, sizeof(r), &pd->handle);
 	if (ret)
 		return ret;
-	pd->handle = le32_to_cpu(r.handle);
-	if (pd->handle == VIRTIO_RDMA_NO_HANDLE) {
-		dev_err_ratelimited(&dev->vdev->dev, "CREATE_PD answered handle 0 (handles are non-zero)\n");
-		return -EPROTO;
-	}
 	if (pd->epoch == atomic_read(&dev->epoch))
 		atomic_inc(&dev->pds);
 	return 0;

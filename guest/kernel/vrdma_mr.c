@@ -100,18 +100,12 @@ struct ib_mr *vrdma_reg_user_mr(struct ib_pd *ibpd, u64 start, u64 length, u64 i
 	req.npages = cpu_to_le32(npages);
 	req.page_shift = cpu_to_le32(__ffs(pgsz));
 	mr->epoch = atomic_read(&dev->epoch);
-	ret = vrdma_cmd(dev, VIRTIO_RDMA_CMD_REG_MR, &req, sizeof(req), &resp, sizeof(resp));
+	ret = vrdma_cmd_create(dev, VIRTIO_RDMA_CMD_REG_MR, &req, sizeof(req), &resp, sizeof(resp), &mr->handle);
 	/* A device that never answered may still read the list: it is not given back then. */
 	if (!vrdma_cmd_lost(dev))
 		free_pages_exact(list, list_bytes);
 	if (ret)
 		goto err_umem;
-	mr->handle = le32_to_cpu(resp.mr);
-	if (mr->handle == VIRTIO_RDMA_NO_HANDLE) {
-		dev_err_ratelimited(&dev->vdev->dev, "REG_MR answered handle 0 (handles are non-zero)\n");
-		ret = -EPROTO;
-		goto err_umem;
-	}
 	mr->ibmr.lkey = le32_to_cpu(resp.lkey);
 	mr->ibmr.rkey = le32_to_cpu(resp.rkey);
 	mr->ibmr.page_size = pgsz;
@@ -154,15 +148,9 @@ struct ib_mr *vrdma_get_dma_mr(struct ib_pd *ibpd, int access)
 	req.pd = cpu_to_le32(pd->handle);
 	req.access = cpu_to_le32(access);
 	mr->epoch = atomic_read(&dev->epoch);
-	ret = vrdma_cmd(dev, VIRTIO_RDMA_CMD_REG_DMA_MR, &req, sizeof(req), &resp, sizeof(resp));
+	ret = vrdma_cmd_create(dev, VIRTIO_RDMA_CMD_REG_DMA_MR, &req, sizeof(req), &resp, sizeof(resp), &mr->handle);
 	if (ret)
 		goto err;
-	mr->handle = le32_to_cpu(resp.mr);
-	if (mr->handle == VIRTIO_RDMA_NO_HANDLE) {
-		dev_err_ratelimited(&dev->vdev->dev, "REG_DMA_MR answered handle 0 (handles are non-zero)\n");
-		ret = -EPROTO;
-		goto err;
-	}
 	mr->ibmr.lkey = le32_to_cpu(resp.lkey);
 	mr->ibmr.rkey = 0;
 	if (vrdma_live(dev, mr->epoch))

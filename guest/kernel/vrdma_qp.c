@@ -141,29 +141,20 @@ int vrdma_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *attr, struct ib_
 		ret = -EIO;  /* the PD or a CQ was lost with the device's objects */
 		goto err_ring;
 	}
-	ret = vrdma_cmd(dev, VIRTIO_RDMA_CMD_CREATE_QP, &req, sizeof(req), &resp, sizeof(resp));
+	ret = vrdma_cmd_create(dev, VIRTIO_RDMA_CMD_CREATE_QP, &req, sizeof(req), &resp, sizeof(resp), &qp->handle);
 	if (ret)
 		goto err_ring;
-	qp->handle = le32_to_cpu(resp.qp);
-	if (qp->handle == VIRTIO_RDMA_NO_HANDLE || le32_to_cpu(resp.sq_stride) != qp->sq_stride ||
-	    le32_to_cpu(resp.rq_stride) != qp->rq_stride || le32_to_cpu(resp.qp_num) > 0xffffff) {
-		dev_err_ratelimited(&dev->vdev->dev,
-				    "CREATE_QP answered handle %u, QPN %u, strides %u/%u (want non-zero, 24 bits, %u/%u)\n",
-				    qp->handle, le32_to_cpu(resp.qp_num), le32_to_cpu(resp.sq_stride),
-				    le32_to_cpu(resp.rq_stride), qp->sq_stride, qp->rq_stride);
+	if (le32_to_cpu(resp.sq_stride) != qp->sq_stride || le32_to_cpu(resp.rq_stride) != qp->rq_stride ||
+	    le32_to_cpu(resp.qp_num) > 0xffffff) {
+		dev_err_ratelimited(&dev->vdev->dev, "CREATE_QP answered QPN %u, strides %u/%u (want 24 bits, %u/%u)\n",
+				    le32_to_cpu(resp.qp_num), le32_to_cpu(resp.sq_stride), le32_to_cpu(resp.rq_stride),
+				    qp->sq_stride, qp->rq_stride);
 		ret = -EPROTO;
-		goto err_destroy;
+		goto err_ring;
 	}
-	ret = vrdma_live(dev, qp->epoch) ? xa_insert(&dev->qps, qp->handle, qp, GFP_KERNEL) : 0;
-	/* A device-fatal event between the answer and here emptied the table: the QP is not in it. */
-	if (!ret && !vrdma_live(dev, qp->epoch))
-		xa_cmpxchg(&dev->qps, qp->handle, qp, NULL, GFP_KERNEL);
-	if (ret) {
-		dev_err_ratelimited(&dev->vdev->dev, "CREATE_QP answered handle %u, which names another QP\n",
-				    qp->handle);
-		ret = -EPROTO;
-		goto err_destroy;
-	}
+	ret = vrdma_file(dev, &dev->qps, VIRTIO_RDMA_CMD_CREATE_QP, qp->handle, qp, qp->epoch);
+	if (ret)
+		goto err_ring;
 	ibqp->qp_num = le32_to_cpu(resp.qp_num);
 	attr->cap.max_send_wr = qp->sq_depth;
 	attr->cap.max_recv_wr = qp->rq_depth;
@@ -177,7 +168,7 @@ int vrdma_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *attr, struct ib_
 			dev_err_ratelimited(&dev->vdev->dev, "CREATE_QP answered QPN %u, which another kernel QP has\n",
 					    ibqp->qp_num);
 			ret = -EPROTO;
-			goto err_xa;
+			goto err_ring;
 		}
 		goto done;
 	}
@@ -199,24 +190,14 @@ int vrdma_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *attr, struct ib_
 	uresp.qp_num = ibqp->qp_num;
 	ret = ib_copy_to_udata(udata, &uresp, sizeof(uresp));
 	if (ret)
-		goto err_xa;
+		goto err_ring;
 done:
 	if (vrdma_live(dev, qp->epoch))
 		atomic_inc(&dev->objs);
 	return 0;
 
-err_xa:
-	xa_cmpxchg(&dev->qps, qp->handle, qp, NULL, GFP_KERNEL);
-err_destroy:
-	{
-		struct virtio_rdma_handle_req d = { .handle = cpu_to_le32(qp->handle) };
-
-		if (qp->handle && vrdma_live(dev, qp->epoch))
-			vrdma_cmd(dev, VIRTIO_RDMA_CMD_DESTROY_QP, &d, sizeof(d), NULL, 0);
-	}
 err_ring:
-	vrdma_ring_release(qp->ring, vrdma_cmd_lost(dev));
-	qp->ring = NULL;
+	vrdma_undo_create(dev, &dev->qps, qp, VIRTIO_RDMA_CMD_DESTROY_QP, qp->handle, qp->epoch, &qp->ring);
 	return ret;
 }
 
@@ -485,14 +466,9 @@ int vrdma_create_user_ah(struct ib_ah *ibah, struct rdma_ah_init_attr *attr, str
 		return -EIO;
 	req.pd = cpu_to_le32(pd->handle);
 	ah->epoch = atomic_read(&dev->epoch);
-	ret = vrdma_cmd(dev, VIRTIO_RDMA_CMD_CREATE_AH, &req, sizeof(req), &resp, sizeof(resp));
+	ret = vrdma_cmd_create(dev, VIRTIO_RDMA_CMD_CREATE_AH, &req, sizeof(req), &resp, sizeof(resp), &ah->handle);
 	if (ret)
 		return ret;
-	ah->handle = le32_to_cpu(resp.handle);
-	if (ah->handle == VIRTIO_RDMA_NO_HANDLE) {
-		dev_err_ratelimited(&dev->vdev->dev, "CREATE_AH answered handle 0 (handles are non-zero)\n");
-		return -EPROTO;
-	}
 	uresp.ah_handle = ah->handle;
 	ret = ib_copy_to_udata(udata, &uresp, sizeof(uresp));
 	if (ret) {

@@ -65,15 +65,14 @@ int vrdma_create_srq(struct ib_srq *ibsrq, struct ib_srq_init_attr *init, struct
 	req.ring_gpa = cpu_to_le64(srq->ring->gpa);
 	req.status_gpa = cpu_to_le64(srq->ring->gpa + srq->status_off);
 	srq->epoch = atomic_read(&dev->epoch);
-	ret = vrdma_cmd(dev, VIRTIO_RDMA_CMD_CREATE_SRQ, &req, sizeof(req), &resp, sizeof(resp));
+	ret = vrdma_cmd_create(dev, VIRTIO_RDMA_CMD_CREATE_SRQ, &req, sizeof(req), &resp, sizeof(resp), &srq->handle);
 	if (ret)
 		goto err_ring;
-	srq->handle = le32_to_cpu(resp.srq);
-	if (srq->handle == VIRTIO_RDMA_NO_HANDLE || le32_to_cpu(resp.stride) != srq->stride) {
-		dev_err_ratelimited(&dev->vdev->dev, "CREATE_SRQ answered handle %u, stride %u (want non-zero, %u)\n",
-				    srq->handle, le32_to_cpu(resp.stride), srq->stride);
+	if (le32_to_cpu(resp.stride) != srq->stride) {
+		dev_err_ratelimited(&dev->vdev->dev, "CREATE_SRQ answered stride %u (want %u)\n", le32_to_cpu(resp.stride),
+				    srq->stride);
 		ret = -EPROTO;
-		goto err_destroy;
+		goto err_ring;
 	}
 	init->attr.max_wr = srq->depth;
 	init->attr.max_sge = srq->max_sge;
@@ -88,21 +87,13 @@ int vrdma_create_srq(struct ib_srq *ibsrq, struct ib_srq_init_attr *init, struct
 	uresp.srq_handle = srq->handle;
 	ret = ib_copy_to_udata(udata, &uresp, sizeof(uresp));
 	if (ret)
-		goto err_destroy;
+		goto err_ring;
 	if (vrdma_live(dev, srq->epoch))
 		atomic_inc(&dev->objs);
 	return 0;
 
-err_destroy:
-	{
-		struct virtio_rdma_handle_req d = { .handle = cpu_to_le32(srq->handle) };
-
-		if (srq->handle && vrdma_live(dev, srq->epoch))
-			vrdma_cmd(dev, VIRTIO_RDMA_CMD_DESTROY_SRQ, &d, sizeof(d), NULL, 0);
-	}
 err_ring:
-	vrdma_ring_release(srq->ring, vrdma_cmd_lost(dev));
-	srq->ring = NULL;
+	vrdma_undo_create(dev, NULL, NULL, VIRTIO_RDMA_CMD_DESTROY_SRQ, srq->handle, srq->epoch, &srq->ring);
 	return ret;
 }
 

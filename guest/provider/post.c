@@ -272,93 +272,104 @@ static int write_recv_wqe(const struct ibv_recv_wr *wr, uint8_t *w, uint32_t str
 	return 0;
 }
 
+/* A receive ring (a QP's or an SRQ's) as post_recv_ring writes it. */
+struct recv_ring {
+	uint8_t *base;
+	uint32_t depth, stride, max_sge;
+	uint32_t *prod;				/* ours: the next slot to write */
+	const __le32 *consumed;			/* the device's, in the status page */
+	uint32_t *producer;			/* the doorbell page's (native order, as the kernel reads it) */
+};
+
+/*
+ * Writes the receives into the ring, publishes the producer and asks the kernel to ring the
+ * doorbell (`ring`: ibv_cmd_post_recv or ibv_cmd_post_srq_recv); a full ring stops at the work
+ * request that did not fit (ENOMEM). A doorbell that fails takes back every receive of the call.
+ * The caller holds the ring's lock.
+ */
+static int post_recv_ring(const struct recv_ring *r, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr,
+			  int (*ring)(void *obj), void *obj)
+{
+	struct ibv_recv_wr *first = wr;
+	uint32_t start = *r->prod;
+	int ret = 0;
+
+	for (; wr; wr = wr->next) {
+		if (*r->prod - le32toh(__atomic_load_n(r->consumed, __ATOMIC_ACQUIRE)) >= r->depth) {
+			ret = ENOMEM;
+			break;
+		}
+		ret = write_recv_wqe(wr, r->base + (size_t)(*r->prod & (r->depth - 1)) * r->stride, r->stride, r->max_sge);
+		if (ret)
+			break;
+		(*r->prod)++;
+	}
+	*bad_wr = ret ? wr : NULL;
+	if (*r->prod != start) {
+		unsigned int tries = 0;
+		int err;
+
+		__atomic_store_n(r->producer, *r->prod, __ATOMIC_RELEASE);
+		do
+			err = ring(obj);
+		while (doorbell_again(err, &tries));
+		if (err) {
+			*r->prod = start;
+			__atomic_store_n(r->producer, start, __ATOMIC_RELEASE);
+			ret = err;
+			*bad_wr = first;
+		}
+	}
+	return ret;
+}
+
+static int ring_qp_recv(void *obj)
+{
+	struct ibv_recv_wr *bad;
+
+	return ibv_cmd_post_recv(obj, NULL, &bad);
+}
+
+static int ring_srq_recv(void *obj)
+{
+	struct ibv_recv_wr *bad;
+
+	return ibv_cmd_post_srq_recv(obj, NULL, &bad);
+}
+
 int vrdma_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr)
 {
 	struct vrdma_qp *qp = to_vqp(ibqp);
-	struct ibv_recv_wr *bad, *first = wr;
-	uint32_t start;
-	int ret = 0;
+	struct recv_ring r = {
+		.base = qp->map + qp->abi.rq_offset, .depth = qp->abi.rq_depth, .stride = qp->abi.rq_stride,
+		.max_sge = qp->abi.max_recv_sge, .prod = &qp->rq_prod, .consumed = &qp_status(qp)->rq_consumed,
+		.producer = &qp_db(qp)->rq_producer,
+	};
+	int ret;
 
 	if (ibqp->srq) {
 		*bad_wr = wr;
 		return EINVAL;
 	}
 	pthread_mutex_lock(&qp->rq_lock);
-	start = qp->rq_prod;
-	for (; wr; wr = wr->next) {
-		uint32_t consumed = le32toh(__atomic_load_n(&qp_status(qp)->rq_consumed, __ATOMIC_ACQUIRE));
-
-		if (qp->rq_prod - consumed >= qp->abi.rq_depth) {
-			ret = ENOMEM;
-			break;
-		}
-		ret = write_recv_wqe(wr, qp->map + qp->abi.rq_offset +
-					     (size_t)(qp->rq_prod & (qp->abi.rq_depth - 1)) * qp->abi.rq_stride,
-				     qp->abi.rq_stride, qp->abi.max_recv_sge);
-		if (ret)
-			break;
-		qp->rq_prod++;
-	}
-	*bad_wr = ret ? wr : NULL;
-	if (qp->rq_prod != start) {
-		unsigned int tries = 0;
-		int err;
-
-		__atomic_store_n(&qp_db(qp)->rq_producer, qp->rq_prod, __ATOMIC_RELEASE);
-		do
-			err = ibv_cmd_post_recv(ibqp, NULL, &bad);
-		while (doorbell_again(err, &tries));
-		if (err) {
-			qp->rq_prod = start;
-			__atomic_store_n(&qp_db(qp)->rq_producer, start, __ATOMIC_RELEASE);
-			ret = err;
-			*bad_wr = first;
-		}
-	}
+	ret = post_recv_ring(&r, wr, bad_wr, ring_qp_recv, ibqp);
 	pthread_mutex_unlock(&qp->rq_lock);
 	return ret;
 }
 
-
 int vrdma_post_srq_recv(struct ibv_srq *ibsrq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr)
 {
 	struct vrdma_srq *srq = to_vsrq(ibsrq);
-	struct virtio_rdma_qp_status *st = (void *)(srq->map + srq->abi.status_offset);
-	struct virtio_rdma_abi_qp_db *db = (void *)(srq->map + srq->abi.db_offset);
-	struct ibv_recv_wr *bad, *first = wr;
-	uint32_t start;
-	int ret = 0;
+	struct recv_ring r = {
+		.base = srq->map + srq->abi.ring_offset, .depth = srq->abi.depth, .stride = srq->abi.stride,
+		.max_sge = srq->abi.max_sge, .prod = &srq->prod,
+		.consumed = &((struct virtio_rdma_qp_status *)(void *)(srq->map + srq->abi.status_offset))->rq_consumed,
+		.producer = &((struct virtio_rdma_abi_qp_db *)(void *)(srq->map + srq->abi.db_offset))->rq_producer,
+	};
+	int ret;
 
 	pthread_mutex_lock(&srq->lock);
-	start = srq->prod;
-	for (; wr; wr = wr->next) {
-		if (srq->prod - le32toh(__atomic_load_n(&st->rq_consumed, __ATOMIC_ACQUIRE)) >= srq->abi.depth) {
-			ret = ENOMEM;
-			break;
-		}
-		ret = write_recv_wqe(wr, srq->map + srq->abi.ring_offset +
-					     (size_t)(srq->prod & (srq->abi.depth - 1)) * srq->abi.stride,
-				     srq->abi.stride, srq->abi.max_sge);
-		if (ret)
-			break;
-		srq->prod++;
-	}
-	*bad_wr = ret ? wr : NULL;
-	if (srq->prod != start) {
-		unsigned int tries = 0;
-		int err;
-
-		__atomic_store_n(&db->rq_producer, srq->prod, __ATOMIC_RELEASE);
-		do
-			err = ibv_cmd_post_srq_recv(ibsrq, NULL, &bad);
-		while (doorbell_again(err, &tries));
-		if (err) {
-			srq->prod = start;
-			__atomic_store_n(&db->rq_producer, start, __ATOMIC_RELEASE);
-			ret = err;
-			*bad_wr = first;
-		}
-	}
+	ret = post_recv_ring(&r, wr, bad_wr, ring_srq_recv, ibsrq);
 	pthread_mutex_unlock(&srq->lock);
 	return ret;
 }

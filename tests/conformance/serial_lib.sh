@@ -2,6 +2,9 @@
 # rxe/peer_rig.sh, the libvirt VM tests): building it, its serial console, ending it. Sourced;
 # wait_serial uses the caller's $work (serial.log, qemu.log) and $qemu_pid.
 
+# skip REASON: ends the test as skipped (ctest's 77) with the reason, unless the rig has its own.
+declare -F skip >/dev/null || skip() { echo "SKIP: $*"; exit 77; }
+
 # rig_require: skips the test through the caller's skip() unless it runs as root with network
 # namespaces and QEMU ($QEMU, default qemu-system-x86_64) is installed.
 rig_require() {
@@ -18,6 +21,21 @@ guest_build() {
   if [ $rc -eq 3 ]; then skip "guest unavailable: $out"; elif [ $rc -ne 0 ]; then echo "$out"; exit 1; fi
   KERNEL=$(echo "$out" | sed -n 's/.*KERNEL=\([^ ]*\).*/\1/p')
   INITRD=$(echo "$out" | sed -n 's/.*INITRD=\([^ ]*\).*/\1/p')
+}
+
+# rig_tools TOOL...: skips the test through skip() unless it runs as root with every TOOL installed.
+rig_tools() {
+  local t
+  [ "$(id -u)" -eq 0 ] || skip "needs root"
+  for t in "$@"; do
+    command -v "$t" >/dev/null || skip "$t is not installed (scripts/setup.sh installs it)"
+  done
+}
+
+# rig_start BUILDER [ARG...]: rig_require, then guest_build.
+rig_start() {
+  rig_require
+  guest_build "$@"
 }
 
 # vm_rig_cleanup: the exit trap of a one-VM rig: closes the console (fd 3), ends $qemu_pid,
@@ -58,4 +76,24 @@ guest_run() {
   tr -d '\r' < "$work/serial.log" | sed -n "/^=== BEGIN $step\$/,/^=== END $step rc=/p" > "$f"
   rc=$(sed -n "s/^=== END $step rc=\([0-9]*\).*/\1/p" "$f")
   return "${rc:-1}"
+}
+
+# stream_verdict CONSOLE PEER_LOG PEER_PID MIN: the end of a vrdma-stream run between a guest and
+# a peer. Waits (bounded) for the guest's VRDMA-GUEST-DONE on its console log and for the peer,
+# prints both results, and fails (the caller's fail()) unless both say ok, the stream reached MIN
+# messages and each side received every one.
+stream_verdict() {
+  local console=$1 peer_log=$2 peer_pid=$3 min=$4 guest peer n
+  for _ in $(seq 3000); do grep -q "VRDMA-GUEST-DONE" "$console" 2>/dev/null && break; sleep 0.1; done
+  guest=$(tr -d '\r' < "$console" | grep "^VRDMA-STREAM {" | tail -1 || true)
+  wait "$peer_pid" || true
+  peer=$(tail -1 "$peer_log")
+  echo "guest: ${guest#VRDMA-STREAM }"
+  echo "peer:  $peer"
+  echo "$guest" | grep -q '"ok":true' || fail "the guest's stream failed"
+  echo "$peer" | grep -q '"ok":true' || fail "the peer's stream failed"
+  n=$(echo "$peer" | sed -n 's/.*"messages":\([0-9]*\).*/\1/p')
+  [ -n "$n" ] && [ "$n" -ge "$min" ] || fail "the stream ended at ${n:-?} messages, before the $min the guest had received"
+  echo "$peer" | grep -q "\"received\":$n," || fail "the peer did not receive every message ($n)"
+  echo "$guest" | grep -q "\"received\":$n," || fail "the guest did not receive every message ($n)"
 }

@@ -105,8 +105,6 @@ with open(out + "/bench_loss.dat", "w") as f:
 sys.exit(1 if bad else 0)
 PY
 status=$?
-if command -v gnuplot >/dev/null; then
-  gnuplot -e "set terminal png size 720,400; set output '$OUT/bench_loss.png'; set style data histograms; set style fill solid; set yrange [0:*]; set title 'soft engine at 2 % loss: wire packets per delivered packet'; plot '$OUT/bench_loss.dat' using 2:xtic(1) title 'wire/delivered', 1.5 title 'target' lw 2" || true
-fi
-echo "bench_loss: results in $OUT/bench_loss.json"
+. "$(dirname "${BASH_SOURCE[0]}")/../bench_lib.sh"
+bench_plot bench_loss 'soft engine at 2 % loss: wire packets per delivered packet' '' 'wire/delivered' 1.5 target
 [ $failed -eq 0 ] && [ $status -eq 0 ]

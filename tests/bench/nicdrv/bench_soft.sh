@@ -15,10 +15,8 @@ cleanup() {
   for ns in $A $B; do ip netns pids $ns 2>/dev/null | xargs -r kill 2>/dev/null || true; ip netns del $ns 2>/dev/null || true; done
 }
 trap cleanup EXIT
-ip netns add $A; ip netns add $B
-ip link add ${A}v netns $A mtu 9000 type veth peer name ${B}v netns $B mtu 9000
-ip -n $A addr add $IPA/24 dev ${A}v; ip -n $B addr add $IPB/24 dev ${B}v
-ip -n $A link set ${A}v up; ip -n $B link set ${B}v up; ip -n $A link set lo up; ip -n $B link set lo up
+. "$(dirname "${BASH_SOURCE[0]}")/../bench_lib.sh"
+bench_veth $A $B $IPA $IPB
 inA() { ip netns exec $A taskset -c 0 "$@"; }
 inB() { ip netns exec $B taskset -c 1 "$@"; }
 
@@ -59,7 +57,4 @@ print(f"SEND 64 B ping-pong: {r['send_lat_64b_us']:.1f} us avg ({r['send_lat_64b
 with open(out + "/bench_soft.dat", "w") as f:
     f.write(f"bandwidth {r['bw_ratio']}\nlatency {r['lat_ratio']}\n")
 PY
-if command -v gnuplot >/dev/null; then
-  gnuplot -e "set terminal png size 640,400; set output '$OUT/bench_soft.png'; set style data histograms; set style fill solid; set yrange [0:*]; set title 'soft engine vs baseline (same veth, same run)'; set ylabel 'ratio'; plot '$OUT/bench_soft.dat' using 2:xtic(1) title 'ratio', 1 title 'parity' lw 2" || true
-fi
-echo "bench_soft: results in $OUT/bench_soft.json"
+bench_plot bench_soft 'soft engine vs baseline (same veth, same run)' ratio ratio 1 parity

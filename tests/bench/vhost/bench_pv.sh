@@ -20,10 +20,8 @@ cleanup() {
   rm -rf "$TMP"
 }
 trap cleanup EXIT
-ip netns add $A; ip netns add $B
-ip link add ${A}v netns $A mtu 9000 type veth peer name ${B}v netns $B mtu 9000
-ip -n $A addr add $IPA/24 dev ${A}v; ip -n $B addr add $IPB/24 dev ${B}v
-ip -n $A link set ${A}v up; ip -n $B link set ${B}v up; ip -n $A link set lo up; ip -n $B link set lo up
+. "$(dirname "${BASH_SOURCE[0]}")/../bench_lib.sh"
+bench_veth $A $B $IPA $IPB
 inA() { ip netns exec $A taskset -c 0 "$@"; }
 inB() { ip netns exec $B taskset -c 1 "$@"; }
 cpu_of() { awk '{print ($14 + $15) / 100}' /proc/$1/stat; }  # utime + stime in seconds (USER_HZ 100)
@@ -96,7 +94,4 @@ print(f"vrdmad --poll-us 200 (the latency mode): WRITE pv {q['pv_write_bw_64k_gb
 with open(out + "/bench_pv.dat", "w") as f:
     f.write(f"bandwidth {r['bw_ratio']}\ncpu_per_GiB {r['pv_cpu_s_per_gib'] / r['soft_cpu_s_per_gib']}\n")
 PY
-if command -v gnuplot >/dev/null; then
-  gnuplot -e "set terminal png size 640,400; set output '$OUT/bench_pv.png'; set style data histograms; set style fill solid; set yrange [0:*]; set title 'pv over vrdmad vs soft directly (same run)'; set ylabel 'pv / soft'; plot '$OUT/bench_pv.dat' using 2:xtic(1) title 'ratio', 1 title 'parity' lw 2" || true
-fi
-echo "bench_pv: results in $OUT/bench_pv.json"
+bench_plot bench_pv 'pv over vrdmad vs soft directly (same run)' 'pv / soft' ratio 1 parity

@@ -537,6 +537,17 @@ BOOST_AUTO_TEST_CASE(qp_state_machine_takes_legal_transitions_and_refuses_the_re
     BOOST_TEST(st.error().is(Errc::invalid_argument));
     if (names != nullptr) BOOST_TEST(st.error().message.find(names) != std::string::npos, st.error().message);
   };
+  // ERR and RESET are reachable from anywhere; RESET starts over (to INIT again).
+  auto start_over = [&] {
+    at.qp_state = QpState::err;
+    REQUIRE_OK_ONCE(q.modify(at, M::state));
+    BOOST_TEST(q.state() == QpState::err);
+    at.qp_state = QpState::reset;
+    REQUIRE_OK_ONCE(q.modify(at, M::state));
+    BOOST_TEST(q.state() == QpState::reset);
+    at.qp_state = QpState::init;
+    CHECK_OK_ONCE(q.modify(at, M::state | M::pkey_index | M::port | M::access_flags));
+  };
   at.port_num = 1;
   at.qp_access_flags = Access::local_write | Access::remote_write;
   refused(QpState::rts, M::state, "not a legal transition");
@@ -559,14 +570,7 @@ BOOST_AUTO_TEST_CASE(qp_state_machine_takes_legal_transitions_and_refuses_the_re
     BOOST_TEST(st.error().is(Errc::not_supported), st.error().message);
     BOOST_TEST(st.error().message.find(a.name) != std::string::npos, st.error().message);
     skip(st.error().message);
-    at.qp_state = QpState::err;
-    REQUIRE_OK_ONCE(q.modify(at, M::state));
-    BOOST_TEST(q.state() == QpState::err);
-    at.qp_state = QpState::reset;
-    REQUIRE_OK_ONCE(q.modify(at, M::state));
-    BOOST_TEST(q.state() == QpState::reset);
-    at.qp_state = QpState::init;
-    CHECK_OK_ONCE(q.modify(at, M::state | M::pkey_index | M::port | M::access_flags));
+    start_over();
     BOOST_TEST(q.state() == QpState::init);
     return;
   }
@@ -606,15 +610,7 @@ BOOST_AUTO_TEST_CASE(qp_state_machine_takes_legal_transitions_and_refuses_the_re
   at.min_rnr_timer = 2;
   CHECK_OK_ONCE(q.modify(at, M::min_rnr_timer));
   refused(QpState::rts, M::dest_qpn, "DEST_QPN");
-  // ERR and RESET are reachable from anywhere; RESET starts over.
-  at.qp_state = QpState::err;
-  REQUIRE_OK_ONCE(q.modify(at, M::state));
-  BOOST_TEST(q.state() == QpState::err);
-  at.qp_state = QpState::reset;
-  REQUIRE_OK_ONCE(q.modify(at, M::state));
-  BOOST_TEST(q.state() == QpState::reset);
-  at.qp_state = QpState::init;
-  CHECK_OK_ONCE(q.modify(at, M::state | M::pkey_index | M::port | M::access_flags));
+  start_over();
   // UD: INIT needs a Q_Key and takes no access flags.
   Opts u;
   u.type = QpType::ud;

@@ -13,10 +13,8 @@
 set -euo pipefail
 PERF=$(readlink -f "$1")
 HERE=$(cd "$(dirname "$0")" && pwd)
-skip() { echo "SKIP: $*"; exit 77; }
-. "$HERE/../serial_lib.sh"  # rig_require, guest_build, wait_serial, vm_rig_cleanup
-rig_require
-guest_build "$HERE/make_guest.sh"
+. "$HERE/../serial_lib.sh"  # skip, rig_start, wait_serial, vm_rig_cleanup
+rig_start "$HERE/make_guest.sh"
 
 T0=$(date +%s)
 NS=vrxe$$

@@ -35,8 +35,7 @@
 set -euo pipefail
 SRC=$(readlink -f "$1"); VRDMAD=$(readlink -f "$2"); PERF=$(readlink -f "$3")
 HERE=$(cd "$(dirname "$0")" && pwd)
-skip() { echo "SKIP: $*"; exit 77; }
-. "$HERE/../serial_lib.sh"  # rig_require, wait_serial, guest_run, vm_rig_cleanup
+. "$HERE/../serial_lib.sh"  # skip, rig_require, wait_serial, guest_run, vm_rig_cleanup
 rig_require
 command -v rdma >/dev/null || skip "rdma (iproute2) is not installed"
 T0=$(date +%s.%N)

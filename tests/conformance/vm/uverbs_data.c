@@ -75,6 +75,29 @@ static struct virtio_rdma_abi_qp_db *qp_db(struct qp *q)
 	return (struct virtio_rdma_abi_qp_db *)(q->map + q->abi.db_offset);
 }
 
+/*
+ * The next send WQE of q, written: zeroed, signaled, one SGE (addr, len, lkey); the producer
+ * moves past it but is not published (the caller stores it in the doorbell page and rings).
+ * Returns the WQE for the opcode's own fields.
+ */
+static struct virtio_rdma_send_wqe *next_send(struct qp *q, __u64 wr_id, __u8 opcode, __u64 addr, __u32 len, __u32 lkey)
+{
+	struct virtio_rdma_send_wqe *sw =
+		(void *)(q->map + q->abi.sq_offset + (q->sq_prod % q->abi.sq_depth) * q->abi.sq_stride);
+	struct virtio_rdma_sge *ss = (void *)(sw + 1);
+
+	memset(sw, 0, q->abi.sq_stride);
+	sw->wr_id = wr_id;
+	sw->opcode = opcode;
+	sw->flags = VIRTIO_RDMA_SEND_SIGNALED;
+	sw->num_sge = 1;
+	ss->addr = addr;
+	ss->length = len;
+	ss->lkey = lkey;
+	q->sq_prod++;
+	return sw;
+}
+
 static void *map(__u64 offset, __u32 size, const char *what)
 {
 	void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)offset);
@@ -399,20 +422,11 @@ static int ud_test(struct qp *a, struct qp *b, const __u8 *gid, int sgid, __u32 
 	rs->lkey = lkey;
 	__atomic_store_n(&qp_db(b)->rq_producer, ++b->rq_prod, __ATOMIC_RELEASE);
 	ring(IB_USER_VERBS_CMD_POST_RECV, b);
-	struct virtio_rdma_send_wqe *sw = (void *)(a->map + a->abi.sq_offset);
-	struct virtio_rdma_sge *ss = (void *)(sw + 1);
-	memset(sw, 0, a->abi.sq_stride);
-	sw->wr_id = 0x3001;
-	sw->opcode = 2;  /* IBV_WR_SEND */
-	sw->flags = VIRTIO_RDMA_SEND_SIGNALED;
-	sw->num_sge = 1;
+	struct virtio_rdma_send_wqe *sw = next_send(a, 0x3001, 2 /* IBV_WR_SEND */, (uintptr_t)buf, 256, lkey);
 	sw->ah = ar.abi.ah_handle;
 	sw->remote_qpn = b->qpn;
 	sw->remote_qkey = UD_QKEY;
-	ss->addr = (uintptr_t)buf;
-	ss->length = 256;
-	ss->lkey = lkey;
-	__atomic_store_n(&qp_db(a)->sq_producer, ++a->sq_prod, __ATOMIC_RELEASE);
+	__atomic_store_n(&qp_db(a)->sq_producer, a->sq_prod, __ATOMIC_RELEASE);
 	ring(IB_USER_VERBS_CMD_POST_SEND, a);
 
 	struct virtio_rdma_cqe got[2];
@@ -492,17 +506,8 @@ static int srq_test(__u32 pd, __u32 cqh, unsigned char *buf, __u32 lkey, unsigne
 	if (try_post_recv(&b) != EINVAL)
 		DIE("POST_RECV on a QP on an SRQ was not refused");
 
-	struct virtio_rdma_send_wqe *sw = (void *)(a.map + a.abi.sq_offset);
-	struct virtio_rdma_sge *ss = (void *)(sw + 1);
-	memset(sw, 0, a.abi.sq_stride);
-	sw->wr_id = 0x6001;
-	sw->opcode = 2;  /* IBV_WR_SEND */
-	sw->flags = VIRTIO_RDMA_SEND_SIGNALED;
-	sw->num_sge = 1;
-	ss->addr = (uintptr_t)buf + 1000;
-	ss->length = 1024;
-	ss->lkey = lkey;
-	__atomic_store_n(&qp_db(&a)->sq_producer, ++a.sq_prod, __ATOMIC_RELEASE);
+	next_send(&a, 0x6001, 2 /* IBV_WR_SEND */, (uintptr_t)buf + 1000, 1024, lkey);
+	__atomic_store_n(&qp_db(&a)->sq_producer, a.sq_prod, __ATOMIC_RELEASE);
 	ring(IB_USER_VERBS_CMD_POST_SEND, &a);
 
 	struct virtio_rdma_cqe got[2];
@@ -631,30 +636,11 @@ int main(int argc, char **argv)
 		DIE("req_notify_cq failed: %s", strerror(err));
 
 	/* A SEND of bytes 0..4095 and an RDMA WRITE of bytes 4096..12287 to 32 KiB. */
-	struct virtio_rdma_send_wqe *sw = (void *)(a.map + a.abi.sq_offset + (a.sq_prod % a.abi.sq_depth) * a.abi.sq_stride);
-	struct virtio_rdma_sge *ss = (void *)(sw + 1);
-	memset(sw, 0, a.abi.sq_stride);
-	sw->wr_id = 0x1001;
-	sw->opcode = 2;  /* IBV_WR_SEND */
-	sw->flags = VIRTIO_RDMA_SEND_SIGNALED;
-	sw->num_sge = 1;
-	ss->addr = (uintptr_t)buf;
-	ss->length = 4096;
-	ss->lkey = mr.lkey;
-	a.sq_prod++;
-	sw = (void *)(a.map + a.abi.sq_offset + (a.sq_prod % a.abi.sq_depth) * a.abi.sq_stride);
-	ss = (void *)(sw + 1);
-	memset(sw, 0, a.abi.sq_stride);
-	sw->wr_id = 0x1002;
-	sw->opcode = 0;  /* IBV_WR_RDMA_WRITE */
-	sw->flags = VIRTIO_RDMA_SEND_SIGNALED;
-	sw->num_sge = 1;
+	next_send(&a, 0x1001, 2 /* IBV_WR_SEND */, (uintptr_t)buf, 4096, mr.lkey);
+	struct virtio_rdma_send_wqe *sw = next_send(&a, 0x1002, 0 /* IBV_WR_RDMA_WRITE */, (uintptr_t)buf + 4096, 8192, mr.lkey);
 	sw->remote_addr = (uintptr_t)buf + 32768;
 	sw->rkey = mr.rkey;
-	ss->addr = (uintptr_t)buf + 4096;
-	ss->length = 8192;
-	ss->lkey = mr.lkey;
-	__atomic_store_n(&qp_db(&a)->sq_producer, ++a.sq_prod, __ATOMIC_RELEASE);
+	__atomic_store_n(&qp_db(&a)->sq_producer, a.sq_prod, __ATOMIC_RELEASE);
 	ring(IB_USER_VERBS_CMD_POST_SEND, &a);
 
 	/* Poll the mapped CQ: three completions within 10 s. */
@@ -699,19 +685,10 @@ int main(int argc, char **argv)
 	printf("data ok: SEND 4096 bytes and RDMA WRITE 8192 bytes match the pattern\n");
 
 	/* An RDMA WRITE with a wrong rkey: a remote access error, and the QP's fatal event. */
-	sw = (void *)(a.map + a.abi.sq_offset + (a.sq_prod % a.abi.sq_depth) * a.abi.sq_stride);
-	ss = (void *)(sw + 1);
-	memset(sw, 0, a.abi.sq_stride);
-	sw->wr_id = 0x1003;
-	sw->opcode = 0;  /* IBV_WR_RDMA_WRITE */
-	sw->flags = VIRTIO_RDMA_SEND_SIGNALED;
-	sw->num_sge = 1;
+	sw = next_send(&a, 0x1003, 0 /* IBV_WR_RDMA_WRITE */, (uintptr_t)buf, 64, mr.lkey);
 	sw->remote_addr = (uintptr_t)buf + 32768;
 	sw->rkey = mr.rkey ^ 0x5a5a00;
-	ss->addr = (uintptr_t)buf;
-	ss->length = 64;
-	ss->lkey = mr.lkey;
-	__atomic_store_n(&qp_db(&a)->sq_producer, ++a.sq_prod, __ATOMIC_RELEASE);
+	__atomic_store_n(&qp_db(&a)->sq_producer, a.sq_prod, __ATOMIC_RELEASE);
 	ring(IB_USER_VERBS_CMD_POST_SEND, &a);
 	poll_cq(cq, cr.abi.depth, &next, got, 1);
 	printf("bad rkey: cqe wr_id=%#" PRIx64 " status=%u\n", (uint64_t)got[0].wr_id, got[0].status);

@@ -28,7 +28,6 @@ vm_rig() {
   command -v nft >/dev/null || skip "nft is not installed (apt-get install nftables)"
   guest_build "$HERE/make_guest.sh" "$PERF" "$BIND" "$STREAM"
 }
-skip() { echo "SKIP: $*"; exit 77; }
 . "$(dirname "${BASH_SOURCE[0]}")/../serial_lib.sh"  # rig_require, guest_build
 
 SW=vmsw$$ A=vma$$ B=vmb$$ P=vmp$$

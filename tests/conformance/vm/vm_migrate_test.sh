@@ -60,19 +60,7 @@ wait_progress $((p2 + 1500)) 240 || die "the stream made no progress back on hos
 touch "$work/end-stream"
 
 # ---- the end: both sides checked every message ----
-last=$MOVED_TO
-for _ in $(seq 3000); do grep -q "VRDMA-GUEST-DONE" "$work/serial-$last.log" 2>/dev/null && break; sleep 0.1; done
-guest_result=$(tr -d '\r' < "$work/serial-$last.log" | grep "^VRDMA-STREAM {" | tail -1 || true)
-wait $peer_pid || true
-peer_result=$(tail -1 "$work/peer.log")
-echo "guest: ${guest_result#VRDMA-STREAM }"
-echo "peer:  $peer_result"
-echo "$guest_result" | grep -q '"ok":true' || fail "the guest's stream failed"
-echo "$peer_result" | grep -q '"ok":true' || fail "the peer's stream failed"
-n=$(echo "$peer_result" | sed -n 's/.*"messages":\([0-9]*\).*/\1/p')
-[ -n "$n" ] && [ "$n" -ge $((p2 + 1500)) ] || fail "the stream ended at ${n:-?} messages, before the $((p2 + 1500)) the guest had received"
-echo "$peer_result" | grep -q "\"received\":$n," || fail "the peer did not receive every message ($n)"
-echo "$guest_result" | grep -q "\"received\":$n," || fail "the guest did not receive every message ($n)"
+stream_verdict "$work/serial-$MOVED_TO.log" "$work/peer.log" "$peer_pid" $((p2 + 1500))
 dropped=$(ip netns exec $SW nft list chain bridge loss lossy | sed -n 's/.*counter packets \([0-9]*\).*/\1/p')
 echo "the switch dropped ${dropped:-?} RoCE packets; whole test $(( $(date +%s) - T0 )) s; moves made again because QEMU lost guest memory: $QEMU_LOST"
 [ "${dropped:-0}" -gt 0 ] || fail "the switch dropped no packets (is the loss rule in place?)"

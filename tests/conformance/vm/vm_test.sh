@@ -14,10 +14,8 @@
 set -euo pipefail
 PERF=$(readlink -f "$1"); VRDMAD=$(readlink -f "$2"); BIND=$(readlink -f "$3"); STREAM=$(readlink -f "$4")
 HERE=$(cd "$(dirname "$0")" && pwd)
-skip() { echo "SKIP: $*"; exit 77; }
-. "$HERE/../serial_lib.sh"  # rig_require, guest_build, wait_serial, vm_rig_cleanup
-rig_require
-guest_build "$HERE/make_guest.sh" "$PERF" "$BIND" "$STREAM"
+. "$HERE/../serial_lib.sh"  # skip, rig_start, wait_serial, guest_run, vm_rig_cleanup
+rig_start "$HERE/make_guest.sh" "$PERF" "$BIND" "$STREAM"
 
 T0=$(date +%s.%N)
 NS=vm7$$

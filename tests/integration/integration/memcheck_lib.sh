@@ -67,6 +67,20 @@ mem_check_or_rerun() {
   [ $rc -eq 0 ] || fail "after the move $3 the guest memory at the destination differs from the source's (above)"
 }
 
+# virsh_move_a_to_b DOMAIN SOCK_PID_FILE: moves DOMAIN from host a to host b ($A, $B, LV_*) with
+# plain `virsh migrate --live --p2p --suspend --bandwidth 32` (QEMU 7.2 loses TCG guest memory
+# now and then without a limit: docs/integration.md "QEMU 7.2 TCG and unlimited bandwidth"), the
+# source's guest memory held (mem_hold, SOCK_PID_FILE naming its backend) and compared with the
+# paused destination's (mem_check_or_rerun), which then runs. Sets t1 (ns) when virsh returned.
+virsh_move_a_to_b() {
+  mem_hold "$LV_A_DIR" "$1" "$2" || fail "cannot hold the source's guest memory"
+  $A migrate --live --p2p --suspend --bandwidth 32 "$1" "$LV_B_TCP" --migrateuri "tcp://$LV_B_IP" || fail "virsh migrate a -> b failed"
+  t1=$(date +%s%N)
+  [ "$($B domstate "$1" 2>/dev/null)" = paused ] || fail "the guest is not paused on host b after virsh migrate --suspend"
+  mem_check_or_rerun "$LV_B_DIR" "$1" "a -> b"
+  [ "$($B domstate "$1" 2>/dev/null)" = running ] || fail "the guest does not run on host b after virsh migrate"
+}
+
 # memcheck_scenario CMD...: runs the scenario; when it ended because QEMU lost guest memory, runs
 # it once more (fresh hosts, fresh guest) and says so. The first run's logs go to $W/run1 (the
 # second must not find them).

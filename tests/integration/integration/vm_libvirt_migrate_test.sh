@@ -20,11 +20,8 @@ SRC=$(cd "$HERE/../../.." && pwd)
 export VRDMACTL=$(readlink -f "$1") VRDMAD=$(readlink -f "$2") PERF=$(readlink -f "$3") BIND=$(readlink -f "$4") STREAM=$(readlink -f "$5")
 export MEMCMP=$(readlink -f "$6") HERE
 skip() { echo "vm_libvirt_migrate: SKIP: $*" >&2; exit 77; }
-[ "$(id -u)" -eq 0 ] || skip "needs root"
-for t in libvirtd virsh qemu-system-x86_64 nft; do
-  command -v $t >/dev/null || skip "$t is not installed (scripts/setup.sh installs libvirt, QEMU and nftables)"
-done
-. "$SRC/tests/conformance/serial_lib.sh"  # guest_build
+. "$SRC/tests/conformance/serial_lib.sh"  # rig_tools, guest_build
+rig_tools libvirtd virsh qemu-system-x86_64 nft
 guest_build "$SRC/tests/conformance/vm/make_guest.sh" "$PERF" "$BIND" "$STREAM"
 export KERNEL INITRD
 
@@ -50,6 +47,7 @@ inner() {
   set -u
   . "$HERE/memcheck_lib.sh"
   . "$HERE/fabric_lib.sh"
+  . "$HERE/../../conformance/serial_lib.sh"  # stream_verdict
   GIP=10.88.6.12 GMAC=52:54:00:88:06:0c GUEST=10.88.6.2 NICMAC=52:54:00:88:06:02 PEER=10.88.6.3
   MSGS=${VM_MIGRATE_MESSAGES:-1000000}
   fail() {
@@ -89,14 +87,7 @@ inner() {
 
   # 1. a -> b, plain virsh: nothing but the hook knows about vrdma.
   p0=$(progress); t0=$(date +%s%N)
-  # --bandwidth 32: QEMU 7.2 loses TCG guest memory now and then without a limit
-  # (docs/integration.md "QEMU 7.2 TCG and unlimited bandwidth").
-  mem_hold "$LV_A_DIR" lv6g1 "$W/g6.sock.pid" || fail "cannot hold the source's guest memory"
-  $A migrate --live --p2p --suspend --bandwidth 32 lv6g1 "$LV_B_TCP" --migrateuri "tcp://$LV_B_IP" || fail "virsh migrate a -> b failed"
-  t1=$(date +%s%N)
-  [ "$($B domstate lv6g1 2>/dev/null)" = paused ] || fail "the guest is not paused on host b after virsh migrate --suspend"
-  mem_check_or_rerun "$LV_B_DIR" lv6g1 "a -> b"
-  [ "$($B domstate lv6g1 2>/dev/null)" = running ] || fail "the guest does not run on host b after virsh migrate"
+  virsh_move_a_to_b lv6g1 "$W/g6.sock.pid"  # sets t1
   dt=$($B domjobinfo --completed lv6g1 2>/dev/null | awk '/^Total downtime:/ {print $3}')
   echo "virsh migrate a -> b: $(( (t1 - t0) / 1000000 )) ms wall, downtime ${dt:-?} ms, stream at $p0 messages"
   grep -q "lv6-b lv6g1 migrate begin: started vrdmad --incoming on $W/lv6g1.lv6-b.sock" "$W/hook.log" ||
@@ -155,18 +146,7 @@ inner() {
   echo "virsh migrate a -> b with b's backend killed: $(( ($(date +%s%N) - t2) / 1000000 )) ms from the kill to $((p2 + 1500)) messages"
 
   # 4. The end: both sides checked every message.
-  for _ in $(seq 3000); do grep -q "VRDMA-GUEST-DONE" "$W/console.log" 2>/dev/null && break; sleep 0.1; done
-  guest=$(tr -d '\r' < "$W/console.log" | grep "^VRDMA-STREAM {" | tail -1)
-  wait $peer_pid
-  peer=$(tail -1 "$W/peer.log")
-  echo "guest: ${guest#VRDMA-STREAM }"
-  echo "peer:  $peer"
-  echo "$guest" | grep -q '"ok":true' || fail "the guest's stream failed"
-  echo "$peer" | grep -q '"ok":true' || fail "the peer's stream failed"
-  n=$(echo "$peer" | sed -n 's/.*"messages":\([0-9]*\).*/\1/p')
-  [ -n "$n" ] && [ "$n" -ge $((p2 + 1500)) ] || fail "the stream ended at ${n:-?} messages, before the $((p2 + 1500)) the guest had received"
-  echo "$peer" | grep -q "\"received\":$n," || fail "the peer did not receive every message ($n)"
-  echo "$guest" | grep -q "\"received\":$n," || fail "the guest did not receive every message ($n)"
+  stream_verdict "$W/console.log" "$W/peer.log" "$peer_pid" $((p2 + 1500))
   echo "the switch dropped $(fabric_dropped) RoCE packets"
   for _ in $(seq 100); do [ -z "$($A list --name)" ] && break; sleep 0.1; done
   echo "hook calls:"; sed 's/^/  /' "$W/hook.log"

@@ -15,11 +15,8 @@ SRC=$(cd "$HERE/../../.." && pwd)
 [ "$#" = 5 ] || { echo "usage: $0 VRDMACTL VRDMAD VRDMA_PERF PVVERBS_BIND VRDMA_STREAM" >&2; exit 2; }
 export VRDMACTL=$(readlink -f "$1") VRDMAD=$(readlink -f "$2") PERF=$(readlink -f "$3") BIND=$(readlink -f "$4") STREAM=$(readlink -f "$5")
 skip() { echo "vm_libvirt: SKIP: $*" >&2; exit 77; }
-[ "$(id -u)" -eq 0 ] || skip "needs root"
-for t in libvirtd virsh virt-xml-validate qemu-system-x86_64; do
-  command -v $t >/dev/null || skip "$t is not installed (scripts/setup.sh installs libvirt and QEMU)"
-done
-. "$SRC/tests/conformance/serial_lib.sh"  # guest_build
+. "$SRC/tests/conformance/serial_lib.sh"  # rig_tools, guest_build
+rig_tools libvirtd virsh virt-xml-validate qemu-system-x86_64
 guest_build "$SRC/tests/conformance/vm/make_guest.sh" "$PERF" "$BIND" "$STREAM"
 export KERNEL INITRD
 

@@ -211,29 +211,6 @@ BOOST_AUTO_TEST_CASE(rnr_retry_exhausted) {
   BOOST_TEST(p.a.qp->state() == QpState::err);
 }
 
-BOOST_AUTO_TEST_CASE(remote_access_errors_both_sides) {
-  Pair p;
-  post_recv(p.b, 99, p.sge(p.b, 0, 100));  // flushed when B's QP errors
-  Sge s = p.sge(p.a, 0, 100);
-  auto w = wr_of(WrOpcode::rdma_write, 1, &s, 1);
-  w.rdma.remote_addr = p.b.mr->addr() + p.b.buf.size() - 50;  // runs off the end of the MR
-  w.rdma.rkey = p.b.mr->rkey();
-  post_send(p.a, w);
-  auto next = wr_of(WrOpcode::send, 2, &s, 1);
-  post_send(p.a, next);
-  auto wcs = test::wait_cq(*p.a.cq, 2);
-  BOOST_REQUIRE_EQUAL(wcs.size(), 2u);
-  BOOST_TEST(wcs[0].wr_id == 1u);
-  BOOST_TEST(wcs[0].status == WcStatus::rem_access_err);
-  BOOST_TEST(wcs[1].wr_id == 2u);
-  BOOST_TEST(wcs[1].status == WcStatus::wr_flush_err);
-  auto rc = one(p.b);
-  BOOST_TEST(rc.wr_id == 99u);
-  BOOST_TEST(rc.status == WcStatus::wr_flush_err);
-  BOOST_TEST(p.a.qp->state() == QpState::err);
-  BOOST_TEST(p.b.qp->state() == QpState::err);
-}
-
 BOOST_AUTO_TEST_CASE(bad_rkey_and_missing_rights) {
   PairOptions o;
   o.access = Access::local_write | Access::remote_write;  // no remote read
