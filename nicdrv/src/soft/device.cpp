@@ -144,7 +144,7 @@ Result<std::shared_ptr<MemoryRegion>> SoftPd::alloc_mr(std::uint32_t max_pages, 
   std::uint32_t index = 0;
   for (std::uint32_t tries = 0; tries < (1u << 23); ++tries) {
     const std::uint32_t i = d.next_fast++;
-    if (d.next_fast == 0) d.next_fast = SoftDevice::kFastKeys >> 8;
+    if (d.next_fast == (1u << 24)) d.next_fast = SoftDevice::kFastKeys >> 8;  // key = index << 8: 24 bits
     if (d.fast_mrs.count(i) == 0 && d.mrs.count(i << 8) == 0) {
       index = i;
       break;
