@@ -111,9 +111,7 @@ SoftMr::~SoftMr() {
 Result<std::shared_ptr<MemoryRegion>> SoftPd::reg_mr(void* addr, std::size_t length, Access access,
                                                      const MrOptions& opts) {
   if (addr == nullptr && length > 0) return make_error(Errc::invalid_argument, "reg_mr: null address");
-  if ((has(access, Access::remote_write) || has(access, Access::remote_atomic)) && !has(access, Access::local_write))
-    return make_error(Errc::invalid_argument,
-                      "reg_mr: remote write or atomic access requires local write access too (IBA 10.6.3.1)");
+  if (!rights_consistent(access)) return make_error(Errc::invalid_argument, std::string("reg_mr: ") + kRightsInconsistent);
   auto& d = *dev_;
   std::lock_guard lk(d.mu_);
   std::uint32_t key = opts.requested_key;

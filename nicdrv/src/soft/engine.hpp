@@ -274,7 +274,6 @@ struct SendWqe {
     std::uint32_t index = 0;
     std::uint8_t* addr = nullptr;
     std::uint64_t iova = 0, length = 0;
-    std::uint8_t page_shift = 12;
     Access access = Access::none;
     std::uint32_t key = 0;
   } reg;

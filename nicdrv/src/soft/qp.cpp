@@ -162,18 +162,17 @@ Status SoftQp::check_reg(const SendWr& wr) const {
                                                           what, wr.reg.key, mr->lkey()));
   if (wr.reg.page_shift < 12 || wr.reg.page_shift > 30)
     return make_error(Errc::invalid_argument, fmt::format("{}page_shift {} is outside 12..30", what, wr.reg.page_shift));
-  const std::uint64_t page = std::uint64_t{1} << wr.reg.page_shift;
-  const std::uint64_t first = wr.reg.iova & ~(page - 1);
   if (wr.reg.length == 0 || wr.reg.addr == nullptr || wr.reg.iova + wr.reg.length < wr.reg.iova)
     return make_error(Errc::invalid_argument, what + "no memory (a null address, a zero or wrapping length)");
-  const std::uint64_t pages = (wr.reg.iova + wr.reg.length - first + page - 1) >> wr.reg.page_shift;
+  // From iova's page to the last byte's (the sum cannot wrap: checked above).
+  const std::uint64_t last = wr.reg.iova + (wr.reg.length - 1);
+  const std::uint64_t pages = (last >> wr.reg.page_shift) - (wr.reg.iova >> wr.reg.page_shift) + 1;
   if (pages > mr->max_pages())
     return make_error(Errc::invalid_argument, fmt::format("{}{} bytes from iova {:#x} span {} pages of {}; the region "
                                                           "was made for {}",
-                                                          what, wr.reg.length, wr.reg.iova, pages, page, mr->max_pages()));
-  if ((has(wr.reg.access, Access::remote_write) || has(wr.reg.access, Access::remote_atomic)) &&
-      !has(wr.reg.access, Access::local_write))
-    return make_error(Errc::invalid_argument, what + "remote write or atomic access requires local write access too (IBA 10.6.3.1)");
+                                                          what, wr.reg.length, wr.reg.iova, pages,
+                                                          std::uint64_t{1} << wr.reg.page_shift, mr->max_pages()));
+  if (!rights_consistent(wr.reg.access)) return make_error(Errc::invalid_argument, what + kRightsInconsistent);
   return {};
 }
 
@@ -233,7 +232,6 @@ Status SoftQp::post_send(std::span<const SendWr> wrs, std::size_t* bad_index) {
       w.reg.addr = static_cast<std::uint8_t*>(wr.reg.addr);
       w.reg.iova = wr.reg.iova;
       w.reg.length = wr.reg.length;
-      w.reg.page_shift = wr.reg.page_shift;
       w.reg.access = wr.reg.access;
       w.reg.key = wr.reg.key;
     }

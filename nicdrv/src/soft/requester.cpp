@@ -152,6 +152,14 @@ bool SoftDevice::requester_run(SoftQp& qp, std::size_t budget) {
   // An ACK for packets sent before a go-back-N may have overtaken the retransmission point.
   if (wire::psn_lt(qp.send_psn, qp.una_psn)) seek(qp, qp.una_psn);
   const std::uint32_t mtu = qp.pmtu();
+  // A request that ends where it stands, without a packet: no PSNs, its completion in order.
+  auto complete_here = [&](SendWqe& w, WcStatus s) {
+    ++qp.sq_next;
+    w.started = true;
+    w.npkts = 0;
+    w.first_psn = qp.next_new_psn;
+    complete_send(qp, w, s);
+  };
   while (budget > 0 && qp.sq_next != qp.sq_tail) {
     SendWqe& w = qp.wqe(qp.sq_next);
     if (!w.started) {
@@ -164,23 +172,15 @@ bool SoftDevice::requester_run(SoftQp& qp, std::size_t budget) {
         // LOCAL_INV and REG_MR run now, in order, and complete when every earlier request has
         // (retire_completed); fenced, they wait for that first (IBA 10.8.3.3).
         if (w.fence && qp.sq_head != qp.sq_next) break;
-        ++qp.sq_next;
-        w.started = true;
-        w.npkts = 0;
-        w.first_psn = qp.next_new_psn;
         const WcStatus s = local_op(qp, w);
-        complete_send(qp, w, s);
+        complete_here(w, s);
         if (s != WcStatus::success) return false;
         --budget;
         continue;
       }
       if ((w.opcode == WrOpcode::atomic_cmp_and_swp || w.opcode == WrOpcode::atomic_fetch_and_add) && w.length != 8) {
         // The atomic result is 8 bytes; any other local length is a local length error.
-        ++qp.sq_next;
-        w.started = true;
-        w.npkts = 0;
-        w.first_psn = qp.next_new_psn;
-        complete_send(qp, w, WcStatus::loc_len_err);
+        complete_here(w, WcStatus::loc_len_err);
         continue;
       }
       w.started = true;

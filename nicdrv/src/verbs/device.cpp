@@ -348,9 +348,7 @@ Result<std::shared_ptr<MemoryRegion>> VerbsPd::reg_mr(void* addr, std::size_t le
                                                       const MrOptions& opts) {
   const std::string& dn = dev_->name();
   if (addr == nullptr && length > 0) return make_error(Errc::invalid_argument, "reg_mr: null address");
-  if ((has(access, Access::remote_write) || has(access, Access::remote_atomic)) && !has(access, Access::local_write))
-    return make_error(Errc::invalid_argument,
-                      "reg_mr: remote write or atomic access requires local write access too (IBA 10.6.3.1)");
+  if (!rights_consistent(access)) return make_error(Errc::invalid_argument, std::string("reg_mr: ") + kRightsInconsistent);
   if (opts.requested_key != 0)
     return make_error(Errc::not_supported, "reg_mr: " + dn + " picks memory keys itself; a requested key (" +
                                                std::to_string(opts.requested_key) + ") is not supported by verbs");

@@ -111,6 +111,12 @@ constexpr Access operator&(Access a, Access b) noexcept {
   return static_cast<Access>(static_cast<std::uint32_t>(a) & static_cast<std::uint32_t>(b));
 }
 constexpr bool has(Access set, Access bit) noexcept { return (set & bit) == bit && bit != Access::none; }
+// IBA 10.6.3.1: a region that may be written or updated by a peer may be written locally too.
+// The sentence every registration path gives when `a` breaks the rule.
+constexpr bool rights_consistent(Access a) noexcept {
+  return has(a, Access::local_write) || !(has(a, Access::remote_write) || has(a, Access::remote_atomic));
+}
+inline constexpr const char* kRightsInconsistent = "remote write or atomic access requires local write access too (IBA 10.6.3.1)";
 
 struct Sge {
   std::uint64_t addr = 0;
