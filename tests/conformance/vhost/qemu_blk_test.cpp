@@ -105,7 +105,8 @@ struct Vm {
   void boot(const std::string& dev_props, const std::string& append, const std::string& incoming = "",
             const std::string& chardev_opts = "", bool paused = false) {
     // loglevel=5 and softlockup_panic=1: a guest kernel stuck in a loop prints its stack and
-    // stops (panic=-1 with -no-reboot ends QEMU) rather than running into the test's timeout.
+    // stops (panic=-1 with -no-reboot ends QEMU) rather than running into the test's timeout;
+    // panic_on_rcu_stall=1 likewise for a vCPU QEMU stopped interrupting (see lost_a_cpu).
     // la57=off: QEMU 7.2 TCG loses guest state when migrating a guest with 5-level paging
     // (measured: its own virtio-blk shows the same corruption; with la57=off it migrates cleanly).
     std::vector<std::string> a{qemu_binary(), "-accel", "tcg", "-cpu", "max,la57=off", "-smp", "4", "-m", "1G",
@@ -113,7 +114,7 @@ struct Vm {
                                "-chardev", "socket,id=c0,path=" + sock + chardev_opts,
                                "-device", "vhost-user-blk-pci,chardev=c0,num-queues=4" + dev_props,
                                "-kernel", guest().kernel, "-initrd", guest().initrd,
-                               "-append", "console=ttyS0 loglevel=5 softlockup_panic=1 panic=-1 " + append,
+                               "-append", "console=ttyS0 loglevel=5 softlockup_panic=1 sysctl.kernel.panic_on_rcu_stall=1 panic=-1 " + append,
                                "-display", "none", "-monitor", "none", "-no-reboot",
                                "-serial", "file:" + serial, "-qmp", "unix:" + qmp + ",server=on,wait=off"};
     if (!incoming.empty()) {
@@ -129,9 +130,16 @@ struct Vm {
     backend->stop(SIGTERM);
     return read_file(backend_log);
   }
+  // The last 60 lines of each log: what CI keeps of a failed run is short, and a stalled guest's
+  // console repeats itself for minutes.
   void dump() {
-    BOOST_TEST_MESSAGE(name << " serial:\n" << read_file(serial) << "\n" << name << " qemu:\n" << read_file(qemu_log)
-                            << "\n" << name << " backend:\n" << read_file(backend_log));
+    BOOST_TEST_MESSAGE(name << " serial:\n" << tail(read_file(serial)) << "\n" << name << " qemu:\n"
+                            << tail(read_file(qemu_log)) << "\n" << name << " backend:\n" << tail(read_file(backend_log)));
+  }
+  static std::string tail(const std::string& s, int lines = 60) {
+    std::size_t at = s.size();
+    for (int n = 0; n <= lines && at != std::string::npos && at > 0; ++n) at = s.rfind('\n', at - 1);
+    return at == std::string::npos || at == 0 ? s : "[...]\n" + s.substr(at + 1);
   }
 };
 
@@ -187,17 +195,44 @@ vrdma::test::memcmp::Report compare_memory(const Vm& src, const Vm& dst) {
   return std::move(*rep);
 }
 
+// QEMU 7.2's multi-threaded TCG now and then leaves one vCPU of this 4-vCPU guest taking no
+// more interrupts: it idles in HLT while its timer and IPIs never arrive (NMIs do), the guest's
+// RCU reports "timer wakeup didn't happen" for that CPU, and the I/O pinned to it never runs
+// (seen once in CI in some 40 stops, each running this test twice). Our backend cannot cause
+// that, nor any other stall of a guest CPU: the guest panics on the first RCU stall, and a case
+// whose guest did is run once more from the start (twice fails it).
+bool lost_a_cpu(const std::string& serial) {
+  return serial.find("rcu: INFO: rcu_preempt detected stalls") != std::string::npos;
+}
+
+enum class Run { done, lost_a_cpu };
+
+template <class Attempt>
+void with_a_second_boot_if_tcg_lost_a_cpu(Attempt attempt) {
+  if (attempt() == Run::done) return;
+  BOOST_TEST_MESSAGE("QEMU's TCG stopped interrupting a vCPU of the guest (an RCU stall, the console above): "
+                     "the case runs once more on a fresh guest and backend");
+  BOOST_REQUIRE_MESSAGE(attempt() == Run::done, "QEMU's TCG stopped interrupting a vCPU of the guest again: "
+                        "the case failed twice the same way");
+}
+
 void run_io(const std::string& props, bool packed, bool event_idx) {
-  TempDir dir;
-  Vm vm(dir, "vm", dir.file("disk.img"));
-  vm.boot(props, "");
-  const bool exited = vm.wait_exit(240000);
-  const std::string serial = read_file(vm.serial);
-  if (!exited || serial.find("VRDMA-GUEST: RESULT OK") == std::string::npos) vm.dump();
-  BOOST_REQUIRE(exited);
-  BOOST_TEST(serial.find("4 queues") != std::string::npos);
-  BOOST_REQUIRE(serial.find("VRDMA-GUEST: RESULT OK") != std::string::npos);
-  check_backend(vm.backend_summary(), packed, event_idx);
+  with_a_second_boot_if_tcg_lost_a_cpu([&] {
+    TempDir dir;
+    Vm vm(dir, "vm", dir.file("disk.img"));
+    vm.boot(props, "");
+    const bool exited = vm.wait_exit(240000);
+    const std::string serial = read_file(vm.serial);
+    if (!exited || serial.find("VRDMA-GUEST: RESULT OK") == std::string::npos) {
+      vm.dump();
+      if (lost_a_cpu(serial)) return Run::lost_a_cpu;
+    }
+    BOOST_REQUIRE(exited);
+    BOOST_TEST(serial.find("4 queues") != std::string::npos);
+    BOOST_REQUIRE(serial.find("VRDMA-GUEST: RESULT OK") != std::string::npos);
+    check_backend(vm.backend_summary(), packed, event_idx);
+    return Run::done;
+  });
 }
 
 }  // namespace
@@ -310,28 +345,40 @@ BOOST_AUTO_TEST_CASE(live_migration_during_checksummed_io) {
 
 BOOST_AUTO_TEST_CASE(qemu_reconnects_to_a_restarted_backend_and_resumes_the_rings) {
   SKIP_WITHOUT_RIG();
-  TempDir dir;
-  // The first backend process dies (as a crash would) holding request 1500 in flight.
-  Vm vm(dir, "vm", dir.file("disk.img"), {"--crash-after", "1500"});
-  vm.boot("", "vrdma.mode=migrate", "", ",reconnect=1");
-  if (vm.backend->wait(240000) == -1) vm.dump();
-  BOOST_REQUIRE_MESSAGE(vm.backend->wait(1000) != -1, "the backend never reached its crash point");
-  const std::string before = read_file(vm.serial);
-  BOOST_TEST(before.find("BAD") == std::string::npos);
-  vm.start_backend();  // same socket and disk; QEMU reconnects within a second
-  const auto iters_before = std::count(before.begin(), before.end(), '\n');
-  // The guest must keep making verified progress through the new backend.
-  const bool progressed = wait_for_lines(vm.serial, iters_before, 3, 120000);
-  if (!progressed) vm.dump();
-  BOOST_REQUIRE(progressed);
-  write_stop_marker(vm.disk_path);
-  const bool exited = vm.wait_exit(120000);
-  const std::string out = read_file(vm.serial);
-  if (!exited || out.find("RESULT OK") == std::string::npos) vm.dump();
-  BOOST_REQUIRE(exited);
-  BOOST_TEST(out.find("BAD") == std::string::npos);
-  BOOST_TEST(out.find("VRDMA-GUEST: RESULT OK") != std::string::npos);
-  const std::string log = vm.backend_summary();
-  BOOST_TEST(log.find("crashing on purpose") != std::string::npos);
-  BOOST_TEST(log.find("resuming 1 in-flight requests") != std::string::npos, log);
+  with_a_second_boot_if_tcg_lost_a_cpu([] {
+    TempDir dir;
+    // The first backend process dies (as a crash would) holding request 1500 in flight.
+    Vm vm(dir, "vm", dir.file("disk.img"), {"--crash-after", "1500"});
+    vm.boot("", "vrdma.mode=migrate", "", ",reconnect=1");
+    if (vm.backend->wait(240000) == -1) {
+      vm.dump();
+      if (lost_a_cpu(read_file(vm.serial))) return Run::lost_a_cpu;
+    }
+    BOOST_REQUIRE_MESSAGE(vm.backend->wait(1000) != -1, "the backend never reached its crash point");
+    const std::string before = read_file(vm.serial);
+    BOOST_TEST(before.find("BAD") == std::string::npos);
+    vm.start_backend();  // same socket and disk; QEMU reconnects within a second
+    const auto iters_before = std::count(before.begin(), before.end(), '\n');
+    // The guest must keep making verified progress through the new backend.
+    const bool progressed = wait_for_lines(vm.serial, iters_before, 3, 120000);
+    if (!progressed) {
+      vm.dump();
+      if (lost_a_cpu(read_file(vm.serial))) return Run::lost_a_cpu;
+    }
+    BOOST_REQUIRE(progressed);
+    write_stop_marker(vm.disk_path);
+    const bool exited = vm.wait_exit(120000);
+    const std::string out = read_file(vm.serial);
+    if (!exited || out.find("RESULT OK") == std::string::npos) {
+      vm.dump();
+      if (lost_a_cpu(out)) return Run::lost_a_cpu;
+    }
+    BOOST_REQUIRE(exited);
+    BOOST_TEST(out.find("BAD") == std::string::npos);
+    BOOST_TEST(out.find("VRDMA-GUEST: RESULT OK") != std::string::npos);
+    const std::string log = vm.backend_summary();
+    BOOST_TEST(log.find("crashing on purpose") != std::string::npos);
+    BOOST_TEST(log.find("resuming 1 in-flight requests") != std::string::npos, log);
+    return Run::done;
+  });
 }
