@@ -98,7 +98,7 @@ struct Handlers {
     return it;
   }
   // REG_MR and REG_DMA_MR: the guest's regions of both kinds count against max_mr.
-  [[nodiscard]] std::optional<Refusal> mr_room() const { return room(d.mrs.size() + d.dma_mrs.size(), lim.max_mr, "MRs"); }
+  [[nodiscard]] std::optional<Refusal> mr_room() const { return room(d.mrs.size() + d.dma_mrs.size() + d.fast_mrs.size(), lim.max_mr, "MRs"); }
 
   Reply query_device();
   Reply query_port();
@@ -107,6 +107,7 @@ struct Handlers {
   Reply destroy_pd();
   Reply reg_mr();
   Reply dereg_mr();
+  Reply alloc_mr();
   Reply create_cq();
   Reply destroy_cq();
   Reply create_qp();

@@ -2,8 +2,10 @@
 // field is checked before the engine sees it; a refused command gets an errno-valued status and
 // one log sentence.
 #include <sys/epoll.h>
+#include <sys/mman.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <array>
 #include <bit>
 #include <cstring>
@@ -53,6 +55,7 @@ constexpr std::array<Command, VIRTIO_RDMA_CMD_COUNT - 1> kCommands{{
     {vd::Cmd::destroy_srq, Effect::destroys, &Handlers::destroy_srq},
     {vd::Cmd::query_config, Effect::reads, &Handlers::query_config},
     {vd::Cmd::reg_dma_mr, Effect::makes, &Handlers::reg_dma_mr},
+    {vd::Cmd::alloc_mr, Effect::makes, &Handlers::alloc_mr},
 }};
 constexpr bool in_contract_order() {
   for (std::size_t i = 0; i < kCommands.size(); ++i)
@@ -287,10 +290,49 @@ Reply Handlers::reg_dma_mr() {
   return bytes_of(out);
 }
 
+Reply Handlers::alloc_mr() {
+  const auto r = req_as<vd::AllocMrReq>(body);
+  auto pit = d.pds.find(r.pd);
+  if (pit == d.pds.end()) return refuse(vd::Status::not_found, fmt::format("ALLOC_MR names no PD {}", r.pd));
+  const std::uint32_t most = d.fast_mrs_allowed();
+  if (most == 0)
+    return refuse(vd::Status::not_supported, "this device has no fast registration (its engine cannot give a region "
+                                             "new pages by a work request); register memory with REG_MR");
+  if (r.max_pages == 0 || r.max_pages > most)
+    return refuse(vd::Status::invalid, fmt::format("ALLOC_MR for {} pages: the device allows 1..{} (max_fast_reg_pages)",
+                                                   r.max_pages, most));
+  if (auto e = mr_room()) return *e;
+  FastMrObj mr;
+  mr.pd = r.pd;
+  mr.max_pages = r.max_pages;
+  // Address space only (PROT_NONE, no memory behind it) until a REG_MR maps scattered pages.
+  const std::size_t span = std::size_t{r.max_pages} << vd::kFastRegMaxPageShift;
+  void* win = ::mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (win == MAP_FAILED)
+    return refuse(vd::Status::no_memory, fmt::format("reserving {} MiB of address space for a fast-registration "
+                                                     "region: {}", span >> 20, std::strerror(errno)));
+  mr.window = MmapArea(win, span);
+  nicdrv::MrOptions mo;
+  if (d.engine_reports_writes) mo.observer = mr.observer;
+  auto eng = pit->second.eng->alloc_mr(r.max_pages, mo);
+  if (!eng) return refuse(status_of(eng.error()), eng.error().message);
+  mr.eng = std::move(*eng);
+  const auto h = d.new_handle();
+  vd::RegMrResp out{h, mr.eng->lkey(), mr.eng->rkey(), 0};
+  ++pit->second.users;
+  d.fast_mrs.emplace(h, std::move(mr));
+  return bytes_of(out);
+}
+
 Reply Handlers::dereg_mr() {
   const auto h = req_as<vd::HandleReq>(body).handle;
   if (d.dma_mrs.count(h) != 0) {
     d.forget_dma_mr(h);
+    return std::vector<std::uint8_t>{};
+  }
+  if (auto f = d.fast_mrs.find(h); f != d.fast_mrs.end()) {
+    --d.pds[f->second.pd].users;
+    d.fast_mrs.erase(f);
     return std::vector<std::uint8_t>{};
   }
   auto found = to_destroy(d.mrs, "MR");

@@ -51,6 +51,10 @@ vd::Config DeviceModel::config_space() const {
   c.features = vd::kFeatureUd | vd::kFeatureSrq | vd::kFeatureMigration | vd::kFeatureDmaMr;
   if (attr && attr->atomic_cap != nicdrv::AtomicCap::none) c.features |= vd::kFeatureAtomic;
   if (attr && attr->gsi) c.features |= vd::kFeatureGsi;
+  if (attr && attr->max_fast_reg_pages != 0) {
+    c.features |= vd::kFeatureFastReg;
+    c.max_fast_reg_pages = attr->max_fast_reg_pages;
+  }
   auto cap = [](std::uint32_t mine, std::uint32_t eng) { return eng != 0 ? std::min(mine, eng) : mine; };
   c.max_qp = attr ? cap(lim.max_qp, attr->max_qp) : lim.max_qp;
   c.max_cq = attr ? cap(lim.max_cq, attr->max_cq) : lim.max_cq;
@@ -101,7 +105,7 @@ void RdmaDevice::poll_idle() { impl_->poll_idle(); }
 RdmaDeviceStats RdmaDevice::stats() const {
   auto s = impl_->st;
   s.pds = static_cast<std::uint32_t>(impl_->pds.size());
-  s.mrs = static_cast<std::uint32_t>(impl_->mrs.size() + impl_->dma_mrs.size());
+  s.mrs = static_cast<std::uint32_t>(impl_->mrs.size() + impl_->dma_mrs.size() + impl_->fast_mrs.size());
   s.cqs = static_cast<std::uint32_t>(impl_->cqs.size());
   s.qps = static_cast<std::uint32_t>(impl_->qps.size());
   s.ahs = static_cast<std::uint32_t>(impl_->ahs.size());
@@ -117,6 +121,7 @@ DeviceModel::DeviceModel(std::shared_ptr<nicdrv::Device> e, vhost::EventLoop& l,
   if (auto a = engine->query_device(); a.ok()) {
     engine_reports_writes = a->reports_writes;
     engine_reports_solicited = a->reports_solicited;
+    fast_reg_pages_ = a->max_fast_reg_pages;
   }
   retry_timer = UniqueFd(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
   if (retry_timer) {
@@ -273,6 +278,7 @@ void DeviceModel::reset() {
   ahs.clear();
   dma_by_lkey.clear();
   dma_mrs.clear();
+  fast_mrs.clear();
   mrs.clear();
   cqs.clear();
   pds.clear();

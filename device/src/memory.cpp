@@ -4,6 +4,9 @@
 // every engine — soft or a NIC through ibv_reg_mr — sees one virtually contiguous range.
 #include <sys/mman.h>
 
+#include <algorithm>
+#include <span>
+
 #include <fmt/format.h>
 
 #include "vrdma/device/model.hpp"
@@ -12,7 +15,7 @@
 
 namespace vrdma::device {
 
-void MrObserver::on_write(std::uint64_t addr, std::uint64_t len) noexcept {
+void MrObserver::mark(std::uint64_t addr, std::uint64_t len) const noexcept {
   auto log = log_->log.load(std::memory_order_acquire);
   if ((!log && !vhost::journal::enabled()) || len == 0) return;
   const auto base = reinterpret_cast<std::uint64_t>(base_);
@@ -85,44 +88,51 @@ std::uint32_t DeviceModel::dma_engine_lkey(const DmaMrObj& mr, std::uint64_t add
   return mr.parts.front().eng->lkey();
 }
 
-Result<MrObj> DeviceModel::map_mr(const vhost::GuestView& g, const vd::RegMrReq& r,
-                                      const std::vector<std::uint64_t>* saved_pages) {
-  const auto& lim = opts.limits;
-  if (r.page_shift < 12 || r.page_shift > 30)
-    return make_error(Errc::invalid_argument, fmt::format("page_shift {} is outside 12..30", r.page_shift));
-  if (r.length == 0) return make_error(Errc::invalid_argument, "a memory region of 0 bytes");
-  if (r.iova + r.length < r.iova) return make_error(Errc::invalid_argument, "iova + length wraps the address space");
-  if ((r.access & ~0xfu) != 0) return make_error(Errc::invalid_argument, fmt::format("unknown access bits {:#x}", r.access));
-  if (r.npages == 0 || r.npages > lim.max_mr_pages)
-    return make_error(Errc::limit_exceeded, fmt::format("{} pages is outside 1..{} (the device's max_mr_pages)", r.npages,
-                                                       lim.max_mr_pages));
-  const std::uint64_t psize = std::uint64_t{1} << r.page_shift;
-  const std::uint64_t off0 = r.iova & (psize - 1);
-  if (std::uint64_t{r.npages} * psize < off0 + r.length)
+namespace {
+
+// What a registration (REG_MR command or WQE) says of its bytes and pages.
+struct Layout {
+  std::uint64_t iova, length;
+  std::uint32_t npages, page_shift, access;
+};
+
+// The layout is one the device can map: pages of 4 KiB .. 1 << max_shift, 1..max_pages of them
+// (`limit` names that bound), exactly as many as hold `length` bytes from iova's offset in the
+// first, known access bits.
+Status check_layout(const Layout& l, std::uint32_t max_pages, std::uint32_t max_shift, std::string_view limit) {
+  if (l.page_shift < 12 || l.page_shift > max_shift)
+    return make_error(Errc::invalid_argument, fmt::format("page_shift {} is outside 12..{}", l.page_shift, max_shift));
+  if (l.length == 0) return make_error(Errc::invalid_argument, "a memory region of 0 bytes");
+  if (l.iova + l.length < l.iova) return make_error(Errc::invalid_argument, "iova + length wraps the address space");
+  if ((l.access & ~0xfu) != 0) return make_error(Errc::invalid_argument, fmt::format("unknown access bits {:#x}", l.access));
+  if (l.npages == 0 || l.npages > max_pages)
+    return make_error(Errc::limit_exceeded, fmt::format("{} pages is outside 1..{} ({})", l.npages, max_pages, limit));
+  const std::uint64_t psize = std::uint64_t{1} << l.page_shift;
+  const std::uint64_t off0 = l.iova & (psize - 1);
+  if (std::uint64_t{l.npages} * psize < off0 + l.length)
     return make_error(Errc::invalid_argument,
                       fmt::format("{} pages of {} bytes cannot hold {} bytes starting {} bytes into the first page",
-                                  r.npages, psize, r.length, off0));
-  if (std::uint64_t{r.npages} * psize > off0 + r.length + psize)
+                                  l.npages, psize, l.length, off0));
+  if (std::uint64_t{l.npages} * psize > off0 + l.length + psize)
     return make_error(Errc::invalid_argument, fmt::format("the page list has more pages ({}) than {} bytes need",
-                                                         r.npages, r.length));
-  std::vector<std::uint64_t> pages;
-  if (saved_pages != nullptr) {
-    if (saved_pages->size() != r.npages) return make_error(Errc::invalid_argument, "page list length mismatch");
-    pages = *saved_pages;
-  } else {
-    pages.resize(r.npages);
-    VRDMA_TRY(g.read(r.pages_gpa, pages.data(), pages.size() * sizeof(std::uint64_t)));
-  }
+                                                         l.npages, l.length));
+  return {};
+}
 
-  // Every page: aligned and wholly inside one mapped region. Group pages into runs that are
-  // contiguous in one region.
+// Pages of a registration grouped into runs contiguous in one guest memory region.
+struct PageRuns {
   struct Run {
     std::size_t first, count;
     const vhost::MappedRegion* region;
     std::uint64_t gpa;
   };
   std::vector<Run> runs;
-  std::vector<std::shared_ptr<const vhost::MappedRegion>> keep;
+  std::vector<std::shared_ptr<const vhost::MappedRegion>> keep;  // the regions the runs are in
+};
+
+// Every page: aligned and wholly inside one mapped region.
+Result<PageRuns> runs_of(const vhost::GuestView& g, std::span<const std::uint64_t> pages, std::uint64_t psize) {
+  PageRuns out;
   const auto& regions = g.memory().regions();
   for (std::size_t i = 0; i < pages.size(); ++i) {
     const std::uint64_t p = pages[i];
@@ -131,37 +141,66 @@ Result<MrObj> DeviceModel::map_mr(const vhost::GuestView& g, const vd::RegMrReq&
     for (const auto& rr : regions)
       if (p >= rr->gpa() && p - rr->gpa() < rr->size() && rr->size() - (p - rr->gpa()) >= psize) {
         reg = rr.get();
-        if (keep.empty() || keep.back().get() != reg) keep.push_back(rr);
+        if (out.keep.empty() || out.keep.back().get() != reg) out.keep.push_back(rr);
         break;
       }
     if (reg == nullptr)
       return make_error(Errc::invalid_argument, fmt::format("page {} [{:#x}, +{:#x}) is not inside guest memory", i, p, psize));
-    if (!runs.empty() && runs.back().region == reg && runs.back().gpa + runs.back().count * psize == p)
-      ++runs.back().count;
+    if (!out.runs.empty() && out.runs.back().region == reg && out.runs.back().gpa + out.runs.back().count * psize == p)
+      ++out.runs.back().count;
     else
-      runs.push_back({i, 1, reg, p});
+      out.runs.push_back({i, 1, reg, p});
   }
+  return out;
+}
+
+// The runs mapped one after the other at `win` (reserved for all their pages) from the guest
+// memory fds: the same physical pages, never a copy.
+Status map_runs(const PageRuns& pr, void* win, std::uint64_t psize) {
+  for (const auto& run : pr.runs) {
+    if (run.region->fd() < 0)
+      return make_error(Errc::not_supported, "guest memory region has no fd to map a scattered memory region from");
+    auto* at = static_cast<std::uint8_t*>(win) + run.first * psize;
+    const auto fd_off = run.region->fd_offset() + (run.gpa - run.region->gpa());
+    void* p = ::mmap(at, run.count * psize, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, run.region->fd(),
+                     static_cast<off_t>(fd_off));
+    if (p == MAP_FAILED) return errno_error(errno, "mapping guest pages for a memory region");
+  }
+  return {};
+}
+
+}  // namespace
+
+Result<MrObj> DeviceModel::map_mr(const vhost::GuestView& g, const vd::RegMrReq& r,
+                                      const std::vector<std::uint64_t>* saved_pages) {
+  VRDMA_TRY(check_layout({r.iova, r.length, r.npages, r.page_shift, r.access}, opts.limits.max_mr_pages, 30,
+                         "the device's max_mr_pages"));
+  const std::uint64_t psize = std::uint64_t{1} << r.page_shift;
+  const std::uint64_t off0 = r.iova & (psize - 1);
+  std::vector<std::uint64_t> pages;
+  if (saved_pages != nullptr) {
+    if (saved_pages->size() != r.npages) return make_error(Errc::invalid_argument, "page list length mismatch");
+    pages = *saved_pages;
+  } else {
+    pages.resize(r.npages);
+    VRDMA_TRY(g.read(r.pages_gpa, pages.data(), pages.size() * sizeof(std::uint64_t)));
+  }
+  auto runs = runs_of(g, pages, psize);
+  if (!runs) return std::move(runs).error();
 
   MrObj mr;
   const std::uint64_t total = std::uint64_t{r.npages} * psize;
-  if (runs.size() > 1) {
+  if (runs->runs.size() > 1) {
     if (total > (std::uint64_t{1} << 46)) return make_error(Errc::limit_exceeded, "memory region too large to map");
     void* win = ::mmap(nullptr, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (win == MAP_FAILED) return errno_error(errno, "reserving address space for a memory region");
     mr.window = MmapArea(win, total);
-    for (const auto& run : runs) {
-      if (run.region->fd() < 0)
-        return make_error(Errc::not_supported, "guest memory region has no fd to map a scattered memory region from");
-      auto* at = static_cast<std::uint8_t*>(win) + run.first * psize;
-      const auto fd_off = run.region->fd_offset() + (run.gpa - run.region->gpa());
-      void* p = ::mmap(at, run.count * psize, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, run.region->fd(),
-                       static_cast<off_t>(fd_off));
-      if (p == MAP_FAILED) return errno_error(errno, "mapping guest pages for a memory region");
-    }
+    VRDMA_TRY(map_runs(*runs, win, psize));
     // The engine's thread reads and writes through this alias: a guest file shrunk under it
     // fails the device like a fault in the guest memory mapping itself.
-    mr.window_guard = vhost::GuardedMapping(win, total, "an RDMA memory region's mapping", runs.front().region->fault_sink());
+    mr.window_guard = vhost::GuardedMapping(win, total, "an RDMA memory region's mapping", runs->runs.front().region->fault_sink());
   }
+  auto& keep = runs->keep;
   for (auto& k : keep) mr.regions.push_back(std::move(k));
   const std::uint8_t* base = nullptr;
   if (mr.window.data() != nullptr) {
@@ -202,6 +241,50 @@ Status DeviceModel::register_mr(const vhost::GuestView& g, const vd::RegMrReq& r
   mr->length = r.length;
   mr->access = r.access;
   out = std::move(*mr);
+  return {};
+}
+
+Status DeviceModel::fast_register(const vhost::GuestView& g, std::uint32_t pd, const vd::RegMrWqe& w,
+                                  nicdrv::SendWr& wr) {
+  auto it = fast_mrs.find(w.mr);
+  if (it == fast_mrs.end() || it->second.pd != pd)
+    return make_error(Errc::invalid_argument,
+                      fmt::format("MR {} is no region for fast registration (ALLOC_MR) in the QP's PD {}", w.mr, pd));
+  auto& mr = it->second;
+  if (w.num_sge != 0 || (w.flags & ~(vd::kSendFence | vd::kSendSignaled)) != 0)
+    return make_error(Errc::invalid_argument, fmt::format("a REG_MR WQE carries no SGEs, inline data or address vector "
+                                                          "(num_sge {}, flags {:#x})", w.num_sge, w.flags));
+  VRDMA_TRY(check_layout({w.iova, w.length, w.npages, w.page_shift, w.access}, mr.max_pages, vd::kFastRegMaxPageShift,
+                         "the max_pages the region was allocated with"));
+  std::vector<std::uint64_t> pages(w.npages);
+  VRDMA_TRY(g.read(w.pages_gpa, pages.data(), pages.size() * sizeof(std::uint64_t)));
+  const std::uint64_t psize = std::uint64_t{1} << w.page_shift;
+  auto runs = runs_of(g, pages, psize);
+  if (!runs) return std::move(runs).error();
+  std::uint8_t* base = nullptr;
+  if (runs->runs.size() == 1) {
+    auto span = g.memory().at(pages[0]);
+    if (!span) return std::move(span).error();
+    base = span->ptr;
+  } else {
+    // The window holds max_pages pages of the largest page size: these fit (checked above).
+    base = static_cast<std::uint8_t*>(mr.window.data());
+    VRDMA_TRY(map_runs(*runs, base, psize));
+    if (!mr.window_guard.active())
+      mr.window_guard = vhost::GuardedMapping(base, mr.window.size(), "a fast-registration region's mapping",
+                                              runs->runs.front().region->fault_sink());
+  }
+  for (auto& k : runs->keep)
+    if (std::find(mr.regions.begin(), mr.regions.end(), k) == mr.regions.end()) mr.regions.push_back(std::move(k));
+  const std::uint64_t off0 = w.iova & (psize - 1);
+  mr.observer->set(std::make_shared<const MrObserver>(log, base + off0, off0, w.page_shift, std::move(pages)));
+  wr.reg.mr = mr.eng.get();
+  wr.reg.addr = base + off0;
+  wr.reg.iova = w.iova;
+  wr.reg.length = w.length;
+  wr.reg.page_shift = static_cast<std::uint8_t>(w.page_shift);
+  wr.reg.access = static_cast<nicdrv::Access>(w.access);
+  wr.reg.key = w.key;
   return {};
 }
 

@@ -65,7 +65,8 @@ struct virtio_rdma_config {
 	__u8 active_mtu;  /* ibv_mtu */
 	__u8 gid[16];     /* GID index 0 (RoCEv2 IPv4-mapped: the guest's own address) */
 	__le32 transport; /* 0 IB, 1 RoCE, 2 iWARP, 3 software RoCEv2 */
-	__le32 reserved[3];
+	__le32 max_fast_reg_pages; /* FEATURE_FAST_REG: pages ALLOC_MR may ask for (else 0) */
+	__le32 reserved[2];
 };
 VIRTIO_RDMA_STATIC_ASSERT(sizeof(struct virtio_rdma_config) == 112, "virtio_rdma_config is 112 bytes");
 
@@ -76,6 +77,8 @@ VIRTIO_RDMA_STATIC_ASSERT(sizeof(struct virtio_rdma_config) == 112, "virtio_rdma
 #define VIRTIO_RDMA_FEATURE_MIGRATION (1ull << 3)
 #define VIRTIO_RDMA_FEATURE_DMA_MR (1ull << 4)  /* REG_DMA_MR: a PD's local DMA key (kernel verbs) */
 #define VIRTIO_RDMA_FEATURE_GSI (1ull << 5)     /* CREATE_QP of VIRTIO_RDMA_QPT_GSI: QP1, the CM's MADs */
+/* ALLOC_MR, the send WQEs LOCAL_INV, REG_MR and SEND_WITH_INV, and CQEs WITH_INV ("Fast registration") */
+#define VIRTIO_RDMA_FEATURE_FAST_REG (1ull << 6)
 
 /* ---- Carrier window ("Inside a VM: riding vhost-user-blk") ---------------------------------- */
 /*
@@ -125,7 +128,8 @@ VIRTIO_RDMA_STATIC_ASSERT(sizeof(struct virtio_rdma_carrier_config) <= VIRTIO_RD
 #define VIRTIO_RDMA_CMD_DESTROY_SRQ 17u
 #define VIRTIO_RDMA_CMD_QUERY_CONFIG 18u  /* response: virtio_rdma_config (for drivers behind a carrier) */
 #define VIRTIO_RDMA_CMD_REG_DMA_MR 19u    /* a PD's local DMA key over all guest memory */
-#define VIRTIO_RDMA_CMD_COUNT 20u         /* one past the highest command */
+#define VIRTIO_RDMA_CMD_ALLOC_MR 20u      /* a region for fast registration (FEATURE_FAST_REG) */
+#define VIRTIO_RDMA_CMD_COUNT 21u         /* one past the highest command */
 
 struct virtio_rdma_cmd_hdr {
 	__le32 cmd;  /* VIRTIO_RDMA_CMD_* */
@@ -235,6 +239,20 @@ struct virtio_rdma_reg_dma_mr_req {
 VIRTIO_RDMA_STATIC_ASSERT(sizeof(struct virtio_rdma_reg_dma_mr_req) == 8, "virtio_rdma_reg_dma_mr_req is 8 bytes");
 
 /*
+ * Fast registration ("Fast registration", VIRTIO_RDMA_FEATURE_FAST_REG; IBA 10.6.3.4, Linux
+ * ib_alloc_mr(IB_MR_TYPE_MEM_REG)): ALLOC_MR makes a region that holds no memory yet, for up to
+ * max_pages pages (1..config max_fast_reg_pages); the response is a virtio_rdma_reg_mr_resp
+ * whose lkey and rkey are one key. A REG_MR send WQE gives it pages, rights and a key that
+ * differs from the allocated one only in its low 8 bits; LOCAL_INV or a peer's SEND with
+ * Invalidate makes it invalid again. DEREG_MR removes it.
+ */
+struct virtio_rdma_alloc_mr_req {
+	__le32 pd;
+	__le32 max_pages;
+};
+VIRTIO_RDMA_STATIC_ASSERT(sizeof(struct virtio_rdma_alloc_mr_req) == 8, "virtio_rdma_alloc_mr_req is 8 bytes");
+
+/*
  * Completion ring ("Rings in guest memory"): a 64-byte control block, then `depth` 32-byte
  * CQEs, contiguous in guest-physical memory at ring_gpa (4 KiB-aligned). depth is a power of two.
  */
@@ -271,6 +289,7 @@ VIRTIO_RDMA_STATIC_ASSERT(sizeof(struct virtio_rdma_cqe) == 32, "virtio_rdma_cqe
 #define VIRTIO_RDMA_WC_WITH_IMM (1u << 0)
 #define VIRTIO_RDMA_WC_GRH (1u << 1)
 #define VIRTIO_RDMA_WC_SOLICITED (1u << 2)  /* the message asked for a solicited event */
+#define VIRTIO_RDMA_WC_WITH_INV (1u << 3)   /* a SEND with Invalidate ended the region imm_data names */
 /* The first CQE follows the control block. */
 #define VIRTIO_RDMA_CQE_OFFSET 64u
 #define VIRTIO_RDMA_CQE_SIZE 32u
@@ -381,6 +400,7 @@ VIRTIO_RDMA_INLINE __u32 virtio_rdma_cmd_req_len(__u32 cmd)
 		return sizeof(struct virtio_rdma_handle_req);
 	case VIRTIO_RDMA_CMD_REG_MR: return sizeof(struct virtio_rdma_reg_mr_req);
 	case VIRTIO_RDMA_CMD_REG_DMA_MR: return sizeof(struct virtio_rdma_reg_dma_mr_req);
+	case VIRTIO_RDMA_CMD_ALLOC_MR: return sizeof(struct virtio_rdma_alloc_mr_req);
 	case VIRTIO_RDMA_CMD_CREATE_CQ: return sizeof(struct virtio_rdma_create_cq_req);
 	case VIRTIO_RDMA_CMD_CREATE_QP: return sizeof(struct virtio_rdma_create_qp_req);
 	case VIRTIO_RDMA_CMD_MODIFY_QP: return sizeof(struct virtio_rdma_modify_qp_req);
@@ -394,7 +414,8 @@ VIRTIO_RDMA_INLINE __u32 virtio_rdma_cmd_req_len(__u32 cmd)
 /* A send WQE: this header, then num_sge SGEs, or (VIRTIO_RDMA_SEND_INLINE) inline_len bytes. */
 struct virtio_rdma_send_wqe {
 	__le64 wr_id;
-	__u8 opcode;   /* ibv_wr_opcode: 0 WRITE, 1 WRITE_IMM, 2 SEND, 3 SEND_IMM, 4 READ, 5 CAS, 6 FAA */
+	__u8 opcode;   /* ibv_wr_opcode: 0 WRITE, 1 WRITE_IMM, 2 SEND, 3 SEND_IMM, 4 READ, 5 CAS, 6 FAA;
+			  with FEATURE_FAST_REG also VIRTIO_RDMA_WR_LOCAL_INV, _SEND_WITH_INV, _REG_MR */
 	__u8 flags;    /* VIRTIO_RDMA_SEND_* */
 	__u8 num_sge;
 	__u8 reserved;
@@ -421,6 +442,42 @@ VIRTIO_RDMA_STATIC_ASSERT(sizeof(struct virtio_rdma_send_wqe) == 64, "virtio_rdm
  */
 #define VIRTIO_RDMA_SEND_INLINE_AV (1u << 4)
 #define VIRTIO_RDMA_INLINE_AV_SIZE 32u
+
+/*
+ * Fast registration's send WQEs (VIRTIO_RDMA_FEATURE_FAST_REG; RC QPs). LOCAL_INV: imm_data is
+ * the key of a region of the QP's PD to make invalid (the WQE completes with IBV_WC_LOCAL_INV).
+ * SEND_WITH_INV: a SEND whose imm_data is the peer's rkey to invalidate (the receiver's CQE has
+ * VIRTIO_RDMA_WC_WITH_INV and the key in imm_data). REG_MR: the 64 bytes are a
+ * virtio_rdma_reg_mr_wqe, no SGEs; it completes with IB_WC_REG_MR (10). The device reads the
+ * page list when the driver rings the doorbell: the driver keeps it until then.
+ */
+#define VIRTIO_RDMA_WR_LOCAL_INV 7u      /* IBV_WR_LOCAL_INV */
+#define VIRTIO_RDMA_WR_SEND_WITH_INV 9u  /* IBV_WR_SEND_WITH_INV */
+#define VIRTIO_RDMA_WR_REG_MR 0x20u      /* Linux IB_WR_REG_MR */
+/*
+ * The region `mr` (an ALLOC_MR handle) gets `length` bytes that start `iova % page size` into
+ * pages[0] (as virtio_rdma_reg_mr_req): npages (1..the region's max_pages) little-endian u64
+ * guest-physical page addresses at pages_gpa, each aligned to 1 << page_shift (12..21); the
+ * rights `access` (ibv_access_flags) and the key `key`.
+ */
+struct virtio_rdma_reg_mr_wqe {
+	__le64 wr_id;
+	__u8 opcode;  /* VIRTIO_RDMA_WR_REG_MR */
+	__u8 flags;   /* VIRTIO_RDMA_SEND_FENCE, _SIGNALED */
+	__u8 num_sge; /* 0 */
+	__u8 reserved;
+	__le32 key;
+	__le64 iova;
+	__le32 mr;
+	__le32 access;
+	__le64 length;
+	__le64 pages_gpa;
+	__le32 npages;
+	__le32 page_shift;
+	__le64 reserved2;
+};
+VIRTIO_RDMA_STATIC_ASSERT(sizeof(struct virtio_rdma_reg_mr_wqe) == 64, "virtio_rdma_reg_mr_wqe is 64 bytes");
+#define VIRTIO_RDMA_FAST_REG_MAX_PAGE_SHIFT 21u
 
 struct virtio_rdma_sge {
 	__le64 addr;

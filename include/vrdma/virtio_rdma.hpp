@@ -43,6 +43,7 @@ inline constexpr std::uint64_t kFeatureAtomic = VIRTIO_RDMA_FEATURE_ATOMIC;
 inline constexpr std::uint64_t kFeatureMigration = VIRTIO_RDMA_FEATURE_MIGRATION;
 inline constexpr std::uint64_t kFeatureDmaMr = VIRTIO_RDMA_FEATURE_DMA_MR;
 inline constexpr std::uint64_t kFeatureGsi = VIRTIO_RDMA_FEATURE_GSI;
+inline constexpr std::uint64_t kFeatureFastReg = VIRTIO_RDMA_FEATURE_FAST_REG;
 
 // ---- Carrier window (vhost-user-blk-pci) ----------------------------------------------------
 using CarrierConfig = ::virtio_rdma_carrier_config;
@@ -75,13 +76,15 @@ enum class Cmd : std::uint32_t {
   destroy_srq = VIRTIO_RDMA_CMD_DESTROY_SRQ,
   query_config = VIRTIO_RDMA_CMD_QUERY_CONFIG,  // response: Config (for drivers behind a carrier)
   reg_dma_mr = VIRTIO_RDMA_CMD_REG_DMA_MR,      // a PD's local DMA key (response: RegMrResp)
+  alloc_mr = VIRTIO_RDMA_CMD_ALLOC_MR,          // a region for fast registration (response: RegMrResp)
   count_ = VIRTIO_RDMA_CMD_COUNT
 };
 // A command's name for sentences ("?" for 0, "UNKNOWN" past the last).
 inline constexpr std::array<std::string_view, VIRTIO_RDMA_CMD_COUNT> kCmdNames{
     "?",          "QUERY_DEVICE", "QUERY_PORT", "QUERY_GID",  "CREATE_PD",  "DESTROY_PD",  "REG_MR",
     "DEREG_MR",   "CREATE_CQ",    "DESTROY_CQ", "CREATE_QP",  "MODIFY_QP",  "QUERY_QP",    "DESTROY_QP",
-    "CREATE_AH",  "DESTROY_AH",   "CREATE_SRQ", "DESTROY_SRQ", "QUERY_CONFIG", "REG_DMA_MR"};
+    "CREATE_AH",  "DESTROY_AH",   "CREATE_SRQ", "DESTROY_SRQ", "QUERY_CONFIG", "REG_DMA_MR",
+    "ALLOC_MR"};
 constexpr bool every_command_named() {
   for (auto n : kCmdNames)
     if (n.empty()) return false;
@@ -119,6 +122,7 @@ using HandleResp = ::virtio_rdma_handle_resp;  // create_pd, create_cq, create_a
 using RegMrReq = ::virtio_rdma_reg_mr_req;
 using RegMrResp = ::virtio_rdma_reg_mr_resp;
 using RegDmaMrReq = ::virtio_rdma_reg_dma_mr_req;
+using AllocMrReq = ::virtio_rdma_alloc_mr_req;
 
 // Completion ring: CqControl, then depth Cqes.
 using CreateCqReq = ::virtio_rdma_create_cq_req;
@@ -127,6 +131,7 @@ using Cqe = ::virtio_rdma_cqe;
 inline constexpr std::uint8_t kWcWithImm = VIRTIO_RDMA_WC_WITH_IMM;
 inline constexpr std::uint8_t kWcGrh = VIRTIO_RDMA_WC_GRH;
 inline constexpr std::uint8_t kWcSolicited = VIRTIO_RDMA_WC_SOLICITED;
+inline constexpr std::uint8_t kWcWithInv = VIRTIO_RDMA_WC_WITH_INV;
 inline constexpr std::uint64_t kCqeOffset = VIRTIO_RDMA_CQE_OFFSET;
 // The phase a valid CQE at free-running index i carries.
 constexpr std::uint8_t cqe_phase(std::uint32_t index, std::uint32_t depth) {
@@ -152,6 +157,12 @@ inline constexpr std::uint8_t kSendSolicited = VIRTIO_RDMA_SEND_SOLICITED;
 inline constexpr std::uint8_t kSendInline = VIRTIO_RDMA_SEND_INLINE;
 inline constexpr std::uint8_t kSendInlineAv = VIRTIO_RDMA_SEND_INLINE_AV;
 inline constexpr std::uint32_t kInlineAvSize = VIRTIO_RDMA_INLINE_AV_SIZE;
+// Fast registration's send WQEs (FEATURE_FAST_REG): their opcodes, and REG_MR's overlay.
+inline constexpr std::uint8_t kWrLocalInv = VIRTIO_RDMA_WR_LOCAL_INV;
+inline constexpr std::uint8_t kWrSendWithInv = VIRTIO_RDMA_WR_SEND_WITH_INV;
+inline constexpr std::uint8_t kWrRegMr = VIRTIO_RDMA_WR_REG_MR;
+using RegMrWqe = ::virtio_rdma_reg_mr_wqe;
+inline constexpr std::uint32_t kFastRegMaxPageShift = VIRTIO_RDMA_FAST_REG_MAX_PAGE_SHIFT;
 using WireSge = ::virtio_rdma_sge;
 using RecvWqe = ::virtio_rdma_recv_wqe;
 
@@ -223,7 +234,8 @@ static_assert(detail::c_value(Cmd::query_device) == VIRTIO_RDMA_CMD_QUERY_DEVICE
               detail::c_value(Cmd::destroy_srq) == VIRTIO_RDMA_CMD_DESTROY_SRQ &&
               detail::c_value(Cmd::query_config) == VIRTIO_RDMA_CMD_QUERY_CONFIG && detail::c_value(Cmd::count_) == VIRTIO_RDMA_CMD_COUNT &&
               detail::c_value(Cmd::reg_dma_mr) == VIRTIO_RDMA_CMD_REG_DMA_MR &&
-              detail::c_value(Cmd::reg_dma_mr) + 1 == detail::c_value(Cmd::count_));
+              detail::c_value(Cmd::alloc_mr) == VIRTIO_RDMA_CMD_ALLOC_MR &&
+              detail::c_value(Cmd::alloc_mr) + 1 == detail::c_value(Cmd::count_));
 static_assert(detail::c_value(Status::ok) == VIRTIO_RDMA_S_OK && detail::c_value(Status::perm) == VIRTIO_RDMA_S_PERM &&
               detail::c_value(Status::not_found) == VIRTIO_RDMA_S_NOT_FOUND && detail::c_value(Status::io) == VIRTIO_RDMA_S_IO &&
               detail::c_value(Status::no_memory) == VIRTIO_RDMA_S_NO_MEMORY && detail::c_value(Status::fault) == VIRTIO_RDMA_S_FAULT &&

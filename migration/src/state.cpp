@@ -48,6 +48,9 @@ Result<std::vector<std::uint8_t>> DeviceState::Impl::save_state() {
   if (!d.srqs.empty())
     return make_error(Errc::not_supported, fmt::format("the guest has {} SRQs; migrating SRQs is not supported yet",
                                                        d.srqs.size()));
+  if (!d.fast_mrs.empty())
+    return make_error(Errc::not_supported, fmt::format("the guest has {} fast-registration regions (ALLOC_MR); migrating "
+                                                       "them is not supported yet", d.fast_mrs.size()));
   // On a NIC the QPs are drained and stopped first (rebuild.cpp); a second save reuses that.
   if (d.engine_rebuilds() && stopped_for_rebuild.empty())
     if (auto s = stop_for_rebuild(); !s.ok()) return s.error();

@@ -138,6 +138,57 @@ Status PvQp::post_recv(std::span<const RecvWr> wrs, std::size_t* bad_index) {
 
 std::string PvQp::qp_name() const { return fmt::format("{} QP {:#x}", dev_->name(), r_.qp_num); }
 
+namespace {
+
+// A REG_MR work request as the device's WQE: the region's page list written into its DMA
+// memory (the buffer must be device memory in one piece, starting at iova's offset in a page).
+Result<vd::RegMrWqe> reg_mr_wqe(PvDevice& dev, const PvPd& pd, const SendWr& wr, const std::string& who) {
+  auto* mr = dynamic_cast<PvFastMr*>(wr.reg.mr);
+  if (mr == nullptr || &mr->device() != &dev || &mr->pd() != &pd)
+    return make_error(Errc::invalid_argument, who + ": REG_MR: the region is not one alloc_mr made on this QP's PD");
+  const std::uint32_t shift = wr.reg.page_shift;
+  if (shift < 12 || shift > vd::kFastRegMaxPageShift)
+    return make_error(Errc::invalid_argument, fmt::format("{}: REG_MR: page_shift {} is outside 12..{}", who, shift,
+                                                          vd::kFastRegMaxPageShift));
+  if (wr.reg.length == 0 || wr.reg.iova + wr.reg.length < wr.reg.iova)
+    return make_error(Errc::invalid_argument, who + ": REG_MR: a zero or wrapping length");
+  auto gpa = dev.transport().gpa_of(wr.reg.addr, wr.reg.length);
+  if (!gpa)
+    return make_error(Errc::invalid_argument, fmt::format("{}: REG_MR: {} bytes at {} are not device memory in one "
+                                                          "piece; allocate them with Device::alloc_buffer()",
+                                                          who, wr.reg.length, wr.reg.addr));
+  const std::uint64_t mask = (std::uint64_t{1} << shift) - 1;
+  if ((*gpa & mask) != (wr.reg.iova & mask))
+    return make_error(Errc::invalid_argument, fmt::format("{}: REG_MR: iova {:#x} must have the same offset within a "
+                                                          "{}-byte page as the buffer ({:#x})",
+                                                          who, wr.reg.iova, mask + 1, *gpa & mask));
+  const std::uint64_t first = *gpa & ~mask;
+  const std::uint64_t npages = ((*gpa + wr.reg.length - 1) >> shift) - (*gpa >> shift) + 1;
+  if (npages > mr->max_pages())
+    return make_error(Errc::invalid_argument, fmt::format("{}: REG_MR: {} bytes span {} pages of {}; the region was made "
+                                                          "for {}", who, wr.reg.length, npages, mask + 1, mr->max_pages()));
+  for (std::uint64_t i = 0; i < npages; ++i) {
+    const std::uint64_t p = first + (i << shift);
+    std::memcpy(mr->page_list().a.host + i * 8, &p, 8);
+  }
+  vd::RegMrWqe w{};
+  w.wr_id = wr.wr_id;
+  w.opcode = vd::kWrRegMr;
+  w.flags = static_cast<std::uint8_t>(nicdrv::send_flags_to_wire(wr.flags) & (vd::kSendFence | vd::kSendSignaled));
+  w.key = wr.reg.key;
+  w.iova = wr.reg.iova;
+  w.mr = mr->handle();
+  w.access = static_cast<std::uint32_t>(wr.reg.access);
+  w.length = wr.reg.length;
+  w.pages_gpa = mr->page_list().a.gpa;
+  w.npages = static_cast<std::uint32_t>(npages);
+  w.page_shift = shift;
+  mr->registered(wr.reg.key, wr.reg.iova, wr.reg.length, wr.reg.access);
+  return w;
+}
+
+}  // namespace
+
 Status PvQp::post_send(std::span<const SendWr> wrs, std::size_t* bad_index) {
   auto fail = [&](std::size_t i, Error e) -> Status {
     if (bad_index) *bad_index = i;
@@ -177,11 +228,21 @@ Status PvQp::post_send(std::span<const SendWr> wrs, std::size_t* bad_index) {
                                                               std::string(to_string(wr.opcode))));
       break;
     }
-    if (wr.opcode == WrOpcode::send_with_inv || is_local_op(wr.opcode)) {  // the contract's send WQE has no such opcode
-      result = fail(i, make_error(Errc::not_supported, qp_name() + ": the virtio RDMA device carries no " +
-                                                           std::string(to_string(wr.opcode)) +
-                                                           " (its send work requests are ibv's first seven)"));
+    if ((wr.opcode == WrOpcode::send_with_inv || is_local_op(wr.opcode)) &&
+        (dev_->config().features & vd::kFeatureFastReg) == 0) {
+      result = fail(i, make_error(Errc::not_supported, qp_name() + ": the virtio RDMA device offers no fast "
+                                                           "registration, so no " + std::string(to_string(wr.opcode))));
       break;
+    }
+    if (wr.opcode == WrOpcode::reg_mr) {
+      auto w = reg_mr_wqe(*dev_, *pd_, wr, qp_name());
+      if (!w) {
+        result = fail(i, std::move(w).error());
+        break;
+      }
+      std::memcpy(sq_.slot(sq_.produced), &*w, sizeof *w);
+      ++sq_.produced;
+      continue;
     }
     if (is_datagram(type_) && wr.ud.ah == nullptr) {
       result = fail(i, make_error(Errc::invalid_argument, qp_name() + ": a UD send needs an address handle"));
@@ -192,7 +253,8 @@ Status PvQp::post_send(std::span<const SendWr> wrs, std::size_t* bad_index) {
     w.wr_id = wr.wr_id;
     w.opcode = static_cast<std::uint8_t>(wr.opcode);
     w.flags = nicdrv::send_flags_to_wire(wr.flags);
-    w.imm_data = wr.imm_data;
+    // LOCAL_INV and SEND with Invalidate carry their key where the immediate would be.
+    w.imm_data = wr.opcode == WrOpcode::local_inv || wr.opcode == WrOpcode::send_with_inv ? wr.invalidate_rkey : wr.imm_data;
     const bool atomic = wr.opcode == WrOpcode::atomic_cmp_and_swp || wr.opcode == WrOpcode::atomic_fetch_and_add;
     w.remote_addr = atomic ? wr.atomic.remote_addr : wr.rdma.remote_addr;
     w.rkey = atomic ? wr.atomic.rkey : wr.rdma.rkey;

@@ -96,6 +96,7 @@ Result<DeviceAttr> PvDevice::query_device() const {
   a.name = name_;
   a.provider = "pv";
   a.gsi = (cfg_.features & vd::kFeatureGsi) != 0;
+  a.max_fast_reg_pages = (cfg_.features & vd::kFeatureFastReg) != 0 ? cfg_.max_fast_reg_pages : 0;
   return a;
 }
 

@@ -240,6 +240,43 @@ class PvMr final : public MemoryRegion {
   Access acc_;
 };
 
+// A region for fast registration (ALLOC_MR, docs/virtio-rdma.md "Fast registration"). Its page
+// list lives in DMA memory of its own, which the device reads when a REG_MR WQE naming the
+// region is rung in: as with Linux's ib_map_mr_sg, a region is given new pages only after its
+// previous REG_MR completed. Its key and extent are those of the last REG_MR posted.
+class PvFastMr final : public MemoryRegion {
+ public:
+  PvFastMr(std::shared_ptr<PvPd> pd, std::shared_ptr<PvDevice> d, vd::RegMrResp r, std::uint32_t max_pages, Dma list)
+      : pd_(std::move(pd)), dev_(std::move(d)), r_(r), max_pages_(max_pages), list_(std::move(list)), key_(r.lkey) {}
+  ~PvFastMr() override { dev_->destroy(vd::Cmd::dereg_mr, r_.mr); }
+  std::uint32_t lkey() const noexcept override { return key_.load(std::memory_order_acquire); }
+  std::uint32_t rkey() const noexcept override { return key_.load(std::memory_order_acquire); }
+  std::uint64_t addr() const noexcept override { return iova_.load(std::memory_order_acquire); }
+  std::uint64_t length() const noexcept override { return len_.load(std::memory_order_acquire); }
+  Access access() const noexcept override { return acc_.load(std::memory_order_acquire); }
+  [[nodiscard]] std::uint32_t handle() const { return r_.mr; }
+  [[nodiscard]] std::uint32_t max_pages() const { return max_pages_; }
+  [[nodiscard]] const PvDevice& device() const { return *dev_; }
+  [[nodiscard]] const PvPd& pd() const { return *pd_; }
+  [[nodiscard]] const Dma& page_list() const { return list_; }
+  void registered(std::uint32_t key, std::uint64_t iova, std::uint64_t len, Access a) {
+    iova_.store(iova, std::memory_order_release);
+    len_.store(len, std::memory_order_release);
+    acc_.store(a, std::memory_order_release);
+    key_.store(key, std::memory_order_release);
+  }
+
+ private:
+  std::shared_ptr<PvPd> pd_;
+  std::shared_ptr<PvDevice> dev_;
+  vd::RegMrResp r_;
+  std::uint32_t max_pages_;
+  Dma list_;
+  std::atomic<std::uint32_t> key_;
+  std::atomic<std::uint64_t> iova_{0}, len_{0};
+  std::atomic<Access> acc_{Access::none};
+};
+
 class PvAh final : public AddressHandle {
  public:
   PvAh(std::shared_ptr<PvPd> pd, std::shared_ptr<PvDevice> d, std::uint32_t h, AhAttr a)
@@ -351,6 +388,8 @@ class PvPd final : public ProtectionDomain, public std::enable_shared_from_this<
 
   Result<std::shared_ptr<MemoryRegion>> reg_mr(void* addr, std::size_t length, Access access,
                                                const MrOptions& opts) override;
+  // ALLOC_MR: a PvFastMr (the device's max_fast_reg_pages bounds max_pages).
+  Result<std::shared_ptr<MemoryRegion>> alloc_mr(std::uint32_t max_pages, const MrOptions& opts) override;
   // REG_DMA_MR (pv.hpp reg_dma_mr): addr() 0 and length() the whole guest memory.
   Result<std::shared_ptr<MemoryRegion>> reg_dma_mr(Access access);
   Result<std::shared_ptr<QueuePair>> create_qp(const QpInitAttr& attr, const QpOptions& opts) override;

@@ -18,8 +18,8 @@ Result<std::shared_ptr<MemoryRegion>> PvPd::reg_mr(void* addr, std::size_t lengt
     return make_error(Errc::not_supported, dev_->name() + ": requested keys and write observers are backend features, "
                                                           "not available to a pv guest");
   if (opts.remote_invalidate)
-    return make_error(Errc::not_supported, dev_->name() + ": the virtio RDMA device carries no SEND with Invalidate, so "
-                                                          "no region a peer may invalidate");
+    return make_error(Errc::not_supported, dev_->name() + ": on the virtio RDMA device a peer's SEND with Invalidate "
+                                                          "ends only regions from alloc_mr (fast registration)");
   auto& t = dev_->transport();
   auto gpa = t.gpa_of(addr, length);
   if (!gpa)
@@ -53,6 +53,26 @@ Result<std::shared_ptr<MemoryRegion>> PvPd::reg_mr(void* addr, std::size_t lengt
   auto resp = dev_->call<vd::RegMrResp>(vd::Cmd::reg_mr, r);
   if (!resp) return std::move(resp).error();
   return std::shared_ptr<MemoryRegion>(std::make_shared<PvMr>(shared_from_this(), dev_, *resp, r.iova, length, access));
+}
+
+Result<std::shared_ptr<MemoryRegion>> PvPd::alloc_mr(std::uint32_t max_pages, const MrOptions& opts) {
+  if (opts.requested_key != 0 || opts.observer)
+    return make_error(Errc::not_supported, dev_->name() + ": requested keys and write observers are backend features, "
+                                                          "not available to a pv guest");
+  const auto& c = dev_->config();
+  if ((c.features & vd::kFeatureFastReg) == 0)
+    return make_error(Errc::not_supported, dev_->name() + ": alloc_mr: the device offers no fast registration "
+                                                          "(its engine cannot give a region new pages by a work request)");
+  if (max_pages == 0 || max_pages > c.max_fast_reg_pages)
+    return make_error(Errc::invalid_argument, fmt::format("{}: alloc_mr for {} pages: the device allows 1..{}",
+                                                          dev_->name(), max_pages, c.max_fast_reg_pages));
+  auto& t = dev_->transport();
+  auto list = t.alloc_dma(std::size_t{max_pages} * 8);
+  if (!list) return std::move(list).error();
+  auto resp = dev_->call<vd::RegMrResp>(vd::Cmd::alloc_mr, vd::AllocMrReq{h_, max_pages});
+  if (!resp) return std::move(resp).error();
+  return std::shared_ptr<MemoryRegion>(
+      std::make_shared<PvFastMr>(shared_from_this(), dev_, *resp, max_pages, Dma(&t, *list)));
 }
 
 Result<std::shared_ptr<MemoryRegion>> PvPd::reg_dma_mr(Access access) {

@@ -44,13 +44,15 @@ static void check_identity(void)
 	FIELD(virtio_rdma_config, active_mtu, 79, 1);
 	FIELD(virtio_rdma_config, gid, 80, 16);
 	FIELD(virtio_rdma_config, transport, 96, 4);
-	FIELD(virtio_rdma_config, reserved, 100, 12);
+	FIELD(virtio_rdma_config, max_fast_reg_pages, 100, 4);
+	FIELD(virtio_rdma_config, reserved, 104, 8);
 	VALUE(VIRTIO_RDMA_FEATURE_UD, 1);
 	VALUE(VIRTIO_RDMA_FEATURE_SRQ, 2);
 	VALUE(VIRTIO_RDMA_FEATURE_ATOMIC, 4);
 	VALUE(VIRTIO_RDMA_FEATURE_MIGRATION, 8);
 	VALUE(VIRTIO_RDMA_FEATURE_DMA_MR, 16);
 	VALUE(VIRTIO_RDMA_FEATURE_GSI, 32);
+	VALUE(VIRTIO_RDMA_FEATURE_FAST_REG, 64);
 	VALUE(VIRTIO_RDMA_QPT_GSI, 1);
 	VALUE(VIRTIO_RDMA_SEND_INLINE_AV, 16);
 	VALUE(VIRTIO_RDMA_INLINE_AV_SIZE, 32);
@@ -91,14 +93,15 @@ static void check_control(void)
 	VALUE(VIRTIO_RDMA_CMD_DESTROY_SRQ, 17);
 	VALUE(VIRTIO_RDMA_CMD_QUERY_CONFIG, 18);
 	VALUE(VIRTIO_RDMA_CMD_REG_DMA_MR, 19);
-	VALUE(VIRTIO_RDMA_CMD_COUNT, 20);
+	VALUE(VIRTIO_RDMA_CMD_ALLOC_MR, 20);
+	VALUE(VIRTIO_RDMA_CMD_COUNT, 21);
 	/* Each command's request body (docs/virtio-rdma.md "Commands"). */
 	{
-		static const unsigned req_len[20] = {0xffffffffu, 0, 0, 8, 0, 8, 40, 8, 16, 8, 64, 92, 8, 8, 40, 8, 32, 8, 0, 8};
+		static const unsigned req_len[21] = {0xffffffffu, 0, 0, 8, 0, 8, 40, 8, 16, 8, 64, 92, 8, 8, 40, 8, 32, 8, 0, 8, 8};
 		char what[64];
 		for (unsigned c = 0; c <= VIRTIO_RDMA_CMD_COUNT; ++c) {
 			snprintf(what, sizeof what, "virtio_rdma_cmd_req_len(%u)", c);
-			check(what, virtio_rdma_cmd_req_len(c), c < 20 ? req_len[c] : VIRTIO_RDMA_CMD_NONE);
+			check(what, virtio_rdma_cmd_req_len(c), c < 21 ? req_len[c] : VIRTIO_RDMA_CMD_NONE);
 		}
 		VALUE(VIRTIO_RDMA_CMD_NONE, 0xffffffffu);
 	}
@@ -106,6 +109,9 @@ static void check_control(void)
 	SIZE(virtio_rdma_reg_dma_mr_req, 8);
 	FIELD(virtio_rdma_reg_dma_mr_req, pd, 0, 4);
 	FIELD(virtio_rdma_reg_dma_mr_req, access, 4, 4);
+	SIZE(virtio_rdma_alloc_mr_req, 8);
+	FIELD(virtio_rdma_alloc_mr_req, pd, 0, 4);
+	FIELD(virtio_rdma_alloc_mr_req, max_pages, 4, 4);
 	/* Linux errno numbers. */
 	VALUE(VIRTIO_RDMA_S_OK, 0);
 	VALUE(VIRTIO_RDMA_S_PERM, 1);
@@ -217,6 +223,7 @@ static void check_cq(void)
 	VALUE(VIRTIO_RDMA_WC_WITH_IMM, 1);
 	VALUE(VIRTIO_RDMA_WC_GRH, 2);
 	VALUE(VIRTIO_RDMA_WC_SOLICITED, 4);
+	VALUE(VIRTIO_RDMA_WC_WITH_INV, 8);
 	VALUE(VIRTIO_RDMA_CQE_OFFSET, 64);
 	VALUE(VIRTIO_RDMA_CQE_SIZE, 32);
 
@@ -342,6 +349,25 @@ static void check_rings(void)
 	VALUE(VIRTIO_RDMA_SEND_SIGNALED, 2);
 	VALUE(VIRTIO_RDMA_SEND_SOLICITED, 4);
 	VALUE(VIRTIO_RDMA_SEND_INLINE, 8);
+	/* Fast registration: the opcodes are ibv's and Linux's; REG_MR's overlay of the header. */
+	VALUE(VIRTIO_RDMA_WR_LOCAL_INV, 7);
+	VALUE(VIRTIO_RDMA_WR_SEND_WITH_INV, 9);
+	VALUE(VIRTIO_RDMA_WR_REG_MR, 0x20);
+	VALUE(VIRTIO_RDMA_FAST_REG_MAX_PAGE_SHIFT, 21);
+	SIZE(virtio_rdma_reg_mr_wqe, 64);
+	FIELD(virtio_rdma_reg_mr_wqe, wr_id, 0, 8);
+	FIELD(virtio_rdma_reg_mr_wqe, opcode, 8, 1);
+	FIELD(virtio_rdma_reg_mr_wqe, flags, 9, 1);
+	FIELD(virtio_rdma_reg_mr_wqe, num_sge, 10, 1);
+	FIELD(virtio_rdma_reg_mr_wqe, key, 12, 4);
+	FIELD(virtio_rdma_reg_mr_wqe, iova, 16, 8);
+	FIELD(virtio_rdma_reg_mr_wqe, mr, 24, 4);
+	FIELD(virtio_rdma_reg_mr_wqe, access, 28, 4);
+	FIELD(virtio_rdma_reg_mr_wqe, length, 32, 8);
+	FIELD(virtio_rdma_reg_mr_wqe, pages_gpa, 40, 8);
+	FIELD(virtio_rdma_reg_mr_wqe, npages, 48, 4);
+	FIELD(virtio_rdma_reg_mr_wqe, page_shift, 52, 4);
+	FIELD(virtio_rdma_reg_mr_wqe, reserved2, 56, 8);
 
 	SIZE(virtio_rdma_sge, 16);
 	FIELD(virtio_rdma_sge, addr, 0, 8);

@@ -42,7 +42,8 @@ class MrObserver final : public nicdrv::WriteObserver {
   MrObserver(std::shared_ptr<LogRef> log, const std::uint8_t* base, std::uint64_t first_offset,
              std::uint32_t page_shift, std::vector<std::uint64_t> pages)
       : log_(std::move(log)), base_(base), off0_(first_offset), shift_(page_shift), pages_(std::move(pages)) {}
-  void on_write(std::uint64_t addr, std::uint64_t len) noexcept override;
+  void on_write(std::uint64_t addr, std::uint64_t len) noexcept override { mark(addr, len); }
+  void mark(std::uint64_t addr, std::uint64_t len) const noexcept;
   [[nodiscard]] const std::vector<std::uint64_t>& pages() const { return pages_; }
 
  private:
@@ -51,6 +52,20 @@ class MrObserver final : public nicdrv::WriteObserver {
   std::uint64_t off0_;
   std::uint32_t shift_;
   std::vector<std::uint64_t> pages_;
+};
+
+// The observer of a fast-registration region: each REG_MR gives it another page list (the
+// device's loop thread swaps it in; the engine's thread reads it), none before the first.
+class FastMrObserver final : public nicdrv::WriteObserver {
+ public:
+  void on_write(std::uint64_t addr, std::uint64_t len) noexcept override {
+    if (auto now = layout_.load(std::memory_order_acquire)) now->mark(addr, len);
+  }
+  void set(std::shared_ptr<const MrObserver> layout) { layout_.store(std::move(layout), std::memory_order_release); }
+  [[nodiscard]] std::shared_ptr<const MrObserver> layout() const { return layout_.load(std::memory_order_acquire); }
+
+ private:
+  std::atomic<std::shared_ptr<const MrObserver>> layout_;
 };
 
 // Marks the engine's writes through one part of a DMA memory region (a whole guest memory
@@ -103,6 +118,21 @@ struct MrObj {
   // The keys the guest was given. They are the engine's, except after a move onto a NIC, which
   // picks its own keys when a region is registered again (migration/src/rebuild.cpp translates).
   std::uint32_t guest_lkey = 0, guest_rkey = 0;
+};
+
+// A region for fast registration (ALLOC_MR, docs/virtio-rdma.md "Fast registration"): it holds
+// no memory until a REG_MR send WQE gives it guest pages. Pages contiguous in one guest memory
+// region are handed to the engine where the guest memory is mapped; scattered pages are mapped
+// into its window, an address range reserved at ALLOC_MR for max_pages pages of the largest
+// page size, at the doorbell that brings the WQE (as Linux rxe takes the page list at
+// ib_map_mr_sg: the driver gives an invalid region new pages). Not carried by a migration yet.
+struct FastMrObj {
+  std::uint32_t pd = 0, max_pages = 0;
+  MmapArea window;
+  vhost::GuardedMapping window_guard;
+  std::vector<std::shared_ptr<const vhost::MappedRegion>> regions;  // every one its pages came from
+  std::shared_ptr<FastMrObserver> observer = std::make_shared<FastMrObserver>();
+  std::shared_ptr<nicdrv::MemoryRegion> eng;
 };
 
 struct CqObj {
@@ -242,6 +272,15 @@ struct DeviceModel {
   Result<MrObj> map_mr(const vhost::GuestView& g, const vd::RegMrReq& r, const std::vector<std::uint64_t>* saved_pages = nullptr);
   Status register_mr(const vhost::GuestView& g, const vd::RegMrReq& r, std::uint32_t requested_key, MrObj& out,
                      const std::vector<std::uint64_t>* saved_pages = nullptr);
+  // The most pages a fast-registration region may have here (0: the engine has none).
+  [[nodiscard]] std::uint32_t fast_mrs_allowed() const { return fast_reg_pages_; }
+  std::uint32_t fast_reg_pages_ = 0;  // set at construction from the engine's DeviceAttr
+  [[nodiscard]] static constexpr bool fast_reg_opcode(std::uint8_t op) {
+    return op == vd::kWrLocalInv || op == vd::kWrSendWithInv || op == vd::kWrRegMr;
+  }
+  // A REG_MR send WQE of a QP in PD `pd`: its page list checked and mapped for the fast region
+  // it names; `wr` gets the engine's REG_MR (its reg fields).
+  Status fast_register(const vhost::GuestView& g, std::uint32_t pd, const vd::RegMrWqe& w, nicdrv::SendWr& wr);
   // The engine regions of a DMA memory region over the guest memory there is now (the old
   // ones released first). keep_name: the guest already knows mr.guest_lkey (a loaded state, a
   // new memory table); an engine that can is asked for that key again, else it is translated.
@@ -327,6 +366,7 @@ struct DeviceModel {
   std::unordered_map<std::uint32_t, MrObj> mrs;
   std::unordered_map<std::uint32_t, DmaMrObj> dma_mrs;
   std::unordered_map<std::uint32_t, const DmaMrObj*> dma_by_lkey;  // guest lkey -> its DMA region
+  std::unordered_map<std::uint32_t, FastMrObj> fast_mrs;
   // names.cpp: a DMA region placed under `handle` (its PD counts it, its lkey names it), its
   // removal, and the handle of the one a PD has (nullopt: none).
   void add_dma_mr(std::uint32_t handle, DmaMrObj mr);

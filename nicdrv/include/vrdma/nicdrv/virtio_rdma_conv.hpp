@@ -215,13 +215,15 @@ inline ::virtio_rdma_cqe to_cqe(const WorkCompletion& wc) {
   c.wr_id = wc.wr_id;
   c.qp_num = wc.qp_num;
   c.byte_len = wc.byte_len;
-  c.imm_data = wc.imm_data;
+  // A SEND with Invalidate's CQE carries the key it ended where the immediate would be.
+  c.imm_data = has(wc.wc_flags, WcFlags::with_inv) ? wc.invalidated_rkey : wc.imm_data;
   c.src_qp = wc.src_qp;
   c.status = static_cast<std::uint8_t>(wc.status);
   c.opcode = static_cast<std::uint8_t>(wc.opcode);
   c.wc_flags = static_cast<std::uint8_t>((has(wc.wc_flags, WcFlags::with_imm) ? VIRTIO_RDMA_WC_WITH_IMM : 0u) |
                                          (has(wc.wc_flags, WcFlags::grh) ? VIRTIO_RDMA_WC_GRH : 0u) |
-                                         (has(wc.wc_flags, WcFlags::solicited) ? VIRTIO_RDMA_WC_SOLICITED : 0u));
+                                         (has(wc.wc_flags, WcFlags::solicited) ? VIRTIO_RDMA_WC_SOLICITED : 0u) |
+                                         (has(wc.wc_flags, WcFlags::with_inv) ? VIRTIO_RDMA_WC_WITH_INV : 0u));
   c.vendor_err = wc.vendor_err;
   return c;
 }
@@ -236,11 +238,14 @@ inline WorkCompletion from_cqe(const ::virtio_rdma_cqe& c) {
   wc.opcode = static_cast<WcOpcode>(c.opcode);
   wc.vendor_err = c.vendor_err;
   wc.byte_len = c.byte_len;
-  wc.imm_data = c.imm_data;
+  const bool with_inv = (c.wc_flags & VIRTIO_RDMA_WC_WITH_INV) != 0;
+  wc.imm_data = with_inv ? 0 : c.imm_data;
+  wc.invalidated_rkey = with_inv ? c.imm_data : 0;
   wc.qp_num = c.qp_num;
   wc.src_qp = c.src_qp;
   wc.wc_flags = ((c.wc_flags & VIRTIO_RDMA_WC_WITH_IMM) ? WcFlags::with_imm : WcFlags::none) |
-                ((c.wc_flags & VIRTIO_RDMA_WC_GRH) ? WcFlags::grh : WcFlags::none);
+                ((c.wc_flags & VIRTIO_RDMA_WC_GRH) ? WcFlags::grh : WcFlags::none) |
+                (with_inv ? WcFlags::with_inv : WcFlags::none);
   return wc;
 }
 
