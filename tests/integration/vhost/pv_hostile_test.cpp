@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <random>
@@ -372,4 +373,227 @@ BOOST_AUTO_TEST_CASE(hostile_guest_gets_errors_and_harms_no_one) {
   const auto log = read_file(victim.log);
   BOOST_CHECK(log.find("refused") != std::string::npos);
   BOOST_CHECK(log.find("doorbell ignored") != std::string::npos);
+}
+
+// Fast registration from a raw guest (docs/virtio-rdma.md "Fast registration"): ALLOC_MR's
+// refusals; a REG_MR WQE whose pages are scattered (listed out of order) is mapped into the
+// region's window, and a WRITE through the new key (an RC QP connected to itself) lands in
+// exactly those pages at the right offsets; hostile REG_MR WQEs complete with errors in order
+// and change nothing; LOCAL_INV ends the key (a WRITE through it fails and writes nothing).
+BOOST_AUTO_TEST_CASE(fast_registration_maps_scattered_pages_and_refuses_hostile_wqes) {
+  NetnsPair net{"vpf", 237};
+  BOOST_REQUIRE(net.ok());
+  TempDir dir;
+  Vrdmad dev(dir, "fast", net.ns_a(), "soft:" + net.ip_a());
+  RawGuest g(dev.sock);
+  const auto pd = g.create(vd::Cmd::create_pd, vd::HandleReq{});
+  const auto pd2 = g.create(vd::Cmd::create_pd, vd::HandleReq{});
+  BOOST_CHECK_EQUAL(g.cmd(vd::Cmd::alloc_mr, vd::AllocMrReq{pd, 0}).first, kInval);
+  BOOST_CHECK_EQUAL(g.cmd(vd::Cmd::alloc_mr, vd::AllocMrReq{pd, 100000}).first, kInval);
+  BOOST_CHECK_EQUAL(g.cmd(vd::Cmd::alloc_mr, vd::AllocMrReq{4242, 8}).first, kNoent);
+  auto [ast, abody] = g.cmd(vd::Cmd::alloc_mr, vd::AllocMrReq{pd, 8});
+  BOOST_REQUIRE_EQUAL(ast, kOk);
+  const auto fast = RawGuest::as<vd::RegMrResp>(abody);
+  BOOST_CHECK_EQUAL(fast.lkey, fast.rkey);
+  auto [ost, obody] = g.cmd(vd::Cmd::alloc_mr, vd::AllocMrReq{pd2, 8});
+  BOOST_REQUIRE_EQUAL(ost, kOk);
+  const auto other_pd_region = RawGuest::as<vd::RegMrResp>(obody).mr;
+  auto [dst, dbody] = g.cmd(vd::Cmd::reg_dma_mr, vd::RegDmaMrReq{pd, 1});
+  BOOST_REQUIRE_EQUAL(dst, kOk);
+  const auto dma = RawGuest::as<vd::RegMrResp>(dbody);
+
+  // An RC QP connected to itself.
+  const auto cq_ring = g.alloc(vd::kCqeOffset + 64 * sizeof(vd::Cqe));
+  const auto cq = g.create(vd::Cmd::create_cq, vd::CreateCqReq{64, 0, cq_ring});
+  const auto stride = vd::send_stride(1, 0);
+  const auto sq = g.alloc(16 * stride);
+  const auto rq = g.alloc(16 * vd::recv_stride(1));
+  const auto qst = g.alloc(64);
+  vd::CreateQpReq q{};
+  q.pd = pd;
+  q.send_cq = cq;
+  q.recv_cq = cq;
+  q.qp_type = VIRTIO_RDMA_QPT_RC;
+  q.sq_depth = 16;
+  q.rq_depth = 16;
+  q.max_send_sge = 1;
+  q.max_recv_sge = 1;
+  q.sq_gpa = sq;
+  q.rq_gpa = rq;
+  q.status_gpa = qst;
+  auto [qs, qbody] = g.cmd(vd::Cmd::create_qp, q);
+  BOOST_REQUIRE_EQUAL(qs, kOk);
+  const auto qp = RawGuest::as<vd::CreateQpResp>(qbody);
+  auto [gs, gbody] = g.cmd(vd::Cmd::query_gid, vd::QueryGidReq{0, 0});
+  BOOST_REQUIRE_EQUAL(gs, kOk);
+  const auto gid = RawGuest::as<vd::GidResp>(gbody);
+  vd::ModifyQpReq m{};
+  m.qp = qp.qp;
+  m.mask = 1 | 8 | 16 | 32;  // INIT: state, access, pkey, port
+  m.attr.qp_state = 1;
+  m.attr.path_mtu = 3;  // every enum on the wire must be one, masked or not
+  m.attr.port_num = 1;
+  m.attr.qp_access_flags = 1 | 2 | 4;
+  BOOST_REQUIRE_EQUAL(g.cmd(vd::Cmd::modify_qp, m).first, kOk);
+  m.mask = 1 | 128 | 256 | 4096 | 32768 | 131072 | 1048576;  // RTR: av, mtu, rq_psn, rnr, dest rd, dest qpn
+  m.attr.qp_state = 2;
+  m.attr.rq_psn = 100;
+  m.attr.min_rnr_timer = 1;
+  m.attr.max_dest_rd_atomic = 1;
+  m.attr.dest_qp_num = qp.qp_num;
+  std::memcpy(m.attr.ah.dgid, gid.gid, 16);
+  m.attr.ah.hop_limit = 64;
+  m.attr.ah.port_num = 1;
+  BOOST_REQUIRE_EQUAL(g.cmd(vd::Cmd::modify_qp, m).first, kOk);
+  m.mask = 1 | 512 | 1024 | 2048 | 8192 | 65536;  // RTS: timeout, retry, rnr retry, rd atomic, sq_psn
+  m.attr.qp_state = 3;
+  m.attr.timeout = 14;
+  m.attr.retry_cnt = 7;
+  m.attr.rnr_retry = 7;
+  m.attr.max_rd_atomic = 1;
+  m.attr.sq_psn = 100;
+  BOOST_REQUIRE_EQUAL(g.cmd(vd::Cmd::modify_qp, m).first, kOk);
+
+  std::uint32_t posted = 0, polled = 0;
+  auto post = [&](const void* wqe, std::size_t len) {
+    std::memcpy(g.host(sq + (posted % 16) * stride, len), wqe, len);
+    ++posted;
+    const vd::Doorbell db{qp.qp, static_cast<std::uint16_t>(vd::DoorbellKind::sq), 0, posted, 0};
+    g.doorbells(std::span(&db, 1));
+  };
+  auto next_cqe = [&]() -> std::optional<vd::Cqe> {
+    for (int i = 0; i < 400; ++i) {
+      vd::Cqe c;
+      std::memcpy(&c, g.host(cq_ring + vd::kCqeOffset + (polled % 64) * sizeof c, sizeof c), sizeof c);
+      if (c.owner == vd::cqe_phase(polled, 64)) {
+        ++polled;
+        return c;
+      }
+      std::this_thread::sleep_for(5ms);
+    }
+    return std::nullopt;
+  };
+
+  // Three pages apart from one another, listed out of order; the region starts 0x300 bytes into
+  // the first listed and ends 0x100 bytes before the end of the last.
+  const std::uint64_t p0 = g.alloc(4096), gap0 = g.alloc(4096), p1 = g.alloc(4096), gap1 = g.alloc(4096);
+  const std::uint64_t p2 = g.alloc(4096);
+  (void)gap0, (void)gap1;
+  for (auto p : {p0, p1, p2}) std::memset(g.host(p, 4096), 0xaa, 4096);
+  const std::uint64_t list = g.alloc(64);
+  const std::uint64_t pages[3] = {p2, p0, p1};
+  std::memcpy(g.host(list, sizeof pages), pages, sizeof pages);
+  const std::uint64_t iova = 0x50000000 + 0x300;
+  const std::uint32_t len = 3 * 4096 - 0x300 - 0x100;
+  const std::uint32_t key = (fast.lkey & ~0xffu) | 0x5a;
+  auto reg_wqe = [&](std::uint64_t id) {
+    vd::RegMrWqe r{};
+    r.wr_id = id;
+    r.opcode = vd::kWrRegMr;
+    r.flags = vd::kSendSignaled;
+    r.key = key;
+    r.iova = iova;
+    r.mr = fast.mr;
+    r.access = 1 | 2;  // local write, remote write
+    r.length = len;
+    r.pages_gpa = list;
+    r.npages = 3;
+    r.page_shift = 12;
+    return r;
+  };
+  auto reg = reg_wqe(0x100);
+  post(&reg, sizeof reg);
+  auto c = next_cqe();
+  BOOST_REQUIRE(c.has_value());
+  BOOST_CHECK_EQUAL(c->wr_id, 0x100u);
+  BOOST_CHECK_EQUAL(c->status, 0);
+  BOOST_CHECK_EQUAL(c->opcode, 10);  // IB_WC_REG_MR
+
+  // The WRITE's source: a buffer addressed through the PD's DMA region.
+  const std::uint64_t src = g.alloc(3 * 4096);
+  std::vector<std::uint8_t> data(len);
+  for (std::size_t i = 0; i < len; ++i) data[i] = static_cast<std::uint8_t>(i * 7 + i / 251);
+  std::memcpy(g.host(src, len), data.data(), len);
+  struct {
+    vd::SendWqe w;
+    vd::WireSge s;
+  } wr{};
+  wr.w.wr_id = 0x200;
+  wr.w.opcode = 0;  // RDMA WRITE
+  wr.w.flags = vd::kSendSignaled;
+  wr.w.num_sge = 1;
+  wr.w.remote_addr = iova;
+  wr.w.rkey = key;
+  wr.s = vd::WireSge{src, len, dma.lkey};
+  post(&wr, sizeof wr);
+  c = next_cqe();
+  BOOST_REQUIRE(c.has_value());
+  BOOST_CHECK_EQUAL(c->wr_id, 0x200u);
+  BOOST_CHECK_EQUAL(c->status, 0);
+  // Page p2 from 0x300, all of p0, p1 up to 0x100 before its end; the rest untouched.
+  const std::uint32_t first = 4096 - 0x300;
+  BOOST_CHECK(std::memcmp(g.host(p2 + 0x300, first), data.data(), first) == 0);
+  BOOST_CHECK(std::memcmp(g.host(p0, 4096), data.data() + first, 4096) == 0);
+  BOOST_CHECK(std::memcmp(g.host(p1, 4096 - 0x100), data.data() + first + 4096, 4096 - 0x100) == 0);
+  BOOST_CHECK(std::all_of(g.host(p2, 0x300), g.host(p2, 0x300) + 0x300, [](std::uint8_t b) { return b == 0xaa; }));
+  BOOST_CHECK(std::all_of(g.host(p1 + 4096 - 0x100, 0x100), g.host(p1 + 4096 - 0x100, 0x100) + 0x100,
+                          [](std::uint8_t b) { return b == 0xaa; }));
+  BOOST_CHECK(std::all_of(g.host(gap0, 4096), g.host(gap0, 4096) + 4096, [](std::uint8_t b) { return b == 0; }));
+
+  // Hostile REG_MR WQEs: each completes with a local QP operation error, in order.
+  std::vector<vd::RegMrWqe> bad;
+  bad.push_back(reg_wqe(0x301));
+  bad.back().mr = other_pd_region;  // another PD's fast region
+  bad.push_back(reg_wqe(0x302));
+  bad.back().mr = dma.mr;  // not a fast region
+  bad.push_back(reg_wqe(0x303));
+  bad.back().npages = 9;  // more than ALLOC_MR asked for
+  bad.push_back(reg_wqe(0x304));
+  bad.back().num_sge = 1;
+  bad.push_back(reg_wqe(0x305));
+  bad.back().page_shift = 22;
+  bad.push_back(reg_wqe(0x306));
+  bad.back().pages_gpa = kBeyond;  // the list outside guest memory
+  const std::uint64_t hole_list = g.alloc(64);
+  const std::uint64_t holes[3] = {p2, kHole, p1};
+  std::memcpy(g.host(hole_list, sizeof holes), holes, sizeof holes);
+  bad.push_back(reg_wqe(0x307));
+  bad.back().pages_gpa = hole_list;  // a page in the hole below 1 MiB
+  for (const auto& b : bad) post(&b, sizeof b);
+  for (const auto& b : bad) {
+    c = next_cqe();
+    BOOST_REQUIRE(c.has_value());
+    BOOST_CHECK_EQUAL(c->wr_id, b.wr_id);
+    BOOST_CHECK_EQUAL(c->status, static_cast<std::uint8_t>(nicdrv::WcStatus::loc_qp_op_err));
+  }
+  // Nothing above changed the pages.
+  BOOST_CHECK(std::memcmp(g.host(p0, 4096), data.data() + first, 4096) == 0);
+
+  // LOCAL_INV ends the key: a WRITE through it is refused by the responder.
+  vd::SendWqe inv{};
+  inv.wr_id = 0x400;
+  inv.opcode = vd::kWrLocalInv;
+  inv.flags = vd::kSendSignaled;
+  inv.imm_data = key;
+  post(&inv, sizeof inv);
+  c = next_cqe();
+  BOOST_REQUIRE(c.has_value());
+  BOOST_CHECK_EQUAL(c->wr_id, 0x400u);
+  BOOST_CHECK_EQUAL(c->status, 0);
+  BOOST_CHECK_EQUAL(c->opcode, 6);  // IBV_WC_LOCAL_INV
+  std::memset(g.host(p0, 4096), 0x33, 4096);
+  wr.w.wr_id = 0x500;
+  post(&wr, sizeof wr);
+  c = next_cqe();
+  BOOST_REQUIRE(c.has_value());
+  BOOST_CHECK_EQUAL(c->wr_id, 0x500u);
+  // The responder refuses the key and goes to ERR (IBA 9.9.3.1.1): here it is the same QP, so the
+  // WRITE is flushed unless the NAK came first.
+  const auto st = static_cast<nicdrv::WcStatus>(c->status);
+  BOOST_CHECK_MESSAGE(st == nicdrv::WcStatus::rem_access_err || st == nicdrv::WcStatus::wr_flush_err,
+                      "a WRITE through an invalidated key completed " << nicdrv::to_string(st));
+  BOOST_CHECK(std::all_of(g.host(p0, 4096), g.host(p0, 4096) + 4096, [](std::uint8_t b) { return b == 0x33; }));
+  BOOST_CHECK(dev.child->alive());
+  const auto log = read_file(dev.log);
+  BOOST_CHECK(log.find("REG_MR") != std::string::npos);
 }
