@@ -143,6 +143,13 @@ struct vrdma_mr {
 	struct ib_umem *umem;
 	u32 handle;
 	int epoch;
+	/*
+	 * A fast-registration region (vrdma_alloc_mr): its page list, which map_mr_sg fills and
+	 * the device reads when a REG_MR WQE naming the region is rung in (physically contiguous).
+	 */
+	__le64 *pages;
+	size_t pages_bytes;
+	u32 max_pages, npages;
 };
 
 struct vrdma_cq {
@@ -264,6 +271,8 @@ void vrdma_doorbells_reclaim(struct vrdma_dev *dev, bool device_reset);
 
 /* vrdma_mr.c */
 struct ib_mr *vrdma_get_dma_mr(struct ib_pd *pd, int access);
+struct ib_mr *vrdma_alloc_mr(struct ib_pd *pd, enum ib_mr_type type, u32 max_num_sg);
+int vrdma_map_mr_sg(struct ib_mr *ibmr, struct scatterlist *sg, int sg_nents, unsigned int *sg_offset);
 struct ib_mr *vrdma_reg_user_mr(struct ib_pd *pd, u64 start, u64 length, u64 iova, int access, struct ib_udata *udata);
 int vrdma_dereg_mr(struct ib_mr *mr, struct ib_udata *udata);
 

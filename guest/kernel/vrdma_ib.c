@@ -61,6 +61,11 @@ static int vrdma_query_device(struct ib_device *ib, struct ib_device_attr *attr,
 	attr->max_srq_sge = max_sge;
 	attr->max_pkeys = 1;
 	attr->local_ca_ack_delay = 15;
+	if (le64_to_cpu(dev->cfg.features) & VIRTIO_RDMA_FEATURE_FAST_REG) {
+		/* ib_alloc_mr, IB_WR_REG_MR / LOCAL_INV, SEND with Invalidate (nvme-rdma asks for this). */
+		attr->device_cap_flags |= IB_DEVICE_MEM_MGT_EXTENSIONS;
+		attr->max_fast_reg_page_list_len = le32_to_cpu(dev->cfg.max_fast_reg_pages);
+	}
 	return 0;
 }
 
@@ -284,6 +289,8 @@ static const struct ib_device_ops vrdma_ops = {
 	.post_send = vrdma_post_send,
 	.post_recv = vrdma_post_recv,
 	.get_dma_mr = vrdma_get_dma_mr,
+	.alloc_mr = vrdma_alloc_mr,
+	.map_mr_sg = vrdma_map_mr_sg,
 	.reg_user_mr = vrdma_reg_user_mr,
 	.dereg_mr = vrdma_dereg_mr,
 

@@ -12,6 +12,7 @@
  * carries it in the WQE (VIRTIO_RDMA_SEND_INLINE_AV).
  */
 #include <linux/delay.h>
+#include <linux/log2.h>
 #include <linux/slab.h>
 #include <rdma/ib_cache.h>
 
@@ -61,7 +62,8 @@ static bool wc_from_cqe(struct vrdma_dev *dev, const struct virtio_rdma_cqe *c, 
 	}
 	wc->wr_id = le64_to_cpu(c->wr_id);
 	wc->status = c->status;
-	wc->opcode = c->opcode;
+	/* The contract's REG_MR completion is 10; this kernel's IB_WC_REG_MR may be another number. */
+	wc->opcode = c->opcode == VIRTIO_RDMA_WC_REG_MR ? IB_WC_REG_MR : c->opcode;
 	wc->vendor_err = le32_to_cpu(c->vendor_err);
 	wc->byte_len = le32_to_cpu(c->byte_len);
 	wc->qp = &qp->ibqp;
@@ -69,6 +71,11 @@ static bool wc_from_cqe(struct vrdma_dev *dev, const struct virtio_rdma_cqe *c, 
 	if (c->wc_flags & VIRTIO_RDMA_WC_WITH_IMM) {
 		wc->wc_flags |= IB_WC_WITH_IMM;
 		wc->ex.imm_data = cpu_to_be32(le32_to_cpu(c->imm_data));
+	}
+	if (c->wc_flags & VIRTIO_RDMA_WC_WITH_INV) {
+		/* The peer's SEND with Invalidate ended this key (a fast region of ours). */
+		wc->wc_flags |= IB_WC_WITH_INVALIDATE;
+		wc->ex.invalidate_rkey = le32_to_cpu(c->imm_data);
 	}
 	if (c->wc_flags & VIRTIO_RDMA_WC_GRH) {
 		/* RoCEv2 from the device's own address family (its GID 0). */
@@ -163,12 +170,52 @@ static int ring_batch(struct vrdma_dev *dev, struct vrdma_qp *qp, u16 kind, u32 
 	return ret;
 }
 
+static u8 send_flags_to_wire(int send_flags)
+{
+	return (send_flags & IB_SEND_FENCE ? VIRTIO_RDMA_SEND_FENCE : 0) |
+	       (send_flags & IB_SEND_SIGNALED ? VIRTIO_RDMA_SEND_SIGNALED : 0) |
+	       (send_flags & IB_SEND_SOLICITED ? VIRTIO_RDMA_SEND_SOLICITED : 0);
+}
+
+/*
+ * IB_WR_REG_MR ("Fast registration"): the region's pages, as map_mr_sg left them, in its own
+ * page list (the device reads it at the doorbell); the key the ULP set with
+ * ib_update_fast_reg_key. The device checks the rest.
+ */
+static int write_reg_mr_wqe(const struct ib_send_wr *wr, void *slot)
+{
+	const struct ib_reg_wr *r = reg_wr(wr);
+	struct vrdma_mr *mr = container_of(r->mr, struct vrdma_mr, ibmr);
+	struct virtio_rdma_reg_mr_wqe *w = slot;
+
+	if (!mr->pages || !mr->npages || !is_power_of_2(r->mr->page_size))
+		return -EINVAL;
+	if (wr->send_flags & ~(IB_SEND_FENCE | IB_SEND_SIGNALED))
+		return -EINVAL;
+	memset(w, 0, sizeof(*w));
+	w->wr_id = cpu_to_le64(wr->wr_id);
+	w->opcode = VIRTIO_RDMA_WR_REG_MR;
+	w->flags = send_flags_to_wire(wr->send_flags);
+	w->key = cpu_to_le32(r->key);
+	w->iova = cpu_to_le64(r->mr->iova);
+	w->mr = cpu_to_le32(mr->handle);
+	/* Optional bits (relaxed ordering) are the kernel's; the device knows the first four. */
+	w->access = cpu_to_le32(r->access & (IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE | IB_ACCESS_REMOTE_READ |
+					     IB_ACCESS_REMOTE_ATOMIC));
+	w->length = cpu_to_le64(r->mr->length);
+	w->pages_gpa = cpu_to_le64(virt_to_phys(mr->pages));
+	w->npages = cpu_to_le32(mr->npages);
+	w->page_shift = cpu_to_le32(ilog2(r->mr->page_size));
+	return 0;
+}
+
 /* One send work request into its ring slot; -EINVAL for what the device does not carry. */
 static int write_send_wqe(struct vrdma_dev *dev, struct vrdma_qp *qp, const struct ib_send_wr *wr, void *slot)
 {
 	struct virtio_rdma_send_wqe *w = slot;
 	void *body = slot + sizeof(*w);
 	bool datagram = qp->ibqp.qp_type != IB_QPT_RC;
+	bool fast_reg = le64_to_cpu(dev->cfg.features) & VIRTIO_RDMA_FEATURE_FAST_REG;
 	u32 total = 0;
 	u8 flags = 0;
 	int i;
@@ -176,6 +223,15 @@ static int write_send_wqe(struct vrdma_dev *dev, struct vrdma_qp *qp, const stru
 	switch (wr->opcode) {
 	case IB_WR_SEND:
 	case IB_WR_SEND_WITH_IMM:
+		break;
+	case IB_WR_REG_MR:
+		if (datagram || !fast_reg)
+			return -EINVAL;
+		return write_reg_mr_wqe(wr, slot);
+	case IB_WR_LOCAL_INV:
+	case IB_WR_SEND_WITH_INV:
+		if (datagram || !fast_reg)
+			return -EINVAL;
 		break;
 	case IB_WR_RDMA_WRITE:
 	case IB_WR_RDMA_WRITE_WITH_IMM:
@@ -193,15 +249,14 @@ static int write_send_wqe(struct vrdma_dev *dev, struct vrdma_qp *qp, const stru
 		return -EINVAL;
 	memset(w, 0, sizeof(*w));
 	w->wr_id = cpu_to_le64(wr->wr_id);
-	w->opcode = wr->opcode;  /* ib_wr_opcode's first seven values are ibv_wr_opcode's */
-	if (wr->send_flags & IB_SEND_FENCE)
-		flags |= VIRTIO_RDMA_SEND_FENCE;
-	if (wr->send_flags & IB_SEND_SIGNALED)
-		flags |= VIRTIO_RDMA_SEND_SIGNALED;
-	if (wr->send_flags & IB_SEND_SOLICITED)
-		flags |= VIRTIO_RDMA_SEND_SOLICITED;
+	/* ib_wr_opcode's values up to SEND_WITH_INV are ibv_wr_opcode's, the contract's. */
+	w->opcode = wr->opcode == IB_WR_LOCAL_INV ? VIRTIO_RDMA_WR_LOCAL_INV
+		    : wr->opcode == IB_WR_SEND_WITH_INV ? VIRTIO_RDMA_WR_SEND_WITH_INV : wr->opcode;
+	flags = send_flags_to_wire(wr->send_flags);
 	if (wr->opcode == IB_WR_SEND_WITH_IMM || wr->opcode == IB_WR_RDMA_WRITE_WITH_IMM)
 		w->imm_data = cpu_to_le32(be32_to_cpu(wr->ex.imm_data));
+	else if (wr->opcode == IB_WR_LOCAL_INV || wr->opcode == IB_WR_SEND_WITH_INV)
+		w->imm_data = cpu_to_le32(wr->ex.invalidate_rkey);
 	if (wr->opcode == IB_WR_RDMA_WRITE || wr->opcode == IB_WR_RDMA_WRITE_WITH_IMM || wr->opcode == IB_WR_RDMA_READ) {
 		w->remote_addr = cpu_to_le64(rdma_wr(wr)->remote_addr);
 		w->rkey = cpu_to_le32(rdma_wr(wr)->rkey);

@@ -8,7 +8,9 @@
  * function (with one, REG_MR is refused). The page list is read by the device during REG_MR
  * only, so it lives for the command. A PD's DMA MR (get_dma_mr, which ib_alloc_pd asks for a
  * kernel PD's local_dma_lkey) is the device's REG_DMA_MR ("The DMA memory region"): one key over
- * all guest memory, addressed by guest-physical (= DMA) address, local access only.
+ * all guest memory, addressed by guest-physical (= DMA) address, local access only. Fast
+ * registration ("Fast registration": ib_alloc_mr, ib_map_mr_sg, IB_WR_REG_MR, what NVMe over
+ * Fabrics registers every I/O with) is ALLOC_MR and a page list per region the REG_MR WQE names.
  */
 #include <linux/gfp.h>
 #include <rdma/ib_umem.h>
@@ -162,6 +164,74 @@ err:
 	return ERR_PTR(ret);
 }
 
+struct ib_mr *vrdma_alloc_mr(struct ib_pd *ibpd, enum ib_mr_type type, u32 max_num_sg)
+{
+	struct vrdma_dev *dev = to_vdev(ibpd->device);
+	struct vrdma_pd *pd = to_vpd(ibpd);
+	struct virtio_rdma_alloc_mr_req req = {};
+	struct virtio_rdma_reg_mr_resp resp;
+	struct vrdma_mr *mr;
+	int ret;
+
+	if (type != IB_MR_TYPE_MEM_REG || !(le64_to_cpu(dev->cfg.features) & VIRTIO_RDMA_FEATURE_FAST_REG))
+		return ERR_PTR(-EOPNOTSUPP);
+	if (!max_num_sg || max_num_sg > le32_to_cpu(dev->cfg.max_fast_reg_pages))
+		return ERR_PTR(-EINVAL);
+	/* Its pages are guest-physical: the DMA addresses only while no IOMMU translates. */
+	if (device_iommu_mapped(ibpd->device->dma_device))
+		return ERR_PTR(-EOPNOTSUPP);
+	if (!vrdma_live(dev, pd->epoch))
+		return ERR_PTR(-EIO);
+	mr = kzalloc(sizeof(*mr), GFP_KERNEL);
+	if (!mr)
+		return ERR_PTR(-ENOMEM);
+	mr->max_pages = max_num_sg;
+	mr->pages_bytes = max_num_sg * sizeof(*mr->pages);
+	mr->pages = alloc_pages_exact(mr->pages_bytes, GFP_KERNEL | __GFP_ZERO);
+	if (!mr->pages) {
+		ret = -ENOMEM;
+		goto err;
+	}
+	req.pd = cpu_to_le32(pd->handle);
+	req.max_pages = cpu_to_le32(max_num_sg);
+	mr->epoch = atomic_read(&dev->epoch);
+	ret = vrdma_cmd_create(dev, VIRTIO_RDMA_CMD_ALLOC_MR, &req, sizeof(req), &resp, sizeof(resp), &mr->handle);
+	if (ret)
+		goto err_pages;
+	mr->ibmr.lkey = le32_to_cpu(resp.lkey);
+	mr->ibmr.rkey = le32_to_cpu(resp.rkey);
+	if (vrdma_live(dev, mr->epoch))
+		atomic_inc(&dev->objs);
+	return &mr->ibmr;
+
+err_pages:
+	free_pages_exact(mr->pages, mr->pages_bytes);
+err:
+	kfree(mr);
+	return ERR_PTR(ret);
+}
+
+static int vrdma_set_page(struct ib_mr *ibmr, u64 addr)
+{
+	struct vrdma_mr *mr = container_of(ibmr, struct vrdma_mr, ibmr);
+
+	if (mr->npages == mr->max_pages)
+		return -ENOMEM;
+	mr->pages[mr->npages++] = cpu_to_le64(addr);
+	return 0;
+}
+
+/* The region's next pages (ib_sg_to_pages sets iova, length and checks the page size). */
+int vrdma_map_mr_sg(struct ib_mr *ibmr, struct scatterlist *sg, int sg_nents, unsigned int *sg_offset)
+{
+	struct vrdma_mr *mr = container_of(ibmr, struct vrdma_mr, ibmr);
+
+	if (!mr->pages)
+		return -EINVAL;
+	mr->npages = 0;
+	return ib_sg_to_pages(ibmr, sg, sg_nents, sg_offset, vrdma_set_page);
+}
+
 int vrdma_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata)
 {
 	struct vrdma_dev *dev = to_vdev(ibmr->device);
@@ -175,8 +245,11 @@ int vrdma_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata)
 	 * A device that did not answer may still move data into the pages: they stay pinned (the
 	 * umem is leaked) rather than be given back to the process's allocator.
 	 */
-	if (!vrdma_cmd_lost(dev))
-		ib_umem_release(mr->umem);  /* none for a DMA MR */
+	if (!vrdma_cmd_lost(dev)) {
+		ib_umem_release(mr->umem);  /* none for a DMA MR or a fast one */
+		if (mr->pages)
+			free_pages_exact(mr->pages, mr->pages_bytes);
+	}
 	kfree(mr);
 	return 0;
 }

@@ -290,6 +290,13 @@ VIRTIO_RDMA_STATIC_ASSERT(sizeof(struct virtio_rdma_cqe) == 32, "virtio_rdma_cqe
 #define VIRTIO_RDMA_WC_GRH (1u << 1)
 #define VIRTIO_RDMA_WC_SOLICITED (1u << 2)  /* the message asked for a solicited event */
 #define VIRTIO_RDMA_WC_WITH_INV (1u << 3)   /* a SEND with Invalidate ended the region imm_data names */
+/*
+ * CQE opcodes are ibv_wc_opcode's, and for fast registration's own work requests: LOCAL_INV 6
+ * (IBV_WC_LOCAL_INV) and REG_MR 10 (the value Linux gives IB_WC_REG_MR since IB_WC_ATOMIC_WRITE
+ * came; a kernel driver maps it onto its own kernel's IB_WC_REG_MR).
+ */
+#define VIRTIO_RDMA_WC_LOCAL_INV 6u
+#define VIRTIO_RDMA_WC_REG_MR 10u
 /* The first CQE follows the control block. */
 #define VIRTIO_RDMA_CQE_OFFSET 64u
 #define VIRTIO_RDMA_CQE_SIZE 32u

@@ -132,6 +132,8 @@ inline constexpr std::uint8_t kWcWithImm = VIRTIO_RDMA_WC_WITH_IMM;
 inline constexpr std::uint8_t kWcGrh = VIRTIO_RDMA_WC_GRH;
 inline constexpr std::uint8_t kWcSolicited = VIRTIO_RDMA_WC_SOLICITED;
 inline constexpr std::uint8_t kWcWithInv = VIRTIO_RDMA_WC_WITH_INV;
+inline constexpr std::uint8_t kWcOpLocalInv = VIRTIO_RDMA_WC_LOCAL_INV;
+inline constexpr std::uint8_t kWcOpRegMr = VIRTIO_RDMA_WC_REG_MR;
 inline constexpr std::uint64_t kCqeOffset = VIRTIO_RDMA_CQE_OFFSET;
 // The phase a valid CQE at free-running index i carries.
 constexpr std::uint8_t cqe_phase(std::uint32_t index, std::uint32_t depth) {

@@ -209,6 +209,13 @@ inline SendFlags send_flags_from_wire(std::uint8_t w) {
 }
 
 // ---- Completions ----------------------------------------------------------------------------
+// The engine's numbers for fast registration are the contract's (a WQE's opcode, a CQE's).
+static_assert(static_cast<unsigned>(WrOpcode::local_inv) == VIRTIO_RDMA_WR_LOCAL_INV &&
+              static_cast<unsigned>(WrOpcode::send_with_inv) == VIRTIO_RDMA_WR_SEND_WITH_INV &&
+              static_cast<unsigned>(WrOpcode::reg_mr) == VIRTIO_RDMA_WR_REG_MR &&
+              static_cast<unsigned>(WcOpcode::local_inv) == VIRTIO_RDMA_WC_LOCAL_INV &&
+              static_cast<unsigned>(WcOpcode::reg_mr) == VIRTIO_RDMA_WC_REG_MR);
+
 // The guest's CQE for an engine completion (its owner byte is the writer's: IBA 11.4.2.2 order).
 inline ::virtio_rdma_cqe to_cqe(const WorkCompletion& wc) {
   ::virtio_rdma_cqe c{};
