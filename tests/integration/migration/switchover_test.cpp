@@ -837,24 +837,34 @@ BOOST_AUTO_TEST_CASE(sigterm_to_a_supervisor_ends_its_backend_and_it) {
   BOOST_CHECK_EQUAL(count_in(log, "starting it again"), 0u);
 }
 
-// A state the source cannot save (here SRQs, which do not migrate yet; a NIC's QPs the same)
-// must not leave the guest waiting on objects that are gone: the source writes why into the
-// state area, the destination runs the guest with no objects, says so, and tells the driver
-// (DEVICE_FATAL), whose CQ polls and commands then fail with the reason.
-BOOST_AUTO_TEST_CASE(a_state_the_source_cannot_save_arrives_as_a_device_fatal_with_the_reason) {
-  BOOST_REQUIRE_MESSAGE(can_make_netns(), "needs root for network namespaces");
+// A state the source cannot save (here SRQs, and fast-registration regions, which do not
+// migrate yet; a NIC's QPs the same) must not leave the guest waiting on objects that are gone:
+// the source writes why into the state area, the destination runs the guest with no objects,
+// says so, and tells the driver (DEVICE_FATAL), whose CQ polls and commands then fail with the
+// reason.
+namespace {
+// One source that cannot save its state because the guest holds `unsaved`.
+void state_lost_because_of(const std::string& unsaved) {
   Fabric net;
   BOOST_REQUIRE_MESSAGE(net.ok, "cannot build the namespaces and the bridge");
   Guest g(net);
-  auto srq = g.a->pd->create_srq(16, 1);
-  VRDMA_REQUIRE_OK(srq);
+  std::shared_ptr<void> held;
+  if (unsaved == "SRQs") {
+    auto srq = g.a->pd->create_srq(16, 1);
+    VRDMA_REQUIRE_OK(srq);
+    held = std::move(*srq);
+  } else {
+    auto mr = g.a->pd->alloc_mr(16);
+    VRDMA_REQUIRE_OK(mr);
+    held = std::move(*mr);
+  }
   auto dst = std::make_unique<Vrdmad>(g.dir, "lost", net.b, std::string("soft:") + kGuestIp,
                                       incoming_args("guest", "gB"));
   VRDMA_REQUIRE_OK(pv::migrate(*g.dev, dst->sock, 10s, pv::StateVia::guest_memory));
   auto st = wait_phase(*dst, "running");
   const std::string msg = st["migration"]["message"].get<std::string>();
   BOOST_CHECK_MESSAGE(msg.find("the guest's RDMA objects did not come with it (the source could not save the device "
-                               "state: ") != std::string::npos && msg.find("SRQs") != std::string::npos,
+                               "state: ") != std::string::npos && msg.find(unsaved) != std::string::npos,
                       msg);
   BOOST_CHECK_EQUAL(st["objects"]["qp"].get<int>(), 0);
   BOOST_CHECK(read_file(g.here->log).find("the device state could not go into guest memory") != std::string::npos);
@@ -871,4 +881,11 @@ BOOST_AUTO_TEST_CASE(a_state_the_source_cannot_save_arrives_as_a_device_fatal_wi
   BOOST_CHECK(read_file(dst->log).find("DEVICE_FATAL") != std::string::npos);
   g.here->child->stop(SIGTERM);
   g.here = std::move(dst);
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_state_the_source_cannot_save_arrives_as_a_device_fatal_with_the_reason) {
+  BOOST_REQUIRE_MESSAGE(can_make_netns(), "needs root for network namespaces");
+  for (const std::string unsaved : {"SRQs", "fast-registration regions"})
+    BOOST_TEST_CONTEXT(unsaved) { state_lost_because_of(unsaved); }
 }
