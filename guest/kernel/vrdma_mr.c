@@ -122,6 +122,23 @@ err_mr:
 	return ERR_PTR(ret);
 }
 
+/*
+ * A region whose pages the device is told by guest-physical address (a DMA MR, a fast one):
+ * refused while an IOMMU translates for the function (the DMA addresses are not guest-physical
+ * then) and on a PD the device lost.
+ */
+static struct vrdma_mr *new_gpa_mr(struct vrdma_dev *dev, struct ib_pd *ibpd)
+{
+	struct vrdma_mr *mr;
+
+	if (device_iommu_mapped(ibpd->device->dma_device))
+		return ERR_PTR(-EOPNOTSUPP);
+	if (!vrdma_live(dev, to_vpd(ibpd)->epoch))
+		return ERR_PTR(-EIO);
+	mr = kzalloc(sizeof(*mr), GFP_KERNEL);
+	return mr ? mr : ERR_PTR(-ENOMEM);
+}
+
 struct ib_mr *vrdma_get_dma_mr(struct ib_pd *ibpd, int access)
 {
 	struct vrdma_dev *dev = to_vdev(ibpd->device);
@@ -139,14 +156,9 @@ struct ib_mr *vrdma_get_dma_mr(struct ib_pd *ibpd, int access)
 		dev_warn_ratelimited(&dev->vdev->dev, "get_dma_mr: access %#x; a DMA MR is local only\n", access);
 		return ERR_PTR(-EOPNOTSUPP);
 	}
-	/* Its addresses are guest-physical: the DMA addresses only while no IOMMU translates. */
-	if (device_iommu_mapped(ibpd->device->dma_device))
-		return ERR_PTR(-EOPNOTSUPP);
-	if (!vrdma_live(dev, pd->epoch))
-		return ERR_PTR(-EIO);
-	mr = kzalloc(sizeof(*mr), GFP_KERNEL);
-	if (!mr)
-		return ERR_PTR(-ENOMEM);
+	mr = new_gpa_mr(dev, ibpd);
+	if (IS_ERR(mr))
+		return ERR_CAST(mr);
 	req.pd = cpu_to_le32(pd->handle);
 	req.access = cpu_to_le32(access);
 	mr->epoch = atomic_read(&dev->epoch);
@@ -177,14 +189,9 @@ struct ib_mr *vrdma_alloc_mr(struct ib_pd *ibpd, enum ib_mr_type type, u32 max_n
 		return ERR_PTR(-EOPNOTSUPP);
 	if (!max_num_sg || max_num_sg > le32_to_cpu(dev->cfg.max_fast_reg_pages))
 		return ERR_PTR(-EINVAL);
-	/* Its pages are guest-physical: the DMA addresses only while no IOMMU translates. */
-	if (device_iommu_mapped(ibpd->device->dma_device))
-		return ERR_PTR(-EOPNOTSUPP);
-	if (!vrdma_live(dev, pd->epoch))
-		return ERR_PTR(-EIO);
-	mr = kzalloc(sizeof(*mr), GFP_KERNEL);
-	if (!mr)
-		return ERR_PTR(-ENOMEM);
+	mr = new_gpa_mr(dev, ibpd);
+	if (IS_ERR(mr))
+		return ERR_CAST(mr);
 	mr->max_pages = max_num_sg;
 	mr->pages_bytes = max_num_sg * sizeof(*mr->pages);
 	mr->pages = alloc_pages_exact(mr->pages_bytes, GFP_KERNEL | __GFP_ZERO);

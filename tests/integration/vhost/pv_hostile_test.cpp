@@ -140,6 +140,23 @@ class RawGuest {
   std::uint64_t req_ = 0, rsp_ = 0;
 };
 
+// A CREATE_QP request with its rings and status block in fresh guest memory, one SGE each way.
+vd::CreateQpReq qp_request(RawGuest& g, std::uint32_t pd, std::uint32_t cq, std::uint8_t type, std::uint32_t depth) {
+  vd::CreateQpReq q{};
+  q.pd = pd;
+  q.send_cq = cq;
+  q.recv_cq = cq;
+  q.qp_type = type;
+  q.sq_depth = depth;
+  q.rq_depth = depth;
+  q.max_send_sge = 1;
+  q.max_recv_sge = 1;
+  q.sq_gpa = g.alloc(depth * vd::send_stride(1, 0));
+  q.rq_gpa = g.alloc(depth * vd::recv_stride(1));
+  q.status_gpa = g.alloc(64);
+  return q;
+}
+
 constexpr auto kOk = 0u;
 constexpr auto kInval = static_cast<std::uint32_t>(vd::Status::invalid);
 constexpr auto kFault = static_cast<std::uint32_t>(vd::Status::fault);
@@ -241,22 +258,9 @@ BOOST_AUTO_TEST_CASE(hostile_guest_gets_errors_and_harms_no_one) {
     auto [sst, sbody] = g.cmd(vd::Cmd::create_srq, vd::CreateSrqReq{pd1, 64, 1, 0, srq_ring, srq_status});
     BOOST_REQUIRE_EQUAL(sst, kOk);
     const auto srq = RawGuest::as<vd::CreateSrqResp>(sbody).srq;
-    const auto sq = g.alloc(64 * vd::send_stride(1, 0));
-    const auto rq = g.alloc(64 * vd::recv_stride(1));
-    const auto qst = g.alloc(64);
-    vd::CreateQpReq q{};
-    q.pd = pd2;
-    q.send_cq = cq;
-    q.recv_cq = cq;
+    vd::CreateQpReq q = qp_request(g, pd2, cq, VIRTIO_RDMA_QPT_UD, 64);
+    const auto sq = q.sq_gpa;
     q.srq = srq;  // SRQ of PD 1 for a QP of PD 2
-    q.qp_type = 4;
-    q.sq_depth = 64;
-    q.rq_depth = 64;
-    q.max_send_sge = 1;
-    q.max_recv_sge = 1;
-    q.sq_gpa = sq;
-    q.rq_gpa = rq;
-    q.status_gpa = qst;
     BOOST_CHECK_EQUAL(g.cmd(vd::Cmd::create_qp, q).first, kPerm);
     q.srq = vd::kNoHandle;
     q.sq_depth = 3;  // not a power of two
@@ -406,21 +410,8 @@ BOOST_AUTO_TEST_CASE(fast_registration_maps_scattered_pages_and_refuses_hostile_
   const auto cq_ring = g.alloc(vd::kCqeOffset + 64 * sizeof(vd::Cqe));
   const auto cq = g.create(vd::Cmd::create_cq, vd::CreateCqReq{64, 0, cq_ring});
   const auto stride = vd::send_stride(1, 0);
-  const auto sq = g.alloc(16 * stride);
-  const auto rq = g.alloc(16 * vd::recv_stride(1));
-  const auto qst = g.alloc(64);
-  vd::CreateQpReq q{};
-  q.pd = pd;
-  q.send_cq = cq;
-  q.recv_cq = cq;
-  q.qp_type = VIRTIO_RDMA_QPT_RC;
-  q.sq_depth = 16;
-  q.rq_depth = 16;
-  q.max_send_sge = 1;
-  q.max_recv_sge = 1;
-  q.sq_gpa = sq;
-  q.rq_gpa = rq;
-  q.status_gpa = qst;
+  const vd::CreateQpReq q = qp_request(g, pd, cq, VIRTIO_RDMA_QPT_RC, 16);
+  const auto sq = q.sq_gpa;
   auto [qs, qbody] = g.cmd(vd::Cmd::create_qp, q);
   BOOST_REQUIRE_EQUAL(qs, kOk);
   const auto qp = RawGuest::as<vd::CreateQpResp>(qbody);
