@@ -2,10 +2,8 @@
 // field is checked before the engine sees it; a refused command gets an errno-valued status and
 // one log sentence.
 #include <sys/epoll.h>
-#include <sys/mman.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <array>
 #include <bit>
 #include <cstring>
@@ -294,33 +292,18 @@ Reply Handlers::alloc_mr() {
   const auto r = req_as<vd::AllocMrReq>(body);
   auto pit = d.pds.find(r.pd);
   if (pit == d.pds.end()) return refuse(vd::Status::not_found, fmt::format("ALLOC_MR names no PD {}", r.pd));
-  const std::uint32_t most = d.fast_mrs_allowed();
-  if (most == 0)
-    return refuse(vd::Status::not_supported, "this device has no fast registration (its engine cannot give a region "
-                                             "new pages by a work request); register memory with REG_MR");
-  if (r.max_pages == 0 || r.max_pages > most)
-    return refuse(vd::Status::invalid, fmt::format("ALLOC_MR for {} pages: the device allows 1..{} (max_fast_reg_pages)",
-                                                   r.max_pages, most));
   if (auto e = mr_room()) return *e;
-  FastMrObj mr;
-  mr.pd = r.pd;
-  mr.max_pages = r.max_pages;
-  // Address space only (PROT_NONE, no memory behind it) until a REG_MR maps scattered pages.
-  const std::size_t span = std::size_t{r.max_pages} << vd::kFastRegMaxPageShift;
-  void* win = ::mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (win == MAP_FAILED)
-    return refuse(vd::Status::no_memory, fmt::format("reserving {} MiB of address space for a fast-registration "
-                                                     "region: {}", span >> 20, std::strerror(errno)));
-  mr.window = MmapArea(win, span);
+  auto mr = d.new_fast_mr(r.pd, r.max_pages);
+  if (!mr) return refuse(status_of(mr.error()), "ALLOC_MR: " + mr.error().message);
   nicdrv::MrOptions mo;
-  if (d.engine_reports_writes) mo.observer = mr.observer;
+  if (d.engine_reports_writes) mo.observer = mr->observer;
   auto eng = pit->second.eng->alloc_mr(r.max_pages, mo);
   if (!eng) return refuse(status_of(eng.error()), eng.error().message);
-  mr.eng = std::move(*eng);
+  mr->eng = std::move(*eng);
   const auto h = d.new_handle();
-  vd::RegMrResp out{h, mr.eng->lkey(), mr.eng->rkey(), 0};
+  vd::RegMrResp out{h, mr->eng->lkey(), mr->eng->rkey(), 0};
   ++pit->second.users;
-  d.fast_mrs.emplace(h, std::move(mr));
+  d.fast_mrs.emplace(h, std::move(*mr));
   return bytes_of(out);
 }
 

@@ -5,6 +5,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <span>
 
 #include <fmt/format.h>
@@ -90,16 +91,10 @@ std::uint32_t DeviceModel::dma_engine_lkey(const DmaMrObj& mr, std::uint64_t add
 
 namespace {
 
-// What a registration (REG_MR command or WQE) says of its bytes and pages.
-struct Layout {
-  std::uint64_t iova, length;
-  std::uint32_t npages, page_shift, access;
-};
-
 // The layout is one the device can map: pages of 4 KiB .. 1 << max_shift, 1..max_pages of them
 // (`limit` names that bound), exactly as many as hold `length` bytes from iova's offset in the
 // first, known access bits.
-Status check_layout(const Layout& l, std::uint32_t max_pages, std::uint32_t max_shift, std::string_view limit) {
+Status check_layout(const PageLayout& l, std::uint32_t max_pages, std::uint32_t max_shift, std::string_view limit) {
   if (l.page_shift < 12 || l.page_shift > max_shift)
     return make_error(Errc::invalid_argument, fmt::format("page_shift {} is outside 12..{}", l.page_shift, max_shift));
   if (l.length == 0) return make_error(Errc::invalid_argument, "a memory region of 0 bytes");
@@ -244,21 +239,31 @@ Status DeviceModel::register_mr(const vhost::GuestView& g, const vd::RegMrReq& r
   return {};
 }
 
-Status DeviceModel::fast_register(const vhost::GuestView& g, std::uint32_t pd, const vd::RegMrWqe& w,
-                                  nicdrv::SendWr& wr) {
-  auto it = fast_mrs.find(w.mr);
-  if (it == fast_mrs.end() || it->second.pd != pd)
-    return make_error(Errc::invalid_argument,
-                      fmt::format("MR {} is no region for fast registration (ALLOC_MR) in the QP's PD {}", w.mr, pd));
-  auto& mr = it->second;
-  if (w.num_sge != 0 || (w.flags & ~(vd::kSendFence | vd::kSendSignaled)) != 0)
-    return make_error(Errc::invalid_argument, fmt::format("a REG_MR WQE carries no SGEs, inline data or address vector "
-                                                          "(num_sge {}, flags {:#x})", w.num_sge, w.flags));
-  VRDMA_TRY(check_layout({w.iova, w.length, w.npages, w.page_shift, w.access}, mr.max_pages, vd::kFastRegMaxPageShift,
-                         "the max_pages the region was allocated with"));
-  std::vector<std::uint64_t> pages(w.npages);
-  VRDMA_TRY(g.read(w.pages_gpa, pages.data(), pages.size() * sizeof(std::uint64_t)));
-  const std::uint64_t psize = std::uint64_t{1} << w.page_shift;
+Result<FastMrObj> DeviceModel::new_fast_mr(std::uint32_t pd, std::uint32_t max_pages) {
+  if (pds.count(pd) == 0) return make_error(Errc::not_found, fmt::format("no PD {}", pd));
+  if (fast_mrs_allowed() == 0)
+    return make_error(Errc::not_supported, "this device has no fast registration (its engine cannot give a region "
+                                           "new pages by a work request); register memory with REG_MR");
+  if (max_pages == 0 || max_pages > fast_mrs_allowed())
+    return make_error(Errc::invalid_argument, fmt::format("a fast region of {} pages: the device allows 1..{} "
+                                                          "(max_fast_reg_pages)", max_pages, fast_mrs_allowed()));
+  FastMrObj mr;
+  mr.pd = pd;
+  mr.max_pages = max_pages;
+  // Address space only (PROT_NONE, no memory behind it) until a REG_MR maps scattered pages.
+  const std::size_t span = std::size_t{max_pages} << vd::kFastRegMaxPageShift;
+  void* win = ::mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (win == MAP_FAILED)
+    return errno_error(errno, fmt::format("reserving {} MiB of address space for a fast-registration region", span >> 20));
+  mr.window = MmapArea(win, span);
+  return mr;
+}
+
+Result<std::uint8_t*> DeviceModel::map_fast(const vhost::GuestView& g, FastMrObj& mr, const PageLayout& l,
+                                            std::vector<std::uint64_t> pages) {
+  VRDMA_TRY(check_layout(l, mr.max_pages, vd::kFastRegMaxPageShift, "the max_pages the region was allocated with"));
+  if (pages.size() != l.npages) return make_error(Errc::invalid_argument, "page list length mismatch");
+  const std::uint64_t psize = std::uint64_t{1} << l.page_shift;
   auto runs = runs_of(g, pages, psize);
   if (!runs) return std::move(runs).error();
   std::uint8_t* base = nullptr;
@@ -276,10 +281,30 @@ Status DeviceModel::fast_register(const vhost::GuestView& g, std::uint32_t pd, c
   }
   for (auto& k : runs->keep)
     if (std::find(mr.regions.begin(), mr.regions.end(), k) == mr.regions.end()) mr.regions.push_back(std::move(k));
-  const std::uint64_t off0 = w.iova & (psize - 1);
-  mr.observer->set(std::make_shared<const MrObserver>(log, base + off0, off0, w.page_shift, std::move(pages)));
+  const std::uint64_t off0 = l.iova & (psize - 1);
+  mr.observer->set(std::make_shared<const MrObserver>(log, base + off0, off0, l.page_shift, std::move(pages)));
+  mr.last = l;
+  return base + off0;
+}
+
+Status DeviceModel::fast_register(const vhost::GuestView& g, std::uint32_t pd, const vd::RegMrWqe& w,
+                                  nicdrv::SendWr& wr) {
+  auto it = fast_mrs.find(w.mr);
+  if (it == fast_mrs.end() || it->second.pd != pd)
+    return make_error(Errc::invalid_argument,
+                      fmt::format("MR {} is no region for fast registration (ALLOC_MR) in the QP's PD {}", w.mr, pd));
+  auto& mr = it->second;
+  if (w.num_sge != 0 || (w.flags & ~(vd::kSendFence | vd::kSendSignaled)) != 0)
+    return make_error(Errc::invalid_argument, fmt::format("a REG_MR WQE carries no SGEs, inline data or address vector "
+                                                          "(num_sge {}, flags {:#x})", w.num_sge, w.flags));
+  const PageLayout l{w.iova, w.length, w.npages, w.page_shift, w.access};
+  VRDMA_TRY(check_layout(l, mr.max_pages, vd::kFastRegMaxPageShift, "the max_pages the region was allocated with"));
+  std::vector<std::uint64_t> pages(w.npages);
+  VRDMA_TRY(g.read(w.pages_gpa, pages.data(), pages.size() * sizeof(std::uint64_t)));
+  auto first = map_fast(g, mr, l, std::move(pages));
+  if (!first) return std::move(first).error();
   wr.reg.mr = mr.eng.get();
-  wr.reg.addr = base + off0;
+  wr.reg.addr = *first;
   wr.reg.iova = w.iova;
   wr.reg.length = w.length;
   wr.reg.page_shift = static_cast<std::uint8_t>(w.page_shift);

@@ -48,9 +48,6 @@ Result<std::vector<std::uint8_t>> DeviceState::Impl::save_state() {
   if (!d.srqs.empty())
     return make_error(Errc::not_supported, fmt::format("the guest has {} SRQs; migrating SRQs is not supported yet",
                                                        d.srqs.size()));
-  if (!d.fast_mrs.empty())
-    return make_error(Errc::not_supported, fmt::format("the guest has {} fast-registration regions (ALLOC_MR); migrating "
-                                                       "them is not supported yet", d.fast_mrs.size()));
   // On a NIC the QPs are drained and stopped first (rebuild.cpp); a second save reuses that.
   if (d.engine_rebuilds() && stopped_for_rebuild.empty())
     if (auto s = stop_for_rebuild(); !s.ok()) return s.error();
@@ -112,8 +109,28 @@ Result<std::vector<std::uint8_t>> DeviceState::Impl::save_state() {
   for (const auto& [h, mr] : d.dma_mrs) {
     w.put(h, mr.pd, mr.access, mr.guest_lkey);
   }
+  // Version 4: the fast-registration regions: their key and, while valid, their registration
+  // (the engine's state is final with the rings stopped; the pages are the device's last REG_MR's).
+  w.put(static_cast<std::uint32_t>(d.fast_mrs.size()));
+  for (const auto& [h, mr] : d.fast_mrs) {
+    const auto layout = mr.observer->layout();
+    bool registered = mr.eng->valid();
+    if (registered && (layout == nullptr || mr.last.iova != mr.eng->addr() || mr.last.length != mr.eng->length())) {
+      // A REG_MR the engine refused when it ran left the region on other pages than the
+      // device mapped last: those pages are not known here.
+      log::warn("virtio-rdma: fast region {} (key {:#x}) is registered over pages the device no longer knows; it moves "
+                "invalid", h, mr.eng->lkey());
+      registered = false;
+    }
+    w.put(h, mr.pd, mr.max_pages, mr.eng->lkey(), static_cast<std::uint8_t>(registered ? 1 : 0));
+    if (!registered) continue;
+    const auto& pages = layout->pages();
+    w.put(mr.last.iova, mr.last.length, static_cast<std::uint32_t>(mr.eng->access()), mr.last.page_shift,
+          static_cast<std::uint32_t>(pages.size()));
+    for (auto p : pages) w.put(p);
+  }
   log::info("virtio-rdma: device state saved: {} PDs, {} MRs, {} CQs, {} AHs, {} QPs, {} bytes", d.pds.size(),
-            d.mrs.size() + d.dma_mrs.size(), d.cqs.size(), d.ahs.size(), d.qps.size(), w.out.size());
+            d.mrs.size() + d.dma_mrs.size() + d.fast_mrs.size(), d.cqs.size(), d.ahs.size(), d.qps.size(), w.out.size());
   return std::move(w.out);
 }
 
@@ -339,6 +356,40 @@ Status DeviceState::Impl::load_state(std::span<const std::uint8_t> blob) {
       d.add_dma_mr(h, std::move(mr));
     }
   }
+  if (version >= 4) {
+    if (!r.get(n) || d.mrs.size() + d.dma_mrs.size() + n > lim.max_mr) return fail(bad("fast MR count"));
+    for (std::uint32_t i = 0; i < n; ++i) {
+      std::uint32_t h = 0, pd = 0, max_pages = 0, key = 0;
+      std::uint8_t registered = 0;
+      if (!r.get(h) || !r.get(pd) || !r.get(max_pages) || !r.get(key) || !r.get(registered))
+        return fail(bad("truncated fast MR"));
+      if (!fresh(h, d.mrs.count(h) != 0 || d.dma_mrs.count(h) != 0 || d.fast_mrs.count(h) != 0) ||
+          d.pds.count(pd) == 0 || registered > 1 || key == 0)
+        return fail(bad(fmt::format("fast MR {} (PD {}, key {:#x})", h, pd, key)));
+      auto mr = d.new_fast_mr(pd, max_pages);
+      if (!mr) return fail(prefixed(fmt::format("fast MR {}: ", h), mr.error()));
+      nicdrv::MrOptions mo;
+      mo.requested_key = key;
+      if (d.engine_reports_writes) mo.observer = mr->observer;
+      if (registered != 0) {
+        device::PageLayout l;
+        if (!r.get(l.iova) || !r.get(l.length) || !r.get(l.access) || !r.get(l.page_shift) || !r.get(l.npages))
+          return fail(bad("truncated fast MR registration"));
+        if (l.npages == 0 || l.npages > max_pages) return fail(bad(fmt::format("fast MR {}: {} pages", h, l.npages)));
+        std::vector<std::uint64_t> pages(l.npages);
+        for (auto& p : pages)
+          if (!r.get(p)) return fail(bad("truncated fast MR page list"));
+        auto first = d.map_fast(g, *mr, l, std::move(pages));
+        if (!first) return fail(prefixed(fmt::format("fast MR {}: ", h), first.error()));
+        mo.registered = nicdrv::MrOptions::Registered{*first, l.iova, l.length, static_cast<nicdrv::Access>(l.access)};
+      }
+      auto eng = d.pds[pd].eng->alloc_mr(max_pages, mo);
+      if (!eng) return fail(prefixed(fmt::format("fast MR {}: ", h), eng.error()));
+      mr->eng = std::move(*eng);
+      ++d.pds[pd].users;
+      d.fast_mrs.emplace(h, std::move(*mr));
+    }
+  }
   if (!r.at_end()) return fail(bad("trailing bytes"));
   if (auto s = finish_rebuilds(); !s.ok()) return fail(s.error());
   d.next_handle_ = std::max(next, max_handle + 1);
@@ -347,7 +398,7 @@ Status DeviceState::Impl::load_state(std::span<const std::uint8_t> blob) {
   pre.clear();
   log::info("virtio-rdma: device state loaded: {} PDs, {} MRs ({:.1f} ms), {} CQs ({:.1f} ms), {} AHs, {} QPs "
             "({:.1f} ms), {} objects pre-created during pre-copy ({} left unused); resuming when the rings run",
-            d.pds.size(), d.mrs.size(), mr_ms, d.cqs.size(), cq_ms, d.ahs.size(), d.qps.size(), qp_ms, adopted, unused);
+            d.pds.size(), d.mrs.size() + d.dma_mrs.size() + d.fast_mrs.size(), mr_ms, d.cqs.size(), cq_ms, d.ahs.size(), d.qps.size(), qp_ms, adopted, unused);
   return {};
 }
 

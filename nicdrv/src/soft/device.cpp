@@ -112,6 +112,7 @@ Result<std::shared_ptr<MemoryRegion>> SoftPd::reg_mr(void* addr, std::size_t len
                                                      const MrOptions& opts) {
   if (addr == nullptr && length > 0) return make_error(Errc::invalid_argument, "reg_mr: null address");
   if (!rights_consistent(access)) return make_error(Errc::invalid_argument, std::string("reg_mr: ") + kRightsInconsistent);
+  if (opts.registered) return make_error(Errc::invalid_argument, "reg_mr: MrOptions::registered is alloc_mr's");
   auto& d = *dev_;
   std::lock_guard lk(d.mu_);
   std::uint32_t key = opts.requested_key;
@@ -135,23 +136,35 @@ Result<std::shared_ptr<MemoryRegion>> SoftPd::alloc_mr(std::uint32_t max_pages, 
   if (max_pages == 0 || max_pages > kMaxFastRegPages)
     return make_error(Errc::invalid_argument, "alloc_mr: " + std::to_string(max_pages) + " pages is outside 1.." +
                                                   std::to_string(kMaxFastRegPages) + " (max_fast_reg_pages of " + d.name() + ")");
-  if (opts.requested_key != 0 || opts.iova)
-    return make_error(Errc::invalid_argument, "alloc_mr: a fast-registration region takes its address and key from REG_MR");
+  if (opts.iova)
+    return make_error(Errc::invalid_argument, "alloc_mr: a fast-registration region takes its address from REG_MR");
+  if (opts.registered && (opts.requested_key == 0 || opts.registered->addr == nullptr || opts.registered->length == 0 ||
+                          !rights_consistent(opts.registered->access)))
+    return make_error(Errc::invalid_argument, "alloc_mr: a region made registered needs its key, memory and consistent "
+                                              "rights");
   std::lock_guard lk(d.mu_);
   // A free block of 256 keys: its index names the region for good.
   std::uint32_t index = 0;
-  for (std::uint32_t tries = 0; tries < (1u << 23); ++tries) {
+  if (opts.requested_key != 0) {  // a region carried over from a migration's source
+    index = opts.requested_key >> 8;
+    if (index < (SoftDevice::kFastKeys >> 8))
+      return make_error(Errc::invalid_argument, fmt::format("alloc_mr: key {:#x} is no fast-registration key (those "
+                                                            "are {:#x} and up)", opts.requested_key, SoftDevice::kFastKeys));
+    if (d.fast_mrs.count(index) != 0 || d.mrs.count(opts.requested_key) != 0)
+      return make_error(Errc::busy, fmt::format("alloc_mr: key {:#x} is no free fast-registration key on {}",
+                                                opts.requested_key, d.name()));
+  }
+  for (std::uint32_t tries = 0; index == 0 && tries < (1u << 23); ++tries) {
     const std::uint32_t i = d.next_fast++;
     if (d.next_fast == (1u << 24)) d.next_fast = SoftDevice::kFastKeys >> 8;  // key = index << 8: 24 bits
-    if (d.fast_mrs.count(i) == 0 && d.mrs.count(i << 8) == 0) {
-      index = i;
-      break;
-    }
+    if (d.fast_mrs.count(i) == 0 && d.mrs.count(i << 8) == 0) index = i;
   }
   if (index == 0) return make_error(Errc::no_memory, "alloc_mr: no fast-registration key left on " + d.name());
-  const std::uint32_t key = index << 8;
+  const std::uint32_t key = opts.requested_key != 0 ? opts.requested_key : index << 8;
   auto mr = std::make_shared<SoftMr>(shared_from_this(), nullptr, 0, Access::none, key, opts.observer, 0, true);
   mr->make_fast(max_pages);
+  if (const auto& r = opts.registered)
+    mr->assign(static_cast<std::uint8_t*>(r->addr), r->length, r->iova, r->access, key);
   d.mrs[key] = mr.get();
   d.fast_mrs[index] = mr.get();
   return std::shared_ptr<MemoryRegion>(std::move(mr));

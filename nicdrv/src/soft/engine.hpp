@@ -143,7 +143,7 @@ class SoftMr final : public MemoryRegion {
   // A peer's SEND with Invalidate may end the region (MrOptions::remote_invalidate); once it
   // has, the keys name nothing (find_mr). Both guarded by the device's mu_.
   [[nodiscard]] bool remote_invalidate() const noexcept { return remote_invalidate_; }
-  [[nodiscard]] bool valid() const noexcept { return valid_; }
+  [[nodiscard]] bool valid() const noexcept override { return valid_; }
   void invalidate() noexcept { valid_ = false; }
   // A region for fast registration (SoftPd::alloc_mr): made invalid, with room for max_pages()
   // pages; REG_MR gives it memory (assign), LOCAL_INV takes it away (invalidate). Its address,

@@ -2,7 +2,8 @@
 # A seed for rdma_command_fuzzer that reaches fast registration (docs/virtio-rdma.md "Fast
 # registration"): CREATE_PD, ALLOC_MR, CREATE_CQ, CREATE_QP with its send ring where the fuzzer
 # writes requests (1 MiB), a "request" that fills the ring with REG_MR, LOCAL_INV and SEND with
-# Invalidate WQEs and the page list, and the SQ doorbell. Writes the seed under its SHA-1 name.
+# Invalidate WQEs and the page list, the SQ doorbell, and a save and load of the device state
+# (the fast region's record). Writes the seed under its SHA-1 name.
 # Usage: make_fast_reg_seed.py tests/fuzz/device/corpus/rdma_command_fuzzer
 import struct, hashlib, sys
 def rec(tag, body): return struct.pack('<BH', tag, len(body)) + body
@@ -24,6 +25,7 @@ ring[384:448] = struct.pack('<QBBBBIQIIQQIIII', 0x13, 9, 2, 0, 0, key, 0, 0, 0, 
 ring[448:472] = struct.pack('<QQQ', 0x400000, 0x401000, 0x402000)  # the page list (one run: the fuzzer's RAM has no fd to map a window from)
 out += rec(2, bytes(ring))                                 # fills the send ring (a refused command)
 out += rec(1, struct.pack('<IHHII', 4, 1, 0, 4, 0))        # SQ doorbell: producer 4
+out += rec(0xfd, b'')                                      # save and load: the fast region in the state
 name = hashlib.sha1(out).hexdigest()
 open(sys.argv[1] + '/' + name, 'wb').write(out)
 print(name)

@@ -214,3 +214,56 @@ BOOST_AUTO_TEST_CASE(bad_registrations_are_refused) {
     BOOST_TEST(st->local_invalidations == 0u);
   }
 }
+
+// A region carried over a migration (MrOptions::requested_key and registered, what vrdmad's
+// device state loads): it takes the whole requested key, starts valid over the given memory
+// (A WRITEs through it at once), ends at a LOCAL_INV and registers again under its block;
+// requested keys that are no free fast key, and registrations without a key, are refused.
+BOOST_AUTO_TEST_CASE(a_region_made_as_a_migrations_source_left_it) {
+  Pair p;
+  auto first = alloc(p.b, 4);
+  const std::uint32_t moved_key = (first->lkey() + 0x300) | 0x5c;  // a free block, a used low byte
+  std::vector<std::uint8_t> target(16384, 0);
+  MrOptions mo;
+  mo.requested_key = moved_key;
+  mo.registered = MrOptions::Registered{target.data() + 100, 0x9000 + 100, 12000, kRemoteRw};
+  auto mr = p.b.pd->alloc_mr(4, mo);
+  VRDMA_REQUIRE_OK(mr);
+  BOOST_TEST((*mr)->lkey() == moved_key);
+  BOOST_TEST((*mr)->valid());
+  BOOST_TEST((*mr)->addr() == 0x9000u + 100);
+  BOOST_TEST((*mr)->length() == 12000u);
+  test::fill_pattern(p.a.buf.data(), 12000, 5);
+  BOOST_TEST(remote(p, WrOpcode::rdma_write, 1, 0, 12000, 0x9000 + 100, moved_key) == WcStatus::success);
+  BOOST_TEST(test::check_pattern(target.data() + 100, 12000, 5));
+  post_send(p.b, inv_of(2, moved_key));
+  BOOST_TEST(one(p.b).status == WcStatus::success);
+  BOOST_TEST(!(*mr)->valid());
+  post_send(p.b, reg_of(3, **mr, target.data(), 0x1000, 4096, 0x5d));
+  BOOST_TEST(one(p.b).status == WcStatus::success);
+  BOOST_TEST((*mr)->lkey() == ((moved_key & ~0xffu) | 0x5d));
+  // An invalid one keeps its key as it was.
+  MrOptions idle;
+  idle.requested_key = (first->lkey() + 0x400) | 0x11;
+  auto quiet = p.b.pd->alloc_mr(2, idle);
+  VRDMA_REQUIRE_OK(quiet);
+  BOOST_TEST((*quiet)->lkey() == idle.requested_key);
+  BOOST_TEST(!(*quiet)->valid());
+  // Refused: a key in another region's block, a plain region's key, a registration without a key.
+  MrOptions taken;
+  taken.requested_key = first->lkey() | 0x01;
+  auto t = p.b.pd->alloc_mr(2, taken);
+  BOOST_REQUIRE(!t.ok());
+  BOOST_TEST(t.error().message.find("no free fast-registration key") != std::string::npos, t.error().message);
+  BOOST_TEST(t.error().is(Errc::busy));
+  MrOptions plain;
+  plain.requested_key = p.b.mr->lkey();
+  auto pl = p.b.pd->alloc_mr(2, plain);
+  BOOST_REQUIRE(!pl.ok());
+  BOOST_TEST(pl.error().is(Errc::invalid_argument));
+  MrOptions keyless;
+  keyless.registered = MrOptions::Registered{target.data(), 0x1000, 4096, kRemoteRw};
+  auto k = p.b.pd->alloc_mr(2, keyless);
+  BOOST_REQUIRE(!k.ok());
+  BOOST_TEST(k.error().is(Errc::invalid_argument));
+}

@@ -45,6 +45,8 @@ class MrObserver final : public nicdrv::WriteObserver {
   void on_write(std::uint64_t addr, std::uint64_t len) noexcept override { mark(addr, len); }
   void mark(std::uint64_t addr, std::uint64_t len) const noexcept;
   [[nodiscard]] const std::vector<std::uint64_t>& pages() const { return pages_; }
+  [[nodiscard]] std::uint32_t page_shift() const { return shift_; }
+  [[nodiscard]] std::uint64_t first_offset() const { return off0_; }
 
  private:
   std::shared_ptr<LogRef> log_;
@@ -120,12 +122,19 @@ struct MrObj {
   std::uint32_t guest_lkey = 0, guest_rkey = 0;
 };
 
+// What a registration (REG_MR command or WQE, or a saved fast region) says of its bytes and pages.
+struct PageLayout {
+  std::uint64_t iova = 0, length = 0;
+  std::uint32_t npages = 0, page_shift = 12, access = 0;
+};
+
 // A region for fast registration (ALLOC_MR, docs/virtio-rdma.md "Fast registration"): it holds
 // no memory until a REG_MR send WQE gives it guest pages. Pages contiguous in one guest memory
 // region are handed to the engine where the guest memory is mapped; scattered pages are mapped
 // into its window, an address range reserved at ALLOC_MR for max_pages pages of the largest
 // page size, at the doorbell that brings the WQE (as Linux rxe takes the page list at
-// ib_map_mr_sg: the driver gives an invalid region new pages). Not carried by a migration yet.
+// ib_map_mr_sg: the driver gives an invalid region new pages). A migration carries its key and,
+// while it is valid, its registration (migration/src/state.cpp).
 struct FastMrObj {
   std::uint32_t pd = 0, max_pages = 0;
   MmapArea window;
@@ -133,6 +142,7 @@ struct FastMrObj {
   std::vector<std::shared_ptr<const vhost::MappedRegion>> regions;  // every one its pages came from
   std::shared_ptr<FastMrObserver> observer = std::make_shared<FastMrObserver>();
   std::shared_ptr<nicdrv::MemoryRegion> eng;
+  PageLayout last;  // the last registration mapped (its pages are the observer's)
 };
 
 struct CqObj {
@@ -281,6 +291,13 @@ struct DeviceModel {
   // A REG_MR send WQE of a QP in PD `pd`: its page list checked and mapped for the fast region
   // it names; `wr` gets the engine's REG_MR (its reg fields).
   Status fast_register(const vhost::GuestView& g, std::uint32_t pd, const vd::RegMrWqe& w, nicdrv::SendWr& wr);
+  // A fast region of PD `pd` for max_pages pages (1..fast_mrs_allowed()), its window reserved;
+  // its engine region is the caller's to make (alloc_mr with its observer).
+  Result<FastMrObj> new_fast_mr(std::uint32_t pd, std::uint32_t max_pages);
+  // `pages` (the layout's, checked here against the region's max_pages) mapped for `mr` and its
+  // observer told: the host address of the region's first byte.
+  Result<std::uint8_t*> map_fast(const vhost::GuestView& g, FastMrObj& mr, const PageLayout& l,
+                                 std::vector<std::uint64_t> pages);
   // The engine regions of a DMA memory region over the guest memory there is now (the old
   // ones released first). keep_name: the guest already knows mr.guest_lkey (a loaded state, a
   // new memory table); an engine that can is asked for that key again, else it is translated.

@@ -55,8 +55,11 @@ class DeviceState {
   // completed, and a re-pointed peer's QPN and rkeys as the guest knows them (a NIC's QPs carry
   // those in their re-creation records). Version 3 adds, at the end, the PDs' DMA memory
   // regions (REG_DMA_MR: handle, PD, access, the lkey the guest knows); a destination registers
-  // them over the guest memory it has. A destination reads kOldestStateVersion and later.
-  static constexpr std::uint32_t kStateVersion = 3;
+  // them over the guest memory it has. Version 4 adds, at the end, the fast-registration
+  // regions (ALLOC_MR: handle, PD, max_pages, key, and while valid their iova, length, rights,
+  // page size and pages); a destination allocates them under the same key, registered again
+  // over the same guest pages. A destination reads kOldestStateVersion and later.
+  static constexpr std::uint32_t kStateVersion = 4;
   static constexpr std::uint32_t kOldestStateVersion = 1;
   static constexpr bool state_version_readable(std::uint32_t v) { return v >= kOldestStateVersion && v <= kStateVersion; }
 

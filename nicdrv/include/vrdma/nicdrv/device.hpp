@@ -36,6 +36,9 @@ class MemoryRegion {
   [[nodiscard]] virtual std::uint64_t addr() const noexcept = 0;
   [[nodiscard]] virtual std::uint64_t length() const noexcept = 0;
   [[nodiscard]] virtual Access access() const noexcept = 0;
+  // Whether its keys name it now: false for a fast-registration region (alloc_mr) before its
+  // first REG_MR, after a LOCAL_INV or a peer's SEND with Invalidate.
+  [[nodiscard]] virtual bool valid() const noexcept { return true; }
 };
 
 class AddressHandle {
@@ -109,6 +112,15 @@ struct MrOptions {
   // the region invalid: no local or remote access by its keys from then on. What a fast-
   // registered region allows (IBA 10.6.6); a region registered without it refuses such a SEND.
   bool remote_invalidate = false;
+  // alloc_mr only, to carry a region across a migration: requested_key is its whole key (low
+  // byte included) and, with `registered`, it starts valid as a REG_MR would have left it: the
+  // `length` bytes at `addr`, named from `iova`, with `access`.
+  struct Registered {
+    void* addr = nullptr;
+    std::uint64_t iova = 0, length = 0;
+    Access access = Access::none;
+  };
+  std::optional<Registered> registered;
 };
 struct QpOptions {
   std::uint32_t requested_qpn = 0;  // 0: the provider picks
