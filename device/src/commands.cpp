@@ -302,8 +302,7 @@ Reply Handlers::alloc_mr() {
   mr->eng = std::move(*eng);
   const auto h = d.new_handle();
   vd::RegMrResp out{h, mr->eng->lkey(), mr->eng->rkey(), 0};
-  ++pit->second.users;
-  d.fast_mrs.emplace(h, std::move(*mr));
+  d.add_fast_mr(h, std::move(*mr));
   return bytes_of(out);
 }
 
@@ -313,9 +312,8 @@ Reply Handlers::dereg_mr() {
     d.forget_dma_mr(h);
     return std::vector<std::uint8_t>{};
   }
-  if (auto f = d.fast_mrs.find(h); f != d.fast_mrs.end()) {
-    --d.pds[f->second.pd].users;
-    d.fast_mrs.erase(f);
+  if (d.fast_mrs.count(h) != 0) {
+    d.forget_fast_mr(h);
     return std::vector<std::uint8_t>{};
   }
   auto found = to_destroy(d.mrs, "MR");

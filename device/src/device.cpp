@@ -279,6 +279,7 @@ void DeviceModel::reset() {
   dma_by_lkey.clear();
   dma_mrs.clear();
   fast_mrs.clear();
+  fast_window_bytes = 0;
   mrs.clear();
   cqs.clear();
   pds.clear();

@@ -247,11 +247,15 @@ Result<FastMrObj> DeviceModel::new_fast_mr(std::uint32_t pd, std::uint32_t max_p
   if (max_pages == 0 || max_pages > fast_mrs_allowed())
     return make_error(Errc::invalid_argument, fmt::format("a fast region of {} pages: the device allows 1..{} "
                                                           "(max_fast_reg_pages)", max_pages, fast_mrs_allowed()));
+  // Address space only (PROT_NONE, no memory behind it) until a REG_MR maps scattered pages.
+  const std::size_t span = std::size_t{max_pages} << vd::kFastRegMaxPageShift;
+  if (fast_window_bytes + span > kMaxFastWindowBytes)
+    return make_error(Errc::limit_exceeded, fmt::format("the guest's fast regions already hold {} GiB of the backend's "
+                                                        "address space, the most it gives them is {} GiB; deregister "
+                                                        "some", fast_window_bytes >> 30, kMaxFastWindowBytes >> 30));
   FastMrObj mr;
   mr.pd = pd;
   mr.max_pages = max_pages;
-  // Address space only (PROT_NONE, no memory behind it) until a REG_MR maps scattered pages.
-  const std::size_t span = std::size_t{max_pages} << vd::kFastRegMaxPageShift;
   void* win = ::mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (win == MAP_FAILED)
     return errno_error(errno, fmt::format("reserving {} MiB of address space for a fast-registration region", span >> 20));

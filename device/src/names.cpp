@@ -47,6 +47,20 @@ void DeviceModel::forget_dma_mr(std::uint32_t handle) {
   dma_mrs.erase(it);
 }
 
+void DeviceModel::add_fast_mr(std::uint32_t handle, FastMrObj mr) {
+  if (auto p = pds.find(mr.pd); p != pds.end()) ++p->second.users;
+  fast_window_bytes += mr.window.size();
+  fast_mrs.emplace(handle, std::move(mr));
+}
+
+void DeviceModel::forget_fast_mr(std::uint32_t handle) {
+  auto it = fast_mrs.find(handle);
+  if (it == fast_mrs.end()) return;
+  if (auto p = pds.find(it->second.pd); p != pds.end()) --p->second.users;
+  fast_window_bytes -= it->second.window.size();
+  fast_mrs.erase(it);
+}
+
 nicdrv::QpInitAttr DeviceModel::init_attr_of(const QpObj& qp) {
   nicdrv::QpInitAttr ia;
   ia.type = qp.type;

@@ -386,8 +386,7 @@ Status DeviceState::Impl::load_state(std::span<const std::uint8_t> blob) {
       auto eng = d.pds[pd].eng->alloc_mr(max_pages, mo);
       if (!eng) return fail(prefixed(fmt::format("fast MR {}: ", h), eng.error()));
       mr->eng = std::move(*eng);
-      ++d.pds[pd].users;
-      d.fast_mrs.emplace(h, std::move(*mr));
+      d.add_fast_mr(h, std::move(*mr));
     }
   }
   if (!r.at_end()) return fail(bad("trailing bytes"));

@@ -383,7 +383,8 @@ BOOST_AUTO_TEST_CASE(hostile_guest_gets_errors_and_harms_no_one) {
 // refusals; a REG_MR WQE whose pages are scattered (listed out of order) is mapped into the
 // region's window, and a WRITE through the new key (an RC QP connected to itself) lands in
 // exactly those pages at the right offsets; hostile REG_MR WQEs complete with errors in order
-// and change nothing; LOCAL_INV ends the key (a WRITE through it fails and writes nothing).
+// and change nothing; LOCAL_INV ends the key (a WRITE through it fails and writes nothing); the
+// windows' address space is bounded.
 BOOST_AUTO_TEST_CASE(fast_registration_maps_scattered_pages_and_refuses_hostile_wqes) {
   NetnsPair net{"vpf", 237};
   BOOST_REQUIRE(net.ok());
@@ -584,7 +585,22 @@ BOOST_AUTO_TEST_CASE(fast_registration_maps_scattered_pages_and_refuses_hostile_
   BOOST_CHECK_MESSAGE(st == nicdrv::WcStatus::rem_access_err || st == nicdrv::WcStatus::wr_flush_err,
                       "a WRITE through an invalidated key completed " << nicdrv::to_string(st));
   BOOST_CHECK(std::all_of(g.host(p0, 4096), g.host(p0, 4096) + 4096, [](std::uint8_t b) { return b == 0x33; }));
+  // ALLOC_MR until the backend's address space for windows is spent (16 TiB: 16384 regions of
+  // 512 pages, less the 16 pages' worth above): refused with ENOSPC by name, and a region given
+  // back makes room again.
+  std::vector<std::uint32_t> made;
+  std::pair<std::uint32_t, std::vector<std::uint8_t>> last;
+  for (int i = 0; i < 17000; ++i) {
+    last = g.cmd(vd::Cmd::alloc_mr, vd::AllocMrReq{pd2, 512});
+    if (last.first != kOk) break;
+    made.push_back(RawGuest::as<vd::RegMrResp>(last.second).mr);
+  }
+  BOOST_CHECK_EQUAL(made.size(), 16383u);
+  BOOST_CHECK_EQUAL(last.first, static_cast<std::uint32_t>(vd::Status::no_space));
+  BOOST_CHECK_EQUAL(g.cmd(vd::Cmd::dereg_mr, vd::HandleReq{made.back(), 0}).first, kOk);
+  BOOST_CHECK_EQUAL(g.cmd(vd::Cmd::alloc_mr, vd::AllocMrReq{pd2, 512}).first, kOk);
   BOOST_CHECK(dev.child->alive());
   const auto log = read_file(dev.log);
   BOOST_CHECK(log.find("REG_MR") != std::string::npos);
+  BOOST_CHECK(log.find("fast regions already hold") != std::string::npos);
 }

@@ -384,6 +384,14 @@ struct DeviceModel {
   std::unordered_map<std::uint32_t, DmaMrObj> dma_mrs;
   std::unordered_map<std::uint32_t, const DmaMrObj*> dma_by_lkey;  // guest lkey -> its DMA region
   std::unordered_map<std::uint32_t, FastMrObj> fast_mrs;
+  // names.cpp: a fast region placed under `handle` (its PD counts it, its window is counted
+  // against kMaxFastWindowBytes), and its removal.
+  void add_fast_mr(std::uint32_t handle, FastMrObj mr);
+  void forget_fast_mr(std::uint32_t handle);
+  // The fast regions' windows together: address space only, but a guest's ALLOC_MRs must not
+  // exhaust its backend's (16 TiB: some 16,000 regions of 512 pages).
+  static constexpr std::uint64_t kMaxFastWindowBytes = std::uint64_t{1} << 44;
+  std::uint64_t fast_window_bytes = 0;
   // names.cpp: a DMA region placed under `handle` (its PD counts it, its lkey names it), its
   // removal, and the handle of the one a PD has (nullopt: none).
   void add_dma_mr(std::uint32_t handle, DmaMrObj mr);
