@@ -97,8 +97,8 @@ struct Handlers {
         return refuse(vd::Status::busy, fmt::format("{} {} is still used by {} {}", kind, h, it->second.users, what));
     return it;
   }
-  // REG_MR and REG_DMA_MR: the guest's regions of both kinds count against max_mr.
-  [[nodiscard]] std::optional<Refusal> mr_room() const { return room(d.mrs.size() + d.dma_mrs.size() + d.fast_mrs.size(), lim.max_mr, "MRs"); }
+  // REG_MR, REG_DMA_MR and ALLOC_MR: the guest's regions of every kind count against max_mr.
+  [[nodiscard]] std::optional<Refusal> mr_room() const { return room(d.mr_count(), lim.max_mr, "MRs"); }
 
   Reply query_device();
   Reply query_port();

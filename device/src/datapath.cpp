@@ -169,6 +169,21 @@ void DeviceModel::post_sq(const vhost::GuestView& g, std::uint32_t handle, QpObj
         reject(fmt::format("opcode {} is not a work request opcode", w->opcode));
       } else if (w->opcode > 6 && fast_mrs_allowed() == 0) {
         reject(fmt::format("opcode {} is fast registration's, which this device does not offer", w->opcode));
+      } else if (w->opcode == vd::kWrRegMr) {
+        // Its 64 bytes are a RegMrWqe: no SGEs, remote address or payload.
+        vd::RegMrWqe reg;
+        std::memcpy(&reg, &*w, sizeof reg);
+        nicdrv::SendWr& wr = wrs[n];
+        wr = nicdrv::SendWr{};
+        wr.wr_id = reg.wr_id;
+        wr.opcode = nicdrv::WrOpcode::reg_mr;
+        wr.flags = nicdrv::send_flags_from_wire(reg.flags);
+        if (auto s = fast_register(g, qp.pd, reg, wr); !s.ok()) {
+          reject("REG_MR: " + s.error().message);
+        } else {
+          slot_idx[n] = idx;
+          ++n;
+        }
       } else if ((w->flags & vd::kSendInline) != 0 && w->inline_len > qp.max_inline) {
         reject(fmt::format("{} inline bytes exceed the QP's {}", w->inline_len, qp.max_inline));
       } else if ((w->flags & vd::kSendInline) == 0 && w->num_sge > qp.max_send_sge) {
@@ -194,22 +209,6 @@ void DeviceModel::post_sq(const vhost::GuestView& g, std::uint32_t handle, QpObj
         if (w->opcode == vd::kWrLocalInv || w->opcode == vd::kWrSendWithInv) {
           wr.invalidate_rkey = w->imm_data;  // ours to invalidate, or the peer's
           wr.imm_data = 0;
-        } else if (w->opcode == vd::kWrRegMr) {
-          vd::RegMrWqe reg;
-          std::memcpy(&reg, &*w, sizeof reg);
-          wr = nicdrv::SendWr{};
-          wr.wr_id = reg.wr_id;
-          wr.opcode = nicdrv::WrOpcode::reg_mr;
-          wr.flags = nicdrv::send_flags_from_wire(reg.flags);
-          if (auto s = fast_register(g, qp.pd, reg, wr); !s.ok()) {
-            reject("REG_MR: " + s.error().message);
-            ok = false;
-          } else {
-            slot_idx[n] = idx;
-            ++n;
-          }
-          ++idx;
-          continue;
         }
         // Where the SGEs or inline bytes start: after the inline address vector when there is one.
         const bool inline_av = (w->flags & vd::kSendInlineAv) != 0;

@@ -105,7 +105,7 @@ void RdmaDevice::poll_idle() { impl_->poll_idle(); }
 RdmaDeviceStats RdmaDevice::stats() const {
   auto s = impl_->st;
   s.pds = static_cast<std::uint32_t>(impl_->pds.size());
-  s.mrs = static_cast<std::uint32_t>(impl_->mrs.size() + impl_->dma_mrs.size() + impl_->fast_mrs.size());
+  s.mrs = static_cast<std::uint32_t>(impl_->mr_count());
   s.cqs = static_cast<std::uint32_t>(impl_->cqs.size());
   s.qps = static_cast<std::uint32_t>(impl_->qps.size());
   s.ahs = static_cast<std::uint32_t>(impl_->ahs.size());

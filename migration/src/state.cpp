@@ -130,7 +130,7 @@ Result<std::vector<std::uint8_t>> DeviceState::Impl::save_state() {
     for (auto p : pages) w.put(p);
   }
   log::info("virtio-rdma: device state saved: {} PDs, {} MRs, {} CQs, {} AHs, {} QPs, {} bytes", d.pds.size(),
-            d.mrs.size() + d.dma_mrs.size() + d.fast_mrs.size(), d.cqs.size(), d.ahs.size(), d.qps.size(), w.out.size());
+            d.mr_count(), d.cqs.size(), d.ahs.size(), d.qps.size(), w.out.size());
   return std::move(w.out);
 }
 
@@ -357,7 +357,7 @@ Status DeviceState::Impl::load_state(std::span<const std::uint8_t> blob) {
     }
   }
   if (version >= 4) {
-    if (!r.get(n) || d.mrs.size() + d.dma_mrs.size() + n > lim.max_mr) return fail(bad("fast MR count"));
+    if (!r.get(n) || d.mr_count() + n > lim.max_mr) return fail(bad("fast MR count"));
     for (std::uint32_t i = 0; i < n; ++i) {
       std::uint32_t h = 0, pd = 0, max_pages = 0, key = 0;
       std::uint8_t registered = 0;
@@ -397,7 +397,7 @@ Status DeviceState::Impl::load_state(std::span<const std::uint8_t> blob) {
   pre.clear();
   log::info("virtio-rdma: device state loaded: {} PDs, {} MRs ({:.1f} ms), {} CQs ({:.1f} ms), {} AHs, {} QPs "
             "({:.1f} ms), {} objects pre-created during pre-copy ({} left unused); resuming when the rings run",
-            d.pds.size(), d.mrs.size() + d.dma_mrs.size() + d.fast_mrs.size(), mr_ms, d.cqs.size(), cq_ms, d.ahs.size(), d.qps.size(), qp_ms, adopted, unused);
+            d.pds.size(), d.mr_count(), mr_ms, d.cqs.size(), cq_ms, d.ahs.size(), d.qps.size(), qp_ms, adopted, unused);
   return {};
 }
 

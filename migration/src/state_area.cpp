@@ -74,7 +74,7 @@ vd::StateCensus DeviceState::Impl::census() const {
   c.pds = d.pds.size();
   c.ahs = d.ahs.size();
   c.srqs = d.srqs.size();
-  c.mrs = d.mrs.size() + d.dma_mrs.size() + d.fast_mrs.size();
+  c.mrs = d.mr_count();
   for (const auto& [h, mr] : d.mrs) c.mr_pages += mr.observer->pages().size();
   for (const auto& [h, mr] : d.fast_mrs) c.mr_pages += mr.max_pages;
   c.cqs = d.cqs.size();

@@ -45,8 +45,6 @@ class MrObserver final : public nicdrv::WriteObserver {
   void on_write(std::uint64_t addr, std::uint64_t len) noexcept override { mark(addr, len); }
   void mark(std::uint64_t addr, std::uint64_t len) const noexcept;
   [[nodiscard]] const std::vector<std::uint64_t>& pages() const { return pages_; }
-  [[nodiscard]] std::uint32_t page_shift() const { return shift_; }
-  [[nodiscard]] std::uint64_t first_offset() const { return off0_; }
 
  private:
   std::shared_ptr<LogRef> log_;
@@ -384,6 +382,8 @@ struct DeviceModel {
   std::unordered_map<std::uint32_t, DmaMrObj> dma_mrs;
   std::unordered_map<std::uint32_t, const DmaMrObj*> dma_by_lkey;  // guest lkey -> its DMA region
   std::unordered_map<std::uint32_t, FastMrObj> fast_mrs;
+  // Regions of every kind (REG_MR, REG_DMA_MR, ALLOC_MR): what max_mr bounds.
+  [[nodiscard]] std::size_t mr_count() const { return mrs.size() + dma_mrs.size() + fast_mrs.size(); }
   // names.cpp: a fast region placed under `handle` (its PD counts it, its window is counted
   // against kMaxFastWindowBytes), and its removal.
   void add_fast_mr(std::uint32_t handle, FastMrObj mr);
