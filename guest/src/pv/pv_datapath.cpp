@@ -157,20 +157,13 @@ Result<vd::RegMrWqe> reg_mr_wqe(PvDevice& dev, const PvPd& pd, const SendWr& wr,
     return make_error(Errc::invalid_argument, fmt::format("{}: REG_MR: {} bytes at {} are not device memory in one "
                                                           "piece; allocate them with Device::alloc_buffer()",
                                                           who, wr.reg.length, wr.reg.addr));
-  const std::uint64_t mask = (std::uint64_t{1} << shift) - 1;
-  if ((*gpa & mask) != (wr.reg.iova & mask))
-    return make_error(Errc::invalid_argument, fmt::format("{}: REG_MR: iova {:#x} must have the same offset within a "
-                                                          "{}-byte page as the buffer ({:#x})",
-                                                          who, wr.reg.iova, mask + 1, *gpa & mask));
-  const std::uint64_t first = *gpa & ~mask;
-  const std::uint64_t npages = ((*gpa + wr.reg.length - 1) >> shift) - (*gpa >> shift) + 1;
+  VRDMA_TRY(same_page_offset(who + ": REG_MR", wr.reg.iova, *gpa, shift));
+  const std::uint64_t npages = pages_spanned(*gpa, wr.reg.length, shift);
   if (npages > mr->max_pages())
     return make_error(Errc::invalid_argument, fmt::format("{}: REG_MR: {} bytes span {} pages of {}; the region was made "
-                                                          "for {}", who, wr.reg.length, npages, mask + 1, mr->max_pages()));
-  for (std::uint64_t i = 0; i < npages; ++i) {
-    const std::uint64_t p = first + (i << shift);
-    std::memcpy(mr->page_list().a.host + i * 8, &p, 8);
-  }
+                                                          "for {}", who, wr.reg.length, npages, std::uint64_t{1} << shift,
+                                                          mr->max_pages()));
+  write_page_list(mr->page_list().a.host, *gpa, npages, shift);
   vd::RegMrWqe w{};
   w.wr_id = wr.wr_id;
   w.opcode = vd::kWrRegMr;

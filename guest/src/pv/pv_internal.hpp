@@ -8,6 +8,7 @@
 //   pv_datapath.cpp posting (QP, SRQ) and polling (CQ)
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -21,6 +22,8 @@
 #include <unordered_map>
 #include <utility>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "vrdma/guest/pv.hpp"
 #include "vrdma/virtio_rdma.hpp"
@@ -218,6 +221,34 @@ class PvCq final : public CompletionQueue, public std::enable_shared_from_this<P
 };
 
 // ---- PD, MR, AH (pv_objects.cpp) ------------------------------------------------------------
+// Page lists the device reads (REG_MR's command and WQE): the pages of 1 << shift bytes that
+// hold `len` bytes (at least one) from guest-physical `gpa`...
+inline std::uint64_t pages_spanned(std::uint64_t gpa, std::uint64_t len, std::uint32_t shift) {
+  return ((gpa + std::max<std::uint64_t>(len, 1) - 1) >> shift) - (gpa >> shift) + 1;
+}
+// ...written at `out` as the device's little-endian u64 addresses.
+inline void write_page_list(std::uint8_t* out, std::uint64_t gpa, std::uint64_t npages, std::uint32_t shift) {
+  const std::uint64_t first = gpa >> shift << shift;
+  for (std::uint64_t i = 0; i < npages; ++i) {
+    const std::uint64_t p = first + (i << shift);
+    std::memcpy(out + i * 8, &p, 8);
+  }
+}
+// A region's first byte keeps its offset within the first page (the device's page arithmetic):
+// iova and the buffer's guest-physical address must share it.
+inline Status same_page_offset(const std::string& who, std::uint64_t iova, std::uint64_t gpa, std::uint32_t shift) {
+  const std::uint64_t mask = (std::uint64_t{1} << shift) - 1;
+  if ((iova & mask) == (gpa & mask)) return {};
+  return make_error(Errc::invalid_argument, fmt::format("{}: iova {:#x} must have the same offset within a {}-byte page "
+                                                        "as the buffer ({:#x})", who, iova, mask + 1, gpa & mask));
+}
+// requested_key and observer are a backend's (vrdmad's) options.
+inline Status no_backend_options(const std::string& who, const MrOptions& opts) {
+  if (opts.requested_key == 0 && !opts.observer) return {};
+  return make_error(Errc::not_supported, who + ": requested keys and write observers are backend features, not "
+                                               "available to a pv guest");
+}
+
 class PvPd;
 
 class PvMr final : public MemoryRegion {

@@ -14,9 +14,7 @@ namespace vrdma::pv::detail {
 
 Result<std::shared_ptr<MemoryRegion>> PvPd::reg_mr(void* addr, std::size_t length, Access access,
                                                    const MrOptions& opts) {
-  if (opts.requested_key != 0 || opts.observer)
-    return make_error(Errc::not_supported, dev_->name() + ": requested keys and write observers are backend features, "
-                                                          "not available to a pv guest");
+  VRDMA_TRY(no_backend_options(dev_->name(), opts));
   if (opts.remote_invalidate)
     return make_error(Errc::not_supported, dev_->name() + ": on the virtio RDMA device a peer's SEND with Invalidate "
                                                           "ends only regions from alloc_mr (fast registration)");
@@ -26,25 +24,17 @@ Result<std::shared_ptr<MemoryRegion>> PvPd::reg_mr(void* addr, std::size_t lengt
     return make_error(Errc::invalid_argument, fmt::format("{}: {} bytes at {} are not device memory; allocate buffers "
                                                           "to register with Device::alloc_buffer()", dev_->name(), length,
                                                           addr));
-  const std::uint64_t first = *gpa & ~std::uint64_t{4095};
-  const std::uint64_t last = (*gpa + std::max<std::size_t>(length, 1) + 4095) & ~std::uint64_t{4095};
-  const auto npages = static_cast<std::uint32_t>((last - first) / 4096);
+  const auto npages = static_cast<std::uint32_t>(pages_spanned(*gpa, length, 12));
   auto list = t.alloc_dma(std::size_t{npages} * 8);
   if (!list) return std::move(list).error();
   Dma pages(&t, *list);
-  for (std::uint32_t i = 0; i < npages; ++i) {
-    const std::uint64_t p = first + std::uint64_t{i} * 4096;
-    std::memcpy(pages.a.host + i * 8, &p, 8);
-  }
+  write_page_list(pages.a.host, *gpa, npages, 12);
   vd::RegMrReq r{};
   r.pd = h_;
   r.access = static_cast<std::uint32_t>(access);
-  // The region's first byte is `iova` (the caller's own address by default) and keeps its
-  // offset within the first page, so the device's page arithmetic matches.
+  // The region's first byte is `iova` (the caller's own address by default).
   const std::uint64_t iova = opts.iova.value_or(reinterpret_cast<std::uint64_t>(addr));
-  if ((iova & 4095) != (*gpa & 4095))
-    return make_error(Errc::invalid_argument, fmt::format("{}: iova {:#x} must have the same offset within a 4 KiB page "
-                                                          "as the buffer ({:#x})", dev_->name(), iova, *gpa & 4095));
+  VRDMA_TRY(same_page_offset(dev_->name(), iova, *gpa, 12));
   r.iova = iova;
   r.length = length;
   r.pages_gpa = pages.a.gpa;
@@ -56,9 +46,7 @@ Result<std::shared_ptr<MemoryRegion>> PvPd::reg_mr(void* addr, std::size_t lengt
 }
 
 Result<std::shared_ptr<MemoryRegion>> PvPd::alloc_mr(std::uint32_t max_pages, const MrOptions& opts) {
-  if (opts.requested_key != 0 || opts.observer)
-    return make_error(Errc::not_supported, dev_->name() + ": requested keys and write observers are backend features, "
-                                                          "not available to a pv guest");
+  VRDMA_TRY(no_backend_options(dev_->name(), opts));
   const auto& c = dev_->config();
   if ((c.features & vd::kFeatureFastReg) == 0)
     return make_error(Errc::not_supported, dev_->name() + ": alloc_mr: the device offers no fast registration "
