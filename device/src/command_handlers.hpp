@@ -120,6 +120,11 @@ struct Handlers {
   Reply destroy_srq();
   Reply query_config();
   Reply reg_dma_mr();
+  // db_rings.cpp
+  Reply create_db_ring();
+  Reply destroy_db_ring();
+  // A CREATE_CQ/QP/SRQ's db_ring: 0 or a ring the guest has.
+  [[nodiscard]] std::optional<Refusal> db_ring_known(std::uint32_t ring, std::string_view command) const;
 };
 
 }  // namespace vrdma::device::cmd

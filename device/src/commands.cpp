@@ -54,6 +54,8 @@ constexpr std::array<Command, VIRTIO_RDMA_CMD_COUNT - 1> kCommands{{
     {vd::Cmd::query_config, Effect::reads, &Handlers::query_config},
     {vd::Cmd::reg_dma_mr, Effect::makes, &Handlers::reg_dma_mr},
     {vd::Cmd::alloc_mr, Effect::makes, &Handlers::alloc_mr},
+    {vd::Cmd::create_db_ring, Effect::makes, &Handlers::create_db_ring},
+    {vd::Cmd::destroy_db_ring, Effect::destroys, &Handlers::destroy_db_ring},
 }};
 constexpr bool in_contract_order() {
   for (std::size_t i = 0; i < kCommands.size(); ++i)
@@ -333,8 +335,11 @@ Reply Handlers::create_cq() {
     return refuse(vd::Status::invalid, fmt::format("CQ depth {} is not a power of two up to {}", r.depth, lim.max_cqe));
   const std::uint64_t bytes = vd::kCqeOffset + std::uint64_t{r.depth} * sizeof(vd::Cqe);
   if (auto why = check_area(g, r.ring_gpa, bytes, 4096, "the CQ ring")) return refuse(vd::Status::fault, *why);
+  if (auto e = db_ring_known(r.db_ring, "CREATE_CQ")) return *e;
   const auto h = d.new_handle();
   if (auto s = d.add_cq(g, h, r.depth, r.ring_gpa, true); !s.ok()) return refuse(status_of(s.error()), s.error().message);
+  d.cqs[h].db_ring = r.db_ring;
+  d.count_db_ring_user(r.db_ring, +1);
   return bytes_of(vd::HandleResp{h, 0});
 }
 
@@ -345,6 +350,7 @@ Reply Handlers::destroy_cq() {
   const int fd = it->second.eng->event_fd();
   d.loop.remove(fd);
   d.cq_by_fd.erase(fd);
+  d.count_db_ring_user(it->second.db_ring, -1);
   d.cqs.erase(it);
   return std::vector<std::uint8_t>{};
 }

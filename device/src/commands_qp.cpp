@@ -22,6 +22,7 @@ Reply Handlers::create_qp() {
       return refuse(vd::Status::perm, fmt::format("SRQ {} belongs to PD {}, not PD {}", r.srq, sit->second.pd, r.pd));
     srq = &sit->second;
   }
+  if (auto e = db_ring_known(r.db_ring, "CREATE_QP")) return *e;
   if (r.qp_type != VIRTIO_RDMA_QPT_RC && r.qp_type != VIRTIO_RDMA_QPT_UD && r.qp_type != VIRTIO_RDMA_QPT_GSI)
     return refuse(vd::Status::not_supported, fmt::format("QP type {} is not RC (2), UD (4) or GSI (1)", r.qp_type));
   if (!pow2(r.sq_depth) || r.sq_depth > lim.max_qp_wr)
@@ -82,6 +83,8 @@ Reply Handlers::create_qp() {
   ++scq->second.users;
   ++rcq->second.users;
   if (srq != nullptr) ++srq->users;
+  qp.db_ring = r.db_ring;
+  d.count_db_ring_user(r.db_ring, +1);
   d.qps.emplace(h, std::move(qp));
   return bytes_of(out);
 }
@@ -144,6 +147,7 @@ Reply Handlers::destroy_qp() {
   --d.cqs[qp.send_cq].users;
   --d.cqs[qp.recv_cq].users;
   if (qp.srq != vd::kNoHandle) --d.srqs[qp.srq].users;
+  d.count_db_ring_user(qp.db_ring, -1);
   d.pending_sq.erase(h);
   d.pending_rq.erase(h);
   d.forget_names(h);
@@ -178,6 +182,7 @@ Reply Handlers::create_srq() {
   auto pit = d.pds.find(r.pd);
   if (pit == d.pds.end()) return refuse(vd::Status::not_found, fmt::format("CREATE_SRQ names no PD {}", r.pd));
   if (auto e = room(d.srqs.size(), lim.max_srq, "SRQs")) return *e;
+  if (auto e = db_ring_known(r.db_ring, "CREATE_SRQ")) return *e;
   if (!pow2(r.depth) || r.depth > lim.max_qp_wr || r.max_sge == 0 || r.max_sge > lim.max_sge)
     return refuse(vd::Status::invalid, fmt::format("SRQ depth {} / SGEs {} out of range (power of two up to {}, 1..{})",
                                                    r.depth, r.max_sge, lim.max_qp_wr, lim.max_sge));
@@ -197,6 +202,8 @@ Reply Handlers::create_srq() {
   vd::CreateSrqResp out{h, s.ring.stride};
   d.write_status(g, s.status_gpa, 0, 0, 0);
   ++pit->second.users;
+  s.db_ring = r.db_ring;
+  d.count_db_ring_user(r.db_ring, +1);
   d.srqs.emplace(h, std::move(s));
   return bytes_of(out);
 }
@@ -206,6 +213,7 @@ Reply Handlers::destroy_srq() {
   if (auto* no = std::get_if<Refusal>(&found)) return *no;
   const auto it = std::get<0>(found);
   --d.pds[it->second.pd].users;
+  d.count_db_ring_user(it->second.db_ring, -1);
   d.pending_srq.erase(it->first);
   d.srqs.erase(it);
   return std::vector<std::uint8_t>{};

@@ -38,13 +38,22 @@ void DeviceModel::doorbells(vhost::Queue& q) {
     }
     if (!q.push(*chain, 0).ok()) return;
   }
+  // A notification of this queue is also how a process says it wrote into its doorbell ring.
+  if (!db_rings.empty()) ring_doorbell_rings(q.memory());
   if (!events.empty() && host != nullptr && host->queue_running(vd::kEventQueue)) host->run_queue(vd::kEventQueue);
 }
 
-void DeviceModel::ring_doorbell(const vhost::GuestView& g, const vd::Doorbell& db) {
+void DeviceModel::ring_doorbell(const vhost::GuestView& g, const vd::Doorbell& db, std::uint32_t from) {
   auto bad = [&](std::string why) {
     ++st.doorbell_errors;
-    if (should_log_refusal(Refused::doorbell)) log::warn("virtio-rdma: doorbell ignored: {}", why);
+    if (should_log_refusal(Refused::doorbell))
+      log::warn("virtio-rdma: doorbell{} ignored: {}", from != 0 ? fmt::format(" from doorbell ring {}", from) : "", why);
+  };
+  // A ring's records name only the objects made with that ring (another process's are not its to ring).
+  auto foreign = [&](std::string_view kind, std::uint32_t owner) {
+    if (from == 0 || owner == from) return false;
+    bad(fmt::format("{} {} was not created with this ring", kind, db.handle));
+    return true;
   };
   switch (static_cast<vd::DoorbellKind>(db.kind)) {
     case vd::DoorbellKind::sq:
@@ -52,6 +61,7 @@ void DeviceModel::ring_doorbell(const vhost::GuestView& g, const vd::Doorbell& d
       auto it = qps.find(db.handle);
       if (it == qps.end()) return bad(fmt::format("no QP {}", db.handle));
       auto& qp = it->second;
+      if (foreign("QP", qp.db_ring)) return;
       const bool sq = db.kind == static_cast<std::uint16_t>(vd::DoorbellKind::sq);
       WorkRing& ring = sq ? qp.sq : qp.rq;
       if (!sq && qp.srq != vd::kNoHandle) return bad(fmt::format("QP {} receives through an SRQ; it has no receive ring", db.handle));
@@ -70,6 +80,7 @@ void DeviceModel::ring_doorbell(const vhost::GuestView& g, const vd::Doorbell& d
       auto it = srqs.find(db.handle);
       if (it == srqs.end()) return bad(fmt::format("no SRQ {}", db.handle));
       auto& s = it->second;
+      if (foreign("SRQ", s.db_ring)) return;
       if (db.value - s.ring.consumed > s.ring.depth)
         return bad(fmt::format("SRQ {} producer {} is more than {} entries ahead of the device ({})", db.handle, db.value,
                                s.ring.depth, s.ring.consumed));
@@ -80,6 +91,7 @@ void DeviceModel::ring_doorbell(const vhost::GuestView& g, const vd::Doorbell& d
     case vd::DoorbellKind::cq_arm: {
       auto it = cqs.find(db.handle);
       if (it == cqs.end()) return bad(fmt::format("no CQ {}", db.handle));
+      if (foreign("CQ", it->second.db_ring)) return;
       it->second.armed = true;
       it->second.solicited_only = db.value == 1;
       // Completions that arrived before the arm but after the driver's last poll would be

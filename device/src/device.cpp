@@ -48,7 +48,7 @@ vd::Config DeviceModel::config_space() const {
   auto attr = engine->query_device();
   auto port = engine->query_port(1);
   auto gid = engine->query_gid(0, 1);
-  c.features = vd::kFeatureUd | vd::kFeatureSrq | vd::kFeatureMigration | vd::kFeatureDmaMr;
+  c.features = vd::kFeatureUd | vd::kFeatureSrq | vd::kFeatureMigration | vd::kFeatureDmaMr | vd::kFeatureDbRing;
   if (attr && attr->atomic_cap != nicdrv::AtomicCap::none) c.features |= vd::kFeatureAtomic;
   if (attr && attr->gsi) c.features |= vd::kFeatureGsi;
   if (attr && attr->max_fast_reg_pages != 0) {
@@ -110,6 +110,7 @@ RdmaDeviceStats RdmaDevice::stats() const {
   s.qps = static_cast<std::uint32_t>(impl_->qps.size());
   s.ahs = static_cast<std::uint32_t>(impl_->ahs.size());
   s.srqs = static_cast<std::uint32_t>(impl_->srqs.size());
+  s.db_rings = static_cast<std::uint32_t>(impl_->db_rings.size());
   s.paused = impl_->paused;
   return s;
 }
@@ -261,6 +262,9 @@ void DeviceModel::maybe_resume() {
   if (hooks != nullptr) hooks->rings_running();
   drain_all();
   retry_pending();
+  // Records a process wrote into its doorbell ring while the rings were stopped (or at the
+  // source, for a destination): nobody will notify the device of them again.
+  if (host->queue_running(vd::kDoorbellQueue)) ring_doorbell_rings(view());
 }
 
 void DeviceModel::reset() {
@@ -275,6 +279,8 @@ void DeviceModel::reset() {
   qpn_to_engine.clear();
   qp_by_engine_qpn.clear();
   srqs.clear();
+  db_rings.clear();
+  db_rings_polled = false;
   ahs.clear();
   dma_by_lkey.clear();
   dma_mrs.clear();
@@ -441,6 +447,7 @@ void DeviceModel::drain_cq(std::uint32_t handle) {
 bool DeviceModel::poll_round() {
   if (paused || host == nullptr) return false;
   polling = true;
+  if (!db_rings_polled && !db_rings.empty()) set_db_rings_polled(view(), true);
   const auto before = st.doorbells + st.cqes + st.commands;
   if (host->queue_running(vd::kDoorbellQueue)) {
     host->set_queue_notification(vd::kDoorbellQueue, false);  // this loop looks at it: no kicks needed
@@ -453,6 +460,9 @@ bool DeviceModel::poll_round() {
 
 void DeviceModel::poll_idle() {
   polling = false;
+  // The rings' processes notify again; set_queue_notification then runs the doorbell queue, and
+  // with it the rings, once more for a record written before they saw the flag go.
+  if (db_rings_polled && host != nullptr) set_db_rings_polled(view(), false);
   if (host != nullptr) host->set_queue_notification(vd::kDoorbellQueue, true);  // runs it once more
   std::vector<std::uint32_t> hs(hot_cqs.begin(), hot_cqs.end());
   hot_cqs.clear();

@@ -60,6 +60,8 @@ struct vrdma_dev {
 	struct virtqueue *ctrl_vq;
 	struct virtqueue *event_vq;
 	struct virtqueue *db_vq;
+	/* The doorbell queue's notify address (physical), for processes' doorbell rings; 0: none. */
+	phys_addr_t notify_pa;
 
 	/* The doorbell queue (vrdma_ring.c): one record per chain, reclaimed as the device uses them. */
 	spinlock_t db_lock;
@@ -115,6 +117,12 @@ struct vrdma_dev {
 
 struct vrdma_ucontext {
 	struct ib_ucontext ibuc;
+	/* Its doorbell ring (vrdma_dbring.c) and the notify page, or NULL: rung through the kernel. */
+	struct vrdma_ring *dbr;
+	struct vrdma_ring *notify;
+	struct mutex dbr_lock;
+	u32 dbr_number;  /* the device's, made in dbr_epoch (-1: not yet) */
+	int dbr_epoch;
 };
 
 struct vrdma_pd {
@@ -136,6 +144,7 @@ struct vrdma_ring {
 	u64 gpa;
 	bool leak;
 	bool kernel;  /* a kernel object's: no mmap entry, freed at release */
+	bool io;      /* not memory: the device's notify page at gpa (vrdma_ring_io) */
 };
 
 struct vrdma_mr {
@@ -262,12 +271,20 @@ void vrdma_ib_unregister(struct vrdma_dev *dev);
 /* uc NULL: a kernel object's ring (no mmap entry). */
 struct vrdma_ring *vrdma_ring_alloc(struct ib_ucontext *uc, size_t size);
 void vrdma_ring_release(struct vrdma_ring *ring, bool device_may_write);
+/* The device's notify page at `pa` mapped into a process (uncached, one page). */
+struct vrdma_ring *vrdma_ring_io(struct ib_ucontext *uc, phys_addr_t pa);
 int vrdma_mmap(struct ib_ucontext *uc, struct vm_area_struct *vma);
 void vrdma_mmap_free(struct rdma_user_mmap_entry *entry);
 int vrdma_doorbell(struct vrdma_dev *dev, u32 handle, u16 kind, u32 value, gfp_t gfp);
 int vrdma_ring_producer(struct vrdma_dev *dev, u32 handle, u16 kind, u32 prod, u32 consumed, u32 depth, u32 *rung);
 void vrdma_doorbells_init(struct vrdma_dev *dev);
 void vrdma_doorbells_reclaim(struct vrdma_dev *dev, bool device_reset);
+
+/* vrdma_dbring.c: processes' doorbell rings */
+void vrdma_find_notify(struct vrdma_dev *dev);
+int vrdma_uctx_db_ring(struct vrdma_dev *dev, struct vrdma_ucontext *uc, int epoch, u32 *number);
+int vrdma_uctx_db_ring_init(struct vrdma_dev *dev, struct vrdma_ucontext *uc, struct virtio_rdma_abi_ucontext_resp *r);
+void vrdma_uctx_db_ring_free(struct vrdma_dev *dev, struct vrdma_ucontext *uc);
 
 /* vrdma_mr.c */
 struct ib_mr *vrdma_get_dma_mr(struct ib_pd *pd, int access);

@@ -19,6 +19,7 @@ int vrdma_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr, stru
 	struct virtio_rdma_create_cq_req req = {};
 	struct virtio_rdma_handle_resp resp;
 	u32 max_cqe = le32_to_cpu(dev->dattr.max_cqe);
+	u32 db_ring;
 	int ret;
 
 	/* One completion vector (ib_device.num_comp_vectors): a ULP asking for another gets it. */
@@ -43,6 +44,10 @@ int vrdma_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr, stru
 	req.depth = cpu_to_le32(cq->depth);
 	req.ring_gpa = cpu_to_le64(cq->ring->gpa);
 	cq->epoch = atomic_read(&dev->epoch);
+	ret = vrdma_uctx_db_ring(dev, udata ? uc : NULL, cq->epoch, &db_ring);
+	if (ret)
+		goto err_ring;
+	req.db_ring = cpu_to_le32(db_ring);
 	ret = vrdma_cmd_create(dev, VIRTIO_RDMA_CMD_CREATE_CQ, &req, sizeof(req), &resp, sizeof(resp), &cq->handle);
 	if (ret)
 		goto err_ring;

@@ -181,6 +181,7 @@ static void vrdma_fw_str(struct ib_device *ib, char *str)
 static int vrdma_alloc_ucontext(struct ib_ucontext *uc, struct ib_udata *udata)
 {
 	struct vrdma_dev *dev = to_vdev(uc->device);
+	struct vrdma_ucontext *vuc = container_of(uc, struct vrdma_ucontext, ibuc);
 	struct virtio_rdma_abi_ucontext_resp r = {
 		.abi_version = VIRTIO_RDMA_ABI_VERSION,
 		.max_qp_wr = le32_to_cpu(dev->dattr.max_qp_wr),
@@ -188,14 +189,27 @@ static int vrdma_alloc_ucontext(struct ib_ucontext *uc, struct ib_udata *udata)
 		.max_sge = le32_to_cpu(dev->dattr.max_sge),
 		.max_inline = le32_to_cpu(dev->dattr.max_inline_data),
 	};
+	int ret;
 
+	mutex_init(&vuc->dbr_lock);
+	vuc->dbr_epoch = -1;
+	/* A provider that knows no doorbell ring asks for the first answer only, and gets no ring. */
+	if (udata->outlen >= sizeof(r)) {
+		ret = vrdma_uctx_db_ring_init(dev, vuc, &r);
+		if (ret)
+			return ret;
+	}
 	if (!udata->outlen)
 		return 0;
-	return ib_copy_to_udata(udata, &r, min(udata->outlen, sizeof(r)));
+	ret = ib_copy_to_udata(udata, &r, min(udata->outlen, sizeof(r)));
+	if (ret)
+		vrdma_uctx_db_ring_free(dev, vuc);
+	return ret;
 }
 
 static void vrdma_dealloc_ucontext(struct ib_ucontext *uc)
 {
+	vrdma_uctx_db_ring_free(to_vdev(uc->device), container_of(uc, struct vrdma_ucontext, ibuc));
 }
 
 /*

@@ -186,6 +186,7 @@ static int vrdma_probe(struct virtio_device *vdev)
 		dev_err(&vdev->dev, "the device's attributes could not be had (%d)\n", ret);
 		goto err_reset;
 	}
+	vrdma_find_notify(dev);
 	dev_info(&vdev->dev,
 		 "virtio RDMA device%s: version %u, features %#llx, GID 0 %pI6, MAC %pM, port state %u, MTU %u, max_qp %u max_cq %u max_mr %u max_pd %u max_qp_wr %u max_cqe %u max_sge %u, fw \"%*pE\"\n",
 		 carrier ? " behind the vhost-user-blk carrier" : "", le16_to_cpu(dev->cfg.version),

@@ -56,7 +56,7 @@ int vrdma_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *attr, struct ib_
 	 * device object): the ring's stride holds 32 bytes more, asked as two more SGEs.
 	 */
 	u32 av_sges = !udata && attr->qp_type != IB_QPT_RC ? VIRTIO_RDMA_INLINE_AV_SIZE / VIRTIO_RDMA_SGE_SIZE : 0;
-	u32 dev_send_sge, dev_inline;
+	u32 dev_send_sge, dev_inline, db_ring;
 	u64 sq_bytes, rq_bytes, status_off;
 	int ret;
 
@@ -141,6 +141,10 @@ int vrdma_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *attr, struct ib_
 		ret = -EIO;  /* the PD or a CQ was lost with the device's objects */
 		goto err_ring;
 	}
+	ret = vrdma_uctx_db_ring(dev, udata ? uc : NULL, qp->epoch, &db_ring);
+	if (ret)
+		goto err_ring;
+	req.db_ring = cpu_to_le16((u16)db_ring);
 	ret = vrdma_cmd_create(dev, VIRTIO_RDMA_CMD_CREATE_QP, &req, sizeof(req), &resp, sizeof(resp), &qp->handle);
 	if (ret)
 		goto err_ring;

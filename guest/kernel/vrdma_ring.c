@@ -48,6 +48,24 @@ struct vrdma_ring *vrdma_ring_alloc(struct ib_ucontext *uc, size_t size)
 	return ring;
 }
 
+struct vrdma_ring *vrdma_ring_io(struct ib_ucontext *uc, phys_addr_t pa)
+{
+	struct vrdma_ring *ring = kzalloc(sizeof(*ring), GFP_KERNEL);
+	int ret;
+
+	if (!ring)
+		return ERR_PTR(-ENOMEM);
+	ring->io = true;
+	ring->gpa = pa;
+	ring->size = PAGE_SIZE;
+	ret = rdma_user_mmap_entry_insert(uc, &ring->rdma, PAGE_SIZE);
+	if (ret) {
+		kfree(ring);
+		return ERR_PTR(ret);
+	}
+	return ring;
+}
+
 /*
  * The object is gone (or never was): the mmap offset stops working, and the memory goes with
  * the last mapping. device_may_write: the device did not confirm the object's end (no answer),
@@ -71,7 +89,7 @@ void vrdma_mmap_free(struct rdma_user_mmap_entry *entry)
 {
 	struct vrdma_ring *ring = container_of(entry, struct vrdma_ring, rdma);
 
-	if (!ring->leak)
+	if (!ring->leak && !ring->io)
 		free_pages_exact(ring->cpu, ring->size);
 	kfree(ring);
 }
@@ -92,8 +110,12 @@ int vrdma_mmap(struct ib_ucontext *uc, struct vm_area_struct *vma)
 		return -EINVAL;
 	}
 	/* The vma holds its own reference to the entry until it is unmapped. */
-	ret = rdma_user_mmap_io(uc, vma, virt_to_phys(ring->cpu) >> PAGE_SHIFT, ring->size, vma->vm_page_prot,
-				entry);
+	if (ring->io)
+		ret = rdma_user_mmap_io(uc, vma, ring->gpa >> PAGE_SHIFT, PAGE_SIZE, pgprot_noncached(vma->vm_page_prot),
+					entry);
+	else
+		ret = rdma_user_mmap_io(uc, vma, virt_to_phys(ring->cpu) >> PAGE_SHIFT, ring->size, vma->vm_page_prot,
+					entry);
 	rdma_user_mmap_entry_put(entry);
 	return ret;
 }

@@ -28,6 +28,7 @@ int vrdma_create_srq(struct ib_srq *ibsrq, struct ib_srq_init_attr *init, struct
 	u32 max_wr = min(le32_to_cpu(dev->dattr.max_srq_wr), le32_to_cpu(dev->dattr.max_qp_wr));
 	u32 max_sge = le32_to_cpu(dev->dattr.max_sge);
 	u64 ring_bytes;
+	u32 db_ring;
 	int ret;
 
 	if (!udata)
@@ -65,6 +66,10 @@ int vrdma_create_srq(struct ib_srq *ibsrq, struct ib_srq_init_attr *init, struct
 	req.ring_gpa = cpu_to_le64(srq->ring->gpa);
 	req.status_gpa = cpu_to_le64(srq->ring->gpa + srq->status_off);
 	srq->epoch = atomic_read(&dev->epoch);
+	ret = vrdma_uctx_db_ring(dev, uc, srq->epoch, &db_ring);
+	if (ret)
+		goto err_ring;
+	req.db_ring = cpu_to_le32(db_ring);
 	ret = vrdma_cmd_create(dev, VIRTIO_RDMA_CMD_CREATE_SRQ, &req, sizeof(req), &resp, sizeof(resp), &srq->handle);
 	if (ret)
 		goto err_ring;

@@ -10,10 +10,12 @@
  * This file: the device (matched by name, "vrdma*": the module registers RDMA_DRIVER_UNKNOWN),
  * the context, device and port queries, PD, MR, AH, and the ops table.
  */
+#include <endian.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/mman.h>
 
 #include "vrdma.h"
 
@@ -144,9 +146,54 @@ static int vrdma_destroy_ah(struct ibv_ah *ibah)
 
 /* ---- Context and device --------------------------------------------------------------------- */
 
+static void unmap_doorbell_ring(struct vrdma_context *ctx)
+{
+	if (ctx->dbr)
+		munmap(ctx->dbr, ctx->lim.db_ring_mmap_size);
+	if (ctx->notify_page)
+		munmap(ctx->notify_page, (size_t)ctx->page_size);
+	ctx->dbr = NULL;
+	ctx->notify_page = NULL;
+}
+
+/*
+ * The doorbell ring and notify page the kernel offered (virtio_rdma_abi.h), checked and mapped.
+ * A context that cannot map them rings through the kernel: the device takes both.
+ */
+static void map_doorbell_ring(struct vrdma_context *ctx, const struct virtio_rdma_abi_ucontext_resp *r)
+{
+	uint32_t depth = r->db_ring_depth;
+	void *p;
+
+	if (depth < VIRTIO_RDMA_DB_RING_MIN_DEPTH || depth > VIRTIO_RDMA_DB_RING_MAX_DEPTH || (depth & (depth - 1)) ||
+	    r->db_ring_mmap_size % ctx->page_size || r->db_ring_mmap_size < virtio_rdma_db_ring_bytes(depth) ||
+	    (uint64_t)r->notify_offset + sizeof(uint16_t) > (uint64_t)ctx->page_size || r->notify_offset % 2) {
+		vrdma_warn(&ctx->ibv_ctx.context, "GET_CONTEXT answered a doorbell ring that does not fit; ringing through the kernel");
+		return;
+	}
+	p = mmap(NULL, r->db_ring_mmap_size, PROT_READ | PROT_WRITE, MAP_SHARED, ctx->ibv_ctx.context.cmd_fd,
+		 (off_t)r->db_ring_mmap_offset);
+	if (p == MAP_FAILED)
+		goto fail;
+	ctx->dbr = p;
+	p = mmap(NULL, (size_t)ctx->page_size, PROT_WRITE, MAP_SHARED, ctx->ibv_ctx.context.cmd_fd,
+		 (off_t)r->notify_mmap_offset);
+	if (p == MAP_FAILED)
+		goto fail;
+	ctx->notify_page = p;
+	/* The device started the ring at the producer the header holds. */
+	ctx->dbr_prod = le32toh(((struct virtio_rdma_db_ring_hdr *)(void *)ctx->dbr)->producer);
+	return;
+fail:
+	vrdma_warn(&ctx->ibv_ctx.context, "mmap of the doorbell ring or notify page failed; ringing through the kernel");
+	unmap_doorbell_ring(ctx);
+}
+
 static void vrdma_free_context(struct ibv_context *ibctx)
 {
 	struct vrdma_context *ctx = to_vctx(ibctx);
+
+	unmap_doorbell_ring(ctx);
 
 	verbs_uninit_context(&ctx->ibv_ctx);
 	free(ctx);
@@ -206,6 +253,9 @@ static struct verbs_context *vrdma_alloc_context(struct ibv_device *ibdev, int c
 	}
 	ctx->lim = resp.drv;
 	ctx->page_size = sysconf(_SC_PAGESIZE);
+	pthread_spin_init(&ctx->dbr_lock, PTHREAD_PROCESS_PRIVATE);
+	if (resp.drv.flags & VIRTIO_RDMA_ABI_UCTX_DB_RING)
+		map_doorbell_ring(ctx, &resp.drv);
 	verbs_set_ops(&ctx->ibv_ctx, &vrdma_ctx_ops);
 	return &ctx->ibv_ctx;
 

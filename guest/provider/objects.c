@@ -87,6 +87,7 @@ struct ibv_cq *vrdma_create_cq(struct ibv_context *ctx, int cqe, struct ibv_comp
 	}
 	cq->map_size = resp.drv.mmap_size;
 	cq->depth = resp.drv.depth;
+	cq->handle = resp.drv.cq_handle;
 	cq->next = le32toh(((struct virtio_rdma_cq_control *)cq->map)->consumer);
 	cq->ibv_cq.cqe = (int)cq->depth;
 	pthread_spin_init(&cq->lock, PTHREAD_PROCESS_PRIVATE);

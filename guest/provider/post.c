@@ -3,10 +3,13 @@
  * libvrdma's data path over the contract's rings ("Rings in guest memory", include/vrdma/
  * virtio_rdma.h) mapped from the kernel: WQEs are written at the free-running producer index, a
  * WR is refused while the ring is full by the device's sq_consumed / rq_consumed (ENOMEM), the
- * producer is stored into the doorbell record (release) and the doorbell is the uverbs
- * POST_SEND / POST_RECV / POST_SRQ_RECV command carrying no work request, which the driver turns
- * into the device's doorbell. CQEs are read by the owner/phase rule and the consumer index
- * written back. The send WQE parts here are shared with the extended send API (wr.c).
+ * producer is stored into the doorbell record (release) and the doorbell is a record on the
+ * context's doorbell ring plus a write to the device's notify address, both mapped into the
+ * process (no system call), or, when the kernel gave no ring, the uverbs POST_SEND / POST_RECV /
+ * POST_SRQ_RECV command carrying no work request, which the driver turns into the device's
+ * doorbell. CQEs are read by the owner/phase rule and the consumer index written back; arming
+ * is a CQ_ARM doorbell the same way. The send WQE parts here are shared with the extended send
+ * API (wr.c).
  */
 #include <errno.h>
 #include <sched.h>
@@ -57,9 +60,18 @@ int vrdma_poll_cq(struct ibv_cq *ibcq, int num, struct ibv_wc *wc)
 	return n;
 }
 
+static int doorbell_again(int err, unsigned int *tries);
+
 int vrdma_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
 {
-	return ibv_cmd_req_notify_cq(ibcq, solicited_only);
+	struct vrdma_context *ctx = to_vctx(ibcq->context);
+	unsigned int tries = 0;
+	int err;
+
+	do
+		err = vrdma_ring_doorbell(ctx, to_vcq(ibcq)->handle, VIRTIO_RDMA_DB_CQ_ARM, solicited_only ? 1 : 0);
+	while (doorbell_again(err, &tries));
+	return err == ENOSYS ? ibv_cmd_req_notify_cq(ibcq, solicited_only) : err;
 }
 
 /*
@@ -76,6 +88,41 @@ static int doorbell_again(int err, unsigned int *tries)
 	else
 		usleep(50);
 	return 1;
+}
+
+/* ---- The doorbell ring ---------------------------------------------------------------------- */
+
+int vrdma_ring_doorbell(struct vrdma_context *ctx, uint32_t handle, uint16_t kind, uint32_t value)
+{
+	struct virtio_rdma_db_ring_hdr *h = (void *)ctx->dbr;
+	struct virtio_rdma_doorbell *rec;
+	uint32_t depth = ctx->lim.db_ring_depth, consumed, flags;
+	int full;
+
+	if (!ctx->dbr)
+		return ENOSYS;
+	pthread_spin_lock(&ctx->dbr_lock);
+	consumed = le32toh(__atomic_load_n(&h->consumed, __ATOMIC_ACQUIRE));
+	full = ctx->dbr_prod - consumed >= depth;
+	if (!full) {
+		rec = (void *)(ctx->dbr + VIRTIO_RDMA_DB_RING_RECORDS_OFFSET +
+			       (size_t)(ctx->dbr_prod & (depth - 1)) * sizeof(*rec));
+		rec->handle = htole32(handle);
+		rec->kind = htole16(kind);
+		rec->reserved = 0;
+		rec->value = htole32(value);
+		rec->reserved2 = 0;
+		ctx->dbr_prod++;
+		/* The record, then the producer the device reads it by. */
+		__atomic_store_n(&h->producer, htole32(ctx->dbr_prod), __ATOMIC_RELEASE);
+	}
+	pthread_spin_unlock(&ctx->dbr_lock);
+	/* The producer before the flags (the device clears them, then reads the producers). */
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	flags = le32toh(__atomic_load_n(&h->flags, __ATOMIC_ACQUIRE));
+	if (full || !(flags & VIRTIO_RDMA_DB_RING_NO_KICK))
+		*(volatile uint16_t *)(void *)(ctx->notify_page + ctx->lim.notify_offset) = htole16(ctx->lim.notify_value);
+	return full ? EAGAIN : 0;
 }
 
 /* ---- Send queue ----------------------------------------------------------------------------- */
@@ -210,9 +257,11 @@ int vrdma_sq_ring(struct vrdma_qp *qp, uint32_t start)
 	if (qp->sq_prod == start)
 		return 0;
 	__atomic_store_n(&qp_db(qp)->sq_producer, qp->sq_prod, __ATOMIC_RELEASE);
-	do
-		err = ibv_cmd_post_send(&qp->vqp.qp, NULL, &bad);  /* the doorbell: no work request */
-	while (doorbell_again(err, &tries));
+	do {
+		err = vrdma_ring_doorbell(to_vctx(qp->vqp.qp.context), qp->abi.qp_handle, VIRTIO_RDMA_DB_SQ, qp->sq_prod);
+		if (err == ENOSYS)
+			err = ibv_cmd_post_send(&qp->vqp.qp, NULL, &bad);  /* the doorbell: no work request */
+	} while (doorbell_again(err, &tries));
 	if (err) {
 		qp->sq_prod = start;
 		__atomic_store_n(&qp_db(qp)->sq_producer, start, __ATOMIC_RELEASE);
@@ -279,6 +328,8 @@ struct recv_ring {
 	uint32_t *prod;				/* ours: the next slot to write */
 	const __le32 *consumed;			/* the device's, in the status page */
 	uint32_t *producer;			/* the doorbell page's (native order, as the kernel reads it) */
+	uint32_t handle;			/* the device's QP or SRQ, for a doorbell-ring record */
+	uint16_t kind;				/* VIRTIO_RDMA_DB_RQ or _SRQ */
 };
 
 /*
@@ -287,8 +338,8 @@ struct recv_ring {
  * request that did not fit (ENOMEM). A doorbell that fails takes back every receive of the call.
  * The caller holds the ring's lock.
  */
-static int post_recv_ring(const struct recv_ring *r, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr,
-			  int (*ring)(void *obj), void *obj)
+static int post_recv_ring(struct vrdma_context *ctx, const struct recv_ring *r, struct ibv_recv_wr *wr,
+			  struct ibv_recv_wr **bad_wr, int (*ring)(void *obj), void *obj)
 {
 	struct ibv_recv_wr *first = wr;
 	uint32_t start = *r->prod;
@@ -310,9 +361,11 @@ static int post_recv_ring(const struct recv_ring *r, struct ibv_recv_wr *wr, str
 		int err;
 
 		__atomic_store_n(r->producer, *r->prod, __ATOMIC_RELEASE);
-		do
-			err = ring(obj);
-		while (doorbell_again(err, &tries));
+		do {
+			err = vrdma_ring_doorbell(ctx, r->handle, r->kind, *r->prod);
+			if (err == ENOSYS)
+				err = ring(obj);
+		} while (doorbell_again(err, &tries));
 		if (err) {
 			*r->prod = start;
 			__atomic_store_n(r->producer, start, __ATOMIC_RELEASE);
@@ -343,7 +396,7 @@ int vrdma_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv
 	struct recv_ring r = {
 		.base = qp->map + qp->abi.rq_offset, .depth = qp->abi.rq_depth, .stride = qp->abi.rq_stride,
 		.max_sge = qp->abi.max_recv_sge, .prod = &qp->rq_prod, .consumed = &qp_status(qp)->rq_consumed,
-		.producer = &qp_db(qp)->rq_producer,
+		.producer = &qp_db(qp)->rq_producer, .handle = qp->abi.qp_handle, .kind = VIRTIO_RDMA_DB_RQ,
 	};
 	int ret;
 
@@ -352,7 +405,7 @@ int vrdma_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv
 		return EINVAL;
 	}
 	pthread_mutex_lock(&qp->rq_lock);
-	ret = post_recv_ring(&r, wr, bad_wr, ring_qp_recv, ibqp);
+	ret = post_recv_ring(to_vctx(ibqp->context), &r, wr, bad_wr, ring_qp_recv, ibqp);
 	pthread_mutex_unlock(&qp->rq_lock);
 	return ret;
 }
@@ -365,11 +418,12 @@ int vrdma_post_srq_recv(struct ibv_srq *ibsrq, struct ibv_recv_wr *wr, struct ib
 		.max_sge = srq->abi.max_sge, .prod = &srq->prod,
 		.consumed = &((struct virtio_rdma_qp_status *)(void *)(srq->map + srq->abi.status_offset))->rq_consumed,
 		.producer = &((struct virtio_rdma_abi_qp_db *)(void *)(srq->map + srq->abi.db_offset))->rq_producer,
+		.handle = srq->abi.srq_handle, .kind = VIRTIO_RDMA_DB_SRQ,
 	};
 	int ret;
 
 	pthread_mutex_lock(&srq->lock);
-	ret = post_recv_ring(&r, wr, bad_wr, ring_srq_recv, ibsrq);
+	ret = post_recv_ring(to_vctx(ibsrq->context), &r, wr, bad_wr, ring_srq_recv, ibsrq);
 	pthread_mutex_unlock(&srq->lock);
 	return ret;
 }

@@ -25,10 +25,19 @@ struct vrdma_context {
 	struct verbs_context ibv_ctx;
 	struct virtio_rdma_abi_ucontext_resp lim;
 	long page_size;
+	/*
+	 * The context's doorbell ring and the device's notify page (NULL: every doorbell is a
+	 * uverbs command). Records are appended under dbr_lock; post.c vrdma_ring_doorbell.
+	 */
+	uint8_t *dbr;
+	uint8_t *notify_page;
+	pthread_spinlock_t dbr_lock;
+	uint32_t dbr_prod;
 };
 
 struct vrdma_cq {
 	struct ibv_cq ibv_cq;
+	uint32_t handle;  /* the device's: what a CQ_ARM record names */
 	pthread_spinlock_t lock;
 	uint8_t *map;
 	uint32_t map_size, depth, next;
@@ -136,6 +145,12 @@ int vrdma_wqe_sges(const struct vrdma_qp *qp, struct virtio_rdma_send_wqe *h, co
 int vrdma_wqe_inline(const struct vrdma_qp *qp, struct virtio_rdma_send_wqe *h, const void *addr,
 		     size_t len) VRDMA_HIDDEN;
 int vrdma_sq_ring(struct vrdma_qp *qp, uint32_t start) VRDMA_HIDDEN;
+/*
+ * One record on the context's doorbell ring and, unless the device polls, its notification: no
+ * system call. ENOSYS when the context has no ring (ring through the kernel instead); EAGAIN
+ * while the ring is full of records the device has not taken (notified: retry).
+ */
+int vrdma_ring_doorbell(struct vrdma_context *ctx, uint32_t handle, uint16_t kind, uint32_t value) VRDMA_HIDDEN;
 
 /* wr.c */
 int vrdma_check_send_ops(const struct ibv_qp_init_attr_ex *attr) VRDMA_HIDDEN;

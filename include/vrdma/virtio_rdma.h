@@ -79,6 +79,8 @@ VIRTIO_RDMA_STATIC_ASSERT(sizeof(struct virtio_rdma_config) == 112, "virtio_rdma
 #define VIRTIO_RDMA_FEATURE_GSI (1ull << 5)     /* CREATE_QP of VIRTIO_RDMA_QPT_GSI: QP1, the CM's MADs */
 /* ALLOC_MR, the send WQEs LOCAL_INV, REG_MR and SEND_WITH_INV, and CQEs WITH_INV ("Fast registration") */
 #define VIRTIO_RDMA_FEATURE_FAST_REG (1ull << 6)
+/* CREATE_DB_RING / DESTROY_DB_RING: doorbells a process writes without a system call ("Doorbell rings") */
+#define VIRTIO_RDMA_FEATURE_DB_RING (1ull << 7)
 
 /* ---- Carrier window ("Inside a VM: riding vhost-user-blk") ---------------------------------- */
 /*
@@ -129,7 +131,9 @@ VIRTIO_RDMA_STATIC_ASSERT(sizeof(struct virtio_rdma_carrier_config) <= VIRTIO_RD
 #define VIRTIO_RDMA_CMD_QUERY_CONFIG 18u  /* response: virtio_rdma_config (for drivers behind a carrier) */
 #define VIRTIO_RDMA_CMD_REG_DMA_MR 19u    /* a PD's local DMA key over all guest memory */
 #define VIRTIO_RDMA_CMD_ALLOC_MR 20u      /* a region for fast registration (FEATURE_FAST_REG) */
-#define VIRTIO_RDMA_CMD_COUNT 21u         /* one past the highest command */
+#define VIRTIO_RDMA_CMD_CREATE_DB_RING 21u /* a doorbell ring in guest memory (FEATURE_DB_RING) */
+#define VIRTIO_RDMA_CMD_DESTROY_DB_RING 22u
+#define VIRTIO_RDMA_CMD_COUNT 23u         /* one past the highest command */
 
 struct virtio_rdma_cmd_hdr {
 	__le32 cmd;  /* VIRTIO_RDMA_CMD_* */
@@ -258,7 +262,7 @@ VIRTIO_RDMA_STATIC_ASSERT(sizeof(struct virtio_rdma_alloc_mr_req) == 8, "virtio_
  */
 struct virtio_rdma_create_cq_req {
 	__le32 depth;
-	__le32 reserved;
+	__le32 db_ring;  /* 0, or the doorbell ring whose CQ_ARM records may name this CQ */
 	__le64 ring_gpa;
 };
 VIRTIO_RDMA_STATIC_ASSERT(sizeof(struct virtio_rdma_create_cq_req) == 16, "virtio_rdma_create_cq_req is 16 bytes");
@@ -321,7 +325,7 @@ struct virtio_rdma_create_qp_req {
 	__le32 pd, send_cq, recv_cq, srq;  /* srq may be VIRTIO_RDMA_NO_HANDLE */
 	__u8 qp_type;                      /* VIRTIO_RDMA_QPT_*: 2 RC, 4 UD (ibv_qp_type), 1 GSI */
 	__u8 sq_sig_all;
-	__le16 reserved;
+	__le16 db_ring;                    /* 0, or the doorbell ring whose SQ / RQ records may name this QP */
 	__le32 sq_depth, rq_depth;         /* powers of two */
 	__le32 max_send_sge, max_recv_sge, max_inline;
 	__le64 sq_gpa, rq_gpa, status_gpa;
@@ -378,7 +382,8 @@ struct virtio_rdma_create_ah_req {
 VIRTIO_RDMA_STATIC_ASSERT(sizeof(struct virtio_rdma_create_ah_req) == 40, "virtio_rdma_create_ah_req is 40 bytes");
 
 struct virtio_rdma_create_srq_req {
-	__le32 pd, depth, max_sge, reserved;
+	__le32 pd, depth, max_sge;
+	__le32 db_ring;     /* 0, or the doorbell ring whose SRQ records may name this SRQ */
 	__le64 ring_gpa;    /* ring of depth WQEs (stride from the response) */
 	__le64 status_gpa;  /* virtio_rdma_qp_status */
 };
@@ -387,6 +392,14 @@ struct virtio_rdma_create_srq_resp {
 	__le32 srq, stride;
 };
 VIRTIO_RDMA_STATIC_ASSERT(sizeof(struct virtio_rdma_create_srq_resp) == 8, "virtio_rdma_create_srq_resp is 8 bytes");
+
+/* CREATE_DB_RING's body ("Doorbell rings" below); the response is virtio_rdma_handle_resp. */
+struct virtio_rdma_create_db_ring_req {
+	__le64 gpa;    /* the header, then depth records; 64-byte aligned */
+	__le32 depth;  /* records: a power of two, VIRTIO_RDMA_DB_RING_MIN_DEPTH..MAX_DEPTH */
+	__le32 reserved;
+};
+VIRTIO_RDMA_STATIC_ASSERT(sizeof(struct virtio_rdma_create_db_ring_req) == 16, "virtio_rdma_create_db_ring_req is 16 bytes");
 
 /*
  * The request body of each command: its bytes after virtio_rdma_cmd_hdr (0: none). A device
@@ -403,7 +416,7 @@ VIRTIO_RDMA_INLINE __u32 virtio_rdma_cmd_req_len(__u32 cmd)
 	case VIRTIO_RDMA_CMD_QUERY_GID: return sizeof(struct virtio_rdma_query_gid_req);
 	case VIRTIO_RDMA_CMD_DESTROY_PD: case VIRTIO_RDMA_CMD_DEREG_MR: case VIRTIO_RDMA_CMD_DESTROY_CQ:
 	case VIRTIO_RDMA_CMD_QUERY_QP: case VIRTIO_RDMA_CMD_DESTROY_QP: case VIRTIO_RDMA_CMD_DESTROY_AH:
-	case VIRTIO_RDMA_CMD_DESTROY_SRQ:
+	case VIRTIO_RDMA_CMD_DESTROY_SRQ: case VIRTIO_RDMA_CMD_DESTROY_DB_RING:
 		return sizeof(struct virtio_rdma_handle_req);
 	case VIRTIO_RDMA_CMD_REG_MR: return sizeof(struct virtio_rdma_reg_mr_req);
 	case VIRTIO_RDMA_CMD_REG_DMA_MR: return sizeof(struct virtio_rdma_reg_dma_mr_req);
@@ -413,6 +426,7 @@ VIRTIO_RDMA_INLINE __u32 virtio_rdma_cmd_req_len(__u32 cmd)
 	case VIRTIO_RDMA_CMD_MODIFY_QP: return sizeof(struct virtio_rdma_modify_qp_req);
 	case VIRTIO_RDMA_CMD_CREATE_AH: return sizeof(struct virtio_rdma_create_ah_req);
 	case VIRTIO_RDMA_CMD_CREATE_SRQ: return sizeof(struct virtio_rdma_create_srq_req);
+	case VIRTIO_RDMA_CMD_CREATE_DB_RING: return sizeof(struct virtio_rdma_create_db_ring_req);
 	default: return VIRTIO_RDMA_CMD_NONE;
 	}
 }
@@ -552,6 +566,41 @@ struct virtio_rdma_doorbell {
 };
 VIRTIO_RDMA_STATIC_ASSERT(sizeof(struct virtio_rdma_doorbell) == 16, "virtio_rdma_doorbell is 16 bytes");
 
+/*
+ * Doorbell rings ("Doorbell rings", VIRTIO_RDMA_FEATURE_DB_RING): doorbells a process writes
+ * itself, with no system call. A driver gives each process a ring in guest memory (CREATE_DB_RING:
+ * the ring's number, 1..65535, in virtio_rdma_handle_resp) and names it when it creates that
+ * process's CQs, QPs and SRQs (their db_ring field). The process appends virtio_rdma_doorbell
+ * records at its free-running producer index (slot producer mod depth), stores the producer
+ * (release), then notifies the doorbell queue (2) through its virtio notify address unless the
+ * header's flags hold VIRTIO_RDMA_DB_RING_NO_KICK (the device is polling; read after the store
+ * with a full barrier). On every doorbell-queue notification, and while it polls, the device
+ * reads each ring's producer, takes the records between what it consumed and the producer (a
+ * producer more than depth ahead is refused, the ring left as it was) and writes `consumed`. A
+ * record acts as one on the doorbell queue, but only on an object created with that ring: any
+ * other handle is a refused doorbell. Rings start empty at the producer they hold when created;
+ * DESTROY_DB_RING is refused (EBUSY) while an object names the ring. A ring's header and records
+ * lie in one guest memory region.
+ */
+struct virtio_rdma_db_ring_hdr {
+	__le32 producer;  /* the process writes: records appended (free-running) */
+	__le32 consumed;  /* the device writes: records taken (free-running) */
+	__le32 flags;     /* the device writes: VIRTIO_RDMA_DB_RING_* */
+	__le32 reserved[13];
+};
+VIRTIO_RDMA_STATIC_ASSERT(sizeof(struct virtio_rdma_db_ring_hdr) == 64, "virtio_rdma_db_ring_hdr is 64 bytes");
+#define VIRTIO_RDMA_DB_RING_NO_KICK (1u << 0)  /* the device polls the ring: no notification needed */
+#define VIRTIO_RDMA_DB_RING_RECORDS_OFFSET 64u
+#define VIRTIO_RDMA_DB_RING_MIN_DEPTH 8u
+#define VIRTIO_RDMA_DB_RING_MAX_DEPTH 4096u
+#define VIRTIO_RDMA_MAX_DB_RINGS 4096u  /* per guest, at once */
+VIRTIO_RDMA_INLINE __u64 virtio_rdma_db_ring_bytes(__u32 depth)
+{
+	__u64 records = depth;
+
+	return VIRTIO_RDMA_DB_RING_RECORDS_OFFSET + records * sizeof(struct virtio_rdma_doorbell);
+}
+
 /* ---- Event queue: the driver posts writable buffers; one event each ("Event queue (1)") ---- */
 #define VIRTIO_RDMA_EV_CQ_COMPLETION 1u  /* handle = CQ (an armed CQ got a completion) */
 #define VIRTIO_RDMA_EV_CQ_ERROR 2u       /* handle = CQ */
@@ -627,6 +676,7 @@ struct virtio_rdma_state_census {
 	__u64 pds, ahs, srqs, mrs, mr_pages, cqs, cqes, qps;
 	__u64 send_wrs, recv_wrs, inline_bytes;
 	__u64 remote_rkeys;  /* rkey translations kept for peers that moved onto a NIC */
+	__u64 db_rings;      /* doorbell rings */
 };
 
 /*
@@ -636,7 +686,7 @@ struct virtio_rdma_state_census {
 VIRTIO_RDMA_INLINE __u64 virtio_rdma_state_area_bound(const struct virtio_rdma_state_census *c)
 {
 	return VIRTIO_RDMA_STATE_AREA_HDR_SIZE + 4096u + 64u * (c->pds + c->ahs + c->srqs) + 128u * c->mrs +
-	       8u * c->mr_pages + 128u * c->cqs + 64u * c->cqes + 2048u * c->qps +
+	       8u * c->mr_pages + 128u * c->cqs + 64u * c->cqes + 2048u * c->qps + 64u * c->db_rings +
 	       512u * (c->send_wrs + c->recv_wrs) + c->inline_bytes + 8u * c->remote_rkeys;
 }
 

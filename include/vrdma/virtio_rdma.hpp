@@ -44,6 +44,7 @@ inline constexpr std::uint64_t kFeatureMigration = VIRTIO_RDMA_FEATURE_MIGRATION
 inline constexpr std::uint64_t kFeatureDmaMr = VIRTIO_RDMA_FEATURE_DMA_MR;
 inline constexpr std::uint64_t kFeatureGsi = VIRTIO_RDMA_FEATURE_GSI;
 inline constexpr std::uint64_t kFeatureFastReg = VIRTIO_RDMA_FEATURE_FAST_REG;
+inline constexpr std::uint64_t kFeatureDbRing = VIRTIO_RDMA_FEATURE_DB_RING;
 
 // ---- Carrier window (vhost-user-blk-pci) ----------------------------------------------------
 using CarrierConfig = ::virtio_rdma_carrier_config;
@@ -77,6 +78,8 @@ enum class Cmd : std::uint32_t {
   query_config = VIRTIO_RDMA_CMD_QUERY_CONFIG,  // response: Config (for drivers behind a carrier)
   reg_dma_mr = VIRTIO_RDMA_CMD_REG_DMA_MR,      // a PD's local DMA key (response: RegMrResp)
   alloc_mr = VIRTIO_RDMA_CMD_ALLOC_MR,          // a region for fast registration (response: RegMrResp)
+  create_db_ring = VIRTIO_RDMA_CMD_CREATE_DB_RING,  // a process's doorbell ring (response: HandleResp)
+  destroy_db_ring = VIRTIO_RDMA_CMD_DESTROY_DB_RING,
   count_ = VIRTIO_RDMA_CMD_COUNT
 };
 // A command's name for sentences ("?" for 0, "UNKNOWN" past the last).
@@ -84,7 +87,7 @@ inline constexpr std::array<std::string_view, VIRTIO_RDMA_CMD_COUNT> kCmdNames{
     "?",          "QUERY_DEVICE", "QUERY_PORT", "QUERY_GID",  "CREATE_PD",  "DESTROY_PD",  "REG_MR",
     "DEREG_MR",   "CREATE_CQ",    "DESTROY_CQ", "CREATE_QP",  "MODIFY_QP",  "QUERY_QP",    "DESTROY_QP",
     "CREATE_AH",  "DESTROY_AH",   "CREATE_SRQ", "DESTROY_SRQ", "QUERY_CONFIG", "REG_DMA_MR",
-    "ALLOC_MR"};
+    "ALLOC_MR",   "CREATE_DB_RING", "DESTROY_DB_RING"};
 constexpr bool every_command_named() {
   for (auto n : kCmdNames)
     if (n.empty()) return false;
@@ -183,6 +186,16 @@ enum class DoorbellKind : std::uint16_t {
   cq_arm = VIRTIO_RDMA_DB_CQ_ARM,
 };
 using Doorbell = ::virtio_rdma_doorbell;
+// Doorbell rings (kFeatureDbRing): a process's own doorbells in guest memory.
+using CreateDbRingReq = ::virtio_rdma_create_db_ring_req;
+using DbRingHeader = ::virtio_rdma_db_ring_hdr;
+inline constexpr std::uint32_t kDbRingNoKick = VIRTIO_RDMA_DB_RING_NO_KICK;
+inline constexpr std::uint32_t kDbRingRecordsOffset = VIRTIO_RDMA_DB_RING_RECORDS_OFFSET;
+inline constexpr std::uint32_t kDbRingMinDepth = VIRTIO_RDMA_DB_RING_MIN_DEPTH;
+inline constexpr std::uint32_t kDbRingMaxDepth = VIRTIO_RDMA_DB_RING_MAX_DEPTH;
+inline constexpr std::uint32_t kMaxDbRings = VIRTIO_RDMA_MAX_DB_RINGS;
+static_assert(sizeof(DbRingHeader) == kDbRingRecordsOffset && sizeof(CreateDbRingReq) == 16 &&
+              offsetof(DbRingHeader, consumed) == 4 && offsetof(DbRingHeader, flags) == 8);
 
 // ---- Event queue ----------------------------------------------------------------------------
 enum class EventType : std::uint32_t {
@@ -237,7 +250,9 @@ static_assert(detail::c_value(Cmd::query_device) == VIRTIO_RDMA_CMD_QUERY_DEVICE
               detail::c_value(Cmd::query_config) == VIRTIO_RDMA_CMD_QUERY_CONFIG && detail::c_value(Cmd::count_) == VIRTIO_RDMA_CMD_COUNT &&
               detail::c_value(Cmd::reg_dma_mr) == VIRTIO_RDMA_CMD_REG_DMA_MR &&
               detail::c_value(Cmd::alloc_mr) == VIRTIO_RDMA_CMD_ALLOC_MR &&
-              detail::c_value(Cmd::alloc_mr) + 1 == detail::c_value(Cmd::count_));
+              detail::c_value(Cmd::create_db_ring) == VIRTIO_RDMA_CMD_CREATE_DB_RING &&
+              detail::c_value(Cmd::destroy_db_ring) == VIRTIO_RDMA_CMD_DESTROY_DB_RING &&
+              detail::c_value(Cmd::destroy_db_ring) + 1 == detail::c_value(Cmd::count_));
 static_assert(detail::c_value(Status::ok) == VIRTIO_RDMA_S_OK && detail::c_value(Status::perm) == VIRTIO_RDMA_S_PERM &&
               detail::c_value(Status::not_found) == VIRTIO_RDMA_S_NOT_FOUND && detail::c_value(Status::io) == VIRTIO_RDMA_S_IO &&
               detail::c_value(Status::no_memory) == VIRTIO_RDMA_S_NO_MEMORY && detail::c_value(Status::fault) == VIRTIO_RDMA_S_FAULT &&

@@ -3,7 +3,9 @@
 // Saved with the rings stopped (engine quiesced); loaded into an empty device over the guest's
 // memory, where every field is checked as the commands check it (the blob comes from the
 // frontend: QEMU's migration stream or a libpvverbs process).
+#include <bit>
 #include <chrono>
+#include <cstddef>
 #include <cstring>
 #include <unordered_set>
 
@@ -129,6 +131,18 @@ Result<std::vector<std::uint8_t>> DeviceState::Impl::save_state() {
           static_cast<std::uint32_t>(pages.size()));
     for (auto p : pages) w.put(p);
   }
+  // Version 5: the doorbell rings, and the CQs and QPs made with each (SRQs do not move yet).
+  w.put(static_cast<std::uint32_t>(d.db_rings.size()));
+  for (const auto& [n, ring] : d.db_rings) w.put(n, ring.gpa, ring.depth, ring.consumed);
+  auto put_tags = [&w](const auto& objects) {
+    std::uint32_t tagged = 0;
+    for (const auto& [h, o] : objects) tagged += o.db_ring != 0 ? 1 : 0;
+    w.put(tagged);
+    for (const auto& [h, o] : objects)
+      if (o.db_ring != 0) w.put(h, o.db_ring);
+  };
+  put_tags(d.cqs);
+  put_tags(d.qps);
   log::info("virtio-rdma: device state saved: {} PDs, {} MRs, {} CQs, {} AHs, {} QPs, {} bytes", d.pds.size(),
             d.mr_count(), d.cqs.size(), d.ahs.size(), d.qps.size(), w.out.size());
   return std::move(w.out);
@@ -388,6 +402,39 @@ Status DeviceState::Impl::load_state(std::span<const std::uint8_t> blob) {
       mr->eng = std::move(*eng);
       d.add_fast_mr(h, std::move(*mr));
     }
+  }
+  if (version >= 5) {
+    if (!r.get(n) || n > vd::kMaxDbRings) return fail(bad("doorbell ring count"));
+    for (std::uint32_t i = 0; i < n; ++i) {
+      std::uint32_t number = 0;
+      device::DbRingObj ring;
+      if (!r.get(number) || !r.get(ring.gpa) || !r.get(ring.depth) || !r.get(ring.consumed))
+        return fail(bad("truncated doorbell ring"));
+      const bool depth_ok = std::has_single_bit(ring.depth) && ring.depth >= vd::kDbRingMinDepth && ring.depth <= vd::kDbRingMaxDepth;
+      const std::uint64_t bytes = depth_ok ? virtio_rdma_db_ring_bytes(ring.depth) : 0;
+      if (number == 0 || number > 0xffff || d.db_rings.contains(number) || !depth_ok || ring.gpa % 64 != 0 ||
+          ring.gpa + bytes < ring.gpa || !g.memory().range(ring.gpa, bytes))
+        return fail(bad(fmt::format("doorbell ring {} ({} records at {:#x})", number, ring.depth, ring.gpa)));
+      // Not polled here (yet): its process notifies again.
+      (void)g.write_obj(ring.gpa + offsetof(vd::DbRingHeader, flags), std::uint32_t{0});
+      d.db_rings.emplace(number, ring);
+    }
+    auto get_tags = [&](auto& objects, std::string_view kind) -> Status {
+      std::uint32_t tagged = 0;
+      if (!r.get(tagged) || tagged > objects.size()) return bad(fmt::format("{} doorbell ring count", kind));
+      for (std::uint32_t i = 0; i < tagged; ++i) {
+        std::uint32_t h = 0, number = 0;
+        if (!r.get(h) || !r.get(number)) return bad(fmt::format("truncated {} doorbell ring", kind));
+        auto o = objects.find(h);
+        if (o == objects.end() || o->second.db_ring != 0 || !d.db_rings.contains(number))
+          return bad(fmt::format("{} {} of doorbell ring {}", kind, h, number));
+        o->second.db_ring = number;
+        d.count_db_ring_user(number, +1);
+      }
+      return {};
+    };
+    if (auto s = get_tags(d.cqs, "CQ"); !s.ok()) return fail(s.error());
+    if (auto s = get_tags(d.qps, "QP"); !s.ok()) return fail(s.error());
   }
   if (!r.at_end()) return fail(bad("trailing bytes"));
   if (auto s = finish_rebuilds(); !s.ok()) return fail(s.error());

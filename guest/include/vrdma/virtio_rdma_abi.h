@@ -29,16 +29,35 @@
 /* ib_device_ops.uverbs_abi_ver: a provider refuses a kernel with another. */
 #define VIRTIO_RDMA_ABI_VERSION 1u
 
-/* GET_CONTEXT's driver response: the limits the provider sizes rings against. */
+/*
+ * GET_CONTEXT's driver response: the limits the provider sizes rings against and, with
+ * VIRTIO_RDMA_ABI_UCTX_DB_RING in flags, the process's doorbell ring (the contract's "Doorbell
+ * rings": a virtio_rdma_db_ring_hdr then db_ring_depth virtio_rdma_doorbell records, mapped at
+ * db_ring_mmap_offset) and the doorbell queue's notify address (the page mapped at
+ * notify_mmap_offset; a 16-bit write of notify_value at notify_offset in it notifies the device).
+ * Every CQ, QP and SRQ of the context is then rung through the ring: the process writes its
+ * producer index into the object's doorbell record as before, appends a record naming the
+ * object's handle (the *_handle of its create response) and notifies, with no system call.
+ * A provider that asks for the first 24 bytes only gets no ring (and rings through the kernel).
+ */
+#define VIRTIO_RDMA_ABI_UCTX_DB_RING (1u << 0)
 struct virtio_rdma_abi_ucontext_resp {
 	__u32 abi_version;  /* VIRTIO_RDMA_ABI_VERSION */
 	__u32 max_qp_wr;    /* ring depths are powers of two up to these */
 	__u32 max_cqe;
 	__u32 max_sge;
 	__u32 max_inline;
-	__u32 reserved;
+	__u32 flags;        /* VIRTIO_RDMA_ABI_UCTX_* */
+	__u64 db_ring_mmap_offset;
+	__u32 db_ring_mmap_size;
+	__u32 db_ring_depth;
+	__u64 notify_mmap_offset;  /* one page, write-only use */
+	__u32 notify_offset;
+	__u16 notify_value;
+	__u16 reserved;
 };
-VIRTIO_RDMA_ABI_STATIC_ASSERT(sizeof(struct virtio_rdma_abi_ucontext_resp) == 24, "ucontext_resp is 24 bytes");
+VIRTIO_RDMA_ABI_STATIC_ASSERT(sizeof(struct virtio_rdma_abi_ucontext_resp) == 56, "ucontext_resp is 56 bytes");
+#define VIRTIO_RDMA_ABI_UCTX_RESP_V1_SIZE 24u  /* before doorbell rings */
 
 /* CREATE_CQ's driver response. The ring holds depth CQEs (depth >= the asked cqe, a power of two). */
 struct virtio_rdma_abi_create_cq_resp {

@@ -145,7 +145,7 @@ Result<std::shared_ptr<CompletionQueue>> PvDevice::create_cq(std::uint32_t cqe) 
   auto m = t_->alloc_dma(vd::kCqeOffset + std::size_t{depth} * sizeof(vd::Cqe));
   if (!m) return std::move(m).error();
   Dma ring(t_.get(), *m);
-  vd::CreateCqReq r{depth, 0, ring.a.gpa};
+  vd::CreateCqReq r{depth, db_ring_, ring.a.gpa};
   auto resp = call<vd::HandleResp>(vd::Cmd::create_cq, r);
   if (!resp) return std::move(resp).error();
   const int efd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -188,8 +188,8 @@ Status migrate(nicdrv::Device& dev, const std::string& socket, std::chrono::mill
 Result<std::shared_ptr<nicdrv::Device>> open(std::string_view spec, const nicdrv::DeviceOptions& o) {
   if (spec.empty())
     return make_error(Errc::invalid_argument,
-                      "a pv device name is pv:<vrdmad socket path>[?ram_mib=N][&yield=0|1] or "
-                      "pv:pci:<PCI address|auto>[?ram_mib=N][&yield=0|1]");
+                      "a pv device name is pv:<vrdmad socket path>[?ram_mib=N][&yield=0|1][&doorbells=queue|ring] or "
+                      "pv:pci:<PCI address|auto>[?ram_mib=N][&yield=0|1][&doorbells=queue|ring]");
   const bool pci = spec.starts_with("pci:");
   std::uint64_t mib = pci ? 64 : 256;
   if (auto v = o.get("ram_mib"); !v.empty()) mib = std::strtoull(std::string(v).c_str(), nullptr, 10);
@@ -202,8 +202,13 @@ Result<std::shared_ptr<nicdrv::Device>> open(std::string_view spec, const nicdrv
   }
   auto t = pci ? connect_pci(std::string(spec.substr(4)), mib) : connect_vhost_user(std::string(spec), mib);
   if (!t) return std::move(t).error();
+  const auto doorbells = o.get("doorbells");
+  if (!doorbells.empty() && doorbells != "queue" && doorbells != "ring")
+    return make_error(Errc::invalid_argument, "pv option doorbells is queue or ring, not '" + std::string(doorbells) + "'");
   auto d = open(std::move(*t), "pv:" + std::string(spec));
-  if (d) static_cast<PvDevice&>(**d).set_yield_when_idle(yield);
+  if (!d) return d;
+  static_cast<PvDevice&>(**d).set_yield_when_idle(yield);
+  if (doorbells == "ring") VRDMA_TRY(static_cast<PvDevice&>(**d).use_db_ring());
   return d;
 }
 

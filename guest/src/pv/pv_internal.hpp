@@ -128,8 +128,14 @@ class PvDevice final : public Device {
   }
   void destroy(vd::Cmd cmd, std::uint32_t handle) const;
 
-  // One doorbell record through the shared doorbell queue (pv_command.cpp).
+  // One doorbell record through the shared doorbell queue, or the device's doorbell ring when
+  // the device was opened with doorbells=ring (pv_command.cpp).
   Status ring(vd::DoorbellKind kind, std::uint32_t handle, std::uint32_t value);
+  // Doorbells through a doorbell ring of our own from now on (docs/virtio-rdma.md "Doorbell
+  // rings"): the way a process's doorbells reach the device under the guest kernel driver,
+  // here for tests of the device's side. Before any CQ, QP or SRQ is made.
+  Status use_db_ring();
+  [[nodiscard]] std::uint32_t db_ring() const noexcept { return db_ring_; }
 
   // Moving to another backend (pv_switch.cpp).
   Result<std::vector<std::uint8_t>> suspend();
@@ -177,6 +183,10 @@ class PvDevice final : public Device {
   std::mutex db_mu_;
   Dma db_;
   std::uint32_t db_slot_ = 0;
+  Status ring_record(const vd::Doorbell& d);  // under db_mu_
+  static constexpr std::uint32_t kDbRingDepth = 64;
+  Dma dbr_;
+  std::uint32_t db_ring_ = 0, dbr_prod_ = 0;
   Dma ev_;
   std::unordered_map<std::uint16_t, std::uint16_t> ev_slot_;  // descriptor id -> event slot
   std::map<std::uint16_t, Dma> state_areas_;                  // descriptor id -> state area (posted, not returned)

@@ -117,6 +117,7 @@ Result<std::shared_ptr<QueuePair>> PvPd::create_qp(const QpInitAttr& attr, const
   r.sq_gpa = sq.mem.a.gpa;
   r.rq_gpa = rq.mem.a.gpa;
   r.status_gpa = status.a.gpa;
+  r.db_ring = static_cast<std::uint16_t>(dev_->db_ring());
   auto resp = dev_->call<vd::CreateQpResp>(vd::Cmd::create_qp, r);
   if (!resp) return std::move(resp).error();
   if (resp->sq_stride != sq.stride || (srq == nullptr && resp->rq_stride != rq.stride))
@@ -157,6 +158,7 @@ Result<std::shared_ptr<SharedReceiveQueue>> PvPd::create_srq(std::uint32_t max_w
   r.max_sge = std::max(1u, max_sge);
   r.ring_gpa = ring.mem.a.gpa;
   r.status_gpa = status.a.gpa;
+  r.db_ring = dev_->db_ring();
   auto resp = dev_->call<vd::CreateSrqResp>(vd::Cmd::create_srq, r);
   if (!resp) return std::move(resp).error();
   return std::shared_ptr<SharedReceiveQueue>(

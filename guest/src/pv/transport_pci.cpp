@@ -148,6 +148,10 @@ class PciTransport final : public PvTransport {
     if (q.ring.needs_kick()) notify_.write<std::uint16_t>(q.notify_off, queue);  // §4.1.4.4: write the queue index
     return {};
   }
+  Status notify(std::uint16_t queue) override {
+    notify_.write<std::uint16_t>(qs_.at(queue).notify_off, queue);
+    return {};
+  }
   std::optional<std::pair<std::uint16_t, std::uint32_t>> get_used(std::uint16_t queue) override {
     auto u = qs_.at(queue).ring.get_used();
     if (!u) return std::nullopt;

@@ -93,6 +93,7 @@ class VhostUserTransport final : public PvTransport {
     if (q.needs_kick()) return fe_.kick(queue);
     return {};
   }
+  Status notify(std::uint16_t queue) override { return fe_.kick(queue); }
   std::optional<std::pair<std::uint16_t, std::uint32_t>> get_used(std::uint16_t queue) override {
     auto u = qs_.at(queue).get_used();
     if (!u) return std::nullopt;

@@ -350,9 +350,11 @@ BOOST_AUTO_TEST_CASE(one_device_serves_16384_qps_and_cqs) {
 // both ways: the application suspends its pv device (rings stopped, device state taken), the
 // old vrdmad dies, a new one starts on the same host address, the device resumes there with the
 // same QPN, keys and PSNs. Every SEND on both sides completes exactly once, in order, with its
-// data; the peer only saw a pause and retransmissions.
+// data; the peer only saw a pause and retransmissions. The guest rings through a doorbell ring
+// (as a process under the guest kernel driver does), which moves with the device: the new vrdmad
+// takes its records from where the old one stopped.
 BOOST_AUTO_TEST_CASE(device_state_moves_to_a_new_vrdmad_with_the_connection_open) {
-  PvAndSoft h("vpm", 237);
+  PvAndSoft h("vpm", 237, "ram_mib=64&doorbells=ring");
   auto dev = h.dev;
   auto soft = h.soft;
   PairOptions o;
@@ -425,9 +427,15 @@ BOOST_AUTO_TEST_CASE(device_state_moves_to_a_new_vrdmad_with_the_connection_open
                                                      << " bytes");
       auto st = h.backend->status();
       BOOST_CHECK_EQUAL(st["objects"]["qp"].get<int>(), 1);
+      BOOST_CHECK_EQUAL(st["objects"]["db_ring"].get<int>(), 1);
     }
   }
   BOOST_CHECK(migrated);
+  // Every doorbell after the move came through the moved ring, and none was refused.
+  const auto after = h.backend->status();
+  BOOST_CHECK_GT(after["ring_doorbells"].get<std::uint64_t>(), 0u);
+  BOOST_CHECK_EQUAL(after["ring_doorbells"].get<std::uint64_t>(), after["doorbells"].get<std::uint64_t>());
+  BOOST_CHECK_EQUAL(after["doorbell_errors"].get<std::uint64_t>(), 0u);
   BOOST_CHECK_EQUAL(send_done[0], kMsgs);
   BOOST_CHECK_EQUAL(send_done[1], kMsgs);
   BOOST_CHECK_EQUAL(recvd[0], kMsgs);

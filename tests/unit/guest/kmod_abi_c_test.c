@@ -14,12 +14,22 @@ int main(void)
 {
 	check("VIRTIO_RDMA_ABI_VERSION", VIRTIO_RDMA_ABI_VERSION, 1);
 
-	SIZE(virtio_rdma_abi_ucontext_resp, 24);
+	SIZE(virtio_rdma_abi_ucontext_resp, 56);
+	check("VIRTIO_RDMA_ABI_UCTX_RESP_V1_SIZE", VIRTIO_RDMA_ABI_UCTX_RESP_V1_SIZE, 24);
+	check("VIRTIO_RDMA_ABI_UCTX_DB_RING", VIRTIO_RDMA_ABI_UCTX_DB_RING, 1);
 	FIELD(virtio_rdma_abi_ucontext_resp, abi_version, 0, 4);
 	FIELD(virtio_rdma_abi_ucontext_resp, max_qp_wr, 4, 4);
 	FIELD(virtio_rdma_abi_ucontext_resp, max_cqe, 8, 4);
 	FIELD(virtio_rdma_abi_ucontext_resp, max_sge, 12, 4);
 	FIELD(virtio_rdma_abi_ucontext_resp, max_inline, 16, 4);
+	FIELD(virtio_rdma_abi_ucontext_resp, flags, 20, 4);
+	FIELD(virtio_rdma_abi_ucontext_resp, db_ring_mmap_offset, 24, 8);
+	FIELD(virtio_rdma_abi_ucontext_resp, db_ring_mmap_size, 32, 4);
+	FIELD(virtio_rdma_abi_ucontext_resp, db_ring_depth, 36, 4);
+	FIELD(virtio_rdma_abi_ucontext_resp, notify_mmap_offset, 40, 8);
+	FIELD(virtio_rdma_abi_ucontext_resp, notify_offset, 48, 4);
+	FIELD(virtio_rdma_abi_ucontext_resp, notify_value, 52, 2);
+	FIELD(virtio_rdma_abi_ucontext_resp, reserved, 54, 2);
 
 	SIZE(virtio_rdma_abi_create_cq_resp, 24);
 	FIELD(virtio_rdma_abi_create_cq_resp, mmap_offset, 0, 8);

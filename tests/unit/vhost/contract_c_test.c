@@ -53,6 +53,7 @@ static void check_identity(void)
 	VALUE(VIRTIO_RDMA_FEATURE_DMA_MR, 16);
 	VALUE(VIRTIO_RDMA_FEATURE_GSI, 32);
 	VALUE(VIRTIO_RDMA_FEATURE_FAST_REG, 64);
+	VALUE(VIRTIO_RDMA_FEATURE_DB_RING, 128);
 	VALUE(VIRTIO_RDMA_QPT_GSI, 1);
 	VALUE(VIRTIO_RDMA_SEND_INLINE_AV, 16);
 	VALUE(VIRTIO_RDMA_INLINE_AV_SIZE, 32);
@@ -94,14 +95,17 @@ static void check_control(void)
 	VALUE(VIRTIO_RDMA_CMD_QUERY_CONFIG, 18);
 	VALUE(VIRTIO_RDMA_CMD_REG_DMA_MR, 19);
 	VALUE(VIRTIO_RDMA_CMD_ALLOC_MR, 20);
-	VALUE(VIRTIO_RDMA_CMD_COUNT, 21);
+	VALUE(VIRTIO_RDMA_CMD_CREATE_DB_RING, 21);
+	VALUE(VIRTIO_RDMA_CMD_DESTROY_DB_RING, 22);
+	VALUE(VIRTIO_RDMA_CMD_COUNT, 23);
 	/* Each command's request body (docs/virtio-rdma.md "Commands"). */
 	{
-		static const unsigned req_len[21] = {0xffffffffu, 0, 0, 8, 0, 8, 40, 8, 16, 8, 64, 92, 8, 8, 40, 8, 32, 8, 0, 8, 8};
+		static const unsigned req_len[23] = {0xffffffffu, 0, 0, 8, 0, 8, 40, 8, 16, 8, 64, 92, 8, 8, 40, 8, 32, 8, 0, 8, 8,
+						     16, 8};
 		char what[64];
 		for (unsigned c = 0; c <= VIRTIO_RDMA_CMD_COUNT; ++c) {
 			snprintf(what, sizeof what, "virtio_rdma_cmd_req_len(%u)", c);
-			check(what, virtio_rdma_cmd_req_len(c), c < 21 ? req_len[c] : VIRTIO_RDMA_CMD_NONE);
+			check(what, virtio_rdma_cmd_req_len(c), c < 23 ? req_len[c] : VIRTIO_RDMA_CMD_NONE);
 		}
 		VALUE(VIRTIO_RDMA_CMD_NONE, 0xffffffffu);
 	}
@@ -200,7 +204,7 @@ static void check_cq(void)
 {
 	SIZE(virtio_rdma_create_cq_req, 16);
 	FIELD(virtio_rdma_create_cq_req, depth, 0, 4);
-	FIELD(virtio_rdma_create_cq_req, reserved, 4, 4);
+	FIELD(virtio_rdma_create_cq_req, db_ring, 4, 4);
 	FIELD(virtio_rdma_create_cq_req, ring_gpa, 8, 8);
 
 	SIZE(virtio_rdma_cq_control, 64);
@@ -247,7 +251,7 @@ static void check_qp(void)
 	FIELD(virtio_rdma_create_qp_req, srq, 12, 4);
 	FIELD(virtio_rdma_create_qp_req, qp_type, 16, 1);
 	FIELD(virtio_rdma_create_qp_req, sq_sig_all, 17, 1);
-	FIELD(virtio_rdma_create_qp_req, reserved, 18, 2);
+	FIELD(virtio_rdma_create_qp_req, db_ring, 18, 2);
 	FIELD(virtio_rdma_create_qp_req, sq_depth, 20, 4);
 	FIELD(virtio_rdma_create_qp_req, rq_depth, 24, 4);
 	FIELD(virtio_rdma_create_qp_req, max_send_sge, 28, 4);
@@ -321,7 +325,7 @@ static void check_qp(void)
 	FIELD(virtio_rdma_create_srq_req, pd, 0, 4);
 	FIELD(virtio_rdma_create_srq_req, depth, 4, 4);
 	FIELD(virtio_rdma_create_srq_req, max_sge, 8, 4);
-	FIELD(virtio_rdma_create_srq_req, reserved, 12, 4);
+	FIELD(virtio_rdma_create_srq_req, db_ring, 12, 4);
 	FIELD(virtio_rdma_create_srq_req, ring_gpa, 16, 8);
 	FIELD(virtio_rdma_create_srq_req, status_gpa, 24, 8);
 	SIZE(virtio_rdma_create_srq_resp, 8);
@@ -416,6 +420,22 @@ static void check_doorbells_events_state(void)
 	FIELD(virtio_rdma_doorbell, reserved, 6, 2);
 	FIELD(virtio_rdma_doorbell, value, 8, 4);
 	FIELD(virtio_rdma_doorbell, reserved2, 12, 4);
+	SIZE(virtio_rdma_create_db_ring_req, 16);
+	FIELD(virtio_rdma_create_db_ring_req, gpa, 0, 8);
+	FIELD(virtio_rdma_create_db_ring_req, depth, 8, 4);
+	FIELD(virtio_rdma_create_db_ring_req, reserved, 12, 4);
+	SIZE(virtio_rdma_db_ring_hdr, 64);
+	FIELD(virtio_rdma_db_ring_hdr, producer, 0, 4);
+	FIELD(virtio_rdma_db_ring_hdr, consumed, 4, 4);
+	FIELD(virtio_rdma_db_ring_hdr, flags, 8, 4);
+	FIELD(virtio_rdma_db_ring_hdr, reserved, 12, 52);
+	VALUE(VIRTIO_RDMA_DB_RING_NO_KICK, 1);
+	VALUE(VIRTIO_RDMA_DB_RING_RECORDS_OFFSET, 64);
+	VALUE(VIRTIO_RDMA_DB_RING_MIN_DEPTH, 8);
+	VALUE(VIRTIO_RDMA_DB_RING_MAX_DEPTH, 4096);
+	VALUE(VIRTIO_RDMA_MAX_DB_RINGS, 4096);
+	check("virtio_rdma_db_ring_bytes(8)", virtio_rdma_db_ring_bytes(8), 192);
+	check("virtio_rdma_db_ring_bytes(4096)", virtio_rdma_db_ring_bytes(4096), 65600);
 
 	VALUE(VIRTIO_RDMA_EV_CQ_COMPLETION, 1);
 	VALUE(VIRTIO_RDMA_EV_CQ_ERROR, 2);
@@ -453,7 +473,8 @@ static void check_doorbells_events_state(void)
 
 	{
 		/* docs/virtio-rdma.md: 4 KiB + the header, 64 B per PD/AH/SRQ, 128 B + 8 B per page
-		 * per MR, 128 B + 64 B per CQE per CQ, 2 KiB + 512 B per WR + inline per QP. */
+		 * per MR, 128 B + 64 B per CQE per CQ, 2 KiB + 512 B per WR + inline per QP, 64 B per
+		 * doorbell ring. */
 		struct virtio_rdma_state_census c = { 0 };
 
 		check("virtio_rdma_state_area_bound(nothing)", virtio_rdma_state_area_bound(&c), 80 + 4096);
@@ -469,8 +490,9 @@ static void check_doorbells_events_state(void)
 		c.recv_wrs = 4;
 		c.inline_bytes = 100;
 		c.remote_rkeys = 2;
+		c.db_rings = 2;
 		check("virtio_rdma_state_area_bound(one of each)", virtio_rdma_state_area_bound(&c),
-		      80 + 4096 + 64 * 6 + 128 + 80 + 128 + 1024 + 2048 + 4096 + 100 + 16);
+		      80 + 4096 + 64 * 6 + 128 + 80 + 128 + 1024 + 2048 + 4096 + 100 + 16 + 128);
 	}
 }
 

@@ -15,6 +15,7 @@
 #include <atomic>
 #include <chrono>
 #include <deque>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -143,8 +144,19 @@ struct FastMrObj {
   PageLayout last;  // the last registration mapped (its pages are the observer's)
 };
 
+// A process's doorbell ring (CREATE_DB_RING, docs/virtio-rdma.md "Doorbell rings"): records the
+// guest writes in its own memory, taken at each doorbell-queue notification and while polling;
+// a record acts only on an object created with this ring (CqObj/QpObj/SrqObj::db_ring).
+struct DbRingObj {
+  std::uint64_t gpa = 0;
+  std::uint32_t depth = 0;
+  std::uint32_t consumed = 0;  // records taken (free-running); the header's copy is informative
+  std::uint32_t users = 0;     // CQs, QPs and SRQs created with it
+};
+
 struct CqObj {
   std::uint32_t depth = 0;
+  std::uint32_t db_ring = 0;  // the doorbell ring whose records may arm it (0: the doorbell queue only)
   std::uint64_t ring_gpa = 0;
   std::shared_ptr<nicdrv::CompletionQueue> eng;
   std::uint32_t produced = 0;
@@ -164,6 +176,7 @@ struct WorkRing {
 
 struct QpObj {
   std::uint32_t pd = 0, send_cq = 0, recv_cq = 0, srq = 0;
+  std::uint32_t db_ring = 0;  // the doorbell ring whose records may ring it (0: the doorbell queue only)
   nicdrv::QpType type = nicdrv::QpType::rc;
   bool sq_sig_all = false;
   std::uint32_t max_send_sge = 0, max_recv_sge = 0, max_inline = 0;
@@ -200,6 +213,7 @@ struct AhObj {
 
 struct SrqObj {
   std::uint32_t pd = 0, max_sge = 0;
+  std::uint32_t db_ring = 0;  // the doorbell ring whose records may ring it (0: the doorbell queue only)
   WorkRing ring;
   std::uint64_t status_gpa = 0;
   std::shared_ptr<nicdrv::SharedReceiveQueue> eng;
@@ -262,7 +276,17 @@ struct DeviceModel {
 
   // datapath.cpp
   void doorbells(vhost::Queue& q);
-  void ring_doorbell(const vhost::GuestView& g, const vd::Doorbell& db);
+  // `ring`: the doorbell ring the record came from (0: the doorbell queue); a record from a ring
+  // acts only on an object created with that ring.
+  void ring_doorbell(const vhost::GuestView& g, const vd::Doorbell& db, std::uint32_t ring = 0);
+  // db_rings.cpp: every doorbell ring's new records taken (a doorbell-queue notification, a
+  // polling round, the rings running again); and the rings told whether the device polls them.
+  void ring_doorbell_rings(const vhost::GuestView& g);
+  void set_db_rings_polled(const vhost::GuestView& g, bool polled);
+  // A CQ, QP or SRQ created (+1) or destroyed (-1) with doorbell ring `ring` (0: none).
+  void count_db_ring_user(std::uint32_t ring, int delta);
+  // A new ring's number (1..65535, none in use): 0 when all are.
+  std::uint32_t new_db_ring_number();
   void post_sq(const vhost::GuestView& g, std::uint32_t handle, QpObj& qp);
   void post_rq(const vhost::GuestView& g, std::uint32_t handle, QpObj& qp);
   void post_srq(const vhost::GuestView& g, std::uint32_t handle, SrqObj& srq);
@@ -401,6 +425,9 @@ struct DeviceModel {
   std::unordered_map<std::uint32_t, QpObj> qps;
   std::unordered_map<std::uint32_t, AhObj> ahs;
   std::unordered_map<std::uint32_t, SrqObj> srqs;
+  std::map<std::uint32_t, DbRingObj> db_rings;  // by number, 1..65535 (ordered: taken in turn)
+  std::uint32_t next_db_ring_ = 1;
+  bool db_rings_polled = false;  // the rings' headers say NO_KICK
   std::unordered_map<int, std::uint32_t> cq_by_fd;  // engine CQ event fd -> CQ handle
   std::unordered_set<std::uint32_t> pending_sq;     // QPs whose send ring waits for engine room
   std::unordered_set<std::uint32_t> pending_rq;

@@ -53,10 +53,11 @@ struct RdmaDeviceOptions {
 struct RdmaDeviceStats {
   std::uint64_t commands = 0, command_errors = 0;
   std::uint64_t doorbells = 0, doorbell_errors = 0;
+  std::uint64_t ring_doorbells = 0;  // of `doorbells`, those a process wrote into a doorbell ring
   std::uint64_t send_wqes = 0, recv_wqes = 0, wqe_errors = 0;
   std::uint64_t cqes = 0, cq_overruns = 0;
   std::uint64_t events = 0, events_dropped = 0;
-  std::uint32_t pds = 0, mrs = 0, cqs = 0, qps = 0, ahs = 0, srqs = 0;
+  std::uint32_t pds = 0, mrs = 0, cqs = 0, qps = 0, ahs = 0, srqs = 0, db_rings = 0;
   std::uint64_t registered_bytes = 0;
   bool paused = false;  // rings stopped: the engine is quiesced and nothing is written
 };

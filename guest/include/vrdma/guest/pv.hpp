@@ -56,6 +56,8 @@ class PvTransport {
   // Virtqueue operations; one caller at a time per queue.
   virtual Result<std::uint16_t> add(std::uint16_t queue, std::span<const ChainBuf> bufs) = 0;
   virtual Status publish_and_kick(std::uint16_t queue) = 0;
+  // A notification of the queue whatever its ring says (a doorbell ring's records are not on it).
+  virtual Status notify(std::uint16_t queue) = 0;
   virtual std::optional<std::pair<std::uint16_t, std::uint32_t>> get_used(std::uint16_t queue) = 0;
   [[nodiscard]] virtual std::uint16_t free_slots(std::uint16_t queue) const = 0;
   // The queue's interrupt (call) eventfd, to poll on.

@@ -59,7 +59,7 @@ class DeviceState {
   // regions (ALLOC_MR: handle, PD, max_pages, key, and while valid their iova, length, rights,
   // page size and pages); a destination allocates them under the same key, registered again
   // over the same guest pages. A destination reads kOldestStateVersion and later.
-  static constexpr std::uint32_t kStateVersion = 4;
+  static constexpr std::uint32_t kStateVersion = 5;
   static constexpr std::uint32_t kOldestStateVersion = 1;
   static constexpr bool state_version_readable(std::uint32_t v) { return v >= kOldestStateVersion && v <= kStateVersion; }
 

@@ -42,10 +42,11 @@ struct PvAndSoft {
   TempDir dir;
   std::unique_ptr<Vrdmad> backend;
   std::shared_ptr<nicdrv::Device> dev, soft;
-  PvAndSoft(const char* prefix, int subnet) : net{prefix, subnet} {
+  // `options`: the pv device's (docs/virtio-rdma.md "libpvverbs").
+  PvAndSoft(const char* prefix, int subnet, const std::string& options = "ram_mib=64") : net{prefix, subnet} {
     BOOST_REQUIRE_MESSAGE(net.ok(), "cannot create network namespaces (needs root)");
     backend = std::make_unique<Vrdmad>(dir, "a", net.ns_a(), "soft:" + net.ip_a());
-    dev = open_dev(backend->device() + "?ram_mib=64");
+    dev = open_dev(backend->device() + "?" + options);
     soft = soft_engine_in(net.ns_b(), net.ip_b());
   }
   // The device moves to a new vrdmad on the same host address: its state taken from the old
