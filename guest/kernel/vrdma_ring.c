@@ -105,7 +105,8 @@ int vrdma_mmap(struct ib_ucontext *uc, struct vm_area_struct *vma)
 	if (!entry)
 		return -EINVAL;
 	ring = container_of(entry, struct vrdma_ring, rdma);
-	if (vma->vm_end - vma->vm_start != ring->size) {
+	/* The notify page is written, never executed. */
+	if (vma->vm_end - vma->vm_start != ring->size || (ring->io && (vma->vm_flags & VM_EXEC))) {
 		rdma_user_mmap_entry_put(entry);
 		return -EINVAL;
 	}
