@@ -519,6 +519,34 @@ rdma_cm_rping() {
     bash -c "[ $ok = 0 ] && grep -q '^uid=1000(vrdma)' '$work/sendR.guest' && grep -qE '^ *4096 +200 ' '$work/sendR.guest' &&
       grep -q '\"ops\":200,' '$work/sendR.host' && ! grep -q '\"verified\":false' '$work/sendR.host'"
 }
+# RDMA-CM with loss (issue 31): rping against vrdma-perf again with nftables dropping 2 % of the
+# RoCE packets, CM MADs included (ib_cm resends a lost REQ/REP/RTU; the data's losses are
+# repaired by retransmission).
+rdma_cm_with_loss() {
+  local hp ok=1 s0 s1 dropped
+  ip netns exec "$NS" ethtool -K lo tx-udp-segmentation off || true
+  ip netns exec "$NS" nft -f - <<'EOF'
+table inet vrdma_loss {
+  chain in { type filter hook input priority 0; udp dport 4791 numgen random mod 100 < 2 counter drop; }
+}
+EOF
+  s0=$(vstatus)
+  timeout 120 ip netns exec "$NS" "$PERF" --device soft:$PERFIP --peer-format rping --size 4096 >"$work/rpingl.host" 2>&1 &
+  hp=$!
+  sleep 1
+  guest 120 "$work/rpingl.guest" "su -s /bin/sh vrdma -c \"id; timeout 90 rping -c -a $PERFIP -I $DEVIP -C 200 -S 4096 -V && echo RPING-OK\"" || true
+  wait $hp && ok=0
+  kill $hp 2>/dev/null || true
+  s1=$(vstatus)
+  dropped=$(ip netns exec "$NS" nft list table inet vrdma_loss | sed -n 's/.*counter packets \([0-9]*\).*/\1/p')
+  ip netns exec "$NS" nft delete table inet vrdma_loss
+  ip netns exec "$NS" ethtool -K lo tx-udp-segmentation on || true
+  sed 's/^/  guest: /' "$work/rpingl.guest" | grep -v "===" | cut -c1-200; sed 's/^/  host: /' "$work/rpingl.host" | cut -c1-400
+  check "rping -c (uid 1000) through RDMA-CM with 2 % of RoCE packets dropped (${dropped:-?} dropped): 200 x 4 KiB verified by both, both exit 0" \
+    bash -c "[ $ok = 0 ] && grep -q '^RPING-OK' '$work/rpingl.guest' && grep -q '\"verified\":true' '$work/rpingl.host' &&
+      grep -q '\"pings\":200,' '$work/rpingl.host' && [ '${dropped:-0}' -gt 0 ]"
+  check "rping with loss: the loss was repaired by retransmission" resent "$s0" "$s1" "$work/rpingl.host"
+}
 
 # 4f. Two processes on vrdma0 at once, one SIGKILLed mid-run (issue 25): a "victim"
 # ibv_rc_pingpong client (uid 1000) exchanging 4 KiB messages without end with a vrdma-perf on
@@ -676,6 +704,7 @@ if [ -n "$PROVIDER" ]; then
   t=$(date +%s); two_processes; echo "  (two processes: $(($(date +%s) - t)) s)"
   t=$(date +%s); mtu_and_loss; echo "  (MTU 4096 and loss: $(($(date +%s) - t)) s)"
   t=$(date +%s); rdma_cm_rping; echo "  (RDMA-CM: $(($(date +%s) - t)) s)"
+  t=$(date +%s); rdma_cm_with_loss; echo "  (RDMA-CM with loss: $(($(date +%s) - t)) s)"
 else
   echo "SKIP the provider's checks (4e): no provider in the guest"
 fi
