@@ -281,6 +281,7 @@ void DeviceModel::reset() {
   srqs.clear();
   db_rings.clear();
   db_rings_polled = false;
+  next_db_ring_ = 1;
   ahs.clear();
   dma_by_lkey.clear();
   dma_mrs.clear();

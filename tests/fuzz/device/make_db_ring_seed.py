@@ -4,7 +4,8 @@
 # control request is written: later "requests" write the ring), CREATE_CQ and CREATE_QP naming
 # that ring, a "request" whose bytes are the ring's header (producer 24) and three records (RQ,
 # CQ_ARM, SQ) in the slots after the 21 the ring started at, a doorbell on the doorbell queue
-# (whose notification makes the device take the ring's records), and a save and load of the
+# (written at the same place: its handle is the producer again; its notification makes the
+# device take the ring's records), and a save and load of the
 # device state (the ring and the objects' ring in version 5). Writes the seed under its SHA-1
 # name.
 # Usage: make_db_ring_seed.py tests/fuzz/device/corpus/rdma_command_fuzzer
@@ -22,7 +23,9 @@ ring[0:8] = struct.pack('<II', 24, 21)                     # producer 24: three 
 for slot, (h, kind, value) in zip((5, 6, 7), ((3, 2, 0), (2, 4, 0), (3, 1, 1))):
     ring[64 + slot * 16:64 + slot * 16 + 16] = struct.pack('<IHHII', h, kind, 0, value, 0)
 out += rec(2, bytes(ring))                                 # writes the ring (a refused command 24)
-out += rec(1, struct.pack('<IHHII', 999, 1, 0, 0, 0))      # a doorbell-queue record: the notification
+# A doorbell-queue record (refused: no object 24), written where requests are: its first word is
+# the ring's producer again; its notification makes the device take the ring's three records.
+out += rec(1, struct.pack('<IHHII', 24, 1, 0, 0, 0))
 out += rec(0xfd, b'')                                      # save and load: the ring in the state
 name = hashlib.sha1(out).hexdigest()
 open(sys.argv[1] + '/' + name, 'wb').write(out)
