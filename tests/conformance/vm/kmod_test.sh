@@ -483,15 +483,22 @@ no_syscall_per_post() {
 #     through the device's GSI QP (QP1: ib_mad on the driver's kernel QP, CQ and DMA MR; the soft
 #     engine hands QP1 to the guest) to vrdma-perf's CM on the host's soft engine; rping's own
 #     QP and data go through the provider. 40 rounds of 4 KiB, every byte checked by both (-V).
-rdma_cm_rping() {
-  local hp ok=1 cmd="rping -c -a $PERFIP -I $DEVIP -C 40 -S 4096 -V"
-  timeout 90 ip netns exec "$NS" "$PERF" --device soft:$PERFIP --peer-format rping --size 4096 >"$work/rping.host" 2>&1 &
+# rping_client NAME COUNT: vrdma-perf's rping server on the host, `rping -c -C COUNT -S 4096 -V`
+# (uid 1000) in the guest; their output in $work/NAME.host and .guest, ok=0 when vrdma-perf exited 0.
+rping_client() {
+  local hp
+  ok=1
+  timeout 120 ip netns exec "$NS" "$PERF" --device soft:$PERFIP --peer-format rping --size 4096 >"$work/$1.host" 2>&1 &
   hp=$!
   sleep 1
-  guest 90 "$work/rping.guest" "modprobe rdma_ucm; su -s /bin/sh vrdma -c \"id; timeout 60 $cmd && echo RPING-OK\"" || true
+  guest 120 "$work/$1.guest" "modprobe rdma_ucm; su -s /bin/sh vrdma -c \"id; timeout 90 rping -c -a $PERFIP -I $DEVIP -C $2 -S 4096 -V && echo RPING-OK\"" || true
   wait $hp && ok=0
   kill $hp 2>/dev/null || true
-  sed 's/^/  guest: /' "$work/rping.guest" | grep -v "===" | cut -c1-200; sed 's/^/  host: /' "$work/rping.host" | cut -c1-400
+  sed 's/^/  guest: /' "$work/$1.guest" | grep -v "===" | cut -c1-200; sed 's/^/  host: /' "$work/$1.host" | cut -c1-400
+}
+rdma_cm_rping() {
+  local ok hp
+  rping_client rping 40
   check "rping -c (uid 1000) through the guest kernel's RDMA-CM over QP1 to vrdma-perf's CM: 40 x 4 KiB verified by both, both exit 0" \
     bash -c "[ $ok = 0 ] && grep -q '^uid=1000(vrdma)' '$work/rping.guest' && grep -q '^RPING-OK' '$work/rping.guest' &&
       grep -q '\"verified\":true' '$work/rping.host' && grep -q '\"pings\":40,' '$work/rping.host'"
@@ -523,25 +530,12 @@ rdma_cm_rping() {
 # RoCE packets, CM MADs included (ib_cm resends a lost REQ/REP/RTU; the data's losses are
 # repaired by retransmission).
 rdma_cm_with_loss() {
-  local hp ok=1 s0 s1 dropped
-  ip netns exec "$NS" ethtool -K lo tx-udp-segmentation off || true
-  ip netns exec "$NS" nft -f - <<'EOF'
-table inet vrdma_loss {
-  chain in { type filter hook input priority 0; udp dport 4791 numgen random mod 100 < 2 counter drop; }
-}
-EOF
+  local ok s0 s1 dropped
+  loss_on
   s0=$(vstatus)
-  timeout 120 ip netns exec "$NS" "$PERF" --device soft:$PERFIP --peer-format rping --size 4096 >"$work/rpingl.host" 2>&1 &
-  hp=$!
-  sleep 1
-  guest 120 "$work/rpingl.guest" "su -s /bin/sh vrdma -c \"id; timeout 90 rping -c -a $PERFIP -I $DEVIP -C 200 -S 4096 -V && echo RPING-OK\"" || true
-  wait $hp && ok=0
-  kill $hp 2>/dev/null || true
+  rping_client rpingl 200
   s1=$(vstatus)
-  dropped=$(ip netns exec "$NS" nft list table inet vrdma_loss | sed -n 's/.*counter packets \([0-9]*\).*/\1/p')
-  ip netns exec "$NS" nft delete table inet vrdma_loss
-  ip netns exec "$NS" ethtool -K lo tx-udp-segmentation on || true
-  sed 's/^/  guest: /' "$work/rpingl.guest" | grep -v "===" | cut -c1-200; sed 's/^/  host: /' "$work/rpingl.host" | cut -c1-400
+  dropped=$(loss_off)
   check "rping -c (uid 1000) through RDMA-CM with 2 % of RoCE packets dropped (${dropped:-?} dropped): 200 x 4 KiB verified by both, both exit 0" \
     bash -c "[ $ok = 0 ] && grep -q '^RPING-OK' '$work/rpingl.guest' && grep -q '\"verified\":true' '$work/rpingl.host' &&
       grep -q '\"pings\":200,' '$work/rpingl.host' && [ '${dropped:-0}' -gt 0 ]"
@@ -583,6 +577,23 @@ lossy() {  # lossy HOSTLOG-NAME CASE-FUNCTION ARGS...: the case, then its retran
   s0=$(vstatus); "$@"; s1=$(vstatus)
   check "$name: the loss was repaired by retransmission" resent "$s0" "$s1" "$work/$name.host"
 }
+# loss_on: nftables drops 2 % of RoCE packets at the namespace's input hook. The engines send
+# runs of packets with UDP segmentation offload, which lo delivers whole: with it off, lo's
+# transmit path cuts the runs and the input hook sees (and drops) single packets. loss_off undoes
+# both and prints how many packets were dropped.
+loss_on() {
+  ip netns exec "$NS" ethtool -K lo tx-udp-segmentation off >&2 || echo "  (lo keeps its UDP segmentation offload: a drop takes a whole run)"
+  ip netns exec "$NS" nft -f - <<'EOF'
+table inet vrdma_loss {
+  chain in { type filter hook input priority 0; udp dport 4791 numgen random mod 100 < 2 counter drop; }
+}
+EOF
+}
+loss_off() {
+  ip netns exec "$NS" nft list table inet vrdma_loss | sed -n 's/.*counter packets \([0-9]*\).*/\1/p'
+  ip netns exec "$NS" nft delete table inet vrdma_loss >&2
+  ip netns exec "$NS" ethtool -K lo tx-udp-segmentation on >&2 || true
+}
 mtu_and_loss() {
   local g=${G:-1} dropped
   MTU=4096 PT_N=100
@@ -590,23 +601,14 @@ mtu_and_loss() {
     "-d vrdma0 -g $g -m 4096 -s 8192 -n 100 -c" 8192 100 200 client
   pt_case write_bw_4k_c client ib_write_bw write_bw 65536
   pt_case read_bw_4k_c client ib_read_bw read_bw 65536
-  # The engines send runs of packets with UDP segmentation offload, which lo delivers whole: with
-  # it off, lo's transmit path cuts the runs and the input hook sees (and drops) single packets.
-  ip netns exec "$NS" ethtool -K lo tx-udp-segmentation off || echo "  (lo keeps its UDP segmentation offload: a drop takes a whole run)"
-  ip netns exec "$NS" nft -f - <<'EOF'
-table inet vrdma_loss {
-  chain in { type filter hook input priority 0; udp dport 4791 numgen random mod 100 < 2 counter drop; }
-}
-EOF
+  loss_on
   LOSS="2 % loss"
   lossy rc4kl_c pp_case rc4kl ibv_rc_pingpong "--peer-format pingpong --size 8192 --iters 200 --mtu 4096" \
     "-d vrdma0 -g $g -m 4096 -s 8192 -n 200 -c" 8192 200 400 client
   lossy write_bw_4kl_c pt_case write_bw_4kl_c client ib_write_bw write_bw 65536
   lossy write_bw_4kl_s pt_case write_bw_4kl_s server ib_write_bw write_bw 65536
   lossy read_bw_4kl_c pt_case read_bw_4kl_c client ib_read_bw read_bw 65536
-  dropped=$(ip netns exec "$NS" nft list table inet vrdma_loss | sed -n 's/.*counter packets \([0-9]*\).*/\1/p')
-  ip netns exec "$NS" nft delete table inet vrdma_loss
-  ip netns exec "$NS" ethtool -K lo tx-udp-segmentation on || true
+  dropped=$(loss_off)
   check "nftables dropped RoCE packets in the loss round ($dropped)" bash -c "[ '${dropped:-0}' -gt 0 ]"
   unset MTU PT_N LOSS
 }
