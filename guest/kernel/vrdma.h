@@ -283,7 +283,7 @@ void vrdma_doorbells_reclaim(struct vrdma_dev *dev, bool device_reset);
 /* vrdma_dbring.c: processes' doorbell rings */
 void vrdma_find_notify(struct vrdma_dev *dev);
 int vrdma_uctx_db_ring(struct vrdma_dev *dev, struct vrdma_ucontext *uc, int epoch, u32 *number);
-int vrdma_uctx_db_ring_init(struct vrdma_dev *dev, struct vrdma_ucontext *uc, struct virtio_rdma_abi_ucontext_resp *r);
+void vrdma_uctx_db_ring_init(struct vrdma_dev *dev, struct vrdma_ucontext *uc, struct virtio_rdma_abi_ucontext_resp *r);
 void vrdma_uctx_db_ring_free(struct vrdma_dev *dev, struct vrdma_ucontext *uc);
 
 /* vrdma_mr.c */

@@ -120,19 +120,23 @@ int vrdma_uctx_db_ring(struct vrdma_dev *dev, struct vrdma_ucontext *uc, int epo
 	return ret;
 }
 
-/* GET_CONTEXT: the ring and the notify page, when the device and the provider both have them. */
-int vrdma_uctx_db_ring_init(struct vrdma_dev *dev, struct vrdma_ucontext *uc, struct virtio_rdma_abi_ucontext_resp *r)
+/*
+ * GET_CONTEXT: the ring and the notify page, when the device and the provider both have them. A
+ * context that cannot have them (no memory, the device's 4,096 rings in use) rings through the
+ * kernel: it is never refused for that.
+ */
+void vrdma_uctx_db_ring_init(struct vrdma_dev *dev, struct vrdma_ucontext *uc, struct virtio_rdma_abi_ucontext_resp *r)
 {
 	u32 number;
 	int ret;
 
 	if (!dev->notify_pa)
-		return 0;
+		return;
 	uc->dbr = vrdma_ring_alloc(&uc->ibuc, virtio_rdma_db_ring_bytes(VRDMA_DB_RING_DEPTH));
 	if (IS_ERR(uc->dbr)) {
 		ret = PTR_ERR(uc->dbr);
 		uc->dbr = NULL;
-		return ret;
+		goto err;
 	}
 	uc->notify = vrdma_ring_io(&uc->ibuc, dev->notify_pa & PAGE_MASK);
 	if (IS_ERR(uc->notify)) {
@@ -150,10 +154,10 @@ int vrdma_uctx_db_ring_init(struct vrdma_dev *dev, struct vrdma_ucontext *uc, st
 	r->notify_mmap_offset = rdma_user_mmap_get_offset(&uc->notify->rdma);
 	r->notify_offset = offset_in_page(dev->notify_pa);
 	r->notify_value = VIRTIO_RDMA_DOORBELL_QUEUE;
-	return 0;
+	return;
 err:
+	dev_warn_ratelimited(&dev->vdev->dev, "a process gets no doorbell ring (%d): it rings through the kernel\n", ret);
 	vrdma_uctx_db_ring_free(dev, uc);
-	return ret;
 }
 
 /* The context ends (its objects are gone): the device's ring destroyed, the memory let go. */
@@ -171,4 +175,5 @@ void vrdma_uctx_db_ring_free(struct vrdma_dev *dev, struct vrdma_ucontext *uc)
 	uc->dbr = NULL;
 	vrdma_ring_release(uc->notify, false);
 	uc->notify = NULL;
+	uc->dbr_epoch = -1;
 }
