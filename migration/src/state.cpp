@@ -415,10 +415,10 @@ Status DeviceState::Impl::load_state(std::span<const std::uint8_t> blob) {
       if (number == 0 || number > 0xffff || d.db_rings.contains(number) || !depth_ok || ring.gpa % 64 != 0 ||
           ring.gpa + bytes < ring.gpa || !g.memory().range(ring.gpa, bytes))
         return fail(bad(fmt::format("doorbell ring {} ({} records at {:#x})", number, ring.depth, ring.gpa)));
-      // Not polled here (yet): its process notifies again.
-      (void)g.write_obj(ring.gpa + offsetof(vd::DbRingHeader, flags), std::uint32_t{0});
       d.db_rings.emplace(number, ring);
     }
+    // Not polled here (yet): their processes notify again.
+    d.set_db_rings_polled(g, false);
     auto get_tags = [&](auto& objects, std::string_view kind) -> Status {
       std::uint32_t tagged = 0;
       if (!r.get(tagged) || tagged > objects.size()) return bad(fmt::format("{} doorbell ring count", kind));
