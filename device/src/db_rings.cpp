@@ -58,6 +58,18 @@ void DeviceModel::ring_doorbell_rings(const vhost::GuestView& g) {
   }
 }
 
+bool DeviceModel::db_ring_depth_ok(std::uint32_t depth) {
+  return cmd::pow2(depth) && depth >= vd::kDbRingMinDepth && depth <= vd::kDbRingMaxDepth;
+}
+
+std::optional<std::string> DeviceModel::db_ring_layout_error(const vhost::GuestView& g, std::uint64_t gpa,
+                                                             std::uint32_t depth) {
+  if (!db_ring_depth_ok(depth))
+    return fmt::format("doorbell ring depth {} is not a power of two from {} to {}", depth, vd::kDbRingMinDepth,
+                       vd::kDbRingMaxDepth);
+  return cmd::check_area(g, gpa, virtio_rdma_db_ring_bytes(depth), 64, "the doorbell ring");
+}
+
 void DeviceModel::set_db_rings_polled(const vhost::GuestView& g, bool polled) {
   const std::uint32_t flags = polled ? vd::kDbRingNoKick : 0;
   for (auto& [number, ring] : db_rings) (void)g.write_obj(ring.gpa + kFlagsOffset, flags);
@@ -92,11 +104,8 @@ std::optional<Refusal> Handlers::db_ring_known(std::uint32_t ring, std::string_v
 Reply Handlers::create_db_ring() {
   const auto r = req_as<vd::CreateDbRingReq>(body);
   if (auto e = room(d.db_rings.size(), vd::kMaxDbRings, "doorbell rings")) return *e;
-  if (!pow2(r.depth) || r.depth < vd::kDbRingMinDepth || r.depth > vd::kDbRingMaxDepth)
-    return refuse(vd::Status::invalid, fmt::format("doorbell ring depth {} is not a power of two from {} to {}", r.depth,
-                                                   vd::kDbRingMinDepth, vd::kDbRingMaxDepth));
-  if (auto why = check_area(g, r.gpa, virtio_rdma_db_ring_bytes(r.depth), 64, "the doorbell ring"))
-    return refuse(vd::Status::fault, *why);
+  if (auto why = DeviceModel::db_ring_layout_error(g, r.gpa, r.depth))
+    return refuse(DeviceModel::db_ring_depth_ok(r.depth) ? vd::Status::fault : vd::Status::invalid, *why);
   auto producer = g.read_obj<std::uint32_t>(r.gpa + kProducerOffset);
   if (!producer) return refuse(vd::Status::fault, "the doorbell ring's header cannot be read");
   const auto n = d.new_db_ring_number();

@@ -3,7 +3,6 @@
 // Saved with the rings stopped (engine quiesced); loaded into an empty device over the guest's
 // memory, where every field is checked as the commands check it (the blob comes from the
 // frontend: QEMU's migration stream or a libpvverbs process).
-#include <bit>
 #include <chrono>
 #include <cstddef>
 #include <cstring>
@@ -410,11 +409,10 @@ Status DeviceState::Impl::load_state(std::span<const std::uint8_t> blob) {
       device::DbRingObj ring;
       if (!r.get(number) || !r.get(ring.gpa) || !r.get(ring.depth) || !r.get(ring.consumed))
         return fail(bad("truncated doorbell ring"));
-      const bool depth_ok = std::has_single_bit(ring.depth) && ring.depth >= vd::kDbRingMinDepth && ring.depth <= vd::kDbRingMaxDepth;
-      const std::uint64_t bytes = depth_ok ? virtio_rdma_db_ring_bytes(ring.depth) : 0;
-      if (number == 0 || number > 0xffff || d.db_rings.contains(number) || !depth_ok || ring.gpa % 64 != 0 ||
-          ring.gpa + bytes < ring.gpa || !g.memory().range(ring.gpa, bytes))
-        return fail(bad(fmt::format("doorbell ring {} ({} records at {:#x})", number, ring.depth, ring.gpa)));
+      if (number == 0 || number > 0xffff || d.db_rings.contains(number))
+        return fail(bad(fmt::format("doorbell ring number {}", number)));
+      if (auto why = device::DeviceModel::db_ring_layout_error(g, ring.gpa, ring.depth))
+        return fail(bad(fmt::format("doorbell ring {}: {}", number, *why)));
       d.db_rings.emplace(number, ring);
     }
     // Not polled here (yet): their processes notify again.

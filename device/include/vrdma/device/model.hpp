@@ -287,6 +287,10 @@ struct DeviceModel {
   void count_db_ring_user(std::uint32_t ring, int delta);
   // A new ring's number (1..65535, none in use): 0 when all are.
   std::uint32_t new_db_ring_number();
+  // Why a doorbell ring of `depth` records at `gpa` cannot be one (CREATE_DB_RING and a loaded
+  // device state check the same): its depth, alignment or place in guest memory; nullopt when it can.
+  static std::optional<std::string> db_ring_layout_error(const vhost::GuestView& g, std::uint64_t gpa, std::uint32_t depth);
+  static bool db_ring_depth_ok(std::uint32_t depth);
   void post_sq(const vhost::GuestView& g, std::uint32_t handle, QpObj& qp);
   void post_rq(const vhost::GuestView& g, std::uint32_t handle, QpObj& qp);
   void post_srq(const vhost::GuestView& g, std::uint32_t handle, SrqObj& srq);
