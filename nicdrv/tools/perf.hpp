@@ -119,6 +119,10 @@ void connect_qp(Ctx& x, QueuePair& qp, const Remote& r, std::uint32_t my_psn);
 std::shared_ptr<QueuePair> new_qp(Ctx& x);
 std::size_t poll_checked(Ctx& x, WorkCompletion* wc, std::size_t n);
 std::size_t poll_some(Ctx& x, WorkCompletion* wc, std::size_t n);
+// Work is outstanding and nothing has completed for kStallSeconds: the peer stopped answering
+// or the device lost work. Ends the run with a sentence (and the counts) instead of a hang.
+inline constexpr int kStallSeconds = 20;
+void check_stall(SteadyClock::time_point last_progress, std::uint64_t posted, std::uint64_t completed, const char* what);
 void post_recvs(Ctx& x, std::size_t n);
 bool time_up(const Config& c, SteadyClock::time_point start, std::uint64_t done);
 // Streams operations with up to `depth` outstanding (client side of the *_bw tests).

@@ -15,6 +15,8 @@
 #include <cstring>
 #include <thread>
 
+#include <fmt/format.h>
+
 #include "perf.hpp"
 #include "vrdma/nicdrv/registry.hpp"
 #include "vrdma/nicdrv/soft.hpp"
@@ -222,6 +224,13 @@ std::size_t poll_some(Ctx& x, WorkCompletion* wc, std::size_t n) {
   return got;
 }
 
+void check_stall(SteadyClock::time_point last_progress, std::uint64_t posted, std::uint64_t completed, const char* what) {
+  if (SteadyClock::now() - last_progress < std::chrono::seconds(kStallSeconds)) return;
+  die(fmt::format("no {} completed for {} s ({} posted, {} completed): the peer stopped answering or the device lost "
+                  "work; see the peer's output and the device's log",
+                  what, kStallSeconds, posted, completed));
+}
+
 void post_recvs(Ctx& x, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) {
     Sge s = x.recv_sge(i % x.slots);
@@ -252,6 +261,7 @@ Outcome run_bw(Ctx& x) {
   auto start = SteadyClock::now();
   WorkCompletion wc[64];
   bool stop = false;
+  auto progress = start;
   while (!stop || completed < posted) {
     while (!stop && posted - completed < x.c.depth) {
       if (time_up(x.c, start, posted)) {
@@ -276,7 +286,12 @@ Outcome run_bw(Ctx& x) {
       must(x.qp->post_send(std::span<const SendWr>(&w, 1)), "post send");
       ++posted;
     }
-    completed += poll_some(x, wc, 64);
+    if (const std::size_t n = poll_some(x, wc, 64); n > 0) {
+      completed += n;
+      progress = SteadyClock::now();
+    } else {
+      check_stall(progress, posted, completed, "work request");
+    }
   }
   o.ops = completed;
   o.seconds = std::chrono::duration<double>(SteadyClock::now() - start).count();

@@ -110,7 +110,8 @@ run_case run_suite suite_rxe verbs:rxe0
 
 # ---- 3: vrdma-perf, guest (verbs:rxe0) against host (soft engine) ---------------------------
 # vrdmad_up NAME...: one vrdmad per name on rxe0 (socket /tmp/NAME.sock, log /tmp/NAME.log),
-# waiting for its control socket; vrdmad_logs NAME... prints the logs' ends.
+# waiting for its control socket; vrdmad_logs NAME... prints the logs' ends (after vrdmad_down:
+# with each vrdmad's exit line, its counters).
 # VRDMAD_ARGS (in the guest) adds options, e.g. --incoming guest for a migration destination.
 VRDMAD_UP='vrdmad_up() { for n in "$@"; do rm -f /tmp/$n.sock /tmp/$n.ctl; timeout 200 /opt/vrdma/vrdmad --socket /tmp/$n.sock --engine verbs:rxe0 --control /tmp/$n.ctl $VRDMAD_ARGS 2>/tmp/$n.log & PIDS="$PIDS $!"; done; for n in "$@"; do i=0; while [ ! -S /tmp/$n.ctl ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; done; }; vrdmad_logs() { for n in "$@"; do echo "--- vrdmad $n:"; grep -v "vhost-user\|vring" /tmp/$n.log | tail -40; done; }; vrdmad_down() { kill $PIDS 2>/dev/null; wait 2>/dev/null; }'
 # Local ACK timeout 0.5 s (4.096 us x 2^17), as in rxe_test.sh: rxe under TCG is slow.
@@ -126,7 +127,7 @@ perf_ok() { grep -q '"verified":true' "$1" || grep -q '"lat_us"' "$1"; }
 # The guest's vrdma-perf command: straight on rxe0, or (pv) through a vrdmad on it (part 4).
 guest_perf() {  # mode, vrdma-perf args
   if [ "$1" = pv ]; then
-    echo "$VRDMAD_UP; vrdmad_up g; timeout 60 /opt/vrdma/vrdma-perf --device pv:/tmp/g.sock?ram_mib=64 $2; rc=\$?; [ \$rc -eq 0 ] || vrdmad_logs g; vrdmad_down; exit \$rc"
+    echo "$VRDMAD_UP; vrdmad_up g; timeout 60 /opt/vrdma/vrdma-perf --device pv:/tmp/g.sock?ram_mib=64 $2; rc=\$?; vrdmad_down; [ \$rc -eq 0 ] || vrdmad_logs g; exit \$rc"
   else
     echo "timeout 60 /opt/vrdma/vrdma-perf --device verbs:rxe0 $2"
   fi
@@ -165,7 +166,7 @@ run_suite_pv() {
   local name=suite_pv_rxe ok=1 f="$work/suite_pv_rxe.guest" t=$(date +%s)
   want "$name" || return 0
   if guest_run "$f" "$SUITE_TIMEOUT" "$VRDMAD_UP; VRDMA_LOG=${VRDMAD_LOG:-info} vrdmad_up a b; VRDMA_SUITE_DEVICES=pv:/tmp/a.sock?ram_mib=96,pv:/tmp/b.sock?ram_mib=96 timeout $SUITE_TIMEOUT /opt/vrdma/provider_suite" \
-     "--log_level=message --report_level=short --color_output=no ${SUITE_ARGS:-}; rc=\$?; [ \$rc -eq 0 ] || vrdmad_logs a b; vrdmad_down; exit \$rc"; then ok=0; fi
+     "--log_level=message --report_level=short --color_output=no ${SUITE_ARGS:-}; rc=\$?; vrdmad_down; [ \$rc -eq 0 ] || vrdmad_logs a b; exit \$rc"; then ok=0; fi
   echo "$name (pv over vrdmad over verbs:rxe0, $(($(date +%s) - t)) s):"
   grep -E "SKIP|Leaving test case|failed|passed|error" "$f" | sed 's/^/  /' | head -60 || true
   record "$name" $ok "$f"
