@@ -53,22 +53,31 @@ out=$(
   guest_kernel
   guest_headers
   guest_tools
-  # The DKMS source layout (guest/kernel/dkms.conf): the module's files, the contract in include/.
-  mkdir -p "$work/kmod/include/vrdma"
-  cp "$SRC"/guest/kernel/{Kbuild,*.c,*.h} "$work/kmod/"
-  cp "$SRC/include/vrdma/virtio_rdma.h" "$SRC/guest/include/vrdma/virtio_rdma_abi.h" "$work/kmod/include/vrdma/"
-  # A module built from the same bytes with the same headers and compiler is taken from the
+  # The module as users get it: the DKMS package (guest/packaging/make_dkms_deb.sh), unpacked,
+  # built by Debian's dkms for the guest's kernel from its /usr/src tree (unsigned: sign_file
+  # names no program, so dkms makes no signing key on this host).
+  command -v dkms >/dev/null && command -v dpkg-deb >/dev/null || { echo "dkms or dpkg-deb is not installed" >&2; exit 3; }
+  deb=$("$SRC/guest/packaging/make_dkms_deb.sh" "$SRC" "$work/deb")
+  dpkg-deb -x "$deb" "$work/pkg"
+  kver_src=$(echo "$work"/pkg/usr/src/virtio-rdma-*)
+  # A module built from the same bytes with the same headers, compiler and dkms is taken from the
   # cache (as siw is); any change to them builds again. VRDMA_KMOD_REBUILD=1 always builds.
-  key=$( (cd "$work/kmod" && cat Kbuild ./*.c ./*.h include/vrdma/virtio_rdma.h include/vrdma/virtio_rdma_abi.h;
-          dpkg-query -W -f='${Version}' "linux-headers-$KVER" 2>/dev/null; cc --version | head -1) | sha256sum | cut -c1-16)
+  key=$( (cd "$kver_src" && find . -type f | LC_ALL=C sort | xargs cat;
+          dpkg-query -W -f='${Version}' "linux-headers-$KVER" dkms 2>/dev/null; cc --version | head -1) | sha256sum | cut -c1-16)
   cached="$CACHE/virtio_rdma-$KVER-$key.ko"
+  mkdir -p "$work/kmod" "$work/dkms"
   if [ -f "$cached" ] && [ -z "${VRDMA_KMOD_REBUILD:-}" ]; then
     cp "$cached" "$work/kmod/virtio_rdma.ko"
-    echo "BUILT earlier from the same sources (cache $cached): $(modinfo -F vermagic "$work/kmod/virtio_rdma.ko")" >&2
+    echo "BUILT earlier by dkms from the same package (cache $cached): $(modinfo -F vermagic "$work/kmod/virtio_rdma.ko")" >&2
   else
     t=$(date +%s.%N)
-    make -s -j"$(nproc)" -C "$KHDR" M="$work/kmod" modules >"$work/kbuild.log" 2>&1 || { cat "$work/kbuild.log" >&2; exit 1; }
-    echo "BUILT in $(echo "$(date +%s.%N) - $t" | bc | cut -c1-4) s: $(modinfo -F vermagic "$work/kmod/virtio_rdma.ko")" >&2
+    ver=${kver_src##*/virtio-rdma-}
+    sign_file=/nonexistent dkms build -m virtio-rdma -v "$ver" -k "$KVER" --sourcetree "$work/pkg/usr/src" \
+      --dkmstree "$work/dkms" --kernelsourcedir "$KHDR" >"$work/kbuild.log" 2>&1 || { cat "$work/kbuild.log" >&2; exit 1; }
+    ko=$(find "$work/dkms/virtio-rdma/$ver/$KVER" -name virtio_rdma.ko | head -1)
+    [ -n "$ko" ] || { echo "dkms built no virtio_rdma.ko:"; cat "$work/kbuild.log"; exit 1; } >&2
+    cp "$ko" "$work/kmod/virtio_rdma.ko"
+    echo "BUILT by dkms from $(basename "$deb") in $(echo "$(date +%s.%N) - $t" | bc | cut -c1-4) s: $(modinfo -F vermagic "$work/kmod/virtio_rdma.ko")" >&2
     rm -f "$CACHE"/virtio_rdma-"$KVER"-*.ko
     cp "$work/kmod/virtio_rdma.ko" "$cached"
   fi
@@ -78,9 +87,15 @@ out=$(
   ROOT="$work/root"
   guest_root "$ROOT"
   guest_modules "$ROOT" virtio_pci virtio_net virtio_blk ib_core ib_uverbs rdma_ucm nvme-rdma nvmet-rdma
-  mkdir -p "$ROOT/lib/modules/$KVER/extra"
-  cp "$work/kmod/virtio_rdma.ko" "$ROOT/lib/modules/$KVER/extra/"
+  # Where dkms installs it (dkms.conf DEST_MODULE_LOCATION), with the package's modprobe.d file.
+  mkdir -p "$ROOT/lib/modules/$KVER/updates/dkms" "$ROOT/lib/modprobe.d"
+  cp "$work/kmod/virtio_rdma.ko" "$ROOT/lib/modules/$KVER/updates/dkms/"
+  cp "$work/pkg/lib/modprobe.d/virtio-rdma.conf" "$ROOT/lib/modprobe.d/"
   depmod -b "$ROOT" "$KVER"
+  # Debian's modprobe (kmod) on that tree: loading virtio_blk loads virtio_rdma first.
+  echo "SOFTDEP=$(modprobe -d "$ROOT" -S "$KVER" -C "$ROOT/lib/modprobe.d" --show-depends virtio_blk 2>&1 |
+    sed -n 's|^insmod .*/\([a-z_]*\)\.ko.*|\1|p' | tr '\n' ' ')"
+  echo "PKG=$(basename "$deb") $(dpkg-deb -W --showformat='${Package} ${Version} ${Architecture} ${Depends}' "$deb")"
   mkdir -p "$ROOT/usr/bin"
   cp "$work/uverbs_probe" "$work/uverbs_data" "$ROOT/usr/bin/"
   guest_files "$ROOT" "$(command -v rdma)"
@@ -127,6 +142,8 @@ KERNEL=$(echo "$out" | sed -n 's/^KERNEL=//p')
 PROVIDER=$(echo "$out" | sed -n 's/^PROVIDER=//p')
 [ -n "$PROVIDER" ] || grep -E "^(provider:|PROVIDER-SKIP)" "$work/make_guest.err" || true
 grep "^BUILT" "$work/make_guest.err" | sed 's/^BUILT/virtio_rdma.ko built/'
+SOFTDEP=$(echo "$out" | sed -n 's/^SOFTDEP=//p')
+PKG=$(echo "$out" | sed -n 's/^PKG=//p')
 
 # ---- One "host": vrdmad's soft engine on br0 at the device's address; the guest's NIC on a tap
 # of its own (no traffic in this test: eth0 only carries the same address, as the guest owns it).
@@ -215,6 +232,10 @@ echo "guest ready after $(echo "$(date +%s.%N) - $T0" | bc | cut -c1-5) s wall"
 # guest SECONDS OUTFILE COMMAND...: the words as one `sh -c` command line in the guest (guest_run).
 guest() { guest_run "$1" "$2" "sh -c '${*:3}'"; }
 has() { grep -q -- "$2" "$1"; }
+
+# The package the module came from, and its modprobe.d file under Debian's modprobe.
+check "the DKMS package: $PKG" eval '[[ "$PKG" =~ ^virtio-rdma-dkms_[0-9.]+_all\.deb\ virtio-rdma-dkms\ [0-9.]+\ all\ dkms ]]'
+check "modprobe virtio_blk loads virtio_rdma first (the package's softdep): $SOFTDEP" eval '[[ " $SOFTDEP" =~ \ virtio_rdma\ .*virtio_blk ]]'
 
 # The GID the guest must show for the device's address (sysfs prints 8 groups of 4 hex digits).
 IFS=. read -r a b c d <<<"$DEVIP"
