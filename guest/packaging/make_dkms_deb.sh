@@ -8,10 +8,9 @@
 # The version is the project's (CMakeLists.txt). Needs only dpkg-deb; no root.
 #   make_dkms_deb.sh SOURCE_DIR OUT_DIR     prints the path of the .deb it wrote
 set -euo pipefail
-if [ $# -ne 2 ] || [ "$1" = --help ]; then
-  echo "usage: make_dkms_deb.sh SOURCE_DIR OUT_DIR  (builds OUT_DIR/virtio-rdma-dkms_<version>_all.deb)"
-  [ "${1:-}" = --help ] && exit 0 || exit 2
-fi
+usage="usage: make_dkms_deb.sh SOURCE_DIR OUT_DIR  (builds OUT_DIR/virtio-rdma-dkms_<version>_all.deb)"
+[ "${1:-}" = --help ] && { echo "$usage"; exit 0; }
+[ $# -eq 2 ] || { echo "$usage" >&2; exit 2; }
 SRC=$(readlink -f "$1")
 mkdir -p "$2"
 OUT=$(readlink -f "$2")
