@@ -4,8 +4,9 @@
 #
 # The TCG guest's virtio-net transmit queue sometimes stops for good in the middle of a bulk run
 # (about 1 run in 40-100 of ib_send_bw at 64 KiB; the guest logs "NETDEV WATCHDOG: ... transmit
-# queue 0 timed out" and QEMU writes nothing more to the tap). Nothing on the wire is wrong at
-# that point: the guest's NIC is. A case that fails with that in the guest's log is run once more
+# queue 0 timed out", once its ring is full, and QEMU writes nothing more to the tap). Nothing on
+# the wire is wrong at that point: the guest's NIC is. A case that fails with that in the guest's
+# log, or after which the guest answers no ping (the watchdog can take minutes), is run once more
 # on a freshly booted guest (at most RIG_REBOOTS times per run), and the rig says so; QEMU's own
 # view of the queues is printed first (QMP "info virtio-queue-status") for whoever digs further.
 #
@@ -114,15 +115,26 @@ while True:
 PY
 }
 
-guest_tx_stalled() { grep -qE "NETDEV WATCHDOG|TX timeout on queue" "$work/serial.log" 2>/dev/null; }
+# The guest's NIC stalled: its kernel said so, or (the watchdog speaks only once the transmit
+# ring is full, which a few failed connections take minutes to fill) it answers no ping.
+guest_tx_stalled() {
+  grep -qE "NETDEV WATCHDOG|TX timeout on queue" "$work/serial.log" 2>/dev/null && return 0
+  local i
+  for i in 1 2 3; do ip netns exec "$NS" ping -c 1 -W 2 -q "$GUEST" >/dev/null 2>&1 && return 1; done
+  STALL_HOW="the guest answers no ping from $HOST"
+  return 0
+}
 
 # Called by a script's record() for a failed case: true (and RIG_RETRY=1) when the guest's NIC
 # stalled and a reboot is left in the budget; the case is then not counted but run again.
 rig_should_retry() {
   local name=$1
-  guest_tx_stalled && [ "$RIG_REBOOTS" -gt 0 ] && [ "$RIG_IN_RETRY" -eq 0 ] || return 1
+  [ "$RIG_REBOOTS" -gt 0 ] && [ "$RIG_IN_RETRY" -eq 0 ] || return 1
+  STALL_HOW=""
+  guest_tx_stalled || return 1
   RIG_REBOOTS=$((RIG_REBOOTS - 1))
-  echo "RETRY $name: the guest's virtio-net transmit queue stalled (its log: $(grep -m1 -oE "NETDEV WATCHDOG.*" "$work/serial.log" | tr -d '\r')); QEMU's view of the queues:"
+  [ -n "$STALL_HOW" ] || STALL_HOW="its log: $(grep -m1 -oE "NETDEV WATCHDOG.*" "$work/serial.log" | tr -d '\r')"
+  echo "RETRY $name: the guest's virtio-net transmit queue stalled ($STALL_HOW); QEMU's view of the queues:"
   local q
   for q in 0 1; do
     qemu_hmp "info virtio-queue-status /machine/peripheral-anon/device[0]/virtio-backend $q" |
