@@ -7,7 +7,7 @@ PKGS=(build-essential cmake ninja-build pkg-config clang libclang-rt-14-dev
       nlohmann-json3-dev libcli11-dev libfmt-dev
       iproute2 ethtool nftables tshark python3 python3-scapy iperf3 gnuplot-nox help2man man-db libvirt-clients libvirt-daemon-system libvirt-dev
       qemu-system-x86 busybox-static kmod cpio
-      perftest ibverbs-utils rdmacm-utils nvme-cli strace linux-headers-amd64 debootstrap dkms)
+      perftest ibverbs-utils rdmacm-utils nvme-cli strace linux-headers-amd64 debootstrap dkms ucx-utils)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -191,6 +191,8 @@ static int vrdma_alloc_ucontext(struct ib_ucontext *uc, struct ib_udata *udata)
 	};
 	int ret;
 
+	if (ipv6_addr_v4mapped((struct in6_addr *)dev->gid0.gid))
+		r.flags |= VIRTIO_RDMA_ABI_UCTX_IPV4;
 	mutex_init(&vuc->dbr_lock);
 	vuc->dbr_epoch = -1;
 	/* A provider that knows no doorbell ring asks for the first answer only, and gets no ring. */

@@ -20,7 +20,8 @@
 #include "vrdma.h"
 
 /* ---- CQ ------------------------------------------------------------------------------------- */
-static void cqe_to_wc(const struct virtio_rdma_cqe *e, struct ibv_wc *wc)
+/* ipv4: the device's packets are IPv4 (VIRTIO_RDMA_ABI_UCTX_IPV4). */
+static void cqe_to_wc(const struct virtio_rdma_cqe *e, struct ibv_wc *wc, int ipv4)
 {
 	memset(wc, 0, sizeof(*wc));
 	wc->wr_id = le64toh(e->wr_id);
@@ -33,14 +34,19 @@ static void cqe_to_wc(const struct virtio_rdma_cqe *e, struct ibv_wc *wc)
 	wc->src_qp = le32toh(e->src_qp);
 	if (e->wc_flags & VIRTIO_RDMA_WC_WITH_IMM)
 		wc->wc_flags |= IBV_WC_WITH_IMM;
-	if (e->wc_flags & VIRTIO_RDMA_WC_GRH)
+	if (e->wc_flags & VIRTIO_RDMA_WC_GRH) {
 		wc->wc_flags |= IBV_WC_GRH;
+		/* ConnectX's L3 header type in the SL (2: IPv4), which UCX 1.13-1.18 reads. */
+		if (ipv4)
+			wc->sl = 2;
+	}
 }
 
 int vrdma_poll_cq(struct ibv_cq *ibcq, int num, struct ibv_wc *wc)
 {
 	struct vrdma_cq *cq = to_vcq(ibcq);
 	struct virtio_rdma_cq_control *ctl = (void *)cq->map;
+	const int ipv4 = !!(to_vctx(ibcq->context)->lim.flags & VIRTIO_RDMA_ABI_UCTX_IPV4);
 	int n = 0;
 
 	pthread_spin_lock(&cq->lock);
@@ -51,7 +57,7 @@ int vrdma_poll_cq(struct ibv_cq *ibcq, int num, struct ibv_wc *wc)
 		/* The owner byte is written last by the device (release): acquire it, then the body. */
 		if (__atomic_load_n(&e->owner, __ATOMIC_ACQUIRE) != virtio_rdma_cqe_phase(cq->next, cq->depth))
 			break;
-		cqe_to_wc(e, &wc[n++]);
+		cqe_to_wc(e, &wc[n++], ipv4);
 		cq->next++;
 	}
 	if (n)

@@ -41,6 +41,13 @@
  * A provider that asks for the first 24 bytes only gets no ring (and rings through the kernel).
  */
 #define VIRTIO_RDMA_ABI_UCTX_DB_RING (1u << 0)
+/*
+ * The device's RoCEv2 packets are IPv4 ones (its GID 0 is IPv4-mapped): a UD receive's 40-byte
+ * GRH area holds the IPv4 header in its last 20 bytes. The provider then reports a UD receive
+ * with a GRH with sl 2, the IPv4 code ConnectX puts in the SL of such a completion (bits 2:0, the
+ * L3 header type), which UCX 1.13-1.18's ud_verbs reads to find the destination GID it filters on.
+ */
+#define VIRTIO_RDMA_ABI_UCTX_IPV4 (1u << 1)
 struct virtio_rdma_abi_ucontext_resp {
 	__u32 abi_version;  /* VIRTIO_RDMA_ABI_VERSION */
 	__u32 max_qp_wr;    /* ring depths are powers of two up to these */

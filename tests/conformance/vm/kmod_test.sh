@@ -28,7 +28,8 @@
 # server, ib_send_bw over UD (the data's packets counted); 4f: two tools at once, one SIGKILLed
 # mid-run (its objects freed by the driver, the other's data verified after); 4g: path MTU 4096,
 # then 2 % of RoCE packets dropped both ways (nftables), the retransmissions counted; skipped with
-# a reason if the provider cannot be built.
+# a reason if the provider cannot be built; 4j: Debian's UCX 1.13 (ucx_perftest put bandwidth and
+# tag latency between two processes on vrdma0, UCX's destination-GID filter on).
 # Every guest command runs under `timeout`.
 #   kmod_test.sh SOURCE_DIR VRDMAD VRDMA-PERF   exits 77 (skip) without root, QEMU, the guest kernel or its headers
 #   KEEP_WORK=1 keeps the logs.
@@ -117,6 +118,13 @@ out=$(
     cp "$work/provider/vrdma.driver" "$ROOT/etc/libibverbs.d/"
     # shellcheck disable=SC2086
     guest_files "$ROOT" $tools
+    # UCX (Debian's ucx-utils, 4j): ucx_perftest and the transports it loads (ucx/libuct_*.so).
+    if command -v ucx_perftest >/dev/null; then
+      # shellcheck disable=SC2046
+      guest_files "$ROOT" "$(command -v ucx_perftest)" $(ls /usr/lib/x86_64-linux-gnu/ucx/libuct_*.so.0)
+    else
+      echo "UCX-SKIP: ucx-utils is not installed" >&2
+    fi
     # verbs_wr: the extended send API through Debian's libibverbs (perftest does not use it here).
     cc -std=gnu11 -O2 -Wall -Wextra -Werror -o "$work/verbs_wr" "$HERE/verbs_wr.c" -libverbs >&2 || exit 1
     cp "$work/verbs_wr" "$ROOT/usr/bin/"
@@ -776,6 +784,38 @@ if grep -q "^NVME-SKIP" "$work/make_guest.err"; then
   echo "SKIP 4i (NVMe over Fabrics): $(sed -n 's/^NVME-SKIP: //p' "$work/make_guest.err")"
 else
   t=$(date +%s); nvme_of; echo "  (NVMe over Fabrics: $(($(date +%s) - t)) s)"
+fi
+
+# 4j. UCX (issue 25): Debian's unmodified ucx_perftest 1.13, server and client as uid 1000 on
+#     vrdma0 (rc_verbs, wired up over ud_verbs), with UCX's destination-GID filter on: it finds a
+#     UD datagram's address family in the completion's SL, where the provider reports ConnectX's
+#     IPv4 code (VIRTIO_RDMA_ABI_UCTX_IPV4). Queue lengths fit this test's vrdmad limits (512 WRs);
+#     UCX's 8 MiB pools need the locked-memory limit raised, as UCX says. The bytes moved are
+#     counted on vrdmad's engine (ucx_perftest checks no data).
+ucx_case() {  # name, ucx_perftest test arguments
+  local c s0 s1 tx
+  c="mkdir -p /dev/shm; mount -t tmpfs none /dev/shm 2>/dev/null; chmod 1777 /dev/shm; touch /tmp/$1.s /tmp/$1.c; chmod 666 /tmp/$1.s /tmp/$1.c; ulimit -l unlimited;"
+  c+=" su -s /bin/sh vrdma -c \"export UCX_NET_DEVICES=vrdma0:1 UCX_TLS=rc_verbs,ud_verbs,self UCX_RC_VERBS_RX_QUEUE_LEN=256 UCX_RC_VERBS_TX_QUEUE_LEN=256 UCX_UD_VERBS_RX_QUEUE_LEN=256 UCX_UD_VERBS_TX_QUEUE_LEN=128;"
+  c+=" (timeout 60 ucx_perftest -p 13337 > /tmp/$1.s 2>&1 &); sleep 2; timeout 60 ucx_perftest 127.0.0.1 -p 13337 $2 > /tmp/$1.c 2>&1; echo UCX-rc=\$?; grep Final /tmp/$1.c; grep -i error /tmp/$1.c /tmp/$1.s; grep Fatal /tmp/$1.c /tmp/$1.s\"; killall ucx_perftest 2>/dev/null; true"
+  s0=$(vstatus)
+  guest 100 "$work/$1.out" "$c" || true
+  s1=$(vstatus)
+  sed 's/^/  guest: /' "$work/$1.out" | grep -v "===" | cut -c1-200
+  tx=$(( $(jfield "$s1" wire.tx_bytes) - $(jfield "$s0" wire.tx_bytes) ))
+  echo "  (vrdmad's engine sent $tx bytes)"
+  check "ucx_perftest $2 (uid 1000, rc_verbs + ud_verbs on vrdma0, UCX's GID filter on) completes every iteration" \
+    bash -c "grep -q '^UCX-rc=0' '$work/$1.out' && grep -qE 'Final: +200 ' '$work/$1.out' && ! grep -qE 'ERROR|Fatal' '$work/$1.out'"
+  check "and the engine moved its bytes ($tx >= $3)" bash -c "[ $tx -ge $3 ]"
+}
+if [ -z "$PROVIDER" ]; then
+  echo "SKIP 4j (UCX): no provider"
+elif grep -q "^UCX-SKIP" "$work/make_guest.err"; then
+  echo "SKIP 4j (UCX): $(sed -n 's/^UCX-SKIP: //p' "$work/make_guest.err")"
+else
+  t=$(date +%s)
+  ucx_case ucx_put "-t ucp_put_bw -s 65536 -n 200" $((200 * 65536))
+  ucx_case ucx_tag "-t tag_lat -s 64 -n 200" $((2 * 200 * 64))
+  echo "  (UCX: $(($(date +%s) - t)) s)"
 fi
 
 # 5. Unload and load again with the address missing: the port waits for the netdev, the GID

@@ -17,6 +17,7 @@ int main(void)
 	SIZE(virtio_rdma_abi_ucontext_resp, 56);
 	check("VIRTIO_RDMA_ABI_UCTX_RESP_V1_SIZE", VIRTIO_RDMA_ABI_UCTX_RESP_V1_SIZE, 24);
 	check("VIRTIO_RDMA_ABI_UCTX_DB_RING", VIRTIO_RDMA_ABI_UCTX_DB_RING, 1);
+	check("VIRTIO_RDMA_ABI_UCTX_IPV4", VIRTIO_RDMA_ABI_UCTX_IPV4, 2);
 	FIELD(virtio_rdma_abi_ucontext_resp, abi_version, 0, 4);
 	FIELD(virtio_rdma_abi_ucontext_resp, max_qp_wr, 4, 4);
 	FIELD(virtio_rdma_abi_ucontext_resp, max_cqe, 8, 4);
