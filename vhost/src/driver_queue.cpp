@@ -174,6 +174,25 @@ bool DriverQueue::needs_kick() {
   return (load_acq(ram_, device_) & kUsedNoNotify) == 0;
 }
 
+void DriverQueue::set_interrupts(bool on) {
+  interrupts_ = on;
+  if (packed_) {
+    if (on && event_idx_) {
+      auto* ev = at<PackedEvent>(ram_, driver_);
+      ev->off_wrap = static_cast<std::uint16_t>(next_used_ | (used_wrap_ ? 0x8000 : 0));
+    }
+    store_rel(ram_, driver_ + 2, !on ? kEventDisable : event_idx_ ? kEventDesc : kEventEnable);
+  } else if (event_idx_) {
+    // used_event one behind what we have taken, kept there as we take more (used_split): the
+    // device's index never passes it (the driver's flags must stay 0 with EVENT_IDX).
+    store_rel(ram_, driver_ + kAvailRing + std::uint64_t{size_} * 2,
+              on ? last_used_ : static_cast<std::uint16_t>(last_used_ - 1));
+  } else {
+    store_rel(ram_, driver_, on ? 0 : kAvailNoInterrupt);
+  }
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // before the caller looks at the used ring again
+}
+
 std::optional<UsedBuf> DriverQueue::get_used() {
   if (broken_) return std::nullopt;
   return packed_ ? used_packed() : used_split();
@@ -189,7 +208,10 @@ std::optional<UsedBuf> DriverQueue::used_split() {
     return std::nullopt;
   }
   ++last_used_;
-  if (event_idx_) store_rel(ram_, driver_ + kAvailRing + std::uint64_t{size_} * 2, last_used_);
+  // used_event: the next entry interrupts; or (off) one behind, so that no entry ever passes it.
+  if (event_idx_)
+    store_rel(ram_, driver_ + kAvailRing + std::uint64_t{size_} * 2,
+              interrupts_ ? last_used_ : static_cast<std::uint16_t>(last_used_ - 1));
   const auto id = static_cast<std::uint16_t>(e.id);
   // Return the chain's descriptors to the free list.
   std::uint16_t tail = id;
@@ -222,7 +244,7 @@ std::optional<UsedBuf> DriverQueue::used_packed() {
   free_ = static_cast<std::uint16_t>(free_ + chain_len_[id]);
   chain_len_[id] = 0;
   free_ids_.push_back(id);
-  if (event_idx_) {
+  if (event_idx_ && interrupts_) {
     auto* ev = at<PackedEvent>(ram_, driver_);
     ev->off_wrap = static_cast<std::uint16_t>(next_used_ | (used_wrap_ ? 0x8000 : 0));
     store_rel(ram_, driver_ + 2, kEventDesc);

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <thread>
 
 #include <fmt/format.h>
@@ -99,10 +100,12 @@ Status PvDevice::use_db_ring() {
 // A record on our doorbell ring, then a notification unless the device polls the ring.
 Status PvDevice::ring_record(const vd::Doorbell& d) {
   auto* hdr = reinterpret_cast<vd::DbRingHeader*>(dbr_.a.host);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kCommandTimeoutMs);
+  std::optional<std::chrono::steady_clock::time_point> deadline;  // read the clock only when full
   while (dbr_prod_ - std::atomic_ref(hdr->consumed).load(std::memory_order_acquire) >= kDbRingDepth) {
     VRDMA_TRY(t_->notify(vd::kDoorbellQueue));
-    if (std::chrono::steady_clock::now() > deadline)
+    const auto now = std::chrono::steady_clock::now();
+    if (!deadline) deadline = now + std::chrono::milliseconds(kCommandTimeoutMs);
+    if (now > *deadline)
       return make_error(Errc::timeout, name_ + ": the device takes no records from the doorbell ring; is vrdmad alive?");
     std::this_thread::yield();
   }
@@ -121,13 +124,22 @@ Status PvDevice::ring(vd::DoorbellKind kind, std::uint32_t handle, std::uint32_t
   if (db_ring_ != 0) return ring_record(vd::Doorbell{handle, static_cast<std::uint16_t>(kind), 0, value, 0});
   while (t_->get_used(vd::kDoorbellQueue)) {
   }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kCommandTimeoutMs);
+  // The queue raises no interrupt (set up so in PvDevice::open: we reap it here, as we post),
+  // except while we wait for room on it. The clock is read only then (a clock read may be a
+  // system call: a guest's clocksource without a vDSO path).
+  std::optional<std::chrono::steady_clock::time_point> deadline;
   while (t_->free_slots(vd::kDoorbellQueue) == 0) {
     if (t_->get_used(vd::kDoorbellQueue)) continue;
-    if (std::chrono::steady_clock::now() > deadline)
+    const auto now = std::chrono::steady_clock::now();
+    if (!deadline) deadline = now + std::chrono::milliseconds(kCommandTimeoutMs);
+    if (now > *deadline)
       return make_error(Errc::timeout, name_ + ": the device takes no doorbells; is vrdmad alive?");
-    pollfd p{t_->call_fd(vd::kDoorbellQueue), POLLIN, 0};
-    (void)::poll(&p, 1, 10);
+    t_->set_interrupts(vd::kDoorbellQueue, true);
+    if (!t_->get_used(vd::kDoorbellQueue)) {
+      pollfd p{t_->call_fd(vd::kDoorbellQueue), POLLIN, 0};
+      (void)::poll(&p, 1, 10);
+    }
+    t_->set_interrupts(vd::kDoorbellQueue, false);
   }
   // Doorbell slots are reused round-robin: the queue has 256 descriptors and 256 slots, and
   // the device returns chains in order, so with a free descriptor the slot 256 doorbells back

@@ -158,6 +158,7 @@ class PciTransport final : public PvTransport {
     return std::pair{u->id, u->len};
   }
   std::uint16_t free_slots(std::uint16_t queue) const override { return qs_.at(queue).ring.free_slots(); }
+  void set_interrupts(std::uint16_t queue, bool on) override { qs_.at(queue).ring.set_interrupts(on); }
   int call_fd(std::uint16_t queue) const override { return call_.at(queue).get(); }
   std::uint16_t num_queues() const override { return nq_; }
 

@@ -100,6 +100,7 @@ class VhostUserTransport final : public PvTransport {
     return std::pair{u->id, u->len};
   }
   std::uint16_t free_slots(std::uint16_t queue) const override { return qs_.at(queue).free_slots(); }
+  void set_interrupts(std::uint16_t queue, bool on) override { qs_.at(queue).set_interrupts(on); }
   int call_fd(std::uint16_t queue) const override { return fe_.call_fd(queue); }
   std::uint16_t num_queues() const override { return nq_; }
 

@@ -60,6 +60,9 @@ class PvTransport {
   virtual Status notify(std::uint16_t queue) = 0;
   virtual std::optional<std::pair<std::uint16_t, std::uint32_t>> get_used(std::uint16_t queue) = 0;
   [[nodiscard]] virtual std::uint16_t free_slots(std::uint16_t queue) const = 0;
+  // Whether the device should notify (interrupt) when it returns the queue's buffers
+  // (DriverQueue::set_interrupts); on by default.
+  virtual void set_interrupts(std::uint16_t queue, bool on) = 0;
   // The queue's interrupt (call) eventfd, to poll on.
   [[nodiscard]] virtual int call_fd(std::uint16_t queue) const = 0;
   // Queues set up: the virtio RDMA device's required ones, and the state queue when the device

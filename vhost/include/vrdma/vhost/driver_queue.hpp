@@ -47,6 +47,12 @@ class DriverQueue {
   bool needs_kick();
   // The next used buffer, if any (none once the queue is broken).
   std::optional<UsedBuf> get_used();
+  // Asks the device to notify (interrupt) when it returns buffers, or not to (virtio 1.2 §2.7.10,
+  // §2.8.10): a queue the driver only reaps as it posts needs none. Off, split: the avail flag
+  // NO_INTERRUPT, or with EVENT_IDX a used_event the device has just passed; packed: the driver
+  // event DISABLE. A hint (a device may still notify). After turning it on, check get_used()
+  // again: a buffer returned in between raised no notification.
+  void set_interrupts(bool on);
   // The device returned a buffer id it does not own.
   [[nodiscard]] bool broken() const { return broken_; }
 
@@ -71,7 +77,7 @@ class DriverQueue {
 
   DriverMemory* ram_ = nullptr;
   std::uint16_t size_ = 0;
-  bool packed_ = false, event_idx_ = false, broken_ = false;
+  bool packed_ = false, event_idx_ = false, broken_ = false, interrupts_ = true;
   std::uint64_t desc_ = 0, driver_ = 0, device_ = 0, indirect_ = 0;
   std::uint16_t free_ = 0;
   // split
