@@ -48,7 +48,9 @@ Status PvDevice::migrate(const std::string& socket, std::chrono::milliseconds pr
   }
   // The new backend answers commands only once it holds the device state.
   auto q = command(vd::Cmd::query_config, nullptr, 0, sizeof(vd::Config), static_cast<int>(probe.count()));
-  if (q) {
+  // A new backend that came up without the objects says so (DEVICE_FATAL) as it starts, which
+  // may reach the event thread before the probe is sent: it runs the device all the same.
+  if (q || fatal()) {
     std::lock_guard lk(cmd_mu_);
     t_->commit_switch();
     return {};
