@@ -86,10 +86,10 @@ std::uint64_t serve_send_bw(Ctx& x, int oob) {
   std::uint64_t expected = UINT64_MAX;
   ::fcntl(oob, F_SETFL, O_NONBLOCK);
   std::string pending;
-  auto progress = SteadyClock::now();
+  Watchdog progress{std::chrono::seconds(kStallSeconds)};
   while (got < expected) {
     std::size_t n = poll_some(x, wc, 64);
-    if (n > 0) progress = SteadyClock::now();
+    if (n > 0) progress.moved();
     else check_stall(progress, next_wr, got, "receive");
     for (std::size_t i = 0; i < n; ++i) {
       if (wc[i].opcode != WcOpcode::recv) continue;

@@ -198,8 +198,9 @@ std::size_t poll_checked(Ctx& x, WorkCompletion* wc, std::size_t n) {
 // receive work inside poll(), so no thread switch per message). After 200 us without one it
 // yields the core at each empty poll (a yielding task waits behind every runnable one, so not
 // sooner), and after 2 ms it sleeps on the CQ's event fd, 1 ms at a time: a slow peer such as a
-// TCG guest on the same cores gets them.
+// TCG guest on the same cores gets them. --busy-poll: polls only (perftest's way).
 std::size_t poll_some(Ctx& x, WorkCompletion* wc, std::size_t n) {
+  if (x.c.busy_poll) return poll_checked(x, wc, n);
   static thread_local SteadyClock::time_point last = SteadyClock::now();
   std::size_t got = poll_checked(x, wc, n);
   const auto now = SteadyClock::now();
@@ -224,8 +225,8 @@ std::size_t poll_some(Ctx& x, WorkCompletion* wc, std::size_t n) {
   return got;
 }
 
-void check_stall(SteadyClock::time_point last_progress, std::uint64_t posted, std::uint64_t completed, const char* what) {
-  if (SteadyClock::now() - last_progress < std::chrono::seconds(kStallSeconds)) return;
+void check_stall(Watchdog& w, std::uint64_t posted, std::uint64_t completed, const char* what) {
+  if (!w.expired()) return;
   die(fmt::format("no {} completed for {} s ({} posted, {} completed): the peer stopped answering or the device lost "
                   "work; see the peer's output and the device's log",
                   what, kStallSeconds, posted, completed));
@@ -261,7 +262,7 @@ Outcome run_bw(Ctx& x) {
   auto start = SteadyClock::now();
   WorkCompletion wc[64];
   bool stop = false;
-  auto progress = start;
+  Watchdog progress{std::chrono::seconds(kStallSeconds)};
   while (!stop || completed < posted) {
     while (!stop && posted - completed < x.c.depth) {
       if (time_up(x.c, start, posted)) {
@@ -288,7 +289,7 @@ Outcome run_bw(Ctx& x) {
     }
     if (const std::size_t n = poll_some(x, wc, 64); n > 0) {
       completed += n;
-      progress = SteadyClock::now();
+      progress.moved();
     } else {
       check_stall(progress, posted, completed, "work request");
     }
@@ -327,11 +328,11 @@ Outcome run_lat(Ctx& x, bool waits_first, std::uint64_t iters) {
     ++sent;
   };
   auto wait_in = [&](std::uint64_t i) {
-    auto deadline = SteadyClock::now() + std::chrono::seconds(30);
+    Watchdog deadline{std::chrono::seconds(30)};
     if (writes) {
       while (*last != static_cast<std::uint8_t>(i + 1)) {
         reap();
-        if (SteadyClock::now() > deadline) die("timed out waiting for the peer's write");
+        if (deadline.expired()) die("timed out waiting for the peer's write");
       }
       return;
     }
@@ -348,7 +349,7 @@ Outcome run_lat(Ctx& x, bool waits_first, std::uint64_t iters) {
           must(x.qp->post_recv(std::span<const RecvWr>(&r, 1)), "post receive");
         }
       if (got) return;
-      if (SteadyClock::now() > deadline) die("timed out waiting for the peer's message");
+      if (deadline.expired()) die("timed out waiting for the peer's message");
     }
   };
   auto start = SteadyClock::now();

@@ -50,6 +50,9 @@ int main(int argc, char** argv) {
   app.add_option("--qps", c.qps, "with --srq: the tool's -q (default 16, as the tool's)")->check(CLI::Range(1, 255));
   app.add_flag("-a,--all-sizes", c.all_sizes,
                "write_bw, read_bw with --peer-format perftest: every size from 2 B to 8 MiB, as perftest's -a");
+  app.add_flag("--busy-poll", c.busy_poll,
+               "poll the completion queue without a pause: never yield the CPU or sleep on the CQ's event "
+               "(perftest's way; by default, after 200 us without a completion it yields, after 2 ms it sleeps)");
   bool cm = false;
   app.add_flag("--cm", cm, "with --peer-format perftest: the peer runs with -R (RDMA-CM; server role only)");
   if (auto rc = vrdma::cli::parse(app, argc, argv)) return *rc;
