@@ -54,49 +54,19 @@ out=$(
   guest_kernel
   guest_headers
   guest_tools
-  # The module as users get it: the DKMS package (guest/packaging/make_dkms_deb.sh), unpacked,
-  # built by Debian's dkms for the guest's kernel from its /usr/src tree (unsigned: sign_file
-  # names no program, so dkms makes no signing key on this host).
-  command -v dkms >/dev/null && command -v dpkg-deb >/dev/null || { echo "dkms or dpkg-deb is not installed" >&2; exit 3; }
-  deb=$("$SRC/guest/packaging/make_dkms_deb.sh" "$SRC" "$work/deb")
-  dpkg-deb -x "$deb" "$work/pkg"
-  kver_src=$(echo "$work"/pkg/usr/src/virtio-rdma-*)
-  # A module built from the same bytes with the same headers, compiler and dkms is taken from the
-  # cache (as siw is); any change to them builds again. VRDMA_KMOD_REBUILD=1 always builds.
-  key=$( (cd "$kver_src" && find . -type f | LC_ALL=C sort | xargs cat;
-          dpkg-query -W -f='${Version}' "linux-headers-$KVER" dkms 2>/dev/null; cc --version | head -1) | sha256sum | cut -c1-16)
-  cached="$CACHE/virtio_rdma-$KVER-$key.ko"
-  mkdir -p "$work/kmod" "$work/dkms"
-  if [ -f "$cached" ] && [ -z "${VRDMA_KMOD_REBUILD:-}" ]; then
-    cp "$cached" "$work/kmod/virtio_rdma.ko"
-    echo "BUILT earlier by dkms from the same package (cache $cached): $(modinfo -F vermagic "$work/kmod/virtio_rdma.ko")" >&2
-  else
-    t=$(date +%s.%N)
-    ver=${kver_src##*/virtio-rdma-}
-    sign_file=/nonexistent dkms build -m virtio-rdma -v "$ver" -k "$KVER" --sourcetree "$work/pkg/usr/src" \
-      --dkmstree "$work/dkms" --kernelsourcedir "$KHDR" >"$work/kbuild.log" 2>&1 || { cat "$work/kbuild.log" >&2; exit 1; }
-    ko=$(find "$work/dkms/virtio-rdma/$ver/$KVER" -name virtio_rdma.ko | head -1)
-    [ -n "$ko" ] || { echo "dkms built no virtio_rdma.ko:"; cat "$work/kbuild.log"; exit 1; } >&2
-    cp "$ko" "$work/kmod/virtio_rdma.ko"
-    echo "BUILT by dkms from $(basename "$deb") in $(echo "$(date +%s.%N) - $t" | bc | cut -c1-4) s: $(modinfo -F vermagic "$work/kmod/virtio_rdma.ko")" >&2
-    rm -f "$CACHE"/virtio_rdma-"$KVER"-*.ko
-    cp "$work/kmod/virtio_rdma.ko" "$cached"
-  fi
+  . "$HERE/kmod_lib.sh"
+  kmod_build "$SRC" "$work"
   cc -static -O2 -std=gnu11 -Wall -Wextra -Werror -o "$work/uverbs_probe" "$HERE/uverbs_probe.c" >&2 || exit 1
   cc -static -O2 -std=gnu11 -Wall -Wextra -Werror -I"$SRC/include" -I"$SRC/guest/include" -o "$work/uverbs_data" \
     "$HERE/uverbs_data.c" >&2 || exit 1
   ROOT="$work/root"
   guest_root "$ROOT"
   guest_modules "$ROOT" virtio_pci virtio_net virtio_blk ib_core ib_uverbs rdma_ucm nvme-rdma nvmet-rdma
-  # Where dkms installs it (dkms.conf DEST_MODULE_LOCATION), with the package's modprobe.d file.
-  mkdir -p "$ROOT/lib/modules/$KVER/updates/dkms" "$ROOT/lib/modprobe.d"
-  cp "$work/kmod/virtio_rdma.ko" "$ROOT/lib/modules/$KVER/updates/dkms/"
-  cp "$work/pkg/lib/modprobe.d/virtio-rdma.conf" "$ROOT/lib/modprobe.d/"
-  depmod -b "$ROOT" "$KVER"
+  kmod_install "$ROOT" "$work"
   # Debian's modprobe (kmod) on that tree: loading virtio_blk loads virtio_rdma first.
   echo "SOFTDEP=$(modprobe -d "$ROOT" -S "$KVER" -C "$ROOT/lib/modprobe.d" --show-depends virtio_blk 2>&1 |
     sed -n 's|^insmod .*/\([a-z_]*\)\.ko.*|\1|p' | tr '\n' ' ')"
-  echo "PKG=$(basename "$deb") $(dpkg-deb -W --showformat='${Package} ${Version} ${Architecture} ${Depends}' "$deb")"
+  echo "PKG=$(basename "$KMOD_DEB") $(dpkg-deb -W --showformat='${Package} ${Version} ${Architecture} ${Depends}' "$KMOD_DEB")"
   mkdir -p "$ROOT/usr/bin"
   cp "$work/uverbs_probe" "$work/uverbs_data" "$ROOT/usr/bin/"
   guest_files "$ROOT" "$(command -v rdma)"
@@ -108,14 +78,10 @@ out=$(
   # tools, and an unprivileged user to run them. Without rdma-core's source or the tools the
   # provider's checks are skipped (PROVIDER-SKIP) and the rest runs.
   prc=0
-  "$SRC/guest/provider/build.sh" "$work/provider" || prc=$?
+  pfile=$(guest_provider "$SRC" "$ROOT" "$work") || prc=$?
   tools=$(command -v ibv_devices ibv_devinfo ibv_rc_pingpong ibv_ud_pingpong ibv_srq_pingpong ib_write_bw ib_send_bw ib_read_bw \
     ib_atomic_bw ib_write_lat ib_send_lat ib_read_lat rping || true)
   if [ $prc -eq 0 ] && [ "$(echo "$tools" | wc -w)" -eq 13 ]; then
-    pdir="$(dirname "$(readlink -f /usr/lib/x86_64-linux-gnu/libibverbs.so.1)")/libibverbs"
-    mkdir -p "$ROOT/$pdir" "$ROOT/etc/libibverbs.d"
-    cp "$work"/provider/libvrdma-rdmav*.so "$ROOT/$pdir/"
-    cp "$work/provider/vrdma.driver" "$ROOT/etc/libibverbs.d/"
     # shellcheck disable=SC2086
     guest_files "$ROOT" $tools
     # UCX (Debian's ucx-utils, 4j): ucx_perftest and the transports it loads (ucx/libuct_*.so).
@@ -129,10 +95,7 @@ out=$(
     cc -std=gnu11 -O2 -Wall -Wextra -Werror -o "$work/verbs_wr" "$HERE/verbs_wr.c" -libverbs >&2 || exit 1
     cp "$work/verbs_wr" "$ROOT/usr/bin/"
     guest_libs "$ROOT" "$work/verbs_wr"
-    echo "root:x:0:0::/:/bin/sh" > "$ROOT/etc/passwd"
-    echo "vrdma:x:1000:1000::/tmp:/bin/sh" >> "$ROOT/etc/passwd"
-    printf 'root:x:0:\nvrdma:x:1000:\n' > "$ROOT/etc/group"
-    echo "PROVIDER=$pdir/$(basename "$work"/provider/libvrdma-rdmav*.so)"
+    echo "PROVIDER=$pfile"
   elif [ $prc -eq 3 ]; then
     echo "PROVIDER-SKIP: the provider could not be built (above)" >&2
   elif [ $prc -eq 0 ]; then

@@ -1,0 +1,64 @@
+# shellcheck shell=bash
+# Sourced by the guests that carry the guest kernel driver (kmod_test.sh, tests/bench/guest/
+# bench_kmod.sh), after guest_lib.sh's guest_kernel and guest_headers: the module as users get
+# it and the rdma-core provider, put into an initramfs tree.
+
+# kmod_build SRC WORK: the DKMS package (guest/packaging/make_dkms_deb.sh) of the tree at SRC,
+# unpacked into WORK/pkg and built by Debian's dkms for the guest's kernel ($KVER, headers $KHDR)
+# from its /usr/src tree (unsigned: sign_file names no program, so dkms makes no signing key on
+# this host), into WORK/kmod/virtio_rdma.ko. A module built from the same bytes with the same
+# headers, compiler and dkms is taken from $CACHE (as siw is); any change builds it again;
+# VRDMA_KMOD_REBUILD=1 always builds. Sets KMOD_DEB (the package); says how on stderr ("BUILT").
+kmod_build() {
+  local src=$1 work=$2 kver_src key cached t ver ko
+  if ! command -v dkms >/dev/null || ! command -v dpkg-deb >/dev/null; then echo "dkms or dpkg-deb is not installed" >&2; return 3; fi
+  KMOD_DEB=$("$src/guest/packaging/make_dkms_deb.sh" "$src" "$work/deb") || return 1
+  dpkg-deb -x "$KMOD_DEB" "$work/pkg"
+  kver_src=$(echo "$work"/pkg/usr/src/virtio-rdma-*)
+  key=$( (cd "$kver_src" && find . -type f | LC_ALL=C sort | xargs cat;
+          dpkg-query -W -f='${Version}' "linux-headers-$KVER" dkms 2>/dev/null; cc --version | head -1) | sha256sum | cut -c1-16)
+  cached="$CACHE/virtio_rdma-$KVER-$key.ko"
+  mkdir -p "$work/kmod" "$work/dkms"
+  if [ -f "$cached" ] && [ -z "${VRDMA_KMOD_REBUILD:-}" ]; then
+    cp "$cached" "$work/kmod/virtio_rdma.ko"
+    echo "BUILT earlier by dkms from the same package (cache $cached): $(modinfo -F vermagic "$work/kmod/virtio_rdma.ko")" >&2
+    return 0
+  fi
+  t=$(date +%s.%N)
+  ver=${kver_src##*/virtio-rdma-}
+  sign_file=/nonexistent dkms build -m virtio-rdma -v "$ver" -k "$KVER" --sourcetree "$work/pkg/usr/src" \
+    --dkmstree "$work/dkms" --kernelsourcedir "$KHDR" >"$work/kbuild.log" 2>&1 || { cat "$work/kbuild.log" >&2; return 1; }
+  ko=$(find "$work/dkms/virtio-rdma/$ver/$KVER" -name virtio_rdma.ko | head -1)
+  [ -n "$ko" ] || { echo "dkms built no virtio_rdma.ko:"; cat "$work/kbuild.log"; return 1; } >&2
+  cp "$ko" "$work/kmod/virtio_rdma.ko"
+  echo "BUILT by dkms from $(basename "$KMOD_DEB") in $(echo "$(date +%s.%N) - $t" | bc | cut -c1-4) s: $(modinfo -F vermagic "$work/kmod/virtio_rdma.ko")" >&2
+  rm -f "$CACHE"/virtio_rdma-"$KVER"-*.ko
+  cp "$work/kmod/virtio_rdma.ko" "$cached"
+}
+
+# kmod_install ROOT WORK: the module kmod_build made, where dkms installs it (dkms.conf
+# DEST_MODULE_LOCATION), with the package's modprobe.d file; depmod on the tree.
+kmod_install() {
+  mkdir -p "$1/lib/modules/$KVER/updates/dkms" "$1/lib/modprobe.d"
+  cp "$2/kmod/virtio_rdma.ko" "$1/lib/modules/$KVER/updates/dkms/"
+  cp "$2/pkg/lib/modprobe.d/virtio-rdma.conf" "$1/lib/modprobe.d/"
+  depmod -b "$1" "$KVER"
+}
+
+# guest_provider SRC ROOT WORK: the rdma-core provider (SRC/guest/provider/build.sh into WORK/provider)
+# in the tree where Debian's libibverbs looks for it, and an unprivileged user (vrdma, uid 1000)
+# to run the tools as. Returns build.sh's status (3: it cannot be built here; the reason is on
+# stderr). Prints the provider's path in the guest.
+guest_provider() {
+  local root=$2 work=$3 pdir prc=0
+  "$1/guest/provider/build.sh" "$work/provider" || prc=$?
+  [ $prc -eq 0 ] || return $prc
+  pdir="$(dirname "$(readlink -f /usr/lib/x86_64-linux-gnu/libibverbs.so.1)")/libibverbs"
+  mkdir -p "$root/$pdir" "$root/etc/libibverbs.d"
+  cp "$work"/provider/libvrdma-rdmav*.so "$root/$pdir/"
+  cp "$work/provider/vrdma.driver" "$root/etc/libibverbs.d/"
+  echo "root:x:0:0::/:/bin/sh" > "$root/etc/passwd"
+  echo "vrdma:x:1000:1000::/tmp:/bin/sh" >> "$root/etc/passwd"
+  printf 'root:x:0:\nvrdma:x:1000:\n' > "$root/etc/group"
+  echo "$pdir/$(basename "$work"/provider/libvrdma-rdmav*.so)"
+}
