@@ -171,6 +171,11 @@ v=json.loads(sys.argv[1])
 for k in sys.argv[2].split("."): v=v[k]
 print(v)' "$1" "$2" 2>/dev/null || echo "?"
 }
+delta() {  # delta STATUS0 STATUS1 DOTTED.KEY: how much KEY grew between two vstatus answers; "?" if unreadable
+  local a b
+  a=$(jfield "$1" "$3"); b=$(jfield "$2" "$3")
+  if [[ $a =~ ^[0-9]+$ && $b =~ ^[0-9]+$ ]]; then echo $((b - a)); else echo "?"; fi
+}
 
 # A real disk the driver must decline: 1 MiB that starts with a known line.
 truncate -s 1M "$work/disk.img"
@@ -465,8 +470,9 @@ no_syscall_per_post() {
   s1=$(vstatus)
   grep -E " (write|ioctl|total)\$" "$work/write_bw_strace.guest" | sed 's/^/  strace: /' || true
   calls=$(awk '$NF == "write" || $NF == "ioctl" {c += $4} END {print c + 0}' "$work/write_bw_strace.guest")
-  ring=$(( $(jfield "$s1" ring_doorbells) - $(jfield "$s0" ring_doorbells) ))
-  queue=$(( $(jfield "$s1" doorbells) - $(jfield "$s0" doorbells) - ring ))
+  ring=$(delta "$s0" "$s1" ring_doorbells)
+  queue=$(delta "$s0" "$s1" doorbells)
+  [[ $queue$ring =~ ^[0-9]+$ ]] && queue=$((queue - ring))
   check "ib_write_bw's $n posts under strace -c: $calls write/ioctl calls in all (fewer than $((n / 10))); vrdmad took $ring doorbells from doorbell rings (at least $n), $queue from the doorbell queue (at most 20)" \
     bash -c "grep -qE ' total\$' '$work/write_bw_strace.guest' && [ $calls -lt $((n / 10)) ] && [ $ring -ge $n ] && [ $queue -le 20 ]"
 }
@@ -667,7 +673,7 @@ if [ -n "$PROVIDER" ]; then
   s1=$(vstatus)
   sed 's/^/  guest: /' "$work/verbs_wr.out" | grep -v "===" | cut -c1-220
   rung=$(sed -n 's/^doorbells=\([0-9]*\) send_wqes=\([0-9]*\)$/\1 \2/p' "$work/verbs_wr.out")
-  grew() { local a b; a=$(jfield "$s0" "$1"); b=$(jfield "$s1" "$1"); [[ $a =~ ^[0-9]+$ && $b =~ ^[0-9]+$ ]] && echo $((b - a)) || echo "?"; }
+  grew() { delta "$s0" "$s1" "$1"; }
   saw="$(grew doorbells) $(grew send_wqes)"
   check "verbs_wr (uid 1000): ibv_create_qp_ex send ops and every ibv_wr_* builder and setter, abort, latched errors, UD ($(grep -c '^ok ' "$work/verbs_wr.out") checks)" \
     bash -c "grep -q '^uid=1000(vrdma)' '$work/verbs_wr.out' && grep -q '^verbs_wr: 0 failed' '$work/verbs_wr.out' && [ \$(grep -c '^ok ' '$work/verbs_wr.out') -ge 20 ]"
@@ -730,10 +736,9 @@ nvme_of() {
   guest 150 "$work/nvme.out" "$c" || true
   s1=$(vstatus)
   sed 's/^/  guest: /' "$work/nvme.out" | grep -v "===" | cut -c1-240
-  # The engine's counters (vrdmad's status "wire"); -1 when the status could not be read.
-  count() { local v; v=$(jfield "$1" "wire.$2"); [[ $v =~ ^[0-9]+$ ]] && echo "$v" || echo -1; }
-  fr=$(( $(count "$s1" fast_registrations) - $(count "$s0" fast_registrations) ))
-  ri=$(( $(count "$s1" remote_invalidations) - $(count "$s0" remote_invalidations) ))
+  # The engine's counters (vrdmad's status "wire").
+  fr=$(delta "$s0" "$s1" wire.fast_registrations)
+  ri=$(delta "$s0" "$s1" wire.remote_invalidations)
   echo "  (vrdmad's engine: $fr fast registrations, $ri remote invalidations)"
   check "nvme connect -t rdma over vrdma0 to the guest's own nvmet-rdma target: a 16 MiB namespace appears" \
     bash -c "grep -q '^CONNECTED 32768' '$work/nvme.out'"
@@ -764,7 +769,7 @@ ucx_case() {  # name, ucx_perftest test arguments
   guest 100 "$work/$1.out" "$c" || true
   s1=$(vstatus)
   sed 's/^/  guest: /' "$work/$1.out" | grep -v "===" | cut -c1-200
-  tx=$(( $(jfield "$s1" wire.tx_bytes) - $(jfield "$s0" wire.tx_bytes) ))
+  tx=$(delta "$s0" "$s1" wire.tx_bytes)
   echo "  (vrdmad's engine sent $tx bytes)"
   check "ucx_perftest $2 (uid 1000, rc_verbs + ud_verbs on vrdma0, UCX's GID filter on) completes every iteration" \
     bash -c "grep -q '^UCX-rc=0' '$work/$1.out' && grep -qE 'Final: +200 ' '$work/$1.out' && ! grep -qE 'ERROR|Fatal' '$work/$1.out'"
