@@ -36,8 +36,9 @@ nlohmann::json wire_json(const nicdrv::Device& engine, const std::string& name) 
             {"remote_invalidations", st->remote_invalidations},
             {"local_invalidations", st->local_invalidations},
             {"fast_registrations", st->fast_registrations},
+            {"rx_dropped_no_recv", st->rx_dropped_no_recv},
             {"rx_dropped", st->rx_dropped_icrc + st->rx_dropped_malformed + st->rx_dropped_no_qp + st->rx_dropped_qkey +
-                               st->rx_dropped_pkey + st->rx_longer_than_mtu}};
+                               st->rx_dropped_pkey + st->rx_longer_than_mtu + st->rx_dropped_no_recv}};
   if (name.rfind("verbs:", 0) != 0) return nlohmann::json::object();
   const auto options = name.find('?');  // verbs:IBDEV[?OPTIONS]
   const std::string ibdev = name.substr(6, options == std::string::npos ? std::string::npos : options - 6);

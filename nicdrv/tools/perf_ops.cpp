@@ -404,7 +404,8 @@ void add_engine_stats(json& out, const nicdrv::Device& dev) {
   auto st = soft::stats(dev);
   if (!st) return;
   out["engine"] = {{"rx_dropped_icrc", st->rx_dropped_icrc}, {"rx_dropped_malformed", st->rx_dropped_malformed},
-                   {"rx_longer_than_mtu", st->rx_longer_than_mtu}, {"retransmits", st->retransmits},
+                   {"rx_longer_than_mtu", st->rx_longer_than_mtu}, {"rx_dropped_no_recv", st->rx_dropped_no_recv},
+                   {"retransmits", st->retransmits},
                    {"read_rereads", st->read_rereads}, {"tail_probes", st->tail_probes}, {"tx_packets", st->tx_packets}, {"rx_packets", st->rx_packets},
                    {"seq_naks_sent", st->seq_naks_sent}, {"duplicates_received", st->duplicates_received}};
 }

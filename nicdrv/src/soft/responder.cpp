@@ -387,7 +387,10 @@ void SoftDevice::responder_ud_packet(SoftQp& qp, const wire::Packet& pkt, std::u
     return;
   }
   RecvWqe r;
-  if (!take_recv(qp, r)) return;  // UD has no RNR: the datagram is dropped
+  if (!take_recv(qp, r)) {  // UD has no RNR: the datagram is dropped
+    ++st.rx_dropped_no_recv;
+    return;
+  }
   // A UD receive starts with 40 bytes of GRH; for RoCEv2 over IPv4 its last 20 bytes hold the
   // IPv4 header (as rxe and ConnectX place it).
   std::uint8_t grh[40] = {};

@@ -388,6 +388,19 @@ BOOST_AUTO_TEST_CASE(ud_send_with_grh_and_qkey_check) {
   BOOST_TEST(test::wait_cq(*p.b.cq, 1, std::chrono::milliseconds(200)).empty());
   auto st = soft::stats(*p.b.dev);
   BOOST_TEST(st->rx_dropped_qkey == 1u);
+  BOOST_TEST(st->rx_dropped_no_recv == 0u);
+  // With one receive posted, the first of two datagrams takes it; the second finds none and is
+  // dropped (UD has no RNR), counted.
+  w.ud.remote_qkey = o.qkey;
+  post_recv(p.b, 2, p.sge(p.b, 0, 40 + 1024));
+  post_send(p.a, w);
+  BOOST_TEST(one(p.a).status == WcStatus::success);
+  BOOST_TEST(one(p.b).status == WcStatus::success);
+  post_send(p.a, w);
+  BOOST_TEST(one(p.a).status == WcStatus::success);
+  BOOST_TEST(test::wait_cq(*p.b.cq, 1, std::chrono::milliseconds(200)).empty());
+  st = soft::stats(*p.b.dev);
+  BOOST_TEST(st->rx_dropped_no_recv == 1u);
   // Larger than the path MTU: local length error.
   Sge big = p.sge(p.a, 0, 5000);
   auto w2 = wr_of(WrOpcode::send, 6, &big, 1);

@@ -41,6 +41,8 @@ struct EngineStats {
   std::uint64_t tx_gso_runs = 0, rx_gso_runs = 0;
   std::uint64_t rx_dropped_icrc = 0, rx_dropped_malformed = 0, rx_dropped_no_qp = 0, rx_dropped_qkey = 0;
   std::uint64_t rx_dropped_pkey = 0;  // BTH P_Key not matching the device's partition (IBA 9.6.1.1)
+  // UD datagrams that found no receive posted (UD has no RNR: IBA 9.6.3 drops them silently).
+  std::uint64_t rx_dropped_no_recv = 0;
   // Packets whose payload is longer than their QP's path MTU (a peer configured with a larger
   // one), IBA's length error: an RC request is refused with a NAK (Invalid Request) and the QP
   // fails, an RC READ response fails its READ (bad response), a UD datagram is dropped silently.
