@@ -29,6 +29,7 @@ mkdir -p "$OUT"
 VM=$SRC/tests/conformance/vm
 . "$SRC/tests/conformance/serial_lib.sh"  # skip, rig_require, wait_serial, guest_run, vm_rig_cleanup
 . "$SRC/tests/bench/bench_lib.sh"
+. "$VM/kmod_lib.sh"  # kmod_build, kmod_install, guest_provider, kmod_host, kmod_boot
 rig_require
 BW_N=${BENCH_BW_ITERS:-10000} LAT_N=${BENCH_LAT_ITERS:-2000} SYS_N1=1000 SYS_N2=3000 CPU_N1=2000 CPU_N2=20000
 T0=$(date +%s.%N)
@@ -46,7 +47,6 @@ out=$(
   guest_kernel
   guest_headers
   guest_tools
-  . "$VM/kmod_lib.sh"
   kmod_build "$SRC" "$work"
   tools=$(command -v ib_write_bw ib_write_lat strace || true)
   [ "$(echo "$tools" | wc -w)" -eq 3 ] || { echo "perftest or strace is not installed (scripts/setup.sh installs them)" >&2; exit 3; }
@@ -74,15 +74,9 @@ grep "^BUILT" "$work/make_guest.err" | sed 's/^BUILT/virtio_rdma.ko built/'
 # br0 (MTU 9000: both engines run path MTU 4096); the guest's NIC on tap0 carries only the tools'
 # TCP exchange, on a subnet of its own (the device's address is the guest's, as in kmod_test.sh).
 DEVIP=10.77.9.12 GMAC=52:54:00:77:09:0c PERFIP=10.77.9.1 TCPHOST=10.77.19.1 TCPGUEST=10.77.19.2 MTU=4096
-ip netns add "$NS"
-ip -n "$NS" link set lo up
-ip -n "$NS" link add br0 mtu 9000 type bridge
-ip -n "$NS" addr add $DEVIP/24 dev br0
+kmod_host
 ip -n "$NS" addr add $PERFIP/24 dev br0
-ip -n "$NS" link set br0 up
-ip -n "$NS" tuntap add tap0 mode tap
 ip -n "$NS" addr add $TCPHOST/24 dev tap0
-ip -n "$NS" link set tap0 up
 ip netns exec "$NS" "$VRDMAD" --socket "$work/vrdma.sock" --engine soft:$DEVIP --mac $GMAC --control "$work/vrdma.ctl" \
   >"$work/vrdmad.log" 2>&1 &
 vrdmad_pid=$!
@@ -90,18 +84,7 @@ for _ in $(seq 100); do [ -S "$work/vrdma.sock" ] && break; sleep 0.05; done
 [ -S "$work/vrdma.sock" ] || { echo "FAIL: vrdmad did not start"; cat "$work/vrdmad.log"; exit 1; }
 vcpu() { awk '{print ($14 + $15) / 100}' "/proc/$vrdmad_pid/stat"; }  # vrdmad's utime + stime, seconds
 
-mkfifo "$work/con.in" "$work/con.out"
-cat "$work/con.out" > "$work/serial.log" &
-cat_pid=$!
-ip netns exec "$NS" qemu-system-x86_64 -accel tcg -cpu max -m 1G -smp 1,maxcpus=2 -display none -monitor none -no-reboot \
-  -object memory-backend-memfd,id=mem,size=1G,share=on -numa node,memdev=mem \
-  -kernel "$KERNEL" -initrd "$work/initrd.cpio.gz" -append "console=ttyS0 quiet panic=-1 vrdma.ip=$DEVIP" \
-  -chardev pipe,id=con,path="$work/con" -serial chardev:con \
-  -chardev socket,id=vr,path="$work/vrdma.sock",reconnect=1 -device vhost-user-blk-pci,chardev=vr,num-queues=4,queue-size=256 \
-  -netdev tap,id=n0,ifname=tap0,script=no,downscript=no -device virtio-net-pci,netdev=n0,mac=$GMAC \
-  >"$work/qemu.log" 2>&1 &
-qemu_pid=$!
-exec 3>"$work/con.in"
+kmod_boot 1G
 wait_serial "VRDMA-GUEST-READY" 120 || { echo "FAIL: the guest did not come up"; tail -30 "$work/serial.log"; exit 1; }
 echo "guest ready after $(echo "$(date +%s.%N) - $T0" | bc | cut -c1-5) s wall"
 guest() { guest_run "$1" "$2" "sh -c '${*:3}'"; }

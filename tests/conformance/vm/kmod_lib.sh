@@ -1,7 +1,8 @@
 # shellcheck shell=bash
-# Sourced by the guests that carry the guest kernel driver (kmod_test.sh, tests/bench/guest/
-# bench_kmod.sh), after guest_lib.sh's guest_kernel and guest_headers: the module as users get
-# it and the rdma-core provider, put into an initramfs tree.
+# Sourced by the rigs whose guest carries the guest kernel driver (kmod_test.sh, tests/bench/guest/
+# bench_kmod.sh): the module as users get it and the rdma-core provider, put into an initramfs
+# tree (after guest_lib.sh's guest_kernel and guest_headers), and the host's side: the namespace
+# and the guest booted on vrdmad's socket.
 
 # kmod_build SRC WORK: the DKMS package (guest/packaging/make_dkms_deb.sh) of the tree at SRC,
 # unpacked into WORK/pkg and built by Debian's dkms for the guest's kernel ($KVER, headers $KHDR)
@@ -61,4 +62,38 @@ guest_provider() {
   echo "vrdma:x:1000:1000::/tmp:/bin/sh" >> "$root/etc/passwd"
   printf 'root:x:0:\nvrdma:x:1000:\n' > "$root/etc/group"
   echo "$pdir/$(basename "$work"/provider/libvrdma-rdmav*.so)"
+}
+
+# kmod_host: the host's side of the guest's device: network namespace $NS with br0 (MTU 9000: the
+# soft engines take their active MTU from it, 4096, so that tools can run -m 4096) holding the
+# device's address $DEVIP, and tap0 for the guest's NIC, up.
+kmod_host() {
+  ip netns add "$NS"
+  ip -n "$NS" link set lo up
+  ip -n "$NS" link add br0 mtu 9000 type bridge
+  ip -n "$NS" addr add "$DEVIP/24" dev br0
+  ip -n "$NS" link set br0 up
+  ip -n "$NS" tuntap add tap0 mode tap
+  ip -n "$NS" link set tap0 up
+}
+
+# kmod_boot MEMORY [QEMU ARG...]: the guest (QEMU TCG in $NS, MEMORY of shared memfd RAM, $KERNEL
+# and $work/initrd.cpio.gz, vrdma.ip=$DEVIP) with the device's carrier on vrdmad's socket
+# $work/vrdma.sock and its NIC (MAC $GMAC) on tap0; the serial console is fd 3 (commands) and
+# $work/serial.log, as serial_lib.sh's guest_run wants it. Sets qemu_pid and cat_pid.
+kmod_boot() {
+  local mem=$1
+  shift
+  mkfifo "$work/con.in" "$work/con.out"
+  cat "$work/con.out" > "$work/serial.log" &
+  cat_pid=$!
+  ip netns exec "$NS" qemu-system-x86_64 -accel tcg -cpu max -m "$mem" -smp 1,maxcpus=2 -display none -monitor none -no-reboot \
+    -object memory-backend-memfd,id=mem,size="$mem",share=on -numa node,memdev=mem \
+    -kernel "$KERNEL" -initrd "$work/initrd.cpio.gz" -append "console=ttyS0 quiet panic=-1 vrdma.ip=$DEVIP" \
+    -chardev pipe,id=con,path="$work/con" -serial chardev:con \
+    -chardev socket,id=vr,path="$work/vrdma.sock",reconnect=1 -device vhost-user-blk-pci,chardev=vr,num-queues=4,queue-size=256 \
+    -netdev tap,id=n0,ifname=tap0,script=no,downscript=no -device virtio-net-pci,netdev=n0,mac="$GMAC" \
+    "$@" >"$work/qemu.log" 2>&1 &
+  qemu_pid=$!
+  exec 3>"$work/con.in"
 }

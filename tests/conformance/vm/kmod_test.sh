@@ -37,6 +37,7 @@ set -euo pipefail
 SRC=$(readlink -f "$1"); VRDMAD=$(readlink -f "$2"); PERF=$(readlink -f "$3")
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/../serial_lib.sh"  # skip, rig_require, wait_serial, guest_run, vm_rig_cleanup
+. "$HERE/kmod_lib.sh"        # kmod_build, kmod_install, guest_provider, kmod_host, kmod_boot
 rig_require
 command -v rdma >/dev/null || skip "rdma (iproute2) is not installed"
 T0=$(date +%s.%N)
@@ -54,7 +55,6 @@ out=$(
   guest_kernel
   guest_headers
   guest_tools
-  . "$HERE/kmod_lib.sh"
   kmod_build "$SRC" "$work"
   cc -static -O2 -std=gnu11 -Wall -Wextra -Werror -o "$work/uverbs_probe" "$HERE/uverbs_probe.c" >&2 || exit 1
   cc -static -O2 -std=gnu11 -Wall -Wextra -Werror -I"$SRC/include" -I"$SRC/guest/include" -o "$work/uverbs_data" \
@@ -118,16 +118,9 @@ PKG=$(echo "$out" | sed -n 's/^PKG=//p')
 
 # ---- One "host": vrdmad's soft engine on br0 at the device's address; the guest's NIC on a tap
 # of its own (no traffic in this test: eth0 only carries the same address, as the guest owns it).
+# br0's MTU 9000 lets the tools run -m 4096 (4g); the other cases ask for 1024 themselves.
 DEVIP=10.77.9.12 GMAC=52:54:00:77:09:0c
-ip netns add "$NS"
-ip -n "$NS" link set lo up
-# MTU 9000: the soft engines (vrdmad's and vrdma-perf's) take their active MTU from br0, 4096 here,
-# so that the tools can run -m 4096 (4g); the other cases ask for 1024 themselves.
-ip -n "$NS" link add br0 mtu 9000 type bridge
-ip -n "$NS" addr add $DEVIP/24 dev br0
-ip -n "$NS" link set br0 up
-ip -n "$NS" tuntap add tap0 mode tap
-ip -n "$NS" link set tap0 up
+kmod_host
 # Limits no engine has by itself: the guest must show exactly these.
 LIMITS=(--max-qp 1000 --max-cq 2000 --max-mr 3000 --max-pd 5 --max-qp-wr 512)
 ip netns exec "$NS" "$VRDMAD" --socket "$work/vrdma.sock" --engine soft:$DEVIP --mac $GMAC --control "$work/vrdma.ctl" \
@@ -181,19 +174,7 @@ delta() {  # delta STATUS0 STATUS1 DOTTED.KEY: how much KEY grew between two vst
 truncate -s 1M "$work/disk.img"
 printf 'VRDMA-DISK-OK' | dd of="$work/disk.img" conv=notrunc status=none
 
-mkfifo "$work/con.in" "$work/con.out"
-cat "$work/con.out" > "$work/serial.log" &
-cat_pid=$!
-ip netns exec "$NS" qemu-system-x86_64 -accel tcg -cpu max -m 512M -smp 1,maxcpus=2 -display none -monitor none -no-reboot \
-  -object memory-backend-memfd,id=mem,size=512M,share=on -numa node,memdev=mem \
-  -kernel "$KERNEL" -initrd "$work/initrd.cpio.gz" -append "console=ttyS0 quiet panic=-1 vrdma.ip=$DEVIP" \
-  -chardev pipe,id=con,path="$work/con" -serial chardev:con \
-  -chardev socket,id=vr,path="$work/vrdma.sock",reconnect=1 -device vhost-user-blk-pci,chardev=vr,num-queues=4,queue-size=256 \
-  -drive file="$work/disk.img",if=none,id=d0,format=raw -device virtio-blk-pci,drive=d0 \
-  -netdev tap,id=n0,ifname=tap0,script=no,downscript=no -device virtio-net-pci,netdev=n0,mac=$GMAC \
-  >"$work/qemu.log" 2>&1 &
-qemu_pid=$!
-exec 3>"$work/con.in"
+kmod_boot 512M -drive file="$work/disk.img",if=none,id=d0,format=raw -device virtio-blk-pci,drive=d0
 
 failed=0 checks=0
 fail() { echo "FAIL: $*"; failed=$((failed + 1)); }
