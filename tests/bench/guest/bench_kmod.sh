@@ -51,10 +51,7 @@ out=$(
   tools=$(command -v ib_write_bw ib_write_lat strace || true)
   [ "$(echo "$tools" | wc -w)" -eq 3 ] || { echo "perftest or strace is not installed (scripts/setup.sh installs them)" >&2; exit 3; }
   ROOT="$work/root"
-  guest_root "$ROOT"
-  guest_modules "$ROOT" virtio_pci virtio_net ib_core ib_uverbs uio_pci_generic
-  kmod_install "$ROOT" "$work"
-  guest_provider "$SRC" "$ROOT" "$work" >/dev/null
+  kmod_tree "$SRC" "$work" "$ROOT" uio_pci_generic
   # shellcheck disable=SC2086
   guest_files "$ROOT" $tools
   mkdir -p "$ROOT/usr/bin"

@@ -64,6 +64,18 @@ guest_provider() {
   echo "$pdir/$(basename "$work"/provider/libvrdma-rdmav*.so)"
 }
 
+# kmod_tree SRC WORK ROOT MODULE...: the initramfs tree ROOT of a kernel-driver guest: busybox,
+# virtio_pci, virtio_net, ib_core, ib_uverbs and the MODULEs of the guest's kernel, the module
+# (kmod_build first) where dkms installs it, and the provider (guest_provider; its status).
+kmod_tree() {
+  local src=$1 work=$2 root=$3
+  shift 3
+  guest_root "$root"
+  guest_modules "$root" virtio_pci virtio_net ib_core ib_uverbs "$@"
+  kmod_install "$root" "$work"
+  guest_provider "$src" "$root" "$work" >/dev/null
+}
+
 # kmod_host: the host's side of the guest's device: network namespace $NS with br0 (MTU 9000: the
 # soft engines take their active MTU from it, 4096, so that tools can run -m 4096) holding the
 # device's address $DEVIP, and tap0 for the guest's NIC, up.
@@ -96,4 +108,33 @@ kmod_boot() {
     "$@" >"$work/qemu.log" 2>&1 &
   qemu_pid=$!
   exec 3>"$work/con.in"
+}
+
+# pt_moved OUR-ROLE(server|client) TEST N SIZE HOSTLOG [MTU]: the data of a perftest run moved:
+# vrdma-perf's engine (its JSON's last line in HOSTLOG) counted, on its side, the packets N
+# messages of SIZE take at MTU (default 1024): ours for what we send (WRITEs, SENDs, atomics as
+# client, READ responses as server), the tool's for the rest, both ways for latency tests; no
+# ICRC error; a SEND server received all N messages (perftest does not check its data).
+pt_moved() {
+  python3 - "$@" <<'PY'
+import json, sys
+role, test, n, size, log = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+mtu = int(sys.argv[6]) if len(sys.argv) > 6 else 1024
+lines = [l for l in open(log) if l.lstrip().startswith("{")]
+if not lines: print("  no JSON from vrdma-perf"); sys.exit(1)
+j = json.loads(lines[-1]); e = j.get("engine", {})
+per = max(1, -(-size // mtu)) * n
+if test in ("send_lat", "write_lat"):
+    need = {"rx": per, "tx": per}
+elif test in ("read_bw", "read_lat"):
+    need = {"tx" if role == "server" else "rx": per}
+else:  # write_bw, send_bw, atomic_bw
+    need = {"rx" if role == "server" else "tx": per}
+got = {"rx": e.get("rx_packets", 0), "tx": e.get("tx_packets", 0)}
+bad = [f"{k} {got[k]} < {v}" for k, v in need.items() if got[k] < v]
+if e.get("rx_dropped_icrc", 1) != 0: bad.append(f"rx_dropped_icrc {e.get('rx_dropped_icrc')}")
+if test == "send_bw" and role == "server" and j.get("ops", 0) < n: bad.append(f"received {j.get('ops', 0)} of {n} SENDs")
+if bad: print(f"  data did not move: {test}, {n} x {size} B at MTU {mtu}: " + ", ".join(bad)); sys.exit(1)
+print(f"  moved: {test} {n} x {size} B, our engine rx {got['rx']} tx {got['tx']} packets (needed {need})")
+PY
 }

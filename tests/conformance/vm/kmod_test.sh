@@ -373,34 +373,8 @@ pp_case() {
 # perftest (4.5-0.17, Debian 12's, as upstream's since 2020) uses the ibv_wr_* API only on the
 # devices it knows by vendor part id and falls back on any other (vrdma0 answers vendor 0), so
 # --use_old_post_send changes nothing and verbs_wr (above) drives the ibv_wr_* API; perftest also
-# disables inline data on a device it does not know. The data moved: vrdma-perf's
-# engine counts, on its side, the packets N messages of SIZE take at MTU 1024 (the side that
-# carries them is ours for what we send: our WRITEs/SENDs/atomics as client, READ responses as
-# server; the guest's for the rest; latency tests both ways), with no ICRC error, and a SEND
-# server has received all N messages (perftest does not check its data).
-pt_moved() {  # pt_moved OUR-ROLE(server|client) TEST N SIZE HOSTLOG [MTU]
-  python3 - "$@" <<'PY'
-import json, sys
-role, test, n, size, log = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
-mtu = int(sys.argv[6]) if len(sys.argv) > 6 else 1024
-lines = [l for l in open(log) if l.lstrip().startswith("{")]
-if not lines: print("  no JSON from vrdma-perf"); sys.exit(1)
-j = json.loads(lines[-1]); e = j.get("engine", {})
-per = max(1, -(-size // mtu)) * n
-if test in ("send_lat", "write_lat"):
-    need = {"rx": per, "tx": per}
-elif test in ("read_bw", "read_lat"):
-    need = {"tx" if role == "server" else "rx": per}
-else:  # write_bw, send_bw, atomic_bw
-    need = {"rx" if role == "server" else "tx": per}
-got = {"rx": e.get("rx_packets", 0), "tx": e.get("tx_packets", 0)}
-bad = [f"{k} {got[k]} < {v}" for k, v in need.items() if got[k] < v]
-if e.get("rx_dropped_icrc", 1) != 0: bad.append(f"rx_dropped_icrc {e.get('rx_dropped_icrc')}")
-if test == "send_bw" and role == "server" and j.get("ops", 0) < n: bad.append(f"received {j.get('ops', 0)} of {n} SENDs")
-if bad: print(f"  data did not move: {test}, {n} x {size} B at MTU {mtu}: " + ", ".join(bad)); sys.exit(1)
-print(f"  moved: {test} {n} x {size} B, our engine rx {got['rx']} tx {got['tx']} packets (needed {need})")
-PY
-}
+# disables inline data on a device it does not know. The data moved: vrdma-perf's engine
+# counted the packets it takes (kmod_lib.sh pt_moved).
 # pt_case NAME ROLE TOOL TEST SIZE [TOOL-ARGS [VRDMA-PERF-ARGS]]: perftest's TOOL -n N -s SIZE
 # -m MTU in the guest (uid 1000) as ROLE: client against vrdma-perf serving --peer-format
 # perftest --test TEST, or server with vrdma-perf connecting. Both exit 0, the tool prints its
@@ -435,7 +409,7 @@ pt_case() {
     bash -c "[ $ok = 0 ] && grep -q '^uid=1000(vrdma)' '$work/$name.guest' && $line &&
       grep -qE '^ *Mtu +: $mtu\[B\]' '$work/$name.guest' && pt_moved $our $test $n $size '$work/$name.host' $mtu"
 }
-export -f pt_moved
+export -f pt_moved  # kmod_lib.sh
 # No system call per post (issue 25): the same unmodified ib_write_bw under strace -c, 2000 WRITEs
 # of 4 KiB. The provider rings through its process's doorbell ring, a record in memory the
 # kernel mapped plus a write to the device's notify page mapped the same way (docs/virtio-rdma.md
