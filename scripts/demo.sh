@@ -60,13 +60,9 @@ cleanup() {
   rm -rf "$W"
 }
 trap cleanup EXIT
-cat > "$W/hook" <<H
-#!/bin/sh
-VRDMA_WRITE_JOURNAL=$W/journal-%p.bin VRDMA_VRDMAD=$VRDMAD VRDMA_HOOK_LOG=$W/hook.log exec $VRDMACTL hook qemu "\$@"
-H
-chmod 755 "$W/hook"
-export LV_HOOK=$W/hook T0
 . "$HERE/vm_domain.sh"
+vm_hook VRDMA_WRITE_JOURNAL=$W/journal-%p.bin VRDMA_VRDMAD=$VRDMAD
+export T0
 export -f vm_domain_xml say
 
 demo() {

@@ -39,33 +39,13 @@ qemu_pid="" cat_pid="" vrdmad_pid=""
 trap vm_rig_cleanup EXIT
 
 # ---- The guest: Debian's kernel, virtio_rdma.ko, the provider, perftest, strace, vrdma-perf ----
-rc=0
-out=$(
-  exec 2>"$work/make_guest.err"
-  set -e
-  . "$SRC/tests/conformance/guest_lib.sh"
-  guest_kernel
-  guest_headers
-  guest_tools
-  kmod_build "$SRC" "$work"
-  tools=$(command -v ib_write_bw ib_write_lat strace || true)
-  [ "$(echo "$tools" | wc -w)" -eq 3 ] || { echo "perftest or strace is not installed (scripts/setup.sh installs them)" >&2; exit 3; }
-  ROOT="$work/root"
-  kmod_tree "$SRC" "$work" "$ROOT" uio_pci_generic
-  # shellcheck disable=SC2086
-  guest_files "$ROOT" $tools
-  mkdir -p "$ROOT/usr/bin"
-  cp "$PERF" "$ROOT/usr/bin/vrdma-perf"
-  cp "$BIND" "$ROOT/usr/bin/pvverbs-bind"
-  guest_libs "$ROOT" "$PERF" "$BIND"
-  guest_pack "$ROOT" "$VM/kmod_guest_init.sh" "$work/initrd.cpio.gz"
-  echo "KERNEL=$KERNEL"
-) || rc=$?
-if [ $rc -eq 3 ]; then skip "guest unavailable: $(grep -v '^BUILT' "$work/make_guest.err")"; elif [ $rc -ne 0 ]; then
-  echo "FAIL: the guest or the module could not be built:"; cat "$work/make_guest.err"; exit 1
-fi
-KERNEL=$(echo "$out" | sed -n 's/^KERNEL=//p')
-grep "^BUILT" "$work/make_guest.err" | sed 's/^BUILT/virtio_rdma.ko built/'
+kmod_guest_more() {
+  mkdir -p "$1/usr/bin"
+  cp "$PERF" "$1/usr/bin/vrdma-perf"
+  cp "$BIND" "$1/usr/bin/pvverbs-bind"
+  guest_libs "$1" "$PERF" "$BIND"
+}
+kmod_guest "$work" "ib_write_bw ib_write_lat strace" uio_pci_generic
 
 # ---- The host: vrdmad's soft engine at the device's address and vrdma-perf's at PERFIP, both on
 # br0 (MTU 9000: both engines run path MTU 4096); the guest's NIC on tap0 carries only the tools'

@@ -16,37 +16,90 @@ stty -echo 2>/dev/null
 echo "VRDMA-GUEST-READY ip=$IP uptime=$(cut -d' ' -f1 /proc/uptime)"
 
 # vrdma.cases=TOOL/SIZE/ITERS,... (a guest whose console is only a log, under libvirt): loads
-# virtio_rdma and ib_uverbs, adds vrdma.tcp=ADDR/LEN to eth0 (the tools' TCP exchange), answers
-# the RDMA peer vrdma.rdma_peer=IP at vrdma.rdma_mac=MAC (a static neighbour: the device routes by
-# IP), waits for vrdma0's port, then runs each case as the unprivileged user vrdma: perftest's
-# unmodified TOOL -d vrdma0 on the RoCEv2 GID of the device's address, -F -s SIZE -n ITERS, case i
-# against vrdma.peer=IP on TCP port vrdma.port+i (default 18600), and prints
-# "VRDMA-CASE <i> <tool> rc=<status> <its result line>"; "VRDMA-GUEST-DONE" at the end.
+# virtio_rdma, ib_uverbs and rdma_ucm, adds vrdma.tcp=ADDR/LEN to eth0 (the tools' TCP exchange),
+# answers the RDMA peers vrdma.rdma_peer=IP[+IP...] at vrdma.rdma_mac=MAC (static neighbours:
+# the device routes by IP), waits for vrdma0's port, then runs each case, within vrdma.timeout
+# seconds (default 120):
+#   perftest's TOOL  unmodified, as the unprivileged user vrdma: TOOL -d vrdma0 on the RoCEv2 GID
+#                    of the device's address, -F -s SIZE -n ITERS, case i against vrdma.peer=IP
+#                    on TCP port vrdma.port+i (default 18600)
+#   rping            as vrdma: rping -c -a RDMA_PEER (the first) -C ITERS -S SIZE -V, RDMA-CM
+#   nvme             as root: NVMe over Fabrics to the guest's own target, SIZE MiB a round for
+#                    ITERS seconds of rounds (run_nvme)
+# and prints "VRDMA-CASE <i> <tool> rc=<status> <result> t=<seconds>s" (perftest: its result
+# line; rping: "SIZE ITERS verified"; nvme: "SIZE ROUNDS verified"), "VRDMA-GUEST-DONE" at the
+# end. vrdma.parallel=1 runs the cases at once (printing "VRDMA-CASES-STARTED <n>" when they all
+# are) instead of one after another.
 CASES=$(arg vrdma.cases)
 if [ -n "$CASES" ]; then
   modprobe virtio_rdma || echo "guest: modprobe virtio_rdma failed"
   modprobe ib_uverbs
+  modprobe rdma_ucm 2>/dev/null
   ip addr add "$(arg vrdma.tcp)" dev eth0
-  arp -i eth0 -s "$(arg vrdma.rdma_peer)" "$(arg vrdma.rdma_mac)"
+  for p in $(arg vrdma.rdma_peer | tr '+' ' '); do arp -i eth0 -s "$p" "$(arg vrdma.rdma_mac)"; done
   for _ in $(seq 300); do grep -q ACTIVE /sys/class/infiniband/vrdma0/ports/1/state 2>/dev/null && break; sleep 0.1; done
   echo "VRDMA-PORT $(cat /sys/class/infiniband/vrdma0/ports/1/state 2>&1)"
   want=$(echo "$IP" | awk -F. '{printf "0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x", $1, $2, $3, $4}')
   G=1
   for i in $(seq 0 15); do [ "$(cat /sys/class/infiniband/vrdma0/ports/1/gids/$i 2>/dev/null)" = "$want" ] && G=$i && break; done
   echo "root:x:0:0::/:/bin/sh" > /etc/passwd; echo "vrdma:x:1000:1000::/tmp:/bin/sh" >> /etc/passwd
-  PEER=$(arg vrdma.peer); PORT=$(arg vrdma.port); PORT=${PORT:-18600}
+  PEER=$(arg vrdma.peer); PORT=$(arg vrdma.port); PORT=${PORT:-18600}; TMO=$(arg vrdma.timeout); TMO=${TMO:-120}
+  # nvme/MIB/SECONDS: NVMe over Fabrics on the kernel's verbs: the guest's nvmet-rdma target (a
+  # file namespace) on the device's address, Debian's nvme connect -t rdma to it, then rounds of
+  # MIB MiB of random data written with O_DIRECT and read back until SECONDS have passed; a
+  # round whose data differs fails; then nvme disconnect.
+  run_nvme() {  # MIB SECONDS
+    S=/sys/kernel/config/nvmet/subsystems/vrdma-nvme P=/sys/kernel/config/nvmet/ports/1
+    modprobe nvmet-rdma && modprobe nvme-rdma && { mount -t configfs none /sys/kernel/config 2>/dev/null; true; } &&
+      dd if=/dev/zero of=/tmp/ns.img bs=1M count=$(($1 * 2)) 2>/dev/null && mkdir $S && echo 1 > $S/attr_allow_any_host &&
+      mkdir $S/namespaces/1 && echo /tmp/ns.img > $S/namespaces/1/device_path && echo 1 > $S/namespaces/1/buffered_io &&
+      echo 1 > $S/namespaces/1/enable && mkdir $P && echo rdma > $P/addr_trtype && echo ipv4 > $P/addr_adrfam &&
+      echo "$IP" > $P/addr_traddr && echo 4420 > $P/addr_trsvcid && ln -s $S $P/subsystems/vrdma-nvme &&
+      timeout 90 nvme connect -t rdma -a "$IP" -s 4420 -n vrdma-nvme --hostnqn=nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-00000000a11c ||
+      return 1
+    for _ in $(seq 100); do [ -b /dev/nvme0n1 ] && break; sleep 0.1; done
+    end=$(($(date +%s) + $2)) rounds=0
+    while [ "$(date +%s)" -lt $end ]; do
+      dd if=/dev/urandom of=/tmp/pat bs=64k count=$(($1 * 16)) 2>/dev/null &&
+        timeout 120 dd if=/tmp/pat of=/dev/nvme0n1 bs=64k oflag=direct 2>/dev/null &&
+        timeout 120 dd if=/dev/nvme0n1 of=/tmp/back bs=64k count=$(($1 * 16)) iflag=direct 2>/dev/null || return 2
+      cmp -s /tmp/pat /tmp/back || { echo "round $rounds: the data read back differs"; return 3; }
+      rounds=$((rounds + 1))
+    done
+    timeout 60 nvme disconnect -n vrdma-nvme || return 4
+    echo "NVME-ROUNDS $rounds"
+  }
+  run_case() {  # I TOOL SIZE ITERS
+    t0=$(date +%s)
+    if [ "$2" = nvme ]; then
+      run_nvme "$3" "$4" > /tmp/case$1.out 2>&1
+      rc=$?
+      echo "VRDMA-CASE $1 nvme rc=$rc $3 $(sed -n 's/^NVME-ROUNDS //p' /tmp/case$1.out) verified t=$(($(date +%s) - t0))s"
+      [ $rc = 0 ] || tail -5 /tmp/case$1.out
+      return
+    fi
+    if [ "$2" = rping ]; then
+      cmd="rping -c -a $(arg vrdma.rdma_peer | cut -d+ -f1) -I $IP -C $4 -S $3 -V"
+    else
+      cmd="$2 -d vrdma0 -x $G -F -s $3 -n $4 -p $((PORT + $1)) $PEER"
+    fi
+    su -s /bin/sh vrdma -c "id; timeout $TMO $cmd" > /tmp/case$1.out 2>&1
+    rc=$?
+    grep -q '^uid=1000(vrdma)' /tmp/case$1.out || rc=99
+    if [ "$2" = rping ]; then res=$([ $rc = 0 ] && echo "$3 $4 verified"); else res=$(grep -E "^ *$3 +$4 " /tmp/case$1.out | tr -s ' '); fi
+    echo "VRDMA-CASE $1 $2 rc=$rc $res t=$(($(date +%s) - t0))s"
+    [ $rc = 0 ] || tail -5 /tmp/case$1.out
+  }
   i=0
   for c in $(echo "$CASES" | tr ',' ' '); do
     i=$((i + 1))
     IFS=/ read -r tool size iters <<EOF
 $c
 EOF
-    su -s /bin/sh vrdma -c "id; timeout 120 $tool -d vrdma0 -x $G -F -s $size -n $iters -p $((PORT + i)) $PEER" > /tmp/case$i.out 2>&1
-    rc=$?
-    grep -q '^uid=1000(vrdma)' /tmp/case$i.out || rc=99
-    echo "VRDMA-CASE $i $tool rc=$rc $(grep -E "^ *$size +$iters " /tmp/case$i.out | tr -s ' ')"
-    [ $rc = 0 ] || tail -5 /tmp/case$i.out
+    if [ "$(arg vrdma.parallel)" = 1 ]; then run_case $i "$tool" "$size" "$iters" & else run_case $i "$tool" "$size" "$iters"; fi
   done
+  [ "$(arg vrdma.parallel)" = 1 ] && echo "VRDMA-CASES-STARTED $i"
+  wait
   echo "VRDMA-GUEST-DONE"
   poweroff -f
 fi

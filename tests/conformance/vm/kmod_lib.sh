@@ -76,6 +76,41 @@ kmod_tree() {
   guest_provider "$src" "$root" "$work" >/dev/null
 }
 
+# kmod_guest WORK "TOOL..." [MODULE...]: the kernel-driver guest most rigs boot (bench_kmod.sh,
+# the libvirt kmod tests): Debian's kernel, virtio_rdma.ko from its DKMS package (kmod_build),
+# the provider, the kernel's MODULEs, the host's TOOLs with their libraries, and what a function
+# kmod_guest_more ROOT adds when the caller defines one; packed with kmod_guest_init.sh into
+# WORK/initrd.cpio.gz. Sets KERNEL and INITRD; a tool or the guest's kernel missing skips (the
+# caller's `skip`); a failed build exits 1 with the log. kmod_test.sh builds a richer tree itself.
+kmod_guest() {
+  local work=$1 want=$2 rc=0 out
+  shift 2
+  out=$(
+    exec 2>"$work/make_guest.err"
+    set -e
+    . "$SRC/tests/conformance/guest_lib.sh"
+    guest_kernel
+    guest_headers
+    guest_tools
+    kmod_build "$SRC" "$work"
+    # shellcheck disable=SC2086
+    tools=$(command -v $want || true)
+    [ "$(echo "$tools" | wc -w)" -eq "$(echo "$want" | wc -w)" ] ||
+      { echo "one of $want is not installed (scripts/setup.sh installs perftest, rdmacm-utils and strace)" >&2; exit 3; }
+    kmod_tree "$SRC" "$work" "$work/root" "$@"
+    # shellcheck disable=SC2086
+    guest_files "$work/root" $tools
+    if declare -F kmod_guest_more >/dev/null; then kmod_guest_more "$work/root"; fi
+    guest_pack "$work/root" "$SRC/tests/conformance/vm/kmod_guest_init.sh" "$work/initrd.cpio.gz"
+    echo "KERNEL=$KERNEL"
+  ) || rc=$?
+  if [ $rc -eq 3 ]; then skip "guest unavailable: $(grep -v '^BUILT' "$work/make_guest.err")"; elif [ $rc -ne 0 ]; then
+    echo "FAIL: the guest or the module could not be built:"; cat "$work/make_guest.err"; exit 1
+  fi
+  grep "^BUILT" "$work/make_guest.err" | sed 's/^BUILT/virtio_rdma.ko built/'
+  KERNEL=$(echo "$out" | sed -n 's/^KERNEL=//p') INITRD=$work/initrd.cpio.gz
+}
+
 # kmod_host: the host's side of the guest's device: network namespace $NS with br0 (MTU 9000: the
 # soft engines take their active MTU from it, 4096, so that tools can run -m 4096) holding the
 # device's address $DEVIP, and tap0 for the guest's NIC, up.

@@ -26,12 +26,9 @@ eval "$G"  # KERNEL=... INITRD=...
 export W=$(mktemp -d /tmp/lv9e2e.XXXXXX)
 cleanup() { rm -rf "$W"; }
 trap cleanup EXIT
-cat > "$W/hook" <<H
-#!/bin/sh
-VRDMA_WRITE_JOURNAL=$W/journal-%p.bin VRDMA_BLK_BACKEND=$BLK VRDMA_HOOK_LOG=$W/hook.log exec $VRDMACTL hook qemu "\$@"
-H
-chmod 755 "$W/hook"
-export LV_HOOK=$W/hook KERNEL INITRD
+. "$HERE/vm_domain.sh"
+vm_hook VRDMA_WRITE_JOURNAL=$W/journal-%p.bin VRDMA_BLK_BACKEND=$BLK
+export KERNEL INITRD
 
 inner() {
   set -u

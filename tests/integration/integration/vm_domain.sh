@@ -1,5 +1,16 @@
-# Sourced by the libvirt VM tests: the plain domain XML of the pv guest (tests/conformance/vm:
-# Debian kernel and initramfs under TCG), before `vrdmactl domain attach` adds the device.
+# Sourced by the libvirt VM tests and scripts/demo.sh: the libvirt hook they install and the plain
+# domain XML of the guest (tests/conformance/vm: Debian kernel and initramfs under TCG), before
+# `vrdmactl domain attach` adds the device.
+
+# vm_hook [VAR=VALUE...]: $W/hook, the QEMU hook two_hosts.sh installs on its hosts (LV_HOOK,
+# exported): `$VRDMACTL hook qemu` with the VARs (VRDMA_VRDMAD, VRDMA_WRITE_JOURNAL, ...) and
+# VRDMA_HOOK_LOG=$W/hook.log in its environment.
+vm_hook() {
+  printf '#!/bin/sh\n%s VRDMA_HOOK_LOG=%s/hook.log exec %s hook qemu "$@"\n' "$*" "$W" "$VRDMACTL" > "$W/hook"
+  chmod 755 "$W/hook"
+  export LV_HOOK=$W/hook
+}
+
 #   vm_domain_xml NAME MIB CMDLINE NIC_MAC TAP CONSOLE_LOG   (KERNEL and INITRD from the environment)
 vm_domain_xml() {
   cat <<X

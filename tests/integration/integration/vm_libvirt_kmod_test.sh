@@ -8,10 +8,8 @@
 # unmodified ib_write_bw, ib_read_bw, ib_send_bw and ib_write_lat as an unprivileged user against
 # vrdma-perf on the host's soft engine. Checked: each tool exited 0 with its result line, and the
 # host's vrdma-perf counted the packets the data needs (a SEND server every message); the hook
-# starts vrdmad at prepare and stops it at release. The four peers run at once on one address,
-# so a later case's peer also counts the earlier cases' packets it received: what it received
-# is checked strictly for the first case only (ib_write_bw: 25,600 packets), what it sent for
-# every case.
+# starts vrdmad at prepare and stops it at release. The four peers run at once, each on an address
+# of its own (its engine counts only its own case's packets).
 #   vm_libvirt_kmod_test.sh SOURCE_DIR VRDMACTL VRDMAD VRDMA_PERF   exits 77 (skip) without root, libvirt, QEMU,
 #   the guest kernel, its headers or rdma-core's source; KEEP_WORK=1 keeps the logs.
 set -uo pipefail
@@ -29,44 +27,20 @@ export W=$(mktemp -d /tmp/lvkvm.XXXXXX)
 trap '[ -n "${KEEP_WORK:-}" ] && echo "kept $W" || rm -rf "$W"' EXIT
 
 # The guest: the kernel-driver guest of kmod_test.sh with perftest's tools.
-rc=0
-out=$(
-  exec 2>"$W/make_guest.err"
-  set -e
-  . "$SRC/tests/conformance/guest_lib.sh"
-  guest_kernel
-  guest_headers
-  guest_tools
-  kmod_build "$SRC" "$W"
-  tools=$(command -v ib_write_bw ib_read_bw ib_send_bw ib_write_lat || true)
-  [ "$(echo "$tools" | wc -w)" -eq 4 ] || { echo "perftest is not installed (scripts/setup.sh installs it)" >&2; exit 3; }
-  kmod_tree "$SRC" "$W" "$W/root"
-  # shellcheck disable=SC2086
-  guest_files "$W/root" $tools
-  guest_pack "$W/root" "$VM/kmod_guest_init.sh" "$W/initrd.cpio.gz"
-  echo "KERNEL=$KERNEL"
-) || rc=$?
-if [ $rc -eq 3 ]; then skip "guest unavailable: $(grep -v '^BUILT' "$W/make_guest.err")"; elif [ $rc -ne 0 ]; then
-  echo "FAIL: the guest or the module could not be built:"; cat "$W/make_guest.err"; exit 1
-fi
-grep "^BUILT" "$W/make_guest.err" | sed 's/^BUILT/virtio_rdma.ko built/'
-export KERNEL=${out#KERNEL=} INITRD=$W/initrd.cpio.gz
+kmod_guest "$W" "ib_write_bw ib_read_bw ib_send_bw ib_write_lat"
+export KERNEL INITRD
 
-cat > "$W/hook" <<H
-#!/bin/sh
-VRDMA_VRDMAD=$VRDMAD VRDMA_HOOK_LOG=$W/hook.log exec $VRDMACTL hook qemu "\$@"
-H
-chmod 755 "$W/hook"
 . "$HERE/vm_domain.sh"
+vm_hook VRDMA_VRDMAD=$VRDMAD
 export -f vm_domain_xml
-export LV_HOOK=$W/hook LV_PREFIX=lvk LV_NET=10.98.11
+export LV_PREFIX=lvk LV_NET=10.98.11
 
 inner() {
   set -u
   # The device's address is the guest's (vrdma.ip on eth0: its RoCEv2 GID), vrdmad's soft engine
   # sends from it on vmbr, where the peer vrdma-perf is; the guest's NIC (vmtap0) carries only
   # the tools' TCP exchange, on a subnet of its own, as in kmod_test.sh.
-  DEVIP=10.88.11.12 PERFIP=10.88.11.1 TCPHOST=10.88.21.1 TCPGUEST=10.88.21.2 GMAC=52:54:00:88:0b:0c
+  DEVIP=10.88.11.12 TCPHOST=10.88.21.1 TCPGUEST=10.88.21.2 GMAC=52:54:00:88:0b:0c
   CASES="ib_write_bw/65536/400,ib_read_bw/65536/200,ib_send_bw/4096/400,ib_write_lat/64/300"
   fail() {
     echo "FAIL: $*" >&2
@@ -80,24 +54,26 @@ inner() {
   } >&2
   inA() { nsenter -t "$LV_A_PID" -n "$@"; }
   inA ip link add vmbr type bridge  # MTU 1500: the engines' active MTU 1024, perftest's default here
-  inA ip addr add $PERFIP/24 dev vmbr
   inA ip addr add $DEVIP/24 dev vmbr
   inA ip link set vmbr up
   inA ip tuntap add vmtap0 mode tap
   inA ip addr add $TCPHOST/24 dev vmtap0
   inA ip link set vmtap0 up
 
-  # One vrdma-perf per case, case i on port 18600+i: perftest's exchange, the test by the tool's name.
-  local i=0 c tool size iters pids=()
+  # One vrdma-perf per case, case i at 10.88.11.(20+i) and on TCP port 18600+i: perftest's exchange,
+  # the test by the tool's name.
+  local i=0 c tool size iters pids=() peers=""
   for c in ${CASES//,/ }; do
     i=$((i + 1))
     IFS=/ read -r tool size iters <<< "$c"
-    inA timeout 400 "$PERF" --device soft:$PERFIP --peer-format perftest --test "${tool#ib_}" --size "$size" \
+    inA ip addr add 10.88.11.$((20 + i))/24 dev vmbr
+    peers+=${peers:++}10.88.11.$((20 + i))
+    inA timeout 400 "$PERF" --device soft:10.88.11.$((20 + i)) --peer-format perftest --test "${tool#ib_}" --size "$size" \
       --iters "$iters" --mtu 1024 --port $((18600 + i)) > "$W/peer$i.log" 2>&1 &
     pids+=($!)
   done
 
-  vm_domain_xml lvkg1 1024 "vrdma.ip=$DEVIP vrdma.tcp=$TCPGUEST/24 vrdma.rdma_peer=$PERFIP vrdma.rdma_mac=02:00:0a:58:0b:01 vrdma.peer=$TCPHOST vrdma.cases=$CASES" \
+  vm_domain_xml lvkg1 1024 "vrdma.ip=$DEVIP vrdma.tcp=$TCPGUEST/24 vrdma.rdma_peer=$peers vrdma.rdma_mac=02:00:0a:58:0b:01 vrdma.peer=$TCPHOST vrdma.cases=$CASES" \
     "$GMAC" vmtap0 "$W/console.log" > "$W/base.xml"
   "$VRDMACTL" domain attach --xml "$W/base.xml" --socket "$W/gk.sock" --engine soft:$DEVIP --mac $GMAC > "$W/dom.xml" ||
     fail "vrdmactl domain attach failed"
@@ -116,7 +92,7 @@ inner() {
     wait "${pids[$((i - 1))]}" || fail "vrdma-perf, the peer of $tool, failed: $(tail -2 "$W/peer$i.log")"
     echo "  host: $(tail -1 "$W/peer$i.log" | cut -c1-300)"
     echo "$line" | grep -qE "^VRDMA-CASE $i $tool rc=0  ?$size $iters " || fail "$tool ($c) failed in the guest"
-    # The packets the data needs, at MTU 1024, counted by the peer's engine (pt_moved).
+    # The packets the data needs, at MTU 1024, counted by the case's own peer engine (pt_moved).
     pt_moved server "${tool#ib_}" "$iters" "$size" "$W/peer$i.log" || fail "$tool ($c): the data did not move"
   done
   grep -q "lvk-a lvkg1 prepare begin: started backend on $W/gk.sock" "$W/hook.log" ||

@@ -34,14 +34,10 @@ cleanup() {
   [ -n "${KEEP_WORK:-}" ] && echo "kept $W" || rm -rf "$W"
 }
 trap cleanup EXIT
-cat > "$W/hook" <<H
-#!/bin/sh
-VRDMA_WRITE_JOURNAL=$W/journal-%p.bin VRDMA_VRDMAD=$VRDMAD VRDMA_HOOK_LOG=$W/hook.log exec $VRDMACTL hook qemu "\$@"
-H
-chmod 755 "$W/hook"
 . "$HERE/vm_domain.sh"
+vm_hook VRDMA_WRITE_JOURNAL=$W/journal-%p.bin VRDMA_VRDMAD=$VRDMAD
 export -f vm_domain_xml
-export LV_HOOK=$W/hook LV_PREFIX=lv6 LV_NET=10.98.6
+export LV_PREFIX=lv6 LV_NET=10.98.6
 
 inner() {
   set -u

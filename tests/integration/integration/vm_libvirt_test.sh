@@ -22,14 +22,10 @@ export KERNEL INITRD
 
 export W=$(mktemp -d /tmp/lv7vm.XXXXXX)
 trap '[ -n "${KEEP_WORK:-}" ] && echo "kept $W" || rm -rf "$W"' EXIT
-cat > "$W/hook" <<H
-#!/bin/sh
-VRDMA_VRDMAD=$VRDMAD VRDMA_HOOK_LOG=$W/hook.log exec $VRDMACTL hook qemu "\$@"
-H
-chmod 755 "$W/hook"
 . "$HERE/vm_domain.sh"
+vm_hook VRDMA_VRDMAD=$VRDMAD
 export -f vm_domain_xml
-export LV_HOOK=$W/hook LV_PREFIX=lv7 LV_NET=10.98.7
+export LV_PREFIX=lv7 LV_NET=10.98.7
 
 inner() {
   set -u
