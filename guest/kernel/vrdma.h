@@ -68,6 +68,15 @@ struct vrdma_dev {
 	bool db_stopped;
 	u64 doorbells;
 
+	/*
+	 * The state queue (vrdma_state.c), NULL when the device has none: the posted state area's
+	 * size; areas are posted and reaped under state_lock.
+	 */
+	struct virtqueue *state_vq;
+	struct mutex state_lock;
+	bool state_stopped;
+	size_t state_bytes;
+
 	/* The control queue: one command in flight, under cmd_lock. */
 	struct mutex cmd_lock;
 	struct completion cmd_done;
@@ -259,6 +268,9 @@ static inline bool vrdma_cmd_lost(struct vrdma_dev *dev)
 
 /* vrdma_event.c */
 void vrdma_event_done(struct virtqueue *vq);
+int vrdma_state_start(struct vrdma_dev *dev);
+void vrdma_state_grow(struct vrdma_dev *dev, u32 kib);
+void vrdma_state_free(struct vrdma_dev *dev);
 int vrdma_events_start(struct vrdma_dev *dev);
 void vrdma_events_stop(struct vrdma_dev *dev);
 void vrdma_events_free(struct vrdma_dev *dev);

@@ -94,7 +94,7 @@ static void handle(struct vrdma_dev *dev, const struct virtio_rdma_event *ev)
 		vrdma_qp_event(dev, handle, info);
 		break;
 	case VIRTIO_RDMA_EV_STATE_AREA_SMALL:
-		dev_warn_ratelimited(d, "event: the device asks for a state area of %u KiB; this driver posts none yet\n", info);
+		vrdma_state_grow(dev, info);
 		break;
 	default:
 		dev_warn_ratelimited(d, "event of unknown type %u (handle %u, info %u) ignored\n", type, handle, info);

@@ -5,8 +5,9 @@
  * It binds the native device (virtio ID 42) and the device riding QEMU's vhost-user-blk-pci as a
  * carrier (virtio ID 2, "Inside a VM"): a blk config window with capacity 0 and the "VRDM"
  * signature at offset 8; any other block device is declined. It finds the control, event and
- * doorbell queues (the state queue is optional and not used yet), keeps event buffers posted
- * (vrdma_event.c), reads the whole config with
+ * doorbell queues and, when the device has one, the state queue, keeps event buffers posted
+ * (vrdma_event.c) and a state area (vrdma_state.c: what a live migration carries the guest's
+ * objects in), reads the whole config with
  * QUERY_CONFIG behind a carrier, asks the device's limits, port and GID 0, and registers an
  * ib_device "vrdma%d" (vrdma_ib.c) whose RoCEv2 GIDs follow the guest netdev that carries the
  * device's address (vrdma_netdev.c).
@@ -108,8 +109,8 @@ static int query_device_once(struct vrdma_dev *dev)
 static int vrdma_probe(struct virtio_device *vdev)
 {
 	struct virtio_rdma_carrier_config win;
-	vq_callback_t *callbacks[] = { vrdma_ctrl_done, vrdma_event_done, NULL };
-	static const char *const names[] = { "control", "events", "doorbells" };
+	vq_callback_t *callbacks[] = { vrdma_ctrl_done, vrdma_event_done, NULL, NULL };
+	static const char *const names[] = { "control", "events", "doorbells", "state" };
 	struct virtqueue *vqs[ARRAY_SIZE(names)];
 	struct vrdma_dev *dev;
 	bool carrier = vdev->id.device == VIRTIO_ID_BLOCK;
@@ -147,13 +148,23 @@ static int vrdma_probe(struct virtio_device *vdev)
 	xa_init(&dev->cqs);
 	xa_init(&dev->qps);
 	xa_init(&dev->kqps);
+	mutex_init(&dev->state_lock);
 	vrdma_doorbells_init(dev);
 	ret = vrdma_cmd_init(dev);
 	if (ret)
 		goto err_dev;
 
-	/* Queues 0..2 (the state queue, 3, is optional: docs/virtio-rdma.md "Identity and queues"). */
-	ret = virtio_find_vqs(vdev, ARRAY_SIZE(names), vqs, callbacks, names, NULL);
+	/*
+	 * Queues 0..3; the state queue (3) is optional (docs/virtio-rdma.md "Identity and queues"):
+	 * a device without it runs, and its guest's objects cannot move with it.
+	 */
+	ret = virtio_find_vqs(vdev, VIRTIO_RDMA_NUM_QUEUES, vqs, callbacks, names, NULL);
+	if (ret) {
+		ret = virtio_find_vqs(vdev, VIRTIO_RDMA_REQUIRED_QUEUES, vqs, callbacks, names, NULL);
+		if (!ret)
+			dev_warn(&vdev->dev, "the device has no state queue: a live migration of this guest will lose its RDMA objects\n");
+		vqs[VIRTIO_RDMA_STATE_QUEUE] = NULL;
+	}
 	if (ret) {
 		dev_err(&vdev->dev, "cannot set up the control, event and doorbell queues (%d)\n", ret);
 		goto err_cmd;
@@ -161,8 +172,12 @@ static int vrdma_probe(struct virtio_device *vdev)
 	dev->ctrl_vq = vqs[VIRTIO_RDMA_CONTROL_QUEUE];
 	dev->event_vq = vqs[VIRTIO_RDMA_EVENT_QUEUE];
 	dev->db_vq = vqs[VIRTIO_RDMA_DOORBELL_QUEUE];
+	dev->state_vq = vqs[VIRTIO_RDMA_STATE_QUEUE];
 	virtio_device_ready(vdev);
 	ret = vrdma_events_start(dev);
+	if (ret)
+		goto err_reset;
+	ret = vrdma_state_start(dev);
 	if (ret)
 		goto err_reset;
 
@@ -204,6 +219,7 @@ static int vrdma_probe(struct virtio_device *vdev)
 
 err_reset:
 	virtio_reset_device(vdev);
+	vrdma_state_free(dev);
 	vrdma_doorbells_reclaim(dev, true);
 	vrdma_events_stop(dev);
 	vdev->config->del_vqs(vdev);
@@ -224,6 +240,7 @@ static void vrdma_remove(struct virtio_device *vdev)
 	/* ib_core destroys what users still hold (PDs: DESTROY_PD) while the device still runs. */
 	vrdma_ib_unregister(dev);
 	virtio_reset_device(vdev);
+	vrdma_state_free(dev);
 	vrdma_doorbells_reclaim(dev, true);
 	vrdma_events_stop(dev);
 	vdev->config->del_vqs(vdev);

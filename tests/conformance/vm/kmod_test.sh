@@ -219,6 +219,11 @@ k=$(vwait objects.qp 1 20)
 check "ib_mad opened QP1 on vrdma0: the device holds its PD, DMA MR, CQ and GSI QP (objects $(jfield "$k" objects))" \
   bash -c "[ '$(jfield "$k" objects.pd)$(jfield "$k" objects.mr)$(jfield "$k" objects.cq)$(jfield "$k" objects.qp)' = 1111 ]"
 KBASE='{"pd": 1, "mr": 1, "cq": 1, "qp": 1}'
+# The state area (docs/virtio-rdma.md "The state area"): what a live migration carries the
+# guest's objects in; the device holds the driver's 1 MiB chain (enough for ib_mad's QP1: the
+# device asks for no larger one at load).
+check "the driver posted a 1 MiB state area on the state queue (vrdmad holds $(jfield "$k" state_area_bytes) bytes)" \
+  bash -c "[ '$(jfield "$k" state_area_bytes)' = 1048576 ]"
 
 # 2. rdma link / rdma dev (iproute2) and sysfs.
 guest 30 "$work/rdma.out" 'rdma link show; rdma dev show; cd /sys/class/infiniband/vrdma0 && for f in node_type fw_ver node_guid node_desc ports/1/state ports/1/phys_state ports/1/link_layer ports/1/rate; do echo "$f: $(cat $f)"; done; '"$GIDS" || fail "rdma/sysfs step failed"
