@@ -16,7 +16,8 @@ stty -echo 2>/dev/null
 echo "VRDMA-GUEST-READY ip=$IP uptime=$(cut -d' ' -f1 /proc/uptime)"
 
 # vrdma.cases=TOOL/SIZE/ITERS,... (a guest whose console is only a log, under libvirt): loads
-# virtio_rdma, ib_uverbs and rdma_ucm, adds vrdma.tcp=ADDR/LEN to eth0 (the tools' TCP exchange),
+# virtio_rdma, ib_uverbs and rdma_ucm, adds vrdma.tcp=ADDR/LEN to eth0 (the tools' TCP exchange;
+# vrdma.tcp_via=GW routes vrdma.peer through GW),
 # answers the RDMA peers vrdma.rdma_peer=IP[+IP...] at vrdma.rdma_mac=MAC (static neighbours:
 # the device routes by IP), waits for vrdma0's port, then runs each case, within vrdma.timeout
 # seconds (default 120):
@@ -29,13 +30,16 @@ echo "VRDMA-GUEST-READY ip=$IP uptime=$(cut -d' ' -f1 /proc/uptime)"
 # and prints "VRDMA-CASE <i> <tool> rc=<status> <result> t=<seconds>s" (perftest: its result
 # line; rping: "SIZE ITERS verified"; nvme: "SIZE ROUNDS verified"), "VRDMA-GUEST-DONE" at the
 # end. vrdma.parallel=1 runs the cases at once (printing "VRDMA-CASES-STARTED <n>" when they all
-# are) instead of one after another.
+# are) instead of one after another. vrdma.role=server makes every case a server, at once:
+# perftest without a peer (the peer's client connects to TCP port vrdma.port+i), rping -s on the
+# device's address. vrdma.mtu=BYTES adds perftest's -m.
 CASES=$(arg vrdma.cases)
 if [ -n "$CASES" ]; then
   modprobe virtio_rdma || echo "guest: modprobe virtio_rdma failed"
   modprobe ib_uverbs
   modprobe rdma_ucm 2>/dev/null
   ip addr add "$(arg vrdma.tcp)" dev eth0
+  [ -z "$(arg vrdma.tcp_via)" ] || ip route add "$(arg vrdma.peer)" via "$(arg vrdma.tcp_via)"
   for p in $(arg vrdma.rdma_peer | tr '+' ' '); do arp -i eth0 -s "$p" "$(arg vrdma.rdma_mac)"; done
   for _ in $(seq 300); do grep -q ACTIVE /sys/class/infiniband/vrdma0/ports/1/state 2>/dev/null && break; sleep 0.1; done
   echo "VRDMA-PORT $(cat /sys/class/infiniband/vrdma0/ports/1/state 2>&1)"
@@ -44,6 +48,8 @@ if [ -n "$CASES" ]; then
   for i in $(seq 0 15); do [ "$(cat /sys/class/infiniband/vrdma0/ports/1/gids/$i 2>/dev/null)" = "$want" ] && G=$i && break; done
   echo "root:x:0:0::/:/bin/sh" > /etc/passwd; echo "vrdma:x:1000:1000::/tmp:/bin/sh" >> /etc/passwd
   PEER=$(arg vrdma.peer); PORT=$(arg vrdma.port); PORT=${PORT:-18600}; TMO=$(arg vrdma.timeout); TMO=${TMO:-120}
+  ROLE=$(arg vrdma.role) MTU=$(arg vrdma.mtu) PAR=$(arg vrdma.parallel)
+  [ "$ROLE" = server ] && PAR=1
   # nvme/MIB/SECONDS: NVMe over Fabrics on the kernel's verbs: the guest's nvmet-rdma target (a
   # file namespace) on the device's address, Debian's nvme connect -t rdma to it, then rounds of
   # MIB MiB of random data written with O_DIRECT and read back until SECONDS have passed; a
@@ -74,20 +80,25 @@ if [ -n "$CASES" ]; then
     if [ "$2" = nvme ]; then
       run_nvme "$3" "$4" > /tmp/case$1.out 2>&1
       rc=$?
+      echo $rc >> /tmp/rcs
       echo "VRDMA-CASE $1 nvme rc=$rc $3 $(sed -n 's/^NVME-ROUNDS //p' /tmp/case$1.out) verified t=$(($(date +%s) - t0))s"
       [ $rc = 0 ] || tail -5 /tmp/case$1.out
       return
     fi
-    if [ "$2" = rping ]; then
+    if [ "$2" = rping ] && [ "$ROLE" = server ]; then
+      cmd="rping -s -a $IP -C $4 -S $3 -V"
+    elif [ "$2" = rping ]; then
       cmd="rping -c -a $(arg vrdma.rdma_peer | cut -d+ -f1) -I $IP -C $4 -S $3 -V"
     else
-      cmd="$2 -d vrdma0 -x $G -F -s $3 -n $4 -p $((PORT + $1)) $PEER"
+      cmd="$2 -d vrdma0 -x $G -F -s $3 -n $4 -p $((PORT + $1))${MTU:+ -m $MTU}"
+      [ "$ROLE" = server ] || cmd="$cmd $PEER"
     fi
     su -s /bin/sh vrdma -c "id; timeout $TMO $cmd" > /tmp/case$1.out 2>&1
     rc=$?
     grep -q '^uid=1000(vrdma)' /tmp/case$1.out || rc=99
     if [ "$2" = rping ]; then res=$([ $rc = 0 ] && echo "$3 $4 verified"); else res=$(grep -E "^ *$3 +$4 " /tmp/case$1.out | tr -s ' '); fi
     echo "VRDMA-CASE $1 $2 rc=$rc $res t=$(($(date +%s) - t0))s"
+    echo $rc >> /tmp/rcs
     [ $rc = 0 ] || tail -5 /tmp/case$1.out
   }
   i=0
@@ -96,10 +107,28 @@ if [ -n "$CASES" ]; then
     IFS=/ read -r tool size iters <<EOF
 $c
 EOF
-    if [ "$(arg vrdma.parallel)" = 1 ]; then run_case $i "$tool" "$size" "$iters" & else run_case $i "$tool" "$size" "$iters"; fi
+    if [ "$PAR" = 1 ]; then run_case $i "$tool" "$size" "$iters" & else run_case $i "$tool" "$size" "$iters"; fi
   done
-  [ "$(arg vrdma.parallel)" = 1 ] && echo "VRDMA-CASES-STARTED $i"
+  # Servers: STARTED once every perftest server listens on its TCP port and rping's RDMA-CM
+  # listener is up (rdma res: its cm_id in state LISTEN), within 60 s.
+  if [ "$ROLE" = server ]; then
+    for _ in $(seq 600); do
+      up=1 j=0
+      for c in $(echo "$CASES" | tr ',' ' '); do
+        j=$((j + 1))
+        case $c in
+          rping/*) rdma res show cm_id 2>/dev/null | grep -q LISTEN || up=0 ;;
+          *) netstat -ltn 2>/dev/null | grep -q ":$((PORT + j)) " || up=0 ;;
+        esac
+      done
+      [ $up = 1 ] && break
+      sleep 0.1
+    done
+  fi
+  [ "$PAR" = 1 ] && sleep 1 && echo "VRDMA-CASES-STARTED $i"
   wait
+  # A case failed: the kernel's last words on RDMA, for whoever reads the console.
+  grep -q -v '^0$' /tmp/rcs 2>/dev/null && dmesg | grep -i -E "rdma|infiniband|ib_cm|nvme" | tail -8
   echo "VRDMA-GUEST-DONE"
   poweroff -f
 fi

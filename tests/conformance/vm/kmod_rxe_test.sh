@@ -1,0 +1,200 @@
+#!/usr/bin/env bash
+# The guest kernel driver against Linux rxe (issues 25 and 31): two TCG guests on one bridge.
+#   the rxe peer    tests/conformance/rxe's reference guest (Debian's 6.1 kernel, rdma_rxe as
+#                   rxe0 on its eth0 at 10.77.0.2, Debian's perftest and rping), driven through
+#                   its console (peer_rig.sh)
+#   the vrdma guest the kernel-driver guest (virtio_rdma.ko from its DKMS package, the rdma-core
+#                   provider, Debian's perftest and rping), its device served by vrdmad on the
+#                   host's soft engine at 10.77.0.12 on the same bridge; on its own it runs the
+#                   cases (kmod_guest_init.sh vrdma.cases=) as an unprivileged user
+# Nothing of ours runs on the rxe side: Debian's unmodified tools on Linux's own RoCEv2 stack.
+# The cases: ib_write_bw, ib_read_bw, ib_send_bw, ib_atomic_bw and ib_write_lat (perftest's own
+# TCP exchange, routed through the host: the vrdma guest's NIC is on a tap of its own), and
+# rping -V through both kernels' RDMA-CM, in two rounds:
+#   1. ours the clients, rxe's the servers, path MTU 4096, no loss
+#   2. ours the servers (all listening at once), rxe's the clients, path MTU 1024, 2 % of RoCE
+#      packets dropped both ways (nftables at the host's engine)
+# Checked on both sides: each tool exits 0 with its result line for the same message count and
+# size; rping verified every ping in both guests; rxe's counters saw the packets the messages
+# take, and no ICRC error in its log.
+#   kmod_rxe_test.sh SOURCE_DIR VRDMAD   exits 77 (skip) without root, QEMU, the guest kernel, its
+#   headers, rdma-core's source or the tools; KEEP_WORK=1 keeps the logs; KMOD_RXE_ROUNDS="2"
+#   runs only that round.
+set -uo pipefail
+[ "$#" = 2 ] || { echo "usage: $0 SOURCE_DIR VRDMAD" >&2; exit 2; }
+SRC=$(readlink -f "$1") VRDMAD=$(readlink -f "$2")
+HERE=$SRC/tests/conformance/rxe
+. "$SRC/tests/conformance/serial_lib.sh"  # skip, rig_require, guest_build, wait_serial
+. "$SRC/tests/conformance/vm/kmod_lib.sh"  # kmod_guest
+rig_require
+T0=$(date +%s)
+work=$(mktemp -d)
+NS=vkrxe$$
+HOST=10.77.0.1 GUEST=10.77.0.2 GUEST_MAC=52:54:00:77:00:02
+DEVIP=10.77.0.12 KMAC=52:54:00:77:00:0c TAPHOST=10.77.10.1 TCPGUEST=10.77.10.12 PEERTCP=10.77.20.2
+vrdmad_pid="" kqemu_pid=""
+. "$HERE/peer_rig.sh"
+cleanup() {
+  for p in $kqemu_pid $vrdmad_pid; do kill "$p" 2>/dev/null; done
+  rig_cleanup
+  if [ -n "${KEEP_WORK:-}" ]; then echo "work dir kept: $work"; else rm -rf "$work"; fi
+}
+trap cleanup EXIT
+
+# The two guests: the reference peer (make_guest.sh, cached) and the kernel-driver guest.
+guest_build "$HERE/make_guest.sh"
+RXE_KERNEL=$KERNEL
+export GUEST_INITRD=$INITRD  # peer_rig.sh's guest_boot
+mkdir -p "$work/k"
+kmod_guest "$work/k" "ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw ib_write_lat rping rdma" rdma_ucm
+KMOD_KERNEL=$KERNEL KMOD_INITRD=$INITRD
+KERNEL=$RXE_KERNEL
+
+# The rxe guest answers perftest's TCP exchange on a second address, reached through the host
+# (the vrdma guest's NIC is on tap1, 10.77.10.0/24); its RoCE traffic stays on 10.77.0.0/24.
+after_boot() {
+  guest_run "$work/net.out" 20 "ip addr add $PEERTCP/24 dev eth0 && ip route add 10.77.10.0/24 via $HOST src $PEERTCP && rdma link show" ||
+    { echo "FAIL: the rxe guest's second address"; cat "$work/net.out"; exit 1; }
+}
+rig_net
+ip -n "$NS" addr add "$DEVIP/24" dev br0
+ip -n "$NS" route add 10.77.20.0/24 dev br0
+ip -n "$NS" tuntap add tap1 mode tap
+ip -n "$NS" addr add "$TAPHOST/24" dev tap1
+ip -n "$NS" link set tap1 up
+ip netns exec "$NS" sysctl -qw net.ipv4.ip_forward=1
+guest_boot || exit 1
+echo "rxe guest ready after $(($(date +%s) - T0)) s: $(grep -a "VRDMA-GUEST-READY" "$work/serial.log" | tr -d '\r' | cut -c1-120)"
+
+passed=0 failed=0
+check() {  # NAME COMMAND...
+  if "${@:2}"; then echo "PASS $1"; passed=$((passed + 1)); else echo "FAIL $1"; failed=$((failed + 1)); fi
+}
+# The cases (TOOL/SIZE/ITERS as kmod_guest_init.sh runs them; case i on TCP port 18600+i).
+CASES="ib_write_bw/65536/400,ib_read_bw/65536/200,ib_send_bw/4096/400,ib_atomic_bw/8/400,ib_write_lat/64/300,rping/4096/100"
+NCASES=$(echo "${CASES//,/ }" | wc -w)
+# rxe's packet counters, and the ICRC complaints in its log (as rxe_test.sh counts them).
+RXC="echo COUNTERS \$(cat /sys/class/infiniband/rxe0/ports/1/hw_counters/sent_pkts) \$(cat /sys/class/infiniband/rxe0/ports/1/hw_counters/rcvd_pkts) \$(dmesg | grep -ci icrc)"
+cnt() { sed -n 's/^COUNTERS //p' "$1" | cut -d' ' -f"$2" | grep -E '^[0-9]+$' || echo 0; }
+# The packets a case's messages take at MTU (rping: not counted).
+pkts() { [ "$1" = rping ] && echo 0 || echo $(($3 * (($2 + $4 - 1) / $4))); }
+# rxe's command for case I (TOOL SIZE ITERS) in ROLE (server|client) at MTU.
+rxe_cmd() {
+  local i=$1 tool=$2 size=$3 iters=$4 role=$5 mtu=$6
+  if [ "$tool" = rping ] && [ "$role" = server ]; then echo "rping -s -a $GUEST -C $iters -S $size -V"
+  elif [ "$tool" = rping ]; then echo "rping -c -a $DEVIP -C $iters -S $size -V"
+  else
+    local cmd="$tool -d rxe0 -x 1 -F -s $size -n $iters -m $mtu -p $((18600 + i))"
+    # perftest sets a READ or atomic initiator's depth to the responder's outstanding reads; rxe
+    # offers 128 and our engine takes 16 (as a ConnectX does), so an rxe responder says 16 (-o).
+    case $tool in ib_read_bw | ib_atomic_bw) [ "$role" = server ] && cmd+=" -o 16" ;; esac
+    [ "$role" = server ] || cmd+=" $TCPGUEST"
+    echo "$cmd"
+  fi
+}
+
+# boot_vrdma ROUND CMDLINE: a vrdmad for the round and the vrdma guest on it (console
+# $work/kcon.ROUND.log).
+boot_vrdma() {
+  ip netns exec "$NS" "$VRDMAD" --socket "$work/vrdma.$1.sock" --engine soft:$DEVIP --mac $KMAC --control "$work/vrdma.$1.ctl" \
+    >"$work/vrdmad.$1.log" 2>&1 &
+  vrdmad_pid=$!
+  for _ in $(seq 100); do [ -S "$work/vrdma.$1.sock" ] && break; sleep 0.05; done
+  [ -S "$work/vrdma.$1.sock" ] || { echo "FAIL: vrdmad did not start"; cat "$work/vrdmad.$1.log"; exit 1; }
+  ip netns exec "$NS" qemu-system-x86_64 -accel tcg -cpu max -m 1024 -smp 1,maxcpus=2 -display none -monitor none -no-reboot \
+    -object memory-backend-memfd,id=mem,size=1024M,share=on -numa node,memdev=mem \
+    -kernel "$KMOD_KERNEL" -initrd "$KMOD_INITRD" \
+    -append "console=ttyS0 quiet panic=-1 no_timer_check vrdma.ip=$DEVIP vrdma.tcp=$TCPGUEST/24 vrdma.tcp_via=$TAPHOST vrdma.rdma_peer=$GUEST vrdma.rdma_mac=$GUEST_MAC vrdma.peer=$PEERTCP vrdma.timeout=150 vrdma.cases=$CASES $2" \
+    -serial file:"$work/kcon.$1.log" \
+    -chardev socket,id=vr,path="$work/vrdma.$1.sock",reconnect=1 -device vhost-user-blk-pci,chardev=vr,num-queues=4,queue-size=256 \
+    -netdev tap,id=n1,ifname=tap1,script=no,downscript=no -device virtio-net-pci,netdev=n1,mac=$KMAC \
+    >"$work/kqemu.$1.log" 2>&1 &
+  kqemu_pid=$!
+}
+kcon() { tr -d '\r' < "$work/kcon.$1.log" 2>/dev/null; }
+# wait_vrdma ROUND LINE SECONDS: the vrdma guest printed LINE (a prefix).
+wait_vrdma() {
+  for _ in $(seq $(($3 * 10))); do kcon "$1" | grep -q -a "^$2" && return 0; kill -0 $kqemu_pid 2>/dev/null || break; sleep 0.1; done
+  kcon "$1" | grep -q -a "^$2"
+}
+end_vrdma() {  # ROUND: the guest powered off (its cases done); vrdmad stopped
+  wait_vrdma "$1" VRDMA-GUEST-DONE 30 || { echo "FAIL: the vrdma guest did not finish (round $1)"; kcon "$1" | tail -30; tail -20 "$work/vrdmad.$1.log"; exit 1; }
+  for _ in $(seq 100); do kill -0 $kqemu_pid 2>/dev/null || break; sleep 0.1; done
+  kill $kqemu_pid $vrdmad_pid 2>/dev/null; wait $kqemu_pid $vrdmad_pid 2>/dev/null
+  kqemu_pid="" vrdmad_pid=""
+}
+# verdict ROUND OURS THEIRS MTU: each case passed on both sides; rxe's counters moved as the data needs.
+verdict() {
+  local r=$1 ours=$2 theirs=$3 mtu=$4 i=0 c tool size iters need=0 rx tx icrc
+  for c in ${CASES//,/ }; do
+    i=$((i + 1))
+    IFS=/ read -r tool size iters <<< "$c"
+    kcon "$r" | grep -a "^VRDMA-CASE $i " > "$work/case.$r.$i.txt"
+    sed -n "/^== case $i\$/,/^== case $((i + 1))\$/p" "$work/rxe.$r.out" > "$work/rxe.$r.$i.txt"
+    if [ "$tool" = rping ]; then
+      check "round $r: rping $ours -V in the vrdma guest (RDMA-CM) with rping $theirs -V on rxe: $iters x $size B verified by both" \
+        bash -c "grep -q 'rc=0 $size $iters verified' '$work/case.$r.$i.txt' && grep -q '^rxe-rc=0' '$work/rxe.$r.$i.txt'"
+    else
+      check "round $r: $tool -s $size -n $iters at MTU $mtu, the vrdma guest's $ours (uid 1000) and rxe's $theirs both exit 0 with their result line" \
+        bash -c "grep -qE 'rc=0  ?$size $iters ' '$work/case.$r.$i.txt' && grep -q '^rxe-rc=0' '$work/rxe.$r.$i.txt' && grep -qE '^ *$size +$iters ' '$work/rxe.$r.$i.txt'"
+    fi
+    need=$((need + $(pkts "$tool" "$size" "$iters" "$mtu")))
+  done
+  rx=$(($(cnt "$work/counters.$r.1" 2) - $(cnt "$work/counters.$r.0" 2)))
+  tx=$(($(cnt "$work/counters.$r.1" 1) - $(cnt "$work/counters.$r.0" 1)))
+  icrc=$(($(cnt "$work/counters.$r.1" 3) - $(cnt "$work/counters.$r.0" 3)))
+  check "round $r: rxe0 sent $tx and received $rx packets, at least the $need the perftest messages take at MTU $mtu, no ICRC error" \
+    bash -c "[ $((rx + tx)) -ge $need ] && [ $icrc = 0 ]"
+  [ $failed = 0 ] || { echo "--- rxe (round $r)"; cut -c1-200 "$work/rxe.$r.out" | tail -40; echo "--- vrdmad"; tail -12 "$work/vrdmad.$r.log"; }
+}
+
+ROUNDS=${KMOD_RXE_ROUNDS:-1 2}
+if [[ " $ROUNDS " == *" 1 "* ]]; then
+# ---- Round 1: ours the clients (Debian's tools in the vrdma guest), rxe the servers, path MTU
+# 4096, no loss. The servers start first, each in the background, its status at its file's end.
+srv="" i=0
+for c in ${CASES//,/ }; do
+  i=$((i + 1)); IFS=/ read -r tool size iters <<< "$c"
+  srv+="(timeout 200 $(rxe_cmd $i "$tool" "$size" "$iters" server 4096) > /tmp/r1.$i.out 2>&1; echo rxe-rc=\$? >> /tmp/r1.$i.out) & "
+done
+guest_run "$work/servers.out" 20 "$srv sleep 1; echo started" || { echo "FAIL: the rxe guest's servers"; cat "$work/servers.out"; exit 1; }
+guest_run "$work/counters.1.0" 20 "$RXC" || true
+boot_vrdma 1 ""
+wait_vrdma 1 VRDMA-GUEST-DONE 300
+kcon 1 | grep -a -E "^VRDMA-(PORT|CASE)" | cut -c1-160
+end_vrdma 1
+guest_run "$work/rxe.1.out" 60 "for i in \$(seq $NCASES); do for _ in \$(seq 100); do grep -q rxe-rc= /tmp/r1.\$i.out && break; sleep 0.3; done; echo \"== case \$i\"; cat /tmp/r1.\$i.out; done" || true
+guest_run "$work/counters.1.1" 20 "$RXC" || true
+verdict 1 client server 4096
+fi
+
+if [[ " $ROUNDS " == *" 2 "* ]]; then
+# ---- Round 2: ours the servers (all listening at once in the vrdma guest), rxe's clients one
+# after another, path MTU 1024, 2 % of RoCE packets dropped both ways at the host (nftables on
+# the engine's input and output).
+ip netns exec "$NS" nft -f - <<'EOF'
+table inet vrdma_loss {
+  chain in { type filter hook input priority 0; udp dport 4791 numgen random mod 100 < 2 counter drop; }
+  chain out { type filter hook output priority 0; udp dport 4791 numgen random mod 100 < 2 counter drop; }
+}
+EOF
+guest_run "$work/counters.2.0" 20 "$RXC" || true
+boot_vrdma 2 "vrdma.role=server vrdma.mtu=1024"
+wait_vrdma 2 VRDMA-CASES-STARTED 240 || { echo "FAIL: the vrdma guest's servers did not start"; kcon 2 | tail -20; exit 1; }
+: > "$work/rxe.2.out"
+i=0
+for c in ${CASES//,/ }; do
+  i=$((i + 1)); IFS=/ read -r tool size iters <<< "$c"
+  guest_run "$work/rxe.2.$i.raw" 150 "$(rxe_cmd $i "$tool" "$size" "$iters" client 1024) 2>&1; echo rxe-rc=\$?"
+  { echo "== case $i"; sed '/^=== /d' "$work/rxe.2.$i.raw"; } >> "$work/rxe.2.out"
+done
+end_vrdma 2
+kcon 2 | grep -a -E "^VRDMA-(PORT|CASE)" | cut -c1-160
+guest_run "$work/counters.2.1" 20 "$RXC" || true
+dropped=$(ip netns exec "$NS" nft list table inet vrdma_loss | sed -n 's/.*counter packets \([0-9]*\).*/\1/p' | paste -sd+ | bc)
+verdict 2 server client 1024
+check "round 2: the loss happened ($dropped RoCE packets dropped) and was repaired" bash -c "[ '${dropped:-0}' -gt 0 ]"
+fi
+
+echo "kmod_rxe: $passed passed, $failed failed ($(($(date +%s) - T0)) s)"
+[ $failed = 0 ]
