@@ -47,7 +47,8 @@ if guest_stale "$INITRD" "$HERE/guest_init.sh"; then
   trap 'rm -rf "$ROOT"' EXIT
   guest_root "$ROOT"
   mkdir -p "$ROOT/etc/libibverbs.d"
-  guest_modules "$ROOT" virtio_net virtio_pci rdma_rxe ib_uverbs rdma_ucm crc32_generic crc32c_generic libcrc32c  # libcrc32c: siw
+  # nvmet-rdma: the NVMe over Fabrics target a kernel-driver guest connects to (vm_kmod_rxe_test).
+  guest_modules "$ROOT" virtio_net virtio_pci rdma_rxe ib_uverbs rdma_ucm crc32_generic crc32c_generic libcrc32c nvmet-rdma  # libcrc32c: siw
   [ -n "$SIW_KO" ] && mkdir -p "$ROOT/lib/modules/$KVER/extra" && cp "$SIW_KO" "$ROOT/lib/modules/$KVER/extra/"
   depmod -b "$ROOT" "$KVER"
   # User space: the tools, the rxe/siw verbs providers, every library they load.

@@ -25,8 +25,9 @@ echo "VRDMA-GUEST-READY ip=$IP uptime=$(cut -d' ' -f1 /proc/uptime)"
 #                    of the device's address, -F -s SIZE -n ITERS, case i against vrdma.peer=IP
 #                    on TCP port vrdma.port+i (default 18600)
 #   rping            as vrdma: rping -c -a RDMA_PEER (the first) -C ITERS -S SIZE -V, RDMA-CM
-#   nvme             as root: NVMe over Fabrics to the guest's own target, SIZE MiB a round for
-#                    ITERS seconds of rounds (run_nvme)
+#   nvme             as root: NVMe over Fabrics to the guest's own target (or to the nvmet-rdma
+#                    subsystem vrdma-nvme at vrdma.nvme_target=IP), SIZE MiB a round for ITERS
+#                    seconds of rounds (run_nvme; the last round's MD5 as "VRDMA-NVME-LAST")
 # and prints "VRDMA-CASE <i> <tool> rc=<status> <result> t=<seconds>s" (perftest: its result
 # line; rping: "SIZE ITERS verified"; nvme: "SIZE ROUNDS verified"), "VRDMA-GUEST-DONE" at the
 # end. vrdma.parallel=1 runs the cases at once (printing "VRDMA-CASES-STARTED <n>" when they all
@@ -55,14 +56,19 @@ if [ -n "$CASES" ]; then
   # MIB MiB of random data written with O_DIRECT and read back until SECONDS have passed; a
   # round whose data differs fails; then nvme disconnect.
   run_nvme() {  # MIB SECONDS
-    S=/sys/kernel/config/nvmet/subsystems/vrdma-nvme P=/sys/kernel/config/nvmet/ports/1
-    modprobe nvmet-rdma && modprobe nvme-rdma && { mount -t configfs none /sys/kernel/config 2>/dev/null; true; } &&
-      dd if=/dev/zero of=/tmp/ns.img bs=1M count=$(($1 * 2)) 2>/dev/null && mkdir $S && echo 1 > $S/attr_allow_any_host &&
-      mkdir $S/namespaces/1 && echo /tmp/ns.img > $S/namespaces/1/device_path && echo 1 > $S/namespaces/1/buffered_io &&
-      echo 1 > $S/namespaces/1/enable && mkdir $P && echo rdma > $P/addr_trtype && echo ipv4 > $P/addr_adrfam &&
-      echo "$IP" > $P/addr_traddr && echo 4420 > $P/addr_trsvcid && ln -s $S $P/subsystems/vrdma-nvme &&
-      timeout 90 nvme connect -t rdma -a "$IP" -s 4420 -n vrdma-nvme --hostnqn=nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-00000000a11c ||
-      return 1
+    S=/sys/kernel/config/nvmet/subsystems/vrdma-nvme P=/sys/kernel/config/nvmet/ports/1 T=$(arg vrdma.nvme_target)
+    if [ -n "$T" ]; then
+      modprobe nvme-rdma && timeout 90 nvme connect -t rdma -a "$T" -s 4420 -n vrdma-nvme \
+        --hostnqn=nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-00000000a11c || return 1
+    else
+      modprobe nvmet-rdma && modprobe nvme-rdma && { mount -t configfs none /sys/kernel/config 2>/dev/null; true; } &&
+        dd if=/dev/zero of=/tmp/ns.img bs=1M count=$(($1 * 2)) 2>/dev/null && mkdir $S && echo 1 > $S/attr_allow_any_host &&
+        mkdir $S/namespaces/1 && echo /tmp/ns.img > $S/namespaces/1/device_path && echo 1 > $S/namespaces/1/buffered_io &&
+        echo 1 > $S/namespaces/1/enable && mkdir $P && echo rdma > $P/addr_trtype && echo ipv4 > $P/addr_adrfam &&
+        echo "$IP" > $P/addr_traddr && echo 4420 > $P/addr_trsvcid && ln -s $S $P/subsystems/vrdma-nvme &&
+        timeout 90 nvme connect -t rdma -a "$IP" -s 4420 -n vrdma-nvme --hostnqn=nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-00000000a11c ||
+        return 1
+    fi
     for _ in $(seq 100); do [ -b /dev/nvme0n1 ] && break; sleep 0.1; done
     end=$(($(date +%s) + $2)) rounds=0
     while [ "$(date +%s)" -lt $end ]; do
@@ -74,6 +80,7 @@ if [ -n "$CASES" ]; then
     done
     timeout 60 nvme disconnect -n vrdma-nvme || return 4
     echo "NVME-ROUNDS $rounds"
+    echo "VRDMA-NVME-LAST $(md5sum < /tmp/pat | cut -c1-32)" > /dev/console
   }
   run_case() {  # I TOOL SIZE ITERS
     t0=$(date +%s)
