@@ -54,9 +54,9 @@ export KERNEL=$(echo "$G" | sed -n 's/.*KERNEL=\([^ ]*\).*/\1/p') INITRD=$(echo 
 export OUT=$B/demo W=$(mktemp -d /tmp/vrdma-demo.XXXXXX)
 mkdir -p "$OUT"
 export SWNS=vdemosw PNS=vdemop LV_PREFIX=vdm LV_NET=10.97.7 HERE=$SRC/tests/integration/integration
+. "$HERE/fabric_lib.sh"  # fabric_cleanup (and the fabric, in inner)
 cleanup() {
-  ip netns pids $PNS 2>/dev/null | xargs -r kill 2>/dev/null
-  ip netns del $PNS 2>/dev/null; ip netns del $SWNS 2>/dev/null
+  fabric_cleanup
   rm -rf "$W"
 }
 trap cleanup EXIT

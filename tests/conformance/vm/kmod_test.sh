@@ -810,6 +810,8 @@ check "the processes' lost PDs, MR, CQ and QPs were freed (no handle named at th
   bash -c "grep -q '^pds freed=2' '$work/fatal.out' && grep -q '^held objects gone' '$work/fatal.out' && [ '$(jfield "$after" command_errors)' = 0 ]"
 check "a new process gets a PD from the new backend; vrdma0 still ACTIVE; the new backend holds none after" \
   bash -c "grep -q '^pds freed=1' '$work/fatal.out' && grep -q 'link vrdma0/1 state ACTIVE' '$work/fatal.out' && [ '$(jfield "$after" objects.pd)' = 0 ]"
+check "the new backend holds a state area of the driver's (at least 1 MiB: $(jfield "$after" state_area_bytes) bytes), so the guest can still move" \
+  bash -c "[ '$(jfield "$after" state_area_bytes)' -ge 1048576 ] 2>/dev/null"
 echo "  new backend: $(jfield "$after" commands) commands, $(jfield "$after" command_errors) refused, $(jfield "$after" events) events"
 
 # 9. No kernel warning in the whole run, and no refusal but the one asked for.

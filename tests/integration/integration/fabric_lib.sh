@@ -39,3 +39,11 @@ guest_fabric() {
 fabric_dropped() {
   ip netns exec "$SWNS" nft list chain bridge loss lossy | sed -n 's/.*counter packets \([0-9]*\).*/\1/p'
 }
+
+# fabric_cleanup: ends every process in the peer's namespace and deletes it and the switch's
+# (the rigs' exit traps; a rig that never built its fabric costs nothing).
+fabric_cleanup() {
+  ip netns pids "$PNS" 2>/dev/null | xargs -r kill 2>/dev/null
+  ip netns del "$PNS" 2>/dev/null
+  ip netns del "$SWNS" 2>/dev/null
+}

@@ -32,10 +32,9 @@ rig_tools libvirtd virsh qemu-system-x86_64 nft
 
 export W=$(mktemp -d /tmp/lvkmig.XXXXXX)
 export SWNS=lkmsw$$ PNS=lkmp$$
+. "$HERE/fabric_lib.sh"  # fabric_cleanup
 cleanup() {
-  ip netns pids $PNS 2>/dev/null | xargs -r kill 2>/dev/null
-  ip netns del $PNS 2>/dev/null
-  ip netns del $SWNS 2>/dev/null
+  fabric_cleanup
   [ -n "${KEEP_WORK:-}" ] && echo "kept $W" || rm -rf "$W"
 }
 trap cleanup EXIT

@@ -27,10 +27,9 @@ export KERNEL INITRD
 
 export W=$(mktemp -d /tmp/lv6vm.XXXXXX)
 export SWNS=lv6sw$$ PNS=lv6p$$
+. "$HERE/fabric_lib.sh"  # fabric_cleanup
 cleanup() {
-  ip netns pids $PNS 2>/dev/null | xargs -r kill 2>/dev/null
-  ip netns del $PNS 2>/dev/null
-  ip netns del $SWNS 2>/dev/null
+  fabric_cleanup
   [ -n "${KEEP_WORK:-}" ] && echo "kept $W" || rm -rf "$W"
 }
 trap cleanup EXIT
