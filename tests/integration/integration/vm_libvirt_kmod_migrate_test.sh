@@ -18,7 +18,7 @@
 #   vm_libvirt_kmod_migrate_test.sh SOURCE_DIR VRDMACTL VRDMAD VRDMA_PERF VRDMA_MEMCMP
 # exits 77 (skip) without root, libvirt, QEMU, the guest kernel, its headers or rdma-core's
 # source; KEEP_WORK=1 keeps the logs. KMOD_MIGRATE_PINGS (default 3000), KMOD_MIGRATE_WRITES
-# (default 200000) and KMOD_MIGRATE_NVME_SECONDS (70) size the runs: all must outlast the two
+# (default 170000) and KMOD_MIGRATE_NVME_SECONDS (70) size the runs: all must outlast the two
 # moves (ib_write_bw within vrdma-perf's 120 s of silence on perftest's TCP exchange).
 set -uo pipefail
 [ "$#" = 5 ] || { echo "usage: $0 SOURCE_DIR VRDMACTL VRDMAD VRDMA_PERF VRDMA_MEMCMP" >&2; exit 2; }
@@ -31,15 +31,18 @@ skip() { echo "vm_libvirt_kmod_migrate: SKIP: $*" >&2; exit 77; }
 rig_tools libvirtd virsh qemu-system-x86_64 nft
 
 export W=$(mktemp -d /tmp/lvkmig.XXXXXX)
+# The guest's build lives apart from $W: a second run of the scenario (memcheck_scenario, after
+# QEMU lost guest memory) moves $W's files away, and boots the same guest again.
+GW=$(mktemp -d /tmp/lvkmigg.XXXXXX)
 export SWNS=lkmsw$$ PNS=lkmp$$
 . "$HERE/fabric_lib.sh"  # fabric_cleanup
 cleanup() {
   fabric_cleanup
-  [ -n "${KEEP_WORK:-}" ] && echo "kept $W" || rm -rf "$W"
+  [ -n "${KEEP_WORK:-}" ] && echo "kept $W $GW" || rm -rf "$W" "$GW"
 }
 trap cleanup EXIT
 
-kmod_guest "$W" "rping ib_write_bw nvme" rdma_ucm nvme-rdma nvmet-rdma
+kmod_guest "$GW" "rping ib_write_bw nvme" rdma_ucm nvme-rdma nvmet-rdma
 export KERNEL INITRD
 . "$HERE/vm_domain.sh"
 vm_hook VRDMA_WRITE_JOURNAL=$W/journal-%p.bin VRDMA_VRDMAD=$VRDMAD
@@ -56,7 +59,7 @@ inner() {
   # would answer ARP for it as well). The tools' TCP exchange runs on a subnet of its own.
   GIP=10.88.12.12 GMAC=52:54:00:88:0c:0c NICMAC=52:54:00:88:0c:02
   PEER=10.88.12.3 PEER2=10.88.12.4 PEERMAC=02:00:0a:58:0c:03 TCPHOST=10.88.22.1 TCPGUEST=10.88.22.2
-  PINGS=${KMOD_MIGRATE_PINGS:-3000} WRITES=${KMOD_MIGRATE_WRITES:-200000} NVME_S=${KMOD_MIGRATE_NVME_SECONDS:-70}
+  PINGS=${KMOD_MIGRATE_PINGS:-3000} WRITES=${KMOD_MIGRATE_WRITES:-170000} NVME_S=${KMOD_MIGRATE_NVME_SECONDS:-70}
   A="virsh -q -c $LV_A_URI" B="virsh -q -c $LV_B_URI"
   fail() {
     echo "FAIL: $*" >&2
