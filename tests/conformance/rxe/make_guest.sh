@@ -38,7 +38,7 @@ build_siw() {
 [ "${SIW:-auto}" = 0 ] || build_siw
 
 guest_tools
-TOOLS="ibv_devinfo ibv_rc_pingpong ibv_ud_pingpong ibv_srq_pingpong ib_write_bw ib_read_bw ib_send_bw ib_send_lat ib_write_lat ib_read_lat ib_atomic_bw rping rdma"
+TOOLS="ibv_devinfo ibv_rc_pingpong ibv_ud_pingpong ibv_srq_pingpong ib_write_bw ib_read_bw ib_send_bw ib_send_lat ib_write_lat ib_read_lat ib_atomic_bw rping ucmatose rdma"
 for t in $TOOLS; do command -v "$t" >/dev/null || skip "$t is not installed (perftest ibverbs-utils rdmacm-utils iproute2)"; done
 
 INITRD="$CACHE/rxe-guest-$KVER${SIW_KO:+-siw}.cpio.gz"

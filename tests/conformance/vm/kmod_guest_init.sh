@@ -24,16 +24,23 @@ echo "VRDMA-GUEST-READY ip=$IP uptime=$(cut -d' ' -f1 /proc/uptime)"
 #   perftest's TOOL  unmodified, as the unprivileged user vrdma: TOOL -d vrdma0 on the RoCEv2 GID
 #                    of the device's address, -F -s SIZE -n ITERS, case i against vrdma.peer=IP
 #                    on TCP port vrdma.port+i (default 18600)
-#   rping            as vrdma: rping -c -a RDMA_PEER (the first) -C ITERS -S SIZE -V, RDMA-CM
+#   TOOL+R           perftest's TOOL -R: connected through RDMA-CM to RDMA_PEER (the first of
+#                    vrdma.rdma_peer), its port vrdma.port+i
+#   ibv_*_pingpong   as vrdma: -d vrdma0 -g GID -s SIZE -n ITERS -c (every byte checked), TCP
+#                    exchange as perftest's
+#   rping            as vrdma: rping -c -a RDMA_PEER -C ITERS -S SIZE -V -p vrdma.port+i, RDMA-CM
+#   ucmatose         as vrdma: ucmatose -s RDMA_PEER -C ITERS -S SIZE -p vrdma.port+i, RDMA-CM
 #   nvme             as root: NVMe over Fabrics to the guest's own target (or to the nvmet-rdma
 #                    subsystem vrdma-nvme at vrdma.nvme_target=IP), SIZE MiB a round for ITERS
 #                    seconds of rounds (run_nvme; the last round's MD5 as "VRDMA-NVME-LAST")
 # and prints "VRDMA-CASE <i> <tool> rc=<status> <result> t=<seconds>s" (perftest: its result
-# line; rping: "SIZE ITERS verified"; nvme: "SIZE ROUNDS verified"), "VRDMA-GUEST-DONE" at the
+# line; pingpong: "BYTES bytes in"; rping: "SIZE ITERS verified"; ucmatose: "SIZE ITERS complete";
+# nvme: "SIZE ROUNDS verified"), "VRDMA-GUEST-DONE" at the
 # end. vrdma.parallel=1 runs the cases at once (printing "VRDMA-CASES-STARTED <n>" when they all
 # are) instead of one after another. vrdma.role=server makes every case a server, at once:
-# perftest without a peer (the peer's client connects to TCP port vrdma.port+i), rping -s on the
-# device's address. vrdma.mtu=BYTES adds perftest's -m.
+# perftest and pingpong without a peer (the peer's client connects to TCP port vrdma.port+i),
+# rping -s, ucmatose and TOOL+R listening through RDMA-CM on the device's address, port
+# vrdma.port+i. vrdma.mtu=BYTES adds perftest's and RC pingpong's -m.
 CASES=$(arg vrdma.cases)
 if [ -n "$CASES" ]; then
   modprobe virtio_rdma || echo "guest: modprobe virtio_rdma failed"
@@ -92,18 +99,28 @@ if [ -n "$CASES" ]; then
       [ $rc = 0 ] || tail -5 /tmp/case$1.out
       return
     fi
-    if [ "$2" = rping ] && [ "$ROLE" = server ]; then
-      cmd="rping -s -a $IP -C $4 -S $3 -V"
-    elif [ "$2" = rping ]; then
-      cmd="rping -c -a $(arg vrdma.rdma_peer | cut -d+ -f1) -I $IP -C $4 -S $3 -V"
-    else
-      cmd="$2 -d vrdma0 -x $G -F -s $3 -n $4 -p $((PORT + $1))${MTU:+ -m $MTU}"
-      [ "$ROLE" = server ] || cmd="$cmd $PEER"
-    fi
+    # A client's peer: the TCP exchange's (vrdma.peer), or RDMA-CM's (the first RDMA peer).
+    P=$((PORT + $1)) RP=$(arg vrdma.rdma_peer | cut -d+ -f1) to=$PEER
+    case $2 in
+      rping)
+        cmd="rping -s -a $IP -C $4 -S $3 -V -p $P"
+        [ "$ROLE" = server ] || cmd="rping -c -a $RP -I $IP -C $4 -S $3 -V -p $P" to="" ;;
+      ucmatose) cmd="ucmatose -b $IP -C $4 -S $3 -p $P" to=${RP:+-s $RP} ;;
+      ibv_ud_pingpong) cmd="$2 -d vrdma0 -g $G -s $3 -n $4 -p $P -c" ;;  # UD: the port's MTU
+      ibv_*_pingpong) cmd="$2 -d vrdma0 -g $G -s $3 -n $4 -p $P -c${MTU:+ -m $MTU}" ;;
+      *+R) cmd="${2%+R} -R -d vrdma0 -x $G -F -s $3 -n $4 -p $P" to=$RP ;;
+      *) cmd="$2 -d vrdma0 -x $G -F -s $3 -n $4 -p $P${MTU:+ -m $MTU}" ;;
+    esac
+    [ "$ROLE" = server ] || cmd="$cmd $to"
     su -s /bin/sh vrdma -c "id; timeout $TMO $cmd" > /tmp/case$1.out 2>&1
     rc=$?
     grep -q '^uid=1000(vrdma)' /tmp/case$1.out || rc=99
-    if [ "$2" = rping ]; then res=$([ $rc = 0 ] && echo "$3 $4 verified"); else res=$(grep -E "^ *$3 +$4 " /tmp/case$1.out | tr -s ' '); fi
+    case $2 in
+      rping) res=$([ $rc = 0 ] && echo "$3 $4 verified") ;;
+      ucmatose) res=$(grep -q '^test complete' /tmp/case$1.out && echo "$3 $4 complete") ;;
+      ibv_*_pingpong) res=$(grep -E "^[0-9]+ bytes in " /tmp/case$1.out | cut -d' ' -f1-3) ;;
+      *) res=$(grep -E "^ *$3 +$4 " /tmp/case$1.out | tr -s ' ') ;;
+    esac
     echo "VRDMA-CASE $1 $2 rc=$rc $res t=$(($(date +%s) - t0))s"
     echo $rc >> /tmp/rcs
     [ $rc = 0 ] || tail -5 /tmp/case$1.out
@@ -124,7 +141,7 @@ EOF
       for c in $(echo "$CASES" | tr ',' ' '); do
         j=$((j + 1))
         case $c in
-          rping/*) rdma res show cm_id 2>/dev/null | grep -q LISTEN || up=0 ;;
+          rping/* | ucmatose/* | *+R/*) rdma res show cm_id 2>/dev/null | grep LISTEN | grep -q -E ":$((PORT + j))( |\$)" || up=0 ;;
           *) netstat -ltn 2>/dev/null | grep -q ":$((PORT + j)) " || up=0 ;;
         esac
       done

@@ -77,7 +77,7 @@ inner() {
 
   # The peers: rping's server (it verifies every ping) and perftest's write_bw server, each on an
   # engine of its own address (one engine's CM must not answer the other's QP1).
-  ip netns exec $PNS timeout 900 "$PERF" --device soft:$PEER --peer-format rping --size 4096 > "$W/peer1.log" 2>&1 &
+  ip netns exec $PNS timeout 900 "$PERF" --device soft:$PEER --peer-format rping --size 4096 --port 18601 > "$W/peer1.log" 2>&1 &
   p1=$!
   ip netns exec $PNS timeout 900 "$PERF" --device soft:$PEER2 --peer-format perftest --test write_bw --size 65536 \
     --iters "$WRITES" --mtu 1024 --port 18602 > "$W/peer2.log" 2>&1 &
