@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <span>
@@ -288,13 +289,151 @@ int run_rping(const CmRunConfig& cfg) {
   return verified && pings > 0 ? 0 : 2;
 }
 
+int run_ucmatose(const CmRunConfig& cfg) {
+  const bool server = cfg.connect.empty();
+  if (cfg.size == 0 || cfg.iters == 0 || cfg.iters > 4096) die("ucmatose: --size at least 1, --iters 1..4096");
+  const auto count = static_cast<std::uint32_t>(cfg.iters);
+  auto dev = must(open_device(cfg.device), "open " + cfg.device);
+  auto pd = must(dev->alloc_pd(), "alloc PD");
+  // Our receives, one slot each, plus one more on the client: its flush is the server's disconnect.
+  const std::uint32_t recvs = count + (server ? 0 : 1);
+  auto cq = must(dev->create_cq(count + recvs + 8), "create CQ");
+  QpInitAttr ia;
+  ia.send_cq = cq.get();
+  ia.recv_cq = cq.get();
+  ia.cap.max_send_wr = count;
+  ia.cap.max_recv_wr = recvs;
+  auto qp = must(pd->create_qp(ia), "create QP");
+  const std::size_t slot = cfg.size;
+  auto mem = must(dev->alloc_buffer(slot * (recvs + 1)), "allocate buffers");
+  auto mr = must(pd->reg_mr(mem->data(), mem->size(), Access::local_write), "register buffers");
+  std::uint8_t* out = mem->data() + slot * recvs;  // what we send: a counting pattern
+  for (std::size_t i = 0; i < slot; ++i) out[i] = static_cast<std::uint8_t>(i);
+  QpAttr a;
+  a.qp_state = QpState::init;
+  a.qp_access_flags = Access::local_write;
+  must(qp->modify(a, QpAttrMask::state | QpAttrMask::pkey_index | QpAttrMask::port | QpAttrMask::access_flags), "QP to INIT");
+  for (std::uint32_t i = 0; i < recvs; ++i) {
+    Sge g{mr->addr() + slot * i, cfg.size, mr->lkey()};
+    RecvWr w{i, std::span<const Sge>(&g, 1)};
+    must(qp->post_recv(std::span<const RecvWr>(&w, 1)), "post receive");
+  }
+  CmParams p;
+  p.responder_resources = 1;  // as cmatose's conn_param
+  p.initiator_depth = 1;
+  p.retry_count = 7;
+  p.rnr_retry_count = 7;
+  p.local_ack_timeout = static_cast<std::uint8_t>(cfg.qp_timeout);
+  p.timeout = std::chrono::milliseconds(20000);
+  std::unique_ptr<CmListener> listener;
+  std::unique_ptr<CmConnection> conn;
+  const auto t0 = SteadyClock::now();
+  if (server) {
+    listener = must(cm_listen(dev, cfg.port), "listen on port " + std::to_string(cfg.port));
+    conn = must(listener->get_request(std::chrono::seconds(120)), "wait for ucmatose -s");
+    must(conn->accept(*qp, p), "accept");
+  } else {
+    conn = must(cm_resolve(dev, cfg.connect, cfg.port, p), "resolve " + cfg.connect);
+    must(conn->connect(*qp, p), "connect to " + cfg.connect + ":" + std::to_string(cfg.port));
+  }
+  const double connect_s = std::chrono::duration<double>(SteadyClock::now() - t0).count();
+  constexpr std::uint64_t kSendId = 1u << 20;  // our sends' wr_ids; receives count from 0
+  std::uint32_t sent = 0, received = 0, wrong_length = 0, flushed_sends = 0;
+  std::uint64_t bytes = 0;
+  bool disconnected = false;
+  auto post_sends = [&] {
+    for (std::uint32_t i = 0; i < count; ++i) {
+      Sge g{mr->addr() + slot * recvs, cfg.size, mr->lkey()};
+      SendWr w;
+      w.wr_id = kSendId + i;
+      w.opcode = WrOpcode::send;
+      w.flags = SendFlags::signaled;  // cmatose: sq_sig_all
+      w.sg_list = std::span<const Sge>(&g, 1);
+      must(qp->post_send(std::span<const SendWr>(&w, 1)), "post send");
+    }
+  };
+  // Polls until `done()` or kStepTimeout of silence. A flushed work request is the peer's
+  // disconnect: then the rest of the flushed ones are taken too (until 100 ms pass without one).
+  auto run_until = [&](const std::function<bool()>& done) {
+    WorkCompletion wc[16];
+    auto last = SteadyClock::now();
+    while (!done()) {
+      const auto quiet = SteadyClock::now() - last;
+      if (quiet > kStepTimeout || (disconnected && quiet > std::chrono::milliseconds(100))) return false;
+      auto n = cq->poll(wc);
+      if (!n) die("poll CQ: " + n.error().message);
+      for (std::size_t i = 0; i < *n; ++i) {
+        last = SteadyClock::now();
+        if (wc[i].status == WcStatus::wr_flush_err) {
+          disconnected = true;
+          if (wc[i].wr_id >= kSendId) ++flushed_sends;
+          continue;
+        }
+        if (wc[i].status != WcStatus::success)
+          die(std::string(to_string(wc[i].opcode)) + " completed with " + std::string(to_string(wc[i].status)));
+        if (wc[i].opcode == WcOpcode::send) {
+          ++sent;
+        } else if (wc[i].opcode == WcOpcode::recv) {
+          ++received;
+          bytes += wc[i].byte_len;
+          if (wc[i].byte_len != cfg.size) ++wrong_length;
+        }
+      }
+      if (*n == 0) sched_yield();
+    }
+    return done();
+  };
+  const auto run0 = SteadyClock::now();
+  if (server) {  // run_server: send, complete the sends, receive the replies, disconnect
+    post_sends();
+    run_until([&] { return sent == count && received == count; });
+    if (!disconnected) must(conn->disconnect(), "disconnect");
+  } else {  // run_client: receive, reply, wait for the server's disconnect
+    run_until([&] { return received == count; });
+    if (received == count && !disconnected) post_sends();
+    // ucmatose's client never waits for its sends: the server disconnects once it has every
+    // reply, and a SEND whose ACK was lost is flushed here after it arrived (the server's count
+    // is the judge, as with rping's last go-ahead).
+    run_until([&] { return sent + flushed_sends == count; });
+    if (!run_until([&] { return disconnected; })) {
+      std::fprintf(stderr, "vrdma-perf: the ucmatose server did not disconnect within 30 s; disconnecting\n");
+      must(conn->disconnect(), "disconnect");
+    }
+  }
+  const double run_s = std::chrono::duration<double>(SteadyClock::now() - run0).count();
+  const bool ok = received == count && wrong_length == 0 &&
+                  (sent == count || (!server && disconnected && sent + flushed_sends == count));
+  json o = {{"test", "ucmatose"}, {"peer_format", "ucmatose"}, {"device", cfg.device}, {"role", server ? "server" : "client"},
+            {"size", cfg.size}, {"messages", count}, {"sent", sent}, {"received", received}, {"bytes_received", bytes},
+            {"wrong_length", wrong_length}, {"sends_flushed_at_disconnect", flushed_sends}, {"ok", ok},
+            {"connect_seconds", connect_s}, {"seconds", run_s}, {"peer_disconnected", disconnected}};
+  if (auto st = soft::stats(*dev))
+    o["engine"] = {{"rx_packets", st->rx_packets}, {"tx_packets", st->tx_packets}, {"retransmits", st->retransmits},
+                   {"rx_dropped_icrc", st->rx_dropped_icrc}, {"rx_longer_than_mtu", st->rx_longer_than_mtu},
+                   {"cm_mads_sent", st->cm_mads_sent}, {"cm_mads_received", st->cm_mads_received},
+                   {"cm_resends", st->cm_resends}};
+  std::cout << o.dump() << std::endl;
+  if (!ok)
+    std::fprintf(stderr, "vrdma-perf: ucmatose: %u of %u sends completed (%u flushed), %u of %u messages arrived, %u of the "
+                         "wrong length\n",
+                 sent, count, flushed_sends, received, count, wrong_length);
+  return ok ? 0 : 2;
+}
+
 int run_perftest_cm_server(const CmRunConfig& cfg) {
-  if (cfg.test != "send_bw") die("--peer-format perftest --cm serves send_bw only (ib_send_bw -R)");
+  const bool write = cfg.test == "write_bw";
+  if (cfg.test != "send_bw" && !write)
+    die("--peer-format perftest --cm serves send_bw and write_bw (ib_send_bw -R, ib_write_bw -R), not " + cfg.test);
   auto dev = must(open_device(cfg.device), "open " + cfg.device);
   auto pd = must(dev->alloc_pd(), "alloc PD");
   constexpr std::uint32_t kMsg = 4096, kCommRecvs = 8, kDataRecvs = 256;
   const std::uint32_t size = std::max<std::uint32_t>(cfg.size, 1);
-  auto mem = must(dev->alloc_buffer(std::size_t{kMsg} * (kCommRecvs + 1) + std::size_t{size} * kDataRecvs), "buffers");
+  // The data region: a receive slot per posted receive (send_bw), and room for perftest's WRITEs,
+  // which cycle within its cycle buffer (a page by default; the message when larger) from the
+  // address we name: twice the larger of the message and 64 KiB.
+  const std::size_t data_len =
+      std::max(std::size_t{size} * kDataRecvs, 2 * std::max<std::size_t>(size, std::size_t{1} << 16));
+  auto mem = must(dev->alloc_buffer(std::size_t{kMsg} * (kCommRecvs + 1) + data_len), "buffers");
   auto mr = must(pd->reg_mr(mem->data(), mem->size(), Access::local_write | Access::remote_read | Access::remote_write),
                  "register");
   auto addr = [&](std::size_t off) { return mr->addr() + off; };
@@ -335,15 +474,30 @@ int run_perftest_cm_server(const CmRunConfig& cfg) {
   must(comm_conn->accept(*comm.qp, p), "accept the out-of-band connection");
   std::unique_ptr<CmConnection> data_conn;
   std::vector<std::size_t> records;
-  std::uint64_t received = 0;
+  std::uint64_t received = 0, keys = 0;
   bool done = false, client_idle = false;
   const auto start = SteadyClock::now();
   auto last = start;
+  // WRITEs complete nothing on our side: the engine's received packets are the test's progress.
+  std::uint64_t rx_seen = 0;
+  auto engine_rx = [&] {
+    auto st = soft::stats(*dev);
+    return st ? st->rx_packets : 0;
+  };
+  const std::uint64_t rx_at_start = engine_rx();
+  auto rx_checked = start;
   WorkCompletion wc[16];
   while (!done && SteadyClock::now() - last < kStepTimeout) {
+    if (write && SteadyClock::now() - rx_checked >= std::chrono::milliseconds(50)) {
+      rx_checked = SteadyClock::now();
+      if (const auto rx = engine_rx(); rx != rx_seen) {
+        rx_seen = rx;
+        last = rx_checked;
+      }
+    }
     // After its test the client disconnects and exits; Linux sends that DREQ once (ib_send_bw
     // destroys its cm_id at once: no resend), so a lost one leaves only silence, as with rping.
-    if (data_conn && received > 0 && SteadyClock::now() - last >= kClientIdle) {
+    if (data_conn && (received > 0 || write) && SteadyClock::now() - last >= kClientIdle) {
       std::fprintf(stderr, "vrdma-perf: the client sent nothing for %lld s after %llu messages (its disconnect was "
                            "lost?); taking it as gone\n",
                    static_cast<long long>(std::chrono::duration_cast<std::chrono::seconds>(kClientIdle).count()),
@@ -376,10 +530,18 @@ int run_perftest_cm_server(const CmRunConfig& cfg) {
           post_recv(data, wc[i].wr_id, data_off + std::size_t{size} * wc[i].wr_id, size);
           continue;
         }
-        // A record: answer with the client's own bytes, then take the next one.
+        // A record: answer with the client's own bytes, then take the next one. Its keys
+        // (struct pingpong_dest, big-endian: lid, out_reads, qpn, psn, rkey at 16, vaddr at
+        // 24, gid, srqn, gid_index; 56 bytes, 64 with perftest 23's tail_markers_vaddr) name,
+        // for write_bw, our data region instead: the client WRITEs there.
         const std::size_t off = std::size_t{kMsg} * wc[i].wr_id;
         records.push_back(wc[i].byte_len);
         std::memcpy(mem->data() + send_off, mem->data() + off, wc[i].byte_len);
+        if (write && (wc[i].byte_len == 56 || wc[i].byte_len == 64)) {
+          put_be(mem->data() + send_off + 16, mr->rkey(), 4);
+          put_be(mem->data() + send_off + 24, addr(data_off), 8);
+          ++keys;
+        }
         Sge g{addr(send_off), wc[i].byte_len, mr->lkey()};
         SendWr w;
         w.wr_id = 1000;
@@ -393,14 +555,18 @@ int run_perftest_cm_server(const CmRunConfig& cfg) {
   }
   const double secs = std::chrono::duration<double>(SteadyClock::now() - start).count();
   json out = {{"test", cfg.test}, {"peer_format", "perftest"}, {"cm", true}, {"device", cfg.device}, {"role", "server"},
-              {"size", size}, {"ops", received}, {"seconds", secs}, {"records", records},
+              {"size", size}, {"ops", received}, {"seconds", secs}, {"records", records}, {"keys_answered", keys},
               {"test_connection", data_conn != nullptr}, {"peer_disconnected", done}, {"client_idle", client_idle}};
-  if (auto st = soft::stats(*dev))
+  std::uint64_t rx_test = 0;
+  if (auto st = soft::stats(*dev)) {
+    rx_test = st->rx_packets - rx_at_start;
     out["engine"] = {{"rx_dropped_icrc", st->rx_dropped_icrc}, {"retransmits", st->retransmits},
                      {"cm_mads_sent", st->cm_mads_sent}, {"cm_mads_received", st->cm_mads_received},
-                     {"cm_resends", st->cm_resends}};
+                     {"cm_resends", st->cm_resends}, {"rx_packets", rx_test}, {"rx_bytes", st->rx_bytes}};
+  }
   std::cout << out.dump() << std::endl;
-  return received > 0 && data_conn && (done || client_idle) ? 0 : 2;
+  const bool moved = write ? keys > 0 && rx_test > 0 : received > 0;
+  return moved && data_conn && (done || client_idle) ? 0 : 2;
 }
 
 }  // namespace vrdma::perf

@@ -23,12 +23,21 @@ struct CmRunConfig {
 // (rping -V). We check the data in both roles. Prints one JSON line; exit 0 if verified.
 int run_rping(const CmRunConfig& c);
 
+// ucmatose (rdma-core librdmacm/examples/cmatose.c) in either role: each side posts its receives
+// before the connection is up; the server SENDs `iters` messages of `size` bytes, the client
+// receives them all and answers with as many; the server then disconnects. ucmatose fills no
+// pattern, so we check counts and lengths: every message of ours completed and each of theirs
+// arrived, `size` bytes long. Prints one JSON line; exit 0 if so.
+int run_ucmatose(const CmRunConfig& c);
+
 // perftest with -R (ib_send_bw -R ... <our address>) as its server. perftest's out-of-band
 // channel is then itself an RDMA-CM connection (the first on its port) carrying the same records
 // as its TCP exchange, one record per SEND; the test's QP is a second RDMA-CM connection. We
 // answer every record with the client's own bytes (we agree with its version, sizes and keys, as
 // the TCP server does) and keep receives posted on the test QP until the client disconnects.
-// send_bw only: prints one JSON line; exit 0 if messages arrived.
+// send_bw counts the messages; write_bw names our buffer in its key records and counts the
+// engine's packets (engine.rx_packets: since the listener opened). Prints one JSON line; exit 0
+// if data arrived and the client left.
 int run_perftest_cm_server(const CmRunConfig& c);
 
 }  // namespace vrdma::perf

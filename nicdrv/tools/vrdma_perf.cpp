@@ -4,7 +4,7 @@
 //   client:  vrdma-perf --device soft:10.0.0.2 --test write_bw --connect 10.0.0.1 --size 65536
 //
 // Against another vrdma-perf (perf_native.cpp), perftest or ibv_rc_pingpong (perf_foreign.hpp),
-// or rping and perftest -R through RDMA-CM (perf_cm.hpp). --verify checks data end to end.
+// or rping, ucmatose and perftest -R through RDMA-CM (perf_cm.hpp). --verify checks data end to end.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
@@ -33,8 +33,9 @@ int main(int argc, char** argv) {
   app.add_flag("--verify", c.verify, "check data end to end (CRC-32 of the buffers)");
   app.add_option("--peer-format", c.peer_format,
                  "out-of-band format of the peer: vrdma (another vrdma-perf), perftest (ib_*_bw/lat), "
-                 "pingpong (ibv_rc_pingpong), rping (rping -s/-c; connects through RDMA-CM, default port 7174)")
-      ->check(CLI::IsMember({"vrdma", "perftest", "pingpong", "rping"}));
+                 "pingpong (ibv_rc_pingpong), rping (rping -s/-c; connects through RDMA-CM, default port 7174), "
+                 "ucmatose (ucmatose; RDMA-CM, default port 7471, 10 messages of 100 bytes)")
+      ->check(CLI::IsMember({"vrdma", "perftest", "pingpong", "rping", "ucmatose"}));
   app.add_option("--qp-timeout", c.qp_timeout,
                  "local ACK timeout exponent, 4.096 us x 2^n (default 14 = 67 ms; a slow peer such as a TCG guest needs more)")
       ->check(CLI::Range(1, 31));
@@ -54,7 +55,8 @@ int main(int argc, char** argv) {
                "poll the completion queue without a pause: never yield the CPU or sleep on the CQ's event "
                "(perftest's way; by default, after 200 us without a completion it yields, after 2 ms it sleeps)");
   bool cm = false;
-  app.add_flag("--cm", cm, "with --peer-format perftest: the peer runs with -R (RDMA-CM; server role only)");
+  app.add_flag("--cm", cm,
+               "with --peer-format perftest: the peer runs with -R (RDMA-CM; server role only, send_bw and write_bw)");
   if (auto rc = vrdma::cli::parse(app, argc, argv)) return *rc;
   c.cmp_and_swap = atomic_type == "CMP_AND_SWAP";
   // UD drops a message that finds no receive posted: serve with perftest's UD receive depth.
@@ -99,6 +101,16 @@ int main(int argc, char** argv) {
     r.iters = c.iters;
     r.qp_timeout = c.qp_timeout;
     return vrdma::perf::run_rping(r);
+  }
+  if (c.peer_format == "ucmatose") {
+    vrdma::perf::CmRunConfig r;
+    r.device = c.device;
+    r.connect = c.connect;
+    r.port = app.count("--port") != 0 ? c.port : std::uint16_t{7471};
+    r.size = app.count("--size") != 0 ? c.size : 100u;  // ucmatose's defaults
+    r.iters = app.count("--iters") != 0 ? c.iters : 10u;
+    r.qp_timeout = c.qp_timeout;
+    return vrdma::perf::run_ucmatose(r);
   }
   if (c.peer_format != "vrdma") return run_foreign(c);
   return run_native(c);

@@ -62,7 +62,8 @@ host_ok() {  # the host side's JSON: exit status 0, no ICRC failures on our side
 # give the messages and their size; the path MTU is the smaller of its -m and our --mtu. The side
 # that carries the data is ours for what we send (our WRITE/SEND as client, READ responses as
 # server) and the guest's for the rest; latency and ping-pong tests send both ways. Lower bounds:
-# retransmissions under loss add packets. rping and perftest -R runs check their data themselves.
+# retransmissions under loss add packets. rping and perftest -R runs check their data themselves
+# (write_bw -R: our engine's packets since the listener opened, too).
 moved_ok() {  # our role (server|client), vrdma-perf args, guest command, host log
   python3 - "$@" <<'PY'
 import json, re, sys
@@ -71,11 +72,13 @@ def opt(text, flag, default=None):
     m = re.search(r"(?:^|\s)" + re.escape(flag) + r"\s+(\S+)", text)
     return m.group(1) if m else default
 test = "pingpong" if "pingpong" in cmd else opt(args, "--test")
-if test is None or "--cm" in args or "rping" in cmd:
+if test is None or ("--cm" in args and test != "write_bw") or "rping" in cmd:
     sys.exit(0)
 n, size = int(opt(cmd, "-n", "1000")), int(opt(cmd, "-s", "65536"))
 mtus = [int(m) for m in (opt(cmd, "-m"), opt(args, "--mtu")) if m]
 mtu = min(mtus) if mtus else 1024
+if "--cm" in args:  # RDMA-CM takes the route's path MTU: 4096 at most
+    mtu = 4096
 per_msg = max(1, -(-size // mtu))
 n *= int(opt(cmd, "-q", "1")) if ("ib_" in cmd) else 1  # perftest -q N: -n on each QP
 if re.search(r"(?:^|\s)-a(?:\s|$)", cmd):  # perftest -a: n messages of each size 2 B .. 8 MiB
@@ -140,7 +143,7 @@ guest_server() {
   guest_start "timeout 60 $cmd"
   # Over TCP (perftest's and the pingpong exchange) vrdma-perf retries its connection for 10 s;
   # through RDMA-CM a connection before the guest's tool listens is rejected: give it a second.
-  case "$args" in *"--peer-format rping"* | *"--cm"*) sleep 1 ;; esac
+  case "$args" in *"--peer-format rping"* | *"--peer-format ucmatose"* | *"--cm"*) sleep 1 ;; esac
   if timeout 90 ip netns exec "$NS" "$PERF" --device soft:$HOST --connect $GUEST $args --qp-timeout $QP_TIMEOUT >"$work/$name.host" 2>&1 \
      && guest_wait "$work/$name.guest" 90 && host_ok "$work/$name.host" \
      && moved_ok client "$args" "$cmd" "$work/$name.host"; then ok=0; fi
@@ -170,6 +173,10 @@ run_cm() {  # (mtu: the CM's path MTU is the route's, 4096 here), suffix
   run_case guest_server "rping_s$sfx" "--peer-format rping --size 4096 --iters 40" "rping -s -a $GUEST -S 4096 -V"
   run_case cm_guest_client "send_bw_R_c$sfx" "--peer-format perftest --cm --test send_bw --size 4096" \
     "ib_send_bw -R -d rxe0 -x 1 -F -n 200 -s 4096 $HOST"
+  run_case cm_guest_client "write_bw_R_c$sfx" "--peer-format perftest --cm --test write_bw --size 65536" \
+    "ib_write_bw -R -d rxe0 -x 1 -F -n 200 -s 65536 $HOST"
+  run_case cm_guest_client "ucmatose_c$sfx" "--peer-format ucmatose --size 4096 --iters 100" "ucmatose -s $HOST -C 100 -S 4096"
+  run_case guest_server "ucmatose_s$sfx" "--peer-format ucmatose --size 4096 --iters 100" "ucmatose -b $GUEST -C 100 -S 4096"
 }
 
 run_all() {  # mtu, suffix

@@ -80,8 +80,8 @@ out=$(
   prc=0
   pfile=$(guest_provider "$SRC" "$ROOT" "$work") || prc=$?
   tools=$(command -v ibv_devices ibv_devinfo ibv_rc_pingpong ibv_ud_pingpong ibv_srq_pingpong ib_write_bw ib_send_bw ib_read_bw \
-    ib_atomic_bw ib_write_lat ib_send_lat ib_read_lat rping || true)
-  if [ $prc -eq 0 ] && [ "$(echo "$tools" | wc -w)" -eq 13 ]; then
+    ib_atomic_bw ib_write_lat ib_send_lat ib_read_lat rping ucmatose || true)
+  if [ $prc -eq 0 ] && [ "$(echo "$tools" | wc -w)" -eq 14 ]; then
     # shellcheck disable=SC2086
     guest_files "$ROOT" $tools
     # UCX (Debian's ucx-utils, 4j): ucx_perftest and the transports it loads (ucx/libuct_*.so).
@@ -454,6 +454,33 @@ rping_client() {
   kill $hp 2>/dev/null || true
   sed 's/^/  guest: /' "$work/$1.guest" | grep -v "===" | cut -c1-200; sed 's/^/  host: /' "$work/$1.host" | cut -c1-400
 }
+# ucmatose_case NAME ROLE COUNT: Debian's ucmatose (uid 1000) in the guest as ROLE (client:
+# vrdma-perf --peer-format ucmatose serving on the host; server: vrdma-perf connecting), COUNT
+# messages of 4 KiB each way; both sides exit 0, ucmatose says "return status 0", vrdma-perf
+# counted every message and its length (it completed all its sends when it is the server).
+ucmatose_case() {
+  local name=$1 role=$2 n=$3 hp ok=1 what
+  if [ "$role" = client ]; then
+    timeout 120 ip netns exec "$NS" "$PERF" --device soft:$PERFIP --peer-format ucmatose --size 4096 --iters "$n" >"$work/$name.host" 2>&1 &
+    hp=$!
+    sleep 1
+    guest 120 "$work/$name.guest" "su -s /bin/sh vrdma -c \"id; timeout 90 ucmatose -s $PERFIP -b $DEVIP -C $n -S 4096\"" && wait $hp && ok=0
+    kill $hp 2>/dev/null || true
+    what="ucmatose -s (uid 1000, client) in the guest with vrdma-perf's ucmatose server"
+  else
+    guest 15 "$work/$name.start" "((su -s /bin/sh vrdma -c \"id; timeout 90 ucmatose -b $DEVIP -C $n -S 4096\"; echo tool-rc=\$?) > /tmp/$name.out 2>&1 &); sleep 1" || true
+    timeout 90 ip netns exec "$NS" "$PERF" --device soft:$PERFIP --connect $DEVIP --peer-format ucmatose --size 4096 --iters "$n" \
+      >"$work/$name.host" 2>&1 && ok=0
+    guest 70 "$work/$name.guest" "for i in \$(seq 250); do grep -q '^tool-rc=' /tmp/$name.out && break; sleep 0.2; done; cat /tmp/$name.out" || true
+    grep -q '^tool-rc=0$' "$work/$name.guest" || ok=1
+    what="ucmatose (uid 1000, server) in the guest, vrdma-perf connecting"
+  fi
+  sed 's/^/  guest: /' "$work/$name.guest" | grep -v "===" | cut -c1-200; sed 's/^/  host: /' "$work/$name.host" | cut -c1-400
+  check "$what through RDMA-CM${LOSS:+ with $LOSS}: $n x 4 KiB each way, both exit 0, every message counted by vrdma-perf" \
+    bash -c "[ $ok = 0 ] && grep -q '^uid=1000(vrdma)' '$work/$name.guest' && grep -q '^return status 0' '$work/$name.guest' &&
+      grep -q '\"ok\":true' '$work/$name.host' && grep -q '\"received\":$n,' '$work/$name.host' &&
+      grep -q '\"bytes_received\":$((n * 4096)),' '$work/$name.host' && { [ $role = server ] || grep -q '\"sent\":$n,' '$work/$name.host'; }"
+}
 rdma_cm_rping() {
   local ok hp
   rping_client rping 40
@@ -483,6 +510,23 @@ rdma_cm_rping() {
   check "ib_send_bw -R (uid 1000) through RDMA-CM with vrdma-perf: 200 x 4 KiB, both exit 0, the data moved" \
     bash -c "[ $ok = 0 ] && grep -q '^uid=1000(vrdma)' '$work/sendR.guest' && grep -qE '^ *4096 +200 ' '$work/sendR.guest' &&
       grep -q '\"ops\":200,' '$work/sendR.host' && ! grep -q '\"verified\":false' '$work/sendR.host'"
+  # ib_write_bw -R: vrdma-perf names its buffer in perftest's key records (sent over the first
+  # RDMA-CM connection); the WRITEs' packets reach its engine: 200 x 64 at path MTU 1024, which
+  # rdma_cm takes from the guest's netdev (1500 bytes; perftest prints the port's 4096).
+  ok=1
+  timeout 90 ip netns exec "$NS" "$PERF" --device soft:$PERFIP --peer-format perftest --cm --test write_bw --size 65536 \
+    >"$work/writeR.host" 2>&1 &
+  hp=$!
+  sleep 1
+  guest 90 "$work/writeR.guest" "su -s /bin/sh vrdma -c \"id; timeout 60 ib_write_bw -R -d vrdma0 -x ${G:-1} -F -n 200 -s 65536 $PERFIP\"" && wait $hp && ok=0
+  kill $hp 2>/dev/null || true
+  sed 's/^/  guest: /' "$work/writeR.guest" | grep -v "===" | grep -vE "^  guest: -+$" | cut -c1-200; sed 's/^/  host: /' "$work/writeR.host" | cut -c1-400
+  local rx
+  rx=$(python3 -c "import json,sys; print([json.loads(l) for l in open(sys.argv[1]) if l.startswith('{')][-1]['engine']['rx_packets'])" "$work/writeR.host" 2>/dev/null || echo 0)
+  check "ib_write_bw -R (uid 1000) through RDMA-CM with vrdma-perf: 200 x 64 KiB written into the buffer it named, both exit 0, its engine received $rx packets (at least 12800)" \
+    bash -c "[ $ok = 0 ] && grep -q '^uid=1000(vrdma)' '$work/writeR.guest' && grep -qE '^ *65536 +200 ' '$work/writeR.guest' && [ $rx -ge 12800 ]"
+  ucmatose_case ucm_c client 100
+  ucmatose_case ucm_s server 100
 }
 # RDMA-CM with loss (issue 31): rping against vrdma-perf again with nftables dropping 2 % of the
 # RoCE packets, CM MADs included (ib_cm resends a lost REQ/REP/RTU; the data's losses are
@@ -498,6 +542,11 @@ rdma_cm_with_loss() {
     bash -c "[ $ok = 0 ] && grep -q '^RPING-OK' '$work/rpingl.guest' && grep -q '\"verified\":true' '$work/rpingl.host' &&
       grep -q '\"pings\":200,' '$work/rpingl.host' && [ '${dropped:-0}' -gt 0 ]"
   check "rping with loss: the loss was repaired by retransmission" resent "$s0" "$s1" "$work/rpingl.host"
+  loss_on
+  LOSS="2 % loss" ucmatose_case ucml_c client 200
+  LOSS="2 % loss" ucmatose_case ucml_s server 200
+  dropped=$(loss_off)
+  check "ucmatose with loss: packets were dropped (${dropped:-?})" bash -c "[ '${dropped:-0}' -gt 0 ]"
 }
 
 # 4f. Two processes on vrdma0 at once, one SIGKILLed mid-run (issue 25): a "victim"

@@ -3,7 +3,8 @@
 # rping's protocol (server in one namespace, client in the other) connects through our IB CM on
 # QP1, moves data with SEND/READ/WRITE, checks it, and disconnects; tshark decodes every CM MAD
 # on the veth (REQ, MRA, REP, RTU, DREQ, DREP, nothing malformed). Then again with nftables
-# dropping 10 % of RoCE packets both ways (lost MADs are resent, lost data retransmitted).
+# dropping 10 % of RoCE packets both ways (lost MADs are resent, lost data retransmitted). The
+# same for ucmatose's protocol (vrdma-perf --peer-format ucmatose in both roles).
 #   netns_cm_test.sh PATH/TO/vrdma-perf          exits 77 (skip) without root
 set -euo pipefail
 PERF=$(readlink -f "$1")
@@ -44,6 +45,28 @@ run_rping() {  # name, iterations, size
     echo "FAIL $name"; cat "$work/$name.cli" "$work/$name.srv"; fail=$((fail + 1)); wait $spid 2>/dev/null || true
   fi
 }
+# ucmatose's protocol (the server SENDs N messages, the client answers with N, the server
+# disconnects): both sides count every message and its length.
+# ucmatose_ok JSON-FILE MESSAGES SIZE: every message arrived, SIZE bytes each; the server's sends
+# all completed (the client's last ones may be flushed by the server's disconnect once they
+# arrived: the server's count says so).
+ucmatose_ok() {
+  grep -q '"ok":true' "$1" && grep -q "\"received\":$2," "$1" && grep -q "\"bytes_received\":$(($2 * $3))," "$1" &&
+    { grep -q '"role":"client"' "$1" || grep -q "\"sent\":$2," "$1"; }
+}
+run_ucmatose() {  # name, messages, size
+  local name=$1 n=$2 size=$3 spid
+  timeout 60 ip netns exec "$A" "$PERF" --device soft:$IPA --peer-format ucmatose --size "$size" --iters "$n" >"$work/$name.srv" 2>&1 &
+  spid=$!
+  sleep 0.3
+  if timeout 60 ip netns exec "$B" "$PERF" --device soft:$IPB --peer-format ucmatose --connect $IPA --size "$size" \
+       --iters "$n" --qp-timeout 14 >"$work/$name.cli" 2>&1 && wait $spid &&
+     ucmatose_ok "$work/$name.cli" $n $size && ucmatose_ok "$work/$name.srv" $n $size; then
+    echo "ok   $name: $(cat "$work/$name.cli")"; passed=$((passed + 1))
+  else
+    echo "FAIL $name"; cat "$work/$name.cli" "$work/$name.srv"; fail=$((fail + 1)); wait $spid 2>/dev/null || true
+  fi
+}
 
 have_tshark=0
 if command -v tshark >/dev/null; then
@@ -56,6 +79,7 @@ if command -v tshark >/dev/null; then
 fi
 run_rping rping_4k 100 4096
 run_rping rping_64k 20 65535
+run_ucmatose ucmatose 100 4096
 if [ -n "$cap_pid" ]; then sleep 0.5; kill -TERM "$cap_pid"; wait "$cap_pid" 2>/dev/null || true; cap_pid=""; fi
 
 if [ $have_tshark -eq 1 ]; then
@@ -79,6 +103,7 @@ table inet hcm_loss {
 EOF
 done
 run_rping rping_loss 200 4096
+run_ucmatose ucmatose_loss 200 4096
 dropped=$(for ns in "$A" "$B"; do ip netns exec "$ns" nft list table inet hcm_loss; done | grep -o 'packets [0-9]*' | awk '{s+=$2} END{print s+0}')
 echo "nftables dropped $dropped RoCE packets; CM resends: $(grep -ho '"cm_resends":[0-9]*' "$work/rping_loss.cli" "$work/rping_loss.srv" | tr '\n' ' ')"
 [ "$dropped" -gt 0 ] || { echo "FAIL nftables dropped nothing"; fail=$((fail + 1)); }
