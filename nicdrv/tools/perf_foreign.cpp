@@ -115,8 +115,15 @@ std::string read_exact(int fd, std::size_t n) {
 
 // One record of unknown size: everything that arrives until the line is quiet for 50 ms (the
 // writer then waits for our answer). Empty on end of stream.
-std::string read_record(int fd, const std::function<void()>& idle) {
-  if (!wait_readable(fd, kForeignTimeoutMs, idle)) die("the peer sent nothing on the out-of-band connection for 120 s");
+std::string read_record(int fd, const std::function<void()>& idle, const std::function<std::uint64_t()>& progress) {
+  // A test runs between two records (perftest -D for as long as it was asked): silence on the
+  // out-of-band connection is the peer gone only when the wire is silent too.
+  for (;;) {
+    const std::uint64_t before = progress ? progress() : 0;
+    if (wait_readable(fd, kForeignTimeoutMs, idle)) break;
+    if (!progress || progress() == before)
+      die("the peer sent nothing on the out-of-band connection, and our engine no packet, for 120 s");
+  }
   std::string s;
   char b[512];
   for (;;) {

@@ -44,8 +44,9 @@ void write_all(int fd, std::string_view m);
 bool wait_readable(int fd, int ms, const std::function<void()>& idle);
 std::string read_exact(int fd, std::size_t n);
 // One record of unknown size: everything that arrives until the line is quiet for 50 ms (the
-// writer then waits for our answer). Empty on end of stream.
-std::string read_record(int fd, const std::function<void()>& idle);
+// writer then waits for our answer). Empty on end of stream. Waits while `progress` (a packet
+// count) moves; dies after 120 s in which neither a record nor a packet came.
+std::string read_record(int fd, const std::function<void()>& idle, const std::function<std::uint64_t()>& progress = {});
 ForeignDest my_dest(Ctx& x, std::uint32_t psn);
 
 // perf_perftest.cpp

@@ -26,6 +26,8 @@ echo "VRDMA-GUEST-READY ip=$IP uptime=$(cut -d' ' -f1 /proc/uptime)"
 #                    on TCP port vrdma.port+i (default 18600)
 #   TOOL+R           perftest's TOOL -R: connected through RDMA-CM to RDMA_PEER (the first of
 #                    vrdma.rdma_peer), its port vrdma.port+i
+#   TOOL+D           perftest's TOOL -D ITERS: for ITERS seconds (its result line names the
+#                    messages it moved)
 #   ibv_*_pingpong   as vrdma: -d vrdma0 -g GID -s SIZE -n ITERS -c (every byte checked), TCP
 #                    exchange as perftest's
 #   rping            as vrdma: rping -c -a RDMA_PEER -C ITERS -S SIZE -V -p vrdma.port+i, RDMA-CM
@@ -109,6 +111,7 @@ if [ -n "$CASES" ]; then
       ibv_ud_pingpong) cmd="$2 -d vrdma0 -g $G -s $3 -n $4 -p $P -c" ;;  # UD: the port's MTU
       ibv_*_pingpong) cmd="$2 -d vrdma0 -g $G -s $3 -n $4 -p $P -c${MTU:+ -m $MTU}" ;;
       *+R) cmd="${2%+R} -R -d vrdma0 -x $G -F -s $3 -n $4 -p $P" to=$RP ;;
+      *+D) cmd="${2%+D} -d vrdma0 -x $G -F -s $3 -D $4 -p $P${MTU:+ -m $MTU}" ;;
       *) cmd="$2 -d vrdma0 -x $G -F -s $3 -n $4 -p $P${MTU:+ -m $MTU}" ;;
     esac
     [ "$ROLE" = server ] || cmd="$cmd $to"
@@ -119,6 +122,7 @@ if [ -n "$CASES" ]; then
       rping) res=$([ $rc = 0 ] && echo "$3 $4 verified") ;;
       ucmatose) res=$(grep -q '^test complete' /tmp/case$1.out && echo "$3 $4 complete") ;;
       ibv_*_pingpong) res=$(grep -E "^[0-9]+ bytes in " /tmp/case$1.out | cut -d' ' -f1-3) ;;
+      *+D) res=$(grep -E "^ *$3 +[0-9]+ " /tmp/case$1.out | tr -s ' ') ;;
       *) res=$(grep -E "^ *$3 +$4 " /tmp/case$1.out | tr -s ' ') ;;
     esac
     echo "VRDMA-CASE $1 $2 rc=$rc $res t=$(($(date +%s) - t0))s"

@@ -4,7 +4,7 @@
 # rping and ib_write_bw) under libvirt on host a of two real libvirt hosts (two_hosts.sh), its
 # device added by `vrdmactl domain attach`, its backends started by the hook. Inside, at once:
 # `rping -c -C N -S 4096 -V` through the guest kernel's RDMA-CM (ib_cm on the device's QP1) and
-# `ib_write_bw` (64 KiB WRITEs), as an unprivileged user against vrdma-perf on a soft engine
+# `ib_write_bw -D` (64 KiB WRITEs for 90 s), as an unprivileged user against vrdma-perf on a soft engine
 # across a switch that drops ${LOSS_PERCENT:-1} % of RoCE packets (fabric_lib.sh), and NVMe over
 # Fabrics: Debian's nvme-cli connected over vrdma0 to the guest's own nvmet-rdma target (every
 # I/O fast-registered), 4 MiB rounds written and read back with O_DIRECT for a minute. While both run the
@@ -13,13 +13,13 @@
 # then b -> a with `vrdmactl migrate`; each move leaves the domain paused until its guest RAM
 # equals the source's (memcheck_lib.sh). Checked: all three were running across both moves and
 # exit 0, rping verified every ping on both sides (its own -V and the peer's), the peer's engine
-# received every WRITE's packets, every NVMe round read back what it wrote and the initiator
+# received every WRITE's packets (as many as ib_write_bw says it wrote), every NVMe round read back what it wrote and the initiator
 # disconnected cleanly; none of them was told anything.
 #   vm_libvirt_kmod_migrate_test.sh SOURCE_DIR VRDMACTL VRDMAD VRDMA_PERF VRDMA_MEMCMP
 # exits 77 (skip) without root, libvirt, QEMU, the guest kernel, its headers or rdma-core's
-# source; KEEP_WORK=1 keeps the logs. KMOD_MIGRATE_PINGS (default 3000), KMOD_MIGRATE_WRITES
-# (default 170000) and KMOD_MIGRATE_NVME_SECONDS (70) size the runs: all must outlast the two
-# moves (ib_write_bw within vrdma-perf's 120 s of silence on perftest's TCP exchange).
+# source; KEEP_WORK=1 keeps the logs. KMOD_MIGRATE_PINGS (default 3000),
+# KMOD_MIGRATE_WRITE_SECONDS (90) and KMOD_MIGRATE_NVME_SECONDS (70) size the runs: all must
+# outlast the two moves.
 set -uo pipefail
 [ "$#" = 5 ] || { echo "usage: $0 SOURCE_DIR VRDMACTL VRDMAD VRDMA_PERF VRDMA_MEMCMP" >&2; exit 2; }
 SRC=$(readlink -f "$1")
@@ -59,7 +59,7 @@ inner() {
   # would answer ARP for it as well). The tools' TCP exchange runs on a subnet of its own.
   GIP=10.88.12.12 GMAC=52:54:00:88:0c:0c NICMAC=52:54:00:88:0c:02
   PEER=10.88.12.3 PEER2=10.88.12.4 PEERMAC=02:00:0a:58:0c:03 TCPHOST=10.88.22.1 TCPGUEST=10.88.22.2
-  PINGS=${KMOD_MIGRATE_PINGS:-3000} WRITES=${KMOD_MIGRATE_WRITES:-170000} NVME_S=${KMOD_MIGRATE_NVME_SECONDS:-70}
+  PINGS=${KMOD_MIGRATE_PINGS:-3000} WRITE_S=${KMOD_MIGRATE_WRITE_SECONDS:-90} NVME_S=${KMOD_MIGRATE_NVME_SECONDS:-70}
   A="virsh -q -c $LV_A_URI" B="virsh -q -c $LV_B_URI"
   fail() {
     echo "FAIL: $*" >&2
@@ -80,10 +80,10 @@ inner() {
   ip netns exec $PNS timeout 900 "$PERF" --device soft:$PEER --peer-format rping --size 4096 --port 18601 > "$W/peer1.log" 2>&1 &
   p1=$!
   ip netns exec $PNS timeout 900 "$PERF" --device soft:$PEER2 --peer-format perftest --test write_bw --size 65536 \
-    --iters "$WRITES" --mtu 1024 --port 18602 > "$W/peer2.log" 2>&1 &
+    --mtu 1024 --port 18602 > "$W/peer2.log" 2>&1 &
   p2=$!
 
-  vm_domain_xml lkmg1 1024 "vrdma.ip=$GIP vrdma.tcp=$TCPGUEST/24 vrdma.rdma_peer=$PEER vrdma.rdma_mac=$PEERMAC vrdma.peer=$TCPHOST vrdma.timeout=600 vrdma.parallel=1 vrdma.cases=rping/4096/$PINGS,ib_write_bw/65536/$WRITES,nvme/4/$NVME_S" \
+  vm_domain_xml lkmg1 1024 "vrdma.ip=$GIP vrdma.tcp=$TCPGUEST/24 vrdma.rdma_peer=$PEER vrdma.rdma_mac=$PEERMAC vrdma.peer=$TCPHOST vrdma.timeout=600 vrdma.parallel=1 vrdma.cases=rping/4096/$PINGS,ib_write_bw+D/65536/$WRITE_S,nvme/4/$NVME_S" \
     "$NICMAC" vmtap0 "$W/console.log" > "$W/base.xml"
   "$VRDMACTL" domain attach --xml "$W/base.xml" --socket "$W/gk.sock" --engine soft:$GIP --mac $GMAC --announce vg \
     > "$W/dom.xml" || fail "vrdmactl domain attach failed"
@@ -102,7 +102,7 @@ inner() {
   virsh_move_a_to_b lkmg1 "$W/gk.sock.pid"  # sets t1; the memory compared
   dt=$($B domjobinfo --completed lkmg1 2>/dev/null | awk '/^Total downtime:/ {print $3}')
   echo "virsh migrate a -> b: $(( (t1 - t0) / 1000000 )) ms wall, downtime ${dt:-?} ms; tools ended so far: $(ended)"
-  [ "$(ended)" = 0 ] || fail "a tool ended before the move a -> b completed: raise KMOD_MIGRATE_PINGS/WRITES/NVME_SECONDS"
+  [ "$(ended)" = 0 ] || fail "a tool ended before the move a -> b completed: raise KMOD_MIGRATE_PINGS/WRITE_SECONDS/NVME_SECONDS"
   grep -q "lkm-b lkmg1 migrate begin: started vrdmad --incoming on $W/lkmg1.lkm-b.sock" "$W/hook.log" ||
     fail "the hook on host b did not start vrdmad --incoming"
   grep -q "written into guest memory" "$W/gk.sock.log" || fail "vrdmad on host a wrote no state into guest memory"
@@ -119,7 +119,7 @@ inner() {
   [ $rc = 0 ] || fail "vrdmactl migrate b -> a failed (status $rc)"
   mem_check_or_rerun "$LV_A_DIR" lkmg1 "b -> a"
   echo "vrdmactl migrate b -> a done; tools ended so far: $(ended)"
-  [ "$(ended)" = 0 ] || fail "a tool ended before the move b -> a completed: raise KMOD_MIGRATE_PINGS/WRITES/NVME_SECONDS"
+  [ "$(ended)" = 0 ] || fail "a tool ended before the move b -> a completed: raise KMOD_MIGRATE_PINGS/WRITE_SECONDS/NVME_SECONDS"
 
   # 3. Both tools finish on host a, every byte checked.
   for _ in $(seq 6000); do con | grep -q -a "^VRDMA-GUEST-DONE" && break; sleep 0.1; done
@@ -132,8 +132,10 @@ inner() {
   con | grep -q -a "^VRDMA-CASE 1 rping rc=0 4096 $PINGS verified" || fail "rping did not end with every ping verified"
   grep -q '"verified":true' "$W/peer1.log" && grep -q "\"pings\":$PINGS," "$W/peer1.log" ||
     fail "rping's peer did not verify $PINGS pings"
-  con | grep -q -a -E "^VRDMA-CASE 2 ib_write_bw rc=0  ?65536 $WRITES " || fail "ib_write_bw failed in the guest"
-  pt_moved server write_bw "$WRITES" 65536 "$W/peer2.log" || fail "ib_write_bw: the data did not move"
+  writes=$(con | sed -n -E 's/^VRDMA-CASE 2 ib_write_bw\+D rc=0  ?65536 ([0-9]+) .*/\1/p')
+  [ -n "$writes" ] || fail "ib_write_bw -D failed in the guest"
+  echo "  ib_write_bw -D $WRITE_S: $writes WRITEs of 64 KiB"
+  pt_moved server write_bw "$writes" 65536 "$W/peer2.log" || fail "ib_write_bw: the data did not move"
   con | grep -q -a -E "^VRDMA-CASE 3 nvme rc=0 4 [1-9][0-9]* verified" || fail "NVMe over Fabrics failed in the guest"
   # The NVMe I/O went through fast registration on the device (the last vrdmad's engine counts).
   for _ in $(seq 100); do grep -q "vrdmad: exiting" "$W/lkmg1.lkm-a.sock.log" && break; sleep 0.1; done
