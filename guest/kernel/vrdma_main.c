@@ -156,13 +156,18 @@ static int vrdma_probe(struct virtio_device *vdev)
 
 	/*
 	 * Queues 0..3; the state queue (3) is optional (docs/virtio-rdma.md "Identity and queues"):
-	 * a device without it runs, and its guest's objects cannot move with it.
+	 * a device without it runs, and its guest's objects cannot move with it. virtio-pci says a
+	 * queue is not there with -EINVAL (beyond the device's queue count) or -ENOENT (its size
+	 * reads 0); any other failure (memory, interrupts) is the setup's own and fails the probe.
 	 */
 	ret = virtio_find_vqs(vdev, VIRTIO_RDMA_NUM_QUEUES, vqs, callbacks, names, NULL);
-	if (ret) {
+	if (ret == -EINVAL || ret == -ENOENT) {
+		int why = ret;
+
 		ret = virtio_find_vqs(vdev, VIRTIO_RDMA_REQUIRED_QUEUES, vqs, callbacks, names, NULL);
 		if (!ret)
-			dev_warn(&vdev->dev, "the device has no state queue: a live migration of this guest will lose its RDMA objects\n");
+			dev_warn(&vdev->dev, "the device offers no state queue (%d): a live migration of this guest will lose its RDMA objects\n",
+				 why);
 		vqs[VIRTIO_RDMA_STATE_QUEUE] = NULL;
 	}
 	if (ret) {

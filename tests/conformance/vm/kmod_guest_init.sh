@@ -53,6 +53,7 @@ if [ -n "$CASES" ]; then
   for p in $(arg vrdma.rdma_peer | tr '+' ' '); do arp -i eth0 -s "$p" "$(arg vrdma.rdma_mac)"; done
   for _ in $(seq 300); do grep -q ACTIVE /sys/class/infiniband/vrdma0/ports/1/state 2>/dev/null && break; sleep 0.1; done
   echo "VRDMA-PORT $(cat /sys/class/infiniband/vrdma0/ports/1/state 2>&1)"
+  dmesg | grep -E "virtio_rdma.*(state queue|state area)" | sed 's/^/VRDMA-DMESG /'
   want=$(echo "$IP" | awk -F. '{printf "0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x", $1, $2, $3, $4}')
   G=1
   for i in $(seq 0 15); do [ "$(cat /sys/class/infiniband/vrdma0/ports/1/gids/$i 2>/dev/null)" = "$want" ] && G=$i && break; done
