@@ -81,6 +81,21 @@ virsh_move_a_to_b() {
   [ "$($B domstate "$1" 2>/dev/null)" = running ] || fail "the guest does not run on host b after virsh migrate"
 }
 
+# vrdmactl_move_b_to_a DOMAIN SOURCE_PIDFILE: the same move back with `vrdmactl migrate --suspend`
+# (its last lines printed, prefixed "vrdmactl:"), which must say the domain is paused on a.
+vrdmactl_move_b_to_a() {
+  local out rc=0
+  mem_hold "$LV_B_DIR" "$1" "$2" || fail "cannot hold the source's guest memory"
+  out=$("$VRDMACTL" migrate "$1" "$LV_A_TCP" --connect "$LV_B_URI" --migrateuri "tcp://$LV_A_IP" --timeout 240 \
+    --bandwidth 32 --suspend 2>&1) || rc=$?
+  echo "$out" | sed 's/^/  vrdmactl: /' | tail -4
+  [ $rc = 0 ] || fail "vrdmactl migrate b -> a failed (status $rc)"
+  echo "$out" | grep -q "is now paused on" || fail "vrdmactl migrate --suspend did not say the domain is paused"
+  [ "$($A domstate "$1" 2>/dev/null)" = paused ] || fail "the guest is not paused on host a after vrdmactl migrate --suspend"
+  mem_check_or_rerun "$LV_A_DIR" "$1" "b -> a"
+  [ "$($A domstate "$1" 2>/dev/null)" = running ] || fail "the guest does not run on host a after vrdmactl migrate"
+}
+
 # memcheck_scenario CMD...: runs the scenario; when it ended because QEMU lost guest memory, runs
 # it once more (fresh hosts, fresh guest) and says so. The first run's logs go to $W/run1 (the
 # second must not find them).

@@ -111,13 +111,7 @@ inner() {
   sleep 3
 
   # 2. b -> a, vrdmactl migrate.
-  mem_hold "$LV_B_DIR" lkmg1 "$W/lkmg1.lkm-b.sock.pid" || fail "cannot hold the source's guest memory"
-  out=$("$VRDMACTL" migrate lkmg1 "$LV_A_TCP" --connect "$LV_B_URI" --migrateuri "tcp://$LV_A_IP" --timeout 240 \
-    --bandwidth 32 --suspend 2>&1)
-  rc=$?
-  echo "$out" | sed 's/^/  vrdmactl: /' | tail -3
-  [ $rc = 0 ] || fail "vrdmactl migrate b -> a failed (status $rc)"
-  mem_check_or_rerun "$LV_A_DIR" lkmg1 "b -> a"
+  vrdmactl_move_b_to_a lkmg1 "$W/lkmg1.lkm-b.sock.pid"
   echo "vrdmactl migrate b -> a done; tools ended so far: $(ended)"
   [ "$(ended)" = 0 ] || fail "a tool ended before the move b -> a completed: raise KMOD_MIGRATE_PINGS/WRITE_SECONDS/NVME_SECONDS"
 

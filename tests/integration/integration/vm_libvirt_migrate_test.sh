@@ -94,16 +94,7 @@ inner() {
 
   # 2. b -> a, vrdmactl migrate (progress and figures).
   p1=$(progress)
-  mem_hold "$LV_B_DIR" lv6g1 "$W/lv6g1.lv6-b.sock.pid" || fail "cannot hold the source's guest memory"
-  out=$("$VRDMACTL" migrate lv6g1 "$LV_A_TCP" --connect "$LV_B_URI" --migrateuri "tcp://$LV_A_IP" --timeout 240 \
-    --bandwidth 32 --suspend 2>&1)
-  rc=$?
-  echo "$out" | sed 's/^/  vrdmactl: /' | tail -4
-  [ $rc = 0 ] || fail "vrdmactl migrate b -> a failed (status $rc)"
-  echo "$out" | grep -q "is now paused on" || fail "vrdmactl migrate --suspend did not say the domain is paused"
-  [ "$($A domstate lv6g1 2>/dev/null)" = paused ] || fail "the guest is not paused on host a after vrdmactl migrate --suspend"
-  mem_check_or_rerun "$LV_A_DIR" lv6g1 "b -> a"
-  [ "$($A domstate lv6g1 2>/dev/null)" = running ] || fail "the guest does not run on host a after vrdmactl migrate"
+  vrdmactl_move_b_to_a lv6g1 "$W/lv6g1.lv6-b.sock.pid"
   echo "stream at $p1 messages when it left host b"
   wait_progress $((p1 + 1500)) 240 || fail "the stream made no progress back on host a (at $(progress))"
 
