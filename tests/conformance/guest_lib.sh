@@ -58,6 +58,7 @@ guest_root() {
   local a
   for a in $("$BUSYBOX" --list); do [ -e "$1/bin/$a" ] || ln -s busybox "$1/bin/$a"; done
   ln -sf ../bin/busybox "$1/sbin/modprobe"
+  install -m 755 "$GUEST_LIB_DIR/nvmet_target.sh" "$1/bin/nvmet-target"
 }
 
 # guest_modules ROOT MODULE...: the modules with their dependencies (modules.dep); one that is
@@ -106,7 +107,7 @@ guest_stale() {
   local out=$1 f
   shift
   [ -f "$out" ] || return 0
-  for f in "$@" "$0" "$GUEST_LIB_DIR/guest_lib.sh" "$GUEST_LIB_DIR/guest_steps.sh"; do
+  for f in "$@" "$0" "$GUEST_LIB_DIR/guest_lib.sh" "$GUEST_LIB_DIR/guest_steps.sh" "$GUEST_LIB_DIR/nvmet_target.sh"; do
     [ "$f" -nt "$out" ] && return 0
   done
   return 1

@@ -726,14 +726,9 @@ fi
 #     written with O_DIRECT must read back the same, and be in the target's file; the initiator
 #     disconnects cleanly; vrdmad's engine counts the fast registrations and remote invalidations.
 nvme_of() {
-  local S=/sys/kernel/config/nvmet/subsystems/vrdma-nvme P=/sys/kernel/config/nvmet/ports/1 s0 s1 fr ri c
-  # One line: the guest's console takes a command a line.
-  c="modprobe nvmet-rdma && modprobe nvme-rdma && (mount -t configfs none /sys/kernel/config 2>/dev/null; true) &&"
-  c+=" dd if=/dev/zero of=/tmp/ns.img bs=1M count=16 2>/dev/null && mkdir $S && echo 1 > $S/attr_allow_any_host &&"
-  # tmpfs has no O_DIRECT: the file namespace does buffered I/O.
-  c+=" mkdir $S/namespaces/1 && echo /tmp/ns.img > $S/namespaces/1/device_path && echo 1 > $S/namespaces/1/buffered_io && echo 1 > $S/namespaces/1/enable &&"
-  c+=" mkdir $P && echo rdma > $P/addr_trtype && echo ipv4 > $P/addr_adrfam && echo $DEVIP > $P/addr_traddr &&"
-  c+=" echo 4420 > $P/addr_trsvcid && ln -s $S $P/subsystems/vrdma-nvme && echo TARGET-UP &&"
+  local s0 s1 fr ri c
+  # One line: the guest's console takes a command a line. The target: tests/conformance/nvmet_target.sh.
+  c="nvmet-target $DEVIP 16 && modprobe nvme-rdma &&"
   c+=" timeout 90 nvme connect -t rdma -a $DEVIP -s 4420 -n vrdma-nvme --hostnqn=nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-00000000a11c &&"
   c+=" for i in \$(seq 100); do [ -b /dev/nvme0n1 ] && break; sleep 0.1; done && echo CONNECTED \$(cat /sys/block/nvme0n1/size) &&"
   c+=" dd if=/dev/urandom of=/tmp/pat bs=64k count=64 2>/dev/null &&"
