@@ -58,6 +58,8 @@ if guest_stale "$INITRD" "$HERE/guest_init.sh"; then
     files="$files /usr/lib/x86_64-linux-gnu/libibverbs/lib${p}-rdmav34.so"
     cp /etc/libibverbs.d/$p.driver "$ROOT/etc/libibverbs.d/"
   done
+  # UCX (ucx-utils, when installed): ucx_perftest and the transports it loads (vm_kmod_rxe_test).
+  if command -v ucx_perftest >/dev/null; then files="$files $(command -v ucx_perftest) $(ls /usr/lib/x86_64-linux-gnu/ucx/libuct_*.so.0)"; fi
   # shellcheck disable=SC2086
   guest_files "$ROOT" $files
   guest_pack "$ROOT" "$HERE/guest_init.sh" "$INITRD"

@@ -32,6 +32,9 @@ echo "VRDMA-GUEST-READY ip=$IP uptime=$(cut -d' ' -f1 /proc/uptime)"
 #                    exchange as perftest's
 #   rping            as vrdma: rping -c -a RDMA_PEER -C ITERS -S SIZE -V -p vrdma.port+i, RDMA-CM
 #   ucmatose         as vrdma: ucmatose -s RDMA_PEER -C ITERS -S SIZE -p vrdma.port+i, RDMA-CM
+#   ucx_TEST         as vrdma: UCX's ucx_perftest -t TEST -s SIZE -n ITERS against vrdma.peer on
+#                    TCP port vrdma.port+i, over rc_verbs on vrdma0 (wired up through ud_verbs),
+#                    locked memory unlimited (UCX's pools)
 #   nvme             as root: NVMe over Fabrics to the guest's own target (or to the nvmet-rdma
 #                    subsystem vrdma-nvme at vrdma.nvme_target=IP), SIZE MiB a round for ITERS
 #                    seconds of rounds (run_nvme; the last round's MD5 as "VRDMA-NVME-LAST")
@@ -60,25 +63,19 @@ if [ -n "$CASES" ]; then
   echo "root:x:0:0::/:/bin/sh" > /etc/passwd; echo "vrdma:x:1000:1000::/tmp:/bin/sh" >> /etc/passwd
   PEER=$(arg vrdma.peer); PORT=$(arg vrdma.port); PORT=${PORT:-18600}; TMO=$(arg vrdma.timeout); TMO=${TMO:-120}
   ROLE=$(arg vrdma.role) MTU=$(arg vrdma.mtu) PAR=$(arg vrdma.parallel)
+  # UCX: its shared-memory pools want /dev/shm, its 8 MiB registration pools locked memory.
+  UCX_ENV="UCX_NET_DEVICES=vrdma0:1 UCX_TLS=rc_verbs,ud_verbs,self UCX_RC_VERBS_RX_QUEUE_LEN=256 UCX_RC_VERBS_TX_QUEUE_LEN=256 UCX_UD_VERBS_RX_QUEUE_LEN=256 UCX_UD_VERBS_TX_QUEUE_LEN=128"
+  case $CASES in *ucx_*) mkdir -p /dev/shm; mount -t tmpfs none /dev/shm 2>/dev/null; chmod 1777 /dev/shm; ulimit -l unlimited ;; esac
   [ "$ROLE" = server ] && PAR=1
   # nvme/MIB/SECONDS: NVMe over Fabrics on the kernel's verbs: the guest's nvmet-rdma target (a
   # file namespace) on the device's address, Debian's nvme connect -t rdma to it, then rounds of
   # MIB MiB of random data written with O_DIRECT and read back until SECONDS have passed; a
   # round whose data differs fails; then nvme disconnect.
   run_nvme() {  # MIB SECONDS
-    S=/sys/kernel/config/nvmet/subsystems/vrdma-nvme P=/sys/kernel/config/nvmet/ports/1 T=$(arg vrdma.nvme_target)
-    if [ -n "$T" ]; then
-      modprobe nvme-rdma && timeout 90 nvme connect -t rdma -a "$T" -s 4420 -n vrdma-nvme \
-        --hostnqn=nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-00000000a11c || return 1
-    else
-      modprobe nvmet-rdma && modprobe nvme-rdma && { mount -t configfs none /sys/kernel/config 2>/dev/null; true; } &&
-        dd if=/dev/zero of=/tmp/ns.img bs=1M count=$(($1 * 2)) 2>/dev/null && mkdir $S && echo 1 > $S/attr_allow_any_host &&
-        mkdir $S/namespaces/1 && echo /tmp/ns.img > $S/namespaces/1/device_path && echo 1 > $S/namespaces/1/buffered_io &&
-        echo 1 > $S/namespaces/1/enable && mkdir $P && echo rdma > $P/addr_trtype && echo ipv4 > $P/addr_adrfam &&
-        echo "$IP" > $P/addr_traddr && echo 4420 > $P/addr_trsvcid && ln -s $S $P/subsystems/vrdma-nvme &&
-        timeout 90 nvme connect -t rdma -a "$IP" -s 4420 -n vrdma-nvme --hostnqn=nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-00000000a11c ||
-        return 1
-    fi
+    T=$(arg vrdma.nvme_target)
+    if [ -z "$T" ]; then T=$IP; nvmet-target "$IP" $(($1 * 2)) || return 1; fi
+    modprobe nvme-rdma && timeout 90 nvme connect -t rdma -a "$T" -s 4420 -n vrdma-nvme \
+      --hostnqn=nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-00000000a11c || return 1
     for _ in $(seq 100); do [ -b /dev/nvme0n1 ] && break; sleep 0.1; done
     end=$(($(date +%s) + $2)) rounds=0
     while [ "$(date +%s)" -lt $end ]; do
@@ -99,7 +96,7 @@ if [ -n "$CASES" ]; then
       rc=$?
       echo $rc >> /tmp/rcs
       echo "VRDMA-CASE $1 nvme rc=$rc $3 $(sed -n 's/^NVME-ROUNDS //p' /tmp/case$1.out) verified t=$(($(date +%s) - t0))s"
-      [ $rc = 0 ] || tail -5 /tmp/case$1.out
+      [ $rc = 0 ] || tail -15 /tmp/case$1.out
       return
     fi
     # A client's peer: the TCP exchange's (vrdma.peer), or RDMA-CM's (the first RDMA peer).
@@ -109,6 +106,7 @@ if [ -n "$CASES" ]; then
         cmd="rping -s -a $IP -C $4 -S $3 -V -p $P"
         [ "$ROLE" = server ] || cmd="rping -c -a $RP -I $IP -C $4 -S $3 -V -p $P" to="" ;;
       ucmatose) cmd="ucmatose -b $IP -C $4 -S $3 -p $P" to=${RP:+-s $RP} ;;
+      ucx_*) cmd="env $UCX_ENV ucx_perftest -t ${2#ucx_} -s $3 -n $4 -p $P" ;;
       ibv_ud_pingpong) cmd="$2 -d vrdma0 -g $G -s $3 -n $4 -p $P -c" ;;  # UD: the port's MTU
       ibv_*_pingpong) cmd="$2 -d vrdma0 -g $G -s $3 -n $4 -p $P -c${MTU:+ -m $MTU}" ;;
       *+R) cmd="${2%+R} -R -d vrdma0 -x $G -F -s $3 -n $4 -p $P" to=$RP ;;
@@ -122,13 +120,14 @@ if [ -n "$CASES" ]; then
     case $2 in
       rping) res=$([ $rc = 0 ] && echo "$3 $4 verified") ;;
       ucmatose) res=$(grep -q '^test complete' /tmp/case$1.out && echo "$3 $4 complete") ;;
+      ucx_*) res=$(grep -E "^Final: +$4 " /tmp/case$1.out | tr -s ' ') ;;
       ibv_*_pingpong) res=$(grep -E "^[0-9]+ bytes in " /tmp/case$1.out | cut -d' ' -f1-3) ;;
       *+D) res=$(grep -E "^ *$3 +[0-9]+ " /tmp/case$1.out | tr -s ' ') ;;
       *) res=$(grep -E "^ *$3 +$4 " /tmp/case$1.out | tr -s ' ') ;;
     esac
     echo "VRDMA-CASE $1 $2 rc=$rc $res t=$(($(date +%s) - t0))s"
     echo $rc >> /tmp/rcs
-    [ $rc = 0 ] || tail -5 /tmp/case$1.out
+    [ $rc = 0 ] || tail -15 /tmp/case$1.out
   }
   i=0
   for c in $(echo "$CASES" | tr ',' ' '); do

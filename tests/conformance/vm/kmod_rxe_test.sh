@@ -11,7 +11,9 @@
 # The cases: ib_write_bw, ib_read_bw, ib_send_bw, ib_atomic_bw, ib_write_lat, ib_send_lat and
 # ibv_rc/ud/srq_pingpong -c (their own TCP exchange, routed through the host: the vrdma guest's
 # NIC is on a tap of its own); ib_send_bw -R, ib_write_bw -R, rping -V (64, 4096 and 65,535
-# bytes) and ucmatose through both kernels' RDMA-CM. Rounds:
+# bytes) and ucmatose through both kernels' RDMA-CM; UCX's ucx_perftest (put bandwidth, tag
+# latency; when the host has ucx-utils; rxe's side without UCX 1.13's GID filter, which drops
+# rxe's IPv4 datagrams: docs/virtio-rdma.md "UCX"). Rounds:
 #   1. ours the clients, rxe's the servers, path MTU 4096, no loss
 #   2. ours the servers (all listening at once), rxe's the clients, path MTU 1024, 2 % of RoCE
 #      packets dropped both ways (nftables at the host's engine)
@@ -55,6 +57,12 @@ guest_build "$HERE/make_guest.sh"
 RXE_KERNEL=$KERNEL
 export GUEST_INITRD=$INITRD  # peer_rig.sh's guest_boot
 mkdir -p "$work/k"
+# UCX's transports are loaded at run time: the guest gets them too.
+kmod_guest_more() {
+  local u
+  u=$(command -v ucx_perftest) || return 0
+  guest_files "$1" "$u" /usr/lib/x86_64-linux-gnu/ucx/libuct_*.so.0
+}
 kmod_guest "$work/k" "ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw ib_write_lat ib_send_lat ibv_rc_pingpong ibv_ud_pingpong ibv_srq_pingpong rping ucmatose rdma nvme" \
   rdma_ucm nvme-rdma
 KMOD_KERNEL=$KERNEL KMOD_INITRD=$INITRD
@@ -63,7 +71,7 @@ KERNEL=$RXE_KERNEL
 # The rxe guest answers perftest's TCP exchange on a second address, reached through the host
 # (the vrdma guest's NIC is on tap1, 10.77.10.0/24); its RoCE traffic stays on 10.77.0.0/24.
 after_boot() {
-  guest_run "$work/net.out" 20 "ip addr add $PEERTCP/24 dev eth0 && ip route add 10.77.10.0/24 via $HOST src $PEERTCP && rdma link show" ||
+  guest_run "$work/net.out" 20 "ip addr add $PEERTCP/24 dev eth0 && ip route add 10.77.10.0/24 via $HOST src $PEERTCP && mkdir -p /dev/shm && mount -t tmpfs none /dev/shm && rdma link show" ||
     { echo "FAIL: the rxe guest's second address"; cat "$work/net.out"; exit 1; }
 }
 rig_net
@@ -86,6 +94,11 @@ check() {  # NAME COMMAND...
 CASES="ib_write_bw/65536/400,ib_read_bw/65536/200,ib_send_bw/4096/400,ib_atomic_bw/8/400,ib_write_lat/64/300,ib_send_lat/64/300"
 CASES+=",ib_send_bw+R/4096/400,ib_write_bw+R/65536/200,ibv_rc_pingpong/4096/200,ibv_ud_pingpong/1024/200,ibv_srq_pingpong/4096/400"
 CASES+=",rping/64/100,rping/4096/100,rping/65535/40,ucmatose/4096/100"
+# UCX (when the host has ucx-utils): ucx_perftest's put bandwidth and tag latency; on rxe as ours
+# (kmod_guest_init.sh), over rc_verbs wired up through ud_verbs.
+RXE_UCX_ENV="UCX_NET_DEVICES=rxe0:1 UCX_TLS=rc_verbs,ud_verbs,self UCX_UD_VERBS_ETH_DGID_CHECK=n"
+HAVE_UCX=$(command -v ucx_perftest || true)
+[ -z "$HAVE_UCX" ] || CASES+=",ucx_ucp_put_bw/65536/200,ucx_tag_lat/64/200"
 # rxe's packet counters, and the ICRC complaints in its log (as rxe_test.sh counts them).
 RXC="echo COUNTERS \$(cat /sys/class/infiniband/rxe0/ports/1/hw_counters/sent_pkts) \$(cat /sys/class/infiniband/rxe0/ports/1/hw_counters/rcvd_pkts) \$(dmesg | grep -ci icrc)"
 cnt() { sed -n 's/^COUNTERS //p' "$1" | cut -d' ' -f"$2" | grep -E '^[0-9]+$' || echo 0; }
@@ -93,9 +106,9 @@ cnt() { sed -n 's/^COUNTERS //p' "$1" | cut -d' ' -f"$2" | grep -E '^[0-9]+$' ||
 # counted; pingpong's go both ways; perftest -R: RDMA-CM chooses the MTU, 4096 at most).
 pkts() {
   local mtu=$4
-  case $1 in *+R) mtu=4096 ;; esac
+  case $1 in *+R | ucx_*) mtu=4096 ;; esac
   local per=$((($2 + mtu - 1) / mtu))
-  case $1 in rping | ucmatose) echo 0 ;; ibv_*_pingpong) echo $((2 * $3 * per)) ;; *) echo $(($3 * per)) ;; esac
+  case $1 in rping | ucmatose) echo 0 ;; ibv_*_pingpong | ucx_tag_lat) echo $((2 * $3 * per)) ;; *) echo $(($3 * per)) ;; esac
 }
 # rxe's command for case I (TOOL SIZE ITERS) in ROLE (server|client) at MTU.
 rxe_cmd() {
@@ -107,6 +120,9 @@ rxe_cmd() {
     ucmatose)
       cmd="ucmatose -b $GUEST -C $iters -S $size -p $p"
       [ "$role" = server ] || cmd+=" -s $DEVIP" ;;
+    ucx_*)  # the server takes the test from its client
+      cmd="env $RXE_UCX_ENV ucx_perftest -p $p"
+      [ "$role" = server ] || cmd+=" -t ${tool#ucx_} -s $size -n $iters" ;;
     ibv_ud_pingpong) cmd="$tool -d rxe0 -g 1 -s $size -n $iters -p $p -c" ;;
     ibv_*_pingpong) cmd="$tool -d rxe0 -g 1 -s $size -n $iters -p $p -c -m $mtu" ;;
     *+R)
@@ -168,6 +184,11 @@ verdict() {
       ucmatose)
         check "round $r: ucmatose as $ours in the vrdma guest (RDMA-CM) with ucmatose as $theirs on rxe: $iters x $size B each way, both complete" \
           bash -c "grep -q 'rc=0 $size $iters complete' '$work/case.$r.$i.txt' && grep -q '^rxe-rc=0' '$work/rxe.$r.$i.txt' && grep -q '^return status 0' '$work/rxe.$r.$i.txt'" ;;
+      ucx_*)  # ucx_perftest's client prints the result; its server, nothing
+        local client=$work/case.$r.$i.txt
+        [ "$ours" = client ] || client=$work/rxe.$r.$i.txt
+        check "round $r: UCX's ucx_perftest -t ${tool#ucx_} -s $size -n $iters (rc_verbs, wired up over ud_verbs), the vrdma guest's $ours (uid 1000) and rxe's $theirs both exit 0, every iteration done" \
+          bash -c "grep -q 'rc=0' '$work/case.$r.$i.txt' && grep -q '^rxe-rc=0' '$work/rxe.$r.$i.txt' && grep -qE 'Final:? +$iters ' '$client'" ;;
       ibv_*_pingpong)
         local bytes=$((2 * size * iters))
         check "round $r: $tool -s $size -n $iters -c (every byte checked), the vrdma guest's $ours (uid 1000) and rxe's $theirs both exit 0 having moved $bytes bytes" \
@@ -278,8 +299,7 @@ if [[ " $ROUNDS " == *" 3 "* ]]; then
 # No loss here: rdma_cm gives RoCE QPs a 0.5 s local ACK timeout (packet lifetime 16), so at 2 %
 # loss one 4 MiB round took 93 s (2026-12-07); loss is round 2's subject.
 loss_off
-S=/sys/kernel/config/nvmet/subsystems/vrdma-nvme P=/sys/kernel/config/nvmet/ports/1
-guest_run "$work/target.out" 60 "modprobe nvmet-rdma && { mount -t configfs none /sys/kernel/config 2>/dev/null; true; } && dd if=/dev/zero of=/tmp/ns.img bs=1M count=16 2>/dev/null && mkdir $S && echo 1 > $S/attr_allow_any_host && mkdir $S/namespaces/1 && echo /tmp/ns.img > $S/namespaces/1/device_path && echo 1 > $S/namespaces/1/buffered_io && echo 1 > $S/namespaces/1/enable && mkdir $P && echo rdma > $P/addr_trtype && echo ipv4 > $P/addr_adrfam && echo $GUEST > $P/addr_traddr && echo 4420 > $P/addr_trsvcid && ln -s $S $P/subsystems/vrdma-nvme && echo TARGET-UP" ||
+guest_run "$work/target.out" 60 "nvmet-target $GUEST 16" ||
   { echo "FAIL: the nvmet-rdma target in the rxe guest"; cat "$work/target.out"; exit 1; }
 # The device has 3 queues here, no state queue (the driver's fallback: it runs, warns that the
 # guest's objects cannot move, and posts no state area).
