@@ -242,6 +242,19 @@ client_round() {
   done
   [ "$loss" = loss ] && loss_on
   guest_run "$work/servers.$r.out" 20 "$srv sleep 1; echo started" || { echo "FAIL: the rxe guest's servers"; cat "$work/servers.$r.out"; exit 1; }
+  # Every server listening before our clients start (a TCG guest starting them all at once takes
+  # its time): its TCP port, or its RDMA-CM listener's (rdma res: a cm_id in state LISTEN).
+  local want="" p
+  i=0
+  for c in ${RCASES//,/ }; do
+    i=$((i + 1)) p=$((18600 + i))
+    case $c in
+      rping/* | ucmatose/* | *+R/*) want+=" rdma res show cm_id | grep LISTEN | grep -q -E \":$p( |\\\$)\" &&" ;;
+      *) want+=" netstat -ltn | grep -q \":$p \" &&" ;;
+    esac
+  done
+  guest_run "$work/listen.$r.out" 90 "for t in \$(seq 600); do if$want true; then echo LISTENING; break; fi; sleep 0.1; done" || true
+  grep -q '^LISTENING' "$work/listen.$r.out" || { echo "FAIL: the rxe guest's servers are not all listening after 60 s"; cat "$work/listen.$r.out"; exit 1; }
   guest_run "$work/counters.$r.0" 20 "$RXC" || true
   boot_vrdma "$r" "vrdma.mtu=$mtu vrdma.cases=$RCASES"
   wait_vrdma "$r" VRDMA-GUEST-DONE 900
