@@ -82,36 +82,24 @@ int main(int argc, char** argv) {
                  c.test.c_str(), c.peer_format.c_str());
     return 2;
   }
-  if (cm && c.peer_format == "perftest") {
-    if (!c.connect.empty()) die("--cm: vrdma-perf serves perftest's -R (ib_send_bw -R <us>); it cannot be its client yet");
+  // The RDMA-CM peers (perf_cm.hpp), with their tool's defaults where the command line is silent.
+  auto cm_config = [&](std::uint16_t port, std::uint32_t size, std::uint64_t iters) {
     vrdma::perf::CmRunConfig r;
     r.device = c.device;
-    r.port = c.port;
-    r.size = c.size;
+    r.connect = c.connect;
+    r.port = app.count("--port") != 0 ? c.port : port;
+    r.size = app.count("--size") != 0 ? c.size : size;
+    r.iters = app.count("--iters") != 0 ? c.iters : iters;
     r.test = c.test;
     r.qp_timeout = c.qp_timeout;
-    return vrdma::perf::run_perftest_cm_server(r);
+    return r;
+  };
+  if (cm && c.peer_format == "perftest") {
+    if (!c.connect.empty()) die("--cm: vrdma-perf serves perftest's -R (ib_send_bw -R <us>); it cannot be its client yet");
+    return vrdma::perf::run_perftest_cm_server(cm_config(c.port, c.size, c.iters));
   }
-  if (c.peer_format == "rping") {
-    vrdma::perf::CmRunConfig r;
-    r.device = c.device;
-    r.connect = c.connect;
-    r.port = app.count("--port") != 0 ? c.port : std::uint16_t{7174};
-    r.size = app.count("--size") != 0 ? c.size : 64u;  // rping's default
-    r.iters = c.iters;
-    r.qp_timeout = c.qp_timeout;
-    return vrdma::perf::run_rping(r);
-  }
-  if (c.peer_format == "ucmatose") {
-    vrdma::perf::CmRunConfig r;
-    r.device = c.device;
-    r.connect = c.connect;
-    r.port = app.count("--port") != 0 ? c.port : std::uint16_t{7471};
-    r.size = app.count("--size") != 0 ? c.size : 100u;  // ucmatose's defaults
-    r.iters = app.count("--iters") != 0 ? c.iters : 10u;
-    r.qp_timeout = c.qp_timeout;
-    return vrdma::perf::run_ucmatose(r);
-  }
+  if (c.peer_format == "rping") return vrdma::perf::run_rping(cm_config(7174, 64, c.iters));  // rping's defaults
+  if (c.peer_format == "ucmatose") return vrdma::perf::run_ucmatose(cm_config(7471, 100, 10));  // ucmatose's
   if (c.peer_format != "vrdma") return run_foreign(c);
   return run_native(c);
 }

@@ -481,6 +481,20 @@ ucmatose_case() {
       grep -q '\"ok\":true' '$work/$name.host' && grep -q '\"received\":$n,' '$work/$name.host' &&
       grep -q '\"bytes_received\":$((n * 4096)),' '$work/$name.host' && { [ $role = server ] || grep -q '\"sent\":$n,' '$work/$name.host'; }"
 }
+# perftest_cm NAME TEST SIZE: vrdma-perf serving perftest -R (--cm) on the host, the guest's
+# ib_TEST -R -n 200 -s SIZE (uid 1000) its client; outputs in $work/NAME.host and .guest; ok=0
+# when both exited 0.
+perftest_cm() {
+  local hp
+  ok=1
+  timeout 90 ip netns exec "$NS" "$PERF" --device soft:$PERFIP --peer-format perftest --cm --test "$2" --size "$3" \
+    >"$work/$1.host" 2>&1 &
+  hp=$!
+  sleep 1
+  guest 90 "$work/$1.guest" "su -s /bin/sh vrdma -c \"id; timeout 60 ib_$2 -R -d vrdma0 -x ${G:-1} -F -n 200 -s $3 $PERFIP\"" && wait $hp && ok=0
+  kill $hp 2>/dev/null || true
+  sed 's/^/  guest: /' "$work/$1.guest" | grep -v "===" | grep -vE "^  guest: -+$" | cut -c1-200; sed 's/^/  host: /' "$work/$1.host" | cut -c1-400
+}
 rdma_cm_rping() {
   local ok hp
   rping_client rping 40
@@ -499,28 +513,14 @@ rdma_cm_rping() {
     bash -c "[ $ok = 0 ] && grep -q '^uid=1000(vrdma)' '$work/rping_s.guest' && grep -q '^RPING-OK' '$work/rping_s.guest' &&
       grep -q '\"verified\":true' '$work/rping_s.host' && grep -q '\"pings\":40,' '$work/rping_s.host'"
   # perftest over RDMA-CM: ib_send_bw -R in the guest against vrdma-perf's CM listener.
-  ok=1
-  timeout 90 ip netns exec "$NS" "$PERF" --device soft:$PERFIP --peer-format perftest --cm --test send_bw --size 4096 \
-    >"$work/sendR.host" 2>&1 &
-  hp=$!
-  sleep 1
-  guest 90 "$work/sendR.guest" "su -s /bin/sh vrdma -c \"id; timeout 60 ib_send_bw -R -d vrdma0 -x ${G:-1} -F -n 200 -s 4096 $PERFIP\"" && wait $hp && ok=0
-  kill $hp 2>/dev/null || true
-  sed 's/^/  guest: /' "$work/sendR.guest" | grep -v "===" | grep -vE "^  guest: -+$" | cut -c1-200; sed 's/^/  host: /' "$work/sendR.host" | cut -c1-400
+  perftest_cm sendR send_bw 4096
   check "ib_send_bw -R (uid 1000) through RDMA-CM with vrdma-perf: 200 x 4 KiB, both exit 0, the data moved" \
     bash -c "[ $ok = 0 ] && grep -q '^uid=1000(vrdma)' '$work/sendR.guest' && grep -qE '^ *4096 +200 ' '$work/sendR.guest' &&
       grep -q '\"ops\":200,' '$work/sendR.host' && ! grep -q '\"verified\":false' '$work/sendR.host'"
   # ib_write_bw -R: vrdma-perf names its buffer in perftest's key records (sent over the first
   # RDMA-CM connection); the WRITEs' packets reach its engine: 200 x 64 at path MTU 1024, which
   # rdma_cm takes from the guest's netdev (1500 bytes; perftest prints the port's 4096).
-  ok=1
-  timeout 90 ip netns exec "$NS" "$PERF" --device soft:$PERFIP --peer-format perftest --cm --test write_bw --size 65536 \
-    >"$work/writeR.host" 2>&1 &
-  hp=$!
-  sleep 1
-  guest 90 "$work/writeR.guest" "su -s /bin/sh vrdma -c \"id; timeout 60 ib_write_bw -R -d vrdma0 -x ${G:-1} -F -n 200 -s 65536 $PERFIP\"" && wait $hp && ok=0
-  kill $hp 2>/dev/null || true
-  sed 's/^/  guest: /' "$work/writeR.guest" | grep -v "===" | grep -vE "^  guest: -+$" | cut -c1-200; sed 's/^/  host: /' "$work/writeR.host" | cut -c1-400
+  perftest_cm writeR write_bw 65536
   local rx
   rx=$(python3 -c "import json,sys; print([json.loads(l) for l in open(sys.argv[1]) if l.startswith('{')][-1]['engine']['rx_packets'])" "$work/writeR.host" 2>/dev/null || echo 0)
   check "ib_write_bw -R (uid 1000) through RDMA-CM with vrdma-perf: 200 x 64 KiB written into the buffer it named, both exit 0, its engine received $rx packets (at least 12800)" \
