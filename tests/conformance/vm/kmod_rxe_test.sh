@@ -222,10 +222,10 @@ EOF
 loss_off() { ip netns exec "$NS" nft delete table inet vrdma_loss 2>/dev/null; true; }
 # round_cases LOSS ROLE: the cases a round runs. Under loss ibv_ud_pingpong sits out: UD has no
 # retransmission, so a dropped datagram leaves both sides waiting for ever (the tool has no
-# timeout). So does rping -S 65535 when ours is the server (it READs 64 of rxe's response packets
-# a ping): once in five such runs our engine's QP ended in "retry exceeded" after 8 local ACK
-# timeouts without progress, rxe answering none of the re-requests; not understood yet (the
-# stop-44 note); as client, and at 64 and 4096 bytes, it passes.
+# timeout). So does rping -S 65535 when ours is the server (it READs 16 of rxe's response packets
+# a ping): once in five such runs our engine's QP ended in "retry exceeded", its retransmission
+# timer firing without putting the READ's re-request on the wire (a capture; an engine bug not
+# mended yet: the stop-44 note); as client, and at 64 and 4096 bytes, it passes.
 round_cases() {
   local c=$CASES
   [ "$1" != loss ] || c=${c/,ibv_ud_pingpong\/1024\/200/}
