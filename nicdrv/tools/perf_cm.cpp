@@ -53,6 +53,14 @@ std::uint64_t get_be(const std::uint8_t* p, int n) {
   for (int i = 0; i < n; ++i) v = (v << 8) | p[i];
   return v;
 }
+// An RC QP to INIT with `access`: receives can be posted before its connection exists.
+void to_init(QueuePair& qp, Access access) {
+  QpAttr a;
+  a.qp_state = QpState::init;
+  a.qp_access_flags = access;
+  must(qp.modify(a, QpAttrMask::state | QpAttrMask::pkey_index | QpAttrMask::port | QpAttrMask::access_flags),
+       "QP to INIT");
+}
 
 // rping_test_client's text: "rdma-ping-<n>: " then letters from `start` cycling 'A'..'z'
 // (65..122), the last byte NUL; `start` advances by one per ping.
@@ -108,11 +116,7 @@ struct Rping {
     mr = must(pd->reg_mr(mem->data(), mem->size(), Access::local_write | Access::remote_read | Access::remote_write),
               "register buffers");
     // INIT now, so the receive for the peer's first message is up before the connection is.
-    QpAttr a;
-    a.qp_state = QpState::init;
-    a.qp_access_flags = Access::local_write | Access::remote_read | Access::remote_write;
-    must(qp->modify(a, QpAttrMask::state | QpAttrMask::pkey_index | QpAttrMask::port | QpAttrMask::access_flags),
-         "QP to INIT");
+    to_init(*qp, Access::local_write | Access::remote_read | Access::remote_write);
     post_recv();
   }
 
@@ -309,10 +313,7 @@ int run_ucmatose(const CmRunConfig& cfg) {
   auto mr = must(pd->reg_mr(mem->data(), mem->size(), Access::local_write), "register buffers");
   std::uint8_t* out = mem->data() + slot * recvs;  // what we send: a counting pattern
   for (std::size_t i = 0; i < slot; ++i) out[i] = static_cast<std::uint8_t>(i);
-  QpAttr a;
-  a.qp_state = QpState::init;
-  a.qp_access_flags = Access::local_write;
-  must(qp->modify(a, QpAttrMask::state | QpAttrMask::pkey_index | QpAttrMask::port | QpAttrMask::access_flags), "QP to INIT");
+  to_init(*qp, Access::local_write);
   for (std::uint32_t i = 0; i < recvs; ++i) {
     Sge g{mr->addr() + slot * i, cfg.size, mr->lkey()};
     RecvWr w{i, std::span<const Sge>(&g, 1)};
@@ -451,10 +452,7 @@ int run_perftest_cm_server(const CmRunConfig& cfg) {
     ia.cap.max_send_wr = 64;
     ia.cap.max_recv_wr = recvs;
     s.qp = must(pd->create_qp(ia), "create QP");
-    QpAttr a;
-    a.qp_state = QpState::init;
-    a.qp_access_flags = Access::local_write | Access::remote_read | Access::remote_write;
-    must(s.qp->modify(a, QpAttrMask::state | QpAttrMask::pkey_index | QpAttrMask::port | QpAttrMask::access_flags), "QP to INIT");
+    to_init(*s.qp, Access::local_write | Access::remote_read | Access::remote_write);
     return s;
   };
   auto post_recv = [&](Side& s, std::uint64_t id, std::size_t off, std::uint32_t len) {

@@ -522,9 +522,9 @@ rdma_cm_rping() {
   # rdma_cm takes from the guest's netdev (1500 bytes; perftest prints the port's 4096).
   perftest_cm writeR write_bw 65536
   local rx
-  rx=$(python3 -c "import json,sys; print([json.loads(l) for l in open(sys.argv[1]) if l.startswith('{')][-1]['engine']['rx_packets'])" "$work/writeR.host" 2>/dev/null || echo 0)
+  rx=$(jfield "$(grep '^{' "$work/writeR.host" | tail -1)" engine.rx_packets)
   check "ib_write_bw -R (uid 1000) through RDMA-CM with vrdma-perf: 200 x 64 KiB written into the buffer it named, both exit 0, its engine received $rx packets (at least 12800)" \
-    bash -c "[ $ok = 0 ] && grep -q '^uid=1000(vrdma)' '$work/writeR.guest' && grep -qE '^ *65536 +200 ' '$work/writeR.guest' && [ $rx -ge 12800 ]"
+    bash -c "[ $ok = 0 ] && grep -q '^uid=1000(vrdma)' '$work/writeR.guest' && grep -qE '^ *65536 +200 ' '$work/writeR.guest' && [ '$rx' -ge 12800 ]"
   ucmatose_case ucm_c client 100
   ucmatose_case ucm_s server 100
 }
