@@ -190,7 +190,13 @@ static void ack_to(SoftDevice& d, SoftQp& qp, std::uint32_t psn) {
   for (std::uint64_t i = qp.sq_head; i != qp.sq_tail; ++i) {
     SendWqe& w = qp.wqe(i);
     if (!w.started) break;
-    if (w.done) continue;
+    if (w.done) {
+      // A READ or atomic past psn may be done already (its responses came): everything up to
+      // its end is acknowledged, never less (an ACK naming an earlier PSN, such as Linux rxe's
+      // answer to a duplicate SEND sent before a READ, must not pull the point back behind it).
+      if (w.npkts > 0 && wire::psn_lt(una, wire::psn_add(w.first_psn, w.npkts))) una = wire::psn_add(w.first_psn, w.npkts);
+      continue;
+    }
     std::uint32_t last = wire::psn_add(w.first_psn, w.npkts - 1);
     if (is_rd_atomic(w.opcode)) {
       if (wire::psn_le(w.first_psn, psn)) {
@@ -218,9 +224,11 @@ static void ack_to(SoftDevice& d, SoftQp& qp, std::uint32_t psn) {
 
 // True if a READ/atomic posted before w still waits for its response: then a response for w
 // means that one's response was lost (responses come in request order), an implied NAK.
+// An earlier SEND or WRITE still unacknowledged is no such sign: the response acknowledges it
+// (9.7.5.2.1; its own ACK was lost or is late).
 static bool earlier_response_missing(SoftQp& qp, const SendWqe& w) {
   for (std::uint64_t i = qp.sq_head; i != qp.sq_tail && &qp.wqe(i) != &w; ++i)
-    if (!qp.wqe(i).done) return true;
+    if (const SendWqe& e = qp.wqe(i); !e.done && is_rd_atomic(e.opcode)) return true;
   return false;
 }
 
