@@ -52,8 +52,17 @@ struct vrdma_cmd_buf {
 	u8 resp[VRDMA_MAX_RESPONSE];
 };
 
-struct vrdma_dev {
+/*
+ * The ib_device ib_core knows the device by. A device-fatal event that lost the guest's objects
+ * replaces it with a new one (vrdma_ib_reregister), so it is not part of struct vrdma_dev.
+ */
+struct vrdma_ibdev {
 	struct ib_device ib;  /* first: ib_alloc_device() */
+	struct vrdma_dev *dev;
+};
+
+struct vrdma_dev {
+	struct ib_device *ib;  /* the current registration (struct vrdma_ibdev) */
 	struct virtio_device *vdev;
 	bool carrier;  /* found behind vhost-user-blk-pci (VIRTIO_ID_BLOCK) rather than ID 42 */
 
@@ -222,7 +231,7 @@ struct vrdma_qp {
 
 static inline struct vrdma_dev *to_vdev(struct ib_device *ib)
 {
-	return container_of(ib, struct vrdma_dev, ib);
+	return container_of(ib, struct vrdma_ibdev, ib)->dev;
 }
 
 static inline struct vrdma_pd *to_vpd(struct ib_pd *pd)
@@ -276,8 +285,10 @@ void vrdma_events_stop(struct vrdma_dev *dev);
 void vrdma_events_free(struct vrdma_dev *dev);
 
 /* vrdma_ib.c */
+struct ib_device *vrdma_ib_alloc(struct vrdma_dev *dev);
 int vrdma_ib_register(struct vrdma_dev *dev);
 void vrdma_ib_unregister(struct vrdma_dev *dev);
+void vrdma_ib_reregister(struct vrdma_dev *dev);
 
 /* vrdma_ring.c: ring memory and its mmap, the doorbell queue */
 /* uc NULL: a kernel object's ring (no mmap entry). */

@@ -142,7 +142,7 @@ void vrdma_cq_event(struct vrdma_dev *dev, u32 handle, bool error)
 		if (cq->ibcq.comp_handler)
 			cq->ibcq.comp_handler(&cq->ibcq, cq->ibcq.cq_context);
 	} else if (cq->ibcq.event_handler) {
-		struct ib_event e = { .device = &dev->ib, .event = IB_EVENT_CQ_ERR, .element.cq = &cq->ibcq };
+		struct ib_event e = { .device = cq->ibcq.device, .event = IB_EVENT_CQ_ERR, .element.cq = &cq->ibcq };
 
 		cq->ibcq.event_handler(&e, cq->ibcq.cq_context);
 	}

@@ -23,7 +23,7 @@ static int post_event(struct vrdma_dev *dev, struct virtio_rdma_event *ev)
 
 static void dispatch(struct vrdma_dev *dev, enum ib_event_type type)
 {
-	struct ib_event e = { .device = &dev->ib, .event = type, .element.port_num = 1 };
+	struct ib_event e = { .device = dev->ib, .event = type, .element.port_num = 1 };
 
 	if (dev->registered)
 		ib_dispatch_event(&e);
@@ -82,6 +82,7 @@ static void handle(struct vrdma_dev *dev, const struct virtio_rdma_event *ev)
 			info == VIRTIO_RDMA_FATAL_OBJECTS_LOST ? "objects lost in a migration" : "backend restarted", pds,
 			objs);
 		dispatch(dev, IB_EVENT_DEVICE_FATAL);
+		vrdma_ib_reregister(dev);
 		break;
 	case VIRTIO_RDMA_EV_CQ_COMPLETION:
 		vrdma_cq_event(dev, handle, false);

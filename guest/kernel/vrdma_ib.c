@@ -315,9 +315,20 @@ static const struct ib_device_ops vrdma_ops = {
 	INIT_RDMA_OBJ_SIZE(ib_srq, vrdma_srq, ibsrq),
 };
 
-int vrdma_ib_register(struct vrdma_dev *dev)
+struct ib_device *vrdma_ib_alloc(struct vrdma_dev *dev)
 {
-	struct ib_device *ib = &dev->ib;
+	struct vrdma_ibdev *v = ib_alloc_device(vrdma_ibdev, ib);
+
+	if (!v)
+		return NULL;
+	v->dev = dev;
+	return &v->ib;
+}
+
+/* NAME: "vrdma%d", or the name of the registration this one replaces. */
+static int register_as(struct vrdma_dev *dev, const char *name)
+{
+	struct ib_device *ib = dev->ib;
 	int ret;
 
 	ib->node_type = RDMA_NODE_IB_CA;
@@ -340,7 +351,7 @@ int vrdma_ib_register(struct vrdma_dev *dev)
 		return ret;
 	/* The netdev with the device's address now, if the guest has it already; later otherwise. */
 	vrdma_netdev_bind_now(dev);
-	ret = ib_register_device(ib, "vrdma%d", dev->vdev->dev.parent);
+	ret = ib_register_device(ib, name, dev->vdev->dev.parent);
 	if (ret) {
 		dev_err(&dev->vdev->dev, "ib_register_device failed (%d)\n", ret);
 		vrdma_netdev_unwatch(dev);
@@ -357,11 +368,56 @@ int vrdma_ib_register(struct vrdma_dev *dev)
 	return 0;
 }
 
+int vrdma_ib_register(struct vrdma_dev *dev)
+{
+	return register_as(dev, "vrdma%d");
+}
+
 void vrdma_ib_unregister(struct vrdma_dev *dev)
 {
 	if (!dev->registered)
 		return;
 	vrdma_netdev_unwatch(dev);
-	ib_unregister_device(&dev->ib);
+	ib_unregister_device(dev->ib);
 	dev->registered = false;
+}
+
+/*
+ * After a device-fatal event that lost objects (from the event work, so no other event and no
+ * unbind runs meanwhile: vrdma_remove stops the events first). ib_core's users of the old
+ * registration hold objects the device no longer has, and ib_mad would never make its QP1 again:
+ * RDMA-CM and in-kernel users would stay dead. The old ib_device is unregistered (ib_core destroys
+ * what its users hold: in the kernel only, the epoch; processes' uverbs files are disassociated,
+ * their calls fail with EIO; RDMA-CM's users get RDMA_CM_EVENT_DEVICE_REMOVAL) and a new one is
+ * registered under the same name, on which ib_mad, ib_cm and applications that open the device
+ * again start over, as after mlx5's recovery from a fatal error.
+ */
+void vrdma_ib_reregister(struct vrdma_dev *dev)
+{
+	struct device *d = &dev->vdev->dev;
+	struct ib_device *old = dev->ib, *fresh;
+	char name[IB_DEVICE_NAME_MAX];
+	int ret;
+
+	if (!dev->registered)
+		return;
+	fresh = vrdma_ib_alloc(dev);
+	if (!fresh) {
+		dev_err(d, "no memory for a new registration: %s stays without its lost objects; unbind and bind the driver to start it over\n",
+			dev_name(&old->dev));
+		return;
+	}
+	strscpy(name, dev_name(&old->dev), sizeof(name));
+	vrdma_ib_unregister(dev);
+	dev->ib = fresh;
+	ib_dealloc_device(old);
+	WRITE_ONCE(dev->ndev, NULL);  /* the netdev was the old registration's port's */
+	ret = register_as(dev, name);
+	if (ret == -ENFILE || ret == -EEXIST)
+		ret = vrdma_ib_register(dev);
+	if (ret) {
+		dev_err(d, "%s could not be registered again (%d): no RDMA device until the driver is bound again\n", name, ret);
+		return;
+	}
+	dev_info(d, "%s registered again after the device lost the guest's objects: open it again\n", dev_name(&dev->ib->dev));
 }

@@ -139,9 +139,14 @@ static int vrdma_probe(struct virtio_device *vdev)
 		return -EPROTO;
 	}
 
-	dev = ib_alloc_device(vrdma_dev, ib);
+	dev = kzalloc(sizeof(*dev), GFP_KERNEL);
 	if (!dev)
 		return -ENOMEM;
+	dev->ib = vrdma_ib_alloc(dev);
+	if (!dev->ib) {
+		kfree(dev);
+		return -ENOMEM;
+	}
 	dev->vdev = vdev;
 	dev->carrier = carrier;
 	vdev->priv = dev;
@@ -233,7 +238,8 @@ err_cmd:
 	vrdma_cmd_free(dev);
 err_dev:
 	vdev->priv = NULL;
-	ib_dealloc_device(&dev->ib);
+	ib_dealloc_device(dev->ib);
+	kfree(dev);
 	return ret;
 }
 
@@ -254,7 +260,8 @@ static void vrdma_remove(struct virtio_device *vdev)
 		 dev->cmds_sent, dev->cmds_refused, dev->events_seen, dev->doorbells);
 	vrdma_cmd_free(dev);
 	vdev->priv = NULL;
-	ib_dealloc_device(&dev->ib);
+	ib_dealloc_device(dev->ib);
+	kfree(dev);
 }
 
 static const struct virtio_device_id id_table[] = {

@@ -58,7 +58,7 @@ static bool bind_locked(struct vrdma_dev *dev)
 	nd = netdev_with(dev->rdma_ip);
 	if (!nd)
 		return false;
-	ret = ib_device_set_netdev(&dev->ib, nd, 1);
+	ret = ib_device_set_netdev(dev->ib, nd, 1);
 	if (ret) {
 		dev_warn(&dev->vdev->dev, "cannot attach netdev %s to port 1 (%d)\n", netdev_name(nd), ret);
 		return false;
@@ -95,7 +95,7 @@ static void bind_work(struct work_struct *w)
 	bound = bind_locked(dev);
 	rtnl_unlock();
 	if (bound)
-		rdma_roce_rescan_device(&dev->ib);
+		rdma_roce_rescan_device(dev->ib);
 }
 
 static int inetaddr_event(struct notifier_block *nb, unsigned long event, void *ptr)
@@ -115,7 +115,7 @@ static int netdev_event(struct notifier_block *nb, unsigned long event, void *pt
 
 	/* ib_device_set_netdev's rule: let go of the netdev on its NETDEV_UNREGISTER. */
 	if (event == NETDEV_UNREGISTER && nd == dev->ndev) {
-		ib_device_set_netdev(&dev->ib, NULL, 1);
+		ib_device_set_netdev(dev->ib, NULL, 1);
 		WRITE_ONCE(dev->ndev, NULL);
 		dev_info(&dev->vdev->dev, "netdev %s is going away: port 1 has no netdev\n", netdev_name(nd));
 	}

@@ -436,7 +436,7 @@ void vrdma_qp_event(struct vrdma_dev *dev, u32 handle, u32 info)
 	dev_info_ratelimited(&dev->vdev->dev, "event: QP %u (handle %u) fatal, status %u\n", qp->ibqp.qp_num, handle,
 			     info);
 	if (qp->ibqp.event_handler) {
-		struct ib_event e = { .device = &dev->ib, .event = IB_EVENT_QP_FATAL, .element.qp = &qp->ibqp };
+		struct ib_event e = { .device = qp->ibqp.device, .event = IB_EVENT_QP_FATAL, .element.qp = &qp->ibqp };
 
 		qp->ibqp.event_handler(&e, qp->ibqp.qp_context);
 	}

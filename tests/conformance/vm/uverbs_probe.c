@@ -3,7 +3,8 @@
  * /dev/infiniband/uverbs0) with the kernel's write() commands (<rdma/ib_user_verbs.h>), the way
  * libibverbs does below its provider, so that a driver with no rdma-core provider yet can be
  * checked from user space (kmod_test.sh): GET_CONTEXT, QUERY_DEVICE, QUERY_PORT 1 (and port 2,
- * which must fail), NPDS x ALLOC_PD, a pause with the PDs held, DEALLOC_PD each. HOLD is a
+ * which must fail), NPDS x ALLOC_PD, a pause with the PDs held, QUERY_PORT 1 again, DEALLOC_PD
+ * each. HOLD is a
  * number of seconds, or a file: the PDs are held until it exists (at most 60 s).
  * Prints one "key=value ..." line per step; exits 1 on the first failure.
  */
@@ -88,6 +89,10 @@ int main(int argc, char **argv)
 		for (int i = 0; i < 600 && stat(hold, &st) != 0; i++)
 			usleep(100000);
 	}
+	/* After a disassociation (the device unregistered under us) only destroy commands answer. */
+	qp.port_num = 1;
+	err = uverbs_command(fd, IB_USER_VERBS_CMD_QUERY_PORT, &qp, sizeof(qp), sizeof(p));
+	printf("port1 after the hold: %s\n", err ? strerror(err) : "answered");
 	for (int i = 0; i < npds; i++) {
 		struct ib_uverbs_dealloc_pd dp = { .pd_handle = pds[i] };
 		if ((err = uverbs_command(fd, IB_USER_VERBS_CMD_DEALLOC_PD, &dp, sizeof(dp), 0))) {
