@@ -40,4 +40,10 @@ int run_ucmatose(const CmRunConfig& c);
 // if data arrived and the client left.
 int run_perftest_cm_server(const CmRunConfig& c);
 
+// perftest with -R as its client (ib_send_bw -R / ib_write_bw -R serving): the records its
+// client sends, then `iters` SENDs or WRITEs of `size` bytes on the test QP (write_bw: into the
+// buffer the server named, and our report, which the server prints). Prints one JSON line; exit
+// 0 when every work request completed and the server took the closing record.
+int run_perftest_cm_client(const CmRunConfig& c);
+
 }  // namespace vrdma::perf

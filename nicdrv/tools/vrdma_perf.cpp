@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
                "(perftest's way; by default, after 200 us without a completion it yields, after 2 ms it sleeps)");
   bool cm = false;
   app.add_flag("--cm", cm,
-               "with --peer-format perftest: the peer runs with -R (RDMA-CM; server role only, send_bw and write_bw)");
+               "with --peer-format perftest: the peer runs with -R (RDMA-CM; send_bw and write_bw, either role)");
   if (auto rc = vrdma::cli::parse(app, argc, argv)) return *rc;
   c.cmp_and_swap = atomic_type == "CMP_AND_SWAP";
   // UD drops a message that finds no receive posted: serve with perftest's UD receive depth.
@@ -95,7 +95,7 @@ int main(int argc, char** argv) {
     return r;
   };
   if (cm && c.peer_format == "perftest") {
-    if (!c.connect.empty()) die("--cm: vrdma-perf serves perftest's -R (ib_send_bw -R <us>); it cannot be its client yet");
+    if (!c.connect.empty()) return vrdma::perf::run_perftest_cm_client(cm_config(c.port, c.size, c.iters));
     return vrdma::perf::run_perftest_cm_server(cm_config(c.port, c.size, c.iters));
   }
   if (c.peer_format == "rping") return vrdma::perf::run_rping(cm_config(7174, 64, c.iters));  // rping's defaults

@@ -240,6 +240,12 @@ Reaction Conn::on_message(const mad::Message& m, TimePoint now) {
       case State::timewait:
         r.send = make_drep();  // our DREP was lost
         break;
+      case State::closed:
+        // Gone (after timewait, or closed by a REJ the peer may never have heard): confirm
+        // anyway, as for a connection we no longer hold, or the peer resends until its retries
+        // run out (12.9.8.3).
+        if (remote_id_ != 0) r.send = make_drep();
+        break;
       default: break;
     }
     return r;

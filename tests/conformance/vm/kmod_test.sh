@@ -495,6 +495,21 @@ perftest_cm() {
   kill $hp 2>/dev/null || true
   sed 's/^/  guest: /' "$work/$1.guest" | grep -v "===" | grep -vE "^  guest: -+$" | cut -c1-200; sed 's/^/  host: /' "$work/$1.host" | cut -c1-400
 }
+# perftest_cm_server NAME TEST SIZE: the guest's ib_TEST -R -n 200 -s SIZE (uid 1000) serving,
+# vrdma-perf its client from the host (--cm --connect: perftest's client records, then 200 SENDs
+# or WRITEs); vrdmad's wire counters before and after in $work/NAME.s0/.s1; ok=0 when both
+# exited 0.
+perftest_cm_server() {
+  ok=1
+  vstatus >"$work/$1.s0"
+  guest 15 "$work/$1.start" "((su -s /bin/sh vrdma -c \"id; timeout 60 ib_$2 -R -d vrdma0 -x ${G:-1} -F -n 200 -s $3\"; echo tool-rc=\$?) > /tmp/$1.out 2>&1 &); sleep 1" || true
+  timeout 90 ip netns exec "$NS" "$PERF" --device soft:$PERFIP --peer-format perftest --cm --test "$2" --size "$3" \
+    --iters 200 --connect $DEVIP >"$work/$1.host" 2>&1 && ok=0
+  guest 70 "$work/$1.guest" "for i in \$(seq 250); do grep -q '^tool-rc=' /tmp/$1.out && break; sleep 0.2; done; cat /tmp/$1.out" || true
+  grep -q '^tool-rc=0$' "$work/$1.guest" || ok=1
+  vstatus >"$work/$1.s1"
+  sed 's/^/  guest: /' "$work/$1.guest" | grep -v "===" | grep -vE "^  guest: -+$" | cut -c1-200; sed 's/^/  host: /' "$work/$1.host" | cut -c1-400
+}
 rdma_cm_rping() {
   local ok hp
   rping_client rping 40
@@ -525,6 +540,18 @@ rdma_cm_rping() {
   rx=$(jfield "$(grep '^{' "$work/writeR.host" | tail -1)" engine.rx_packets)
   check "ib_write_bw -R (uid 1000) through RDMA-CM with vrdma-perf: 200 x 64 KiB written into the buffer it named, both exit 0, its engine received $rx packets (at least 12800)" \
     bash -c "[ $ok = 0 ] && grep -q '^uid=1000(vrdma)' '$work/writeR.guest' && grep -qE '^ *65536 +200 ' '$work/writeR.guest' && [ '$rx' -ge 12800 ]"
+  # The other role: ib_send_bw -R and ib_write_bw -R serving in the guest, vrdma-perf their client
+  # (perftest's client records; for write_bw the buffer the guest named, and our report, which the
+  # guest prints as its result: so the WRITEs' bytes are counted at vrdmad, which received them).
+  perftest_cm_server sendRs send_bw 4096
+  check "ib_send_bw -R (uid 1000) serving in the guest, vrdma-perf its client through RDMA-CM: 200 x 4 KiB received by the tool, both exit 0" \
+    bash -c "[ $ok = 0 ] && grep -q '^uid=1000(vrdma)' '$work/sendRs.guest' && grep -qE '^ *4096 +200 ' '$work/sendRs.guest' &&
+      grep -q '\"ops\":200,' '$work/sendRs.host'"
+  perftest_cm_server writeRs write_bw 65536
+  rx=$(delta "$(cat "$work/writeRs.s0")" "$(cat "$work/writeRs.s1")" wire.rx_bytes)
+  check "ib_write_bw -R (uid 1000) serving in the guest, vrdma-perf its client: 200 x 64 KiB written into the buffer the guest named ($rx bytes reached vrdmad), both exit 0" \
+    bash -c "[ $ok = 0 ] && grep -q '^uid=1000(vrdma)' '$work/writeRs.guest' && grep -qE '^ *65536 +200 ' '$work/writeRs.guest' &&
+      grep -q '\"ops\":200,' '$work/writeRs.host' && [ '$rx' -ge $((200 * 65536)) ] 2>/dev/null"
   ucmatose_case ucm_c client 100
   ucmatose_case ucm_s server 100
 }
@@ -547,6 +574,20 @@ rdma_cm_with_loss() {
   LOSS="2 % loss" ucmatose_case ucml_s server 200
   dropped=$(loss_off)
   check "ucmatose with loss: packets were dropped (${dropped:-?})" bash -c "[ '${dropped:-0}' -gt 0 ]"
+  # perftest -R in both roles with loss: ib_write_bw -R serving in the guest, vrdma-perf writing;
+  # ib_send_bw -R in the guest as client, vrdma-perf serving.
+  loss_on
+  perftest_cm_server writeRsl write_bw 65536
+  dropped=$(loss_off)
+  rx=$(delta "$(cat "$work/writeRsl.s0")" "$(cat "$work/writeRsl.s1")" wire.rx_bytes)
+  check "ib_write_bw -R serving in the guest with 2 % loss (${dropped:-?} dropped): 200 x 64 KiB from vrdma-perf, $rx bytes reached vrdmad, both exit 0" \
+    bash -c "[ $ok = 0 ] && grep -qE '^ *65536 +200 ' '$work/writeRsl.guest' && grep -q '\"ops\":200,' '$work/writeRsl.host' &&
+      [ '$rx' -ge $((200 * 65536)) ] 2>/dev/null && [ '${dropped:-0}' -gt 0 ]"
+  loss_on
+  perftest_cm sendRl send_bw 4096
+  dropped=$(loss_off)
+  check "ib_send_bw -R in the guest as client with 2 % loss (${dropped:-?} dropped): 200 x 4 KiB counted by vrdma-perf, both exit 0" \
+    bash -c "[ $ok = 0 ] && grep -qE '^ *4096 +200 ' '$work/sendRl.guest' && grep -q '\"ops\":200,' '$work/sendRl.host' && [ '${dropped:-0}' -gt 0 ]"
 }
 
 # 4f. Two processes on vrdma0 at once, one SIGKILLed mid-run (issue 25): a "victim"

@@ -4,7 +4,8 @@
 # QP1, moves data with SEND/READ/WRITE, checks it, and disconnects; tshark decodes every CM MAD
 # on the veth (REQ, MRA, REP, RTU, DREQ, DREP, nothing malformed). Then again with nftables
 # dropping 10 % of RoCE packets both ways (lost MADs are resent, lost data retransmitted). The
-# same for ucmatose's protocol (vrdma-perf --peer-format ucmatose in both roles).
+# same for ucmatose's protocol (vrdma-perf --peer-format ucmatose in both roles) and perftest -R's
+# (--peer-format perftest --cm, server and client).
 #   netns_cm_test.sh PATH/TO/vrdma-perf          exits 77 (skip) without root
 set -euo pipefail
 PERF=$(readlink -f "$1")
@@ -67,6 +68,29 @@ run_ucmatose() {  # name, messages, size
     echo "FAIL $name"; cat "$work/$name.cli" "$work/$name.srv"; fail=$((fail + 1)); wait $spid 2>/dev/null || true
   fi
 }
+# perftest -R's exchange (vrdma-perf --cm as perftest's server and as its client): the records in
+# the order perftest's own client sends them, the test QP's second connection, every SEND
+# received (send_bw) or every WRITE's packets at the server's engine (write_bw).
+run_perftest_cm() {  # name, test, messages, size
+  local name=$1 test=$2 n=$3 size=$4 spid want
+  timeout 60 ip netns exec "$A" "$PERF" --device soft:$IPA --peer-format perftest --cm --test "$test" --size "$size" \
+    >"$work/$name.srv" 2>&1 &
+  spid=$!
+  sleep 0.3
+  want='"records":[16,4,4,2,56,56,56,56,56,56,56]'
+  [ "$test" = send_bw ] || want='"records":[16,4,4,2,56,56,56,56,56,56,8,8,8,8,8,56]'
+  if timeout 60 ip netns exec "$B" "$PERF" --device soft:$IPB --peer-format perftest --cm --test "$test" --size "$size" \
+       --iters "$n" --connect $IPA --qp-timeout 14 >"$work/$name.cli" 2>&1 && wait $spid &&
+     grep -q "\"ops\":$n," "$work/$name.cli" && grep -qF "$want" "$work/$name.cli" && grep -qF "$want" "$work/$name.srv" &&
+     grep -q '"peer_disconnected":true' "$work/$name.srv" &&
+     { [ "$test" = write_bw ] || grep -q "\"ops\":$n," "$work/$name.srv"; } &&
+     python3 -c 'import json,sys; e=json.loads(open(sys.argv[1]).read().splitlines()[-1])["engine"]; sys.exit(0 if e["rx_bytes"] >= int(sys.argv[2]) else 1)' \
+       "$work/$name.srv" $((n * size)); then
+    echo "ok   $name: $(cat "$work/$name.cli")"; passed=$((passed + 1))
+  else
+    echo "FAIL $name"; cat "$work/$name.cli" "$work/$name.srv"; fail=$((fail + 1)); wait $spid 2>/dev/null || true
+  fi
+}
 
 have_tshark=0
 if command -v tshark >/dev/null; then
@@ -80,6 +104,8 @@ fi
 run_rping rping_4k 100 4096
 run_rping rping_64k 20 65535
 run_ucmatose ucmatose 100 4096
+run_perftest_cm send_bw_R send_bw 200 65536
+run_perftest_cm write_bw_R write_bw 200 65536
 if [ -n "$cap_pid" ]; then sleep 0.5; kill -TERM "$cap_pid"; wait "$cap_pid" 2>/dev/null || true; cap_pid=""; fi
 
 if [ $have_tshark -eq 1 ]; then
@@ -104,6 +130,8 @@ EOF
 done
 run_rping rping_loss 200 4096
 run_ucmatose ucmatose_loss 200 4096
+run_perftest_cm send_bw_R_loss send_bw 100 65536
+run_perftest_cm write_bw_R_loss write_bw 100 65536
 dropped=$(for ns in "$A" "$B"; do ip netns exec "$ns" nft list table inet hcm_loss; done | grep -o 'packets [0-9]*' | awk '{s+=$2} END{print s+0}')
 echo "nftables dropped $dropped RoCE packets; CM resends: $(grep -ho '"cm_resends":[0-9]*' "$work/rping_loss.cli" "$work/rping_loss.srv" | tr '\n' ' ')"
 [ "$dropped" -gt 0 ] || { echo "FAIL nftables dropped nothing"; fail=$((fail + 1)); }

@@ -254,6 +254,10 @@ BOOST_AUTO_TEST_CASE(dreq_from_either_side_ends_in_timewait_then_closed) {
     BOOST_TEST(from.state() == State::closed);
     BOOST_TEST(to.state() == State::closed);
     BOOST_TEST(from.was_established());
+    // Closed and still held by the application: a late duplicate is confirmed all the same.
+    auto late = to.on_message(*d.send, after(t0, 21));
+    BOOST_TEST((late.send && std::holds_alternative<mad::Drep>(*late.send)));
+    BOOST_TEST(!late.qp_to_error);
   }
 }
 
