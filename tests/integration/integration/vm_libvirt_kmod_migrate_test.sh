@@ -17,7 +17,7 @@
 # disconnected cleanly; none of them was told anything.
 #   vm_libvirt_kmod_migrate_test.sh SOURCE_DIR VRDMACTL VRDMAD VRDMA_PERF VRDMA_MEMCMP
 # exits 77 (skip) without root, libvirt, QEMU, the guest kernel, its headers or rdma-core's
-# source; KEEP_WORK=1 keeps the logs. KMOD_MIGRATE_PINGS (default 3000),
+# source; KEEP_WORK=1 keeps the logs. KMOD_MIGRATE_PINGS (default 6000: ~65 s, inside ib_write_bw's 90),
 # KMOD_MIGRATE_WRITE_SECONDS (90) and KMOD_MIGRATE_NVME_SECONDS (70) size the runs: all must
 # outlast the two moves.
 set -uo pipefail
@@ -59,7 +59,7 @@ inner() {
   # would answer ARP for it as well). The tools' TCP exchange runs on a subnet of its own.
   GIP=10.88.12.12 GMAC=52:54:00:88:0c:0c NICMAC=52:54:00:88:0c:02
   PEER=10.88.12.3 PEER2=10.88.12.4 PEERMAC=02:00:0a:58:0c:03 TCPHOST=10.88.22.1 TCPGUEST=10.88.22.2
-  PINGS=${KMOD_MIGRATE_PINGS:-3000} WRITE_S=${KMOD_MIGRATE_WRITE_SECONDS:-90} NVME_S=${KMOD_MIGRATE_NVME_SECONDS:-70}
+  PINGS=${KMOD_MIGRATE_PINGS:-6000} WRITE_S=${KMOD_MIGRATE_WRITE_SECONDS:-90} NVME_S=${KMOD_MIGRATE_NVME_SECONDS:-70}
   A="virsh -q -c $LV_A_URI" B="virsh -q -c $LV_B_URI"
   fail() {
     echo "FAIL: $*" >&2
