@@ -670,7 +670,8 @@ VIRTIO_RDMA_STATIC_ASSERT(sizeof(struct virtio_rdma_state_area_hdr) == VIRTIO_RD
 
 /*
  * The objects a device holds (not a wire struct): the input of virtio_rdma_state_area_bound().
- * Work requests and inline bytes are summed over QPs (the inline bound is per WR).
+ * Work requests and inline bytes are summed over QPs (the inline bound is per WR); receive work
+ * requests also over SRQs (their depths).
  */
 struct virtio_rdma_state_census {
 	__u64 pds, ahs, srqs, mrs, mr_pages, cqs, cqes, qps;

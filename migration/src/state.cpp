@@ -46,9 +46,12 @@ Error bad(const std::string& what) {
 Result<std::vector<std::uint8_t>> DeviceState::Impl::save_state() {
   if (!d.paused && !(d.pds.empty() && d.cqs.empty()))
     return make_error(Errc::bad_state, "the device state can be saved only after its rings are stopped (GET_VRING_BASE)");
-  if (!d.srqs.empty())
-    return make_error(Errc::not_supported, fmt::format("the guest has {} SRQs; migrating SRQs is not supported yet",
-                                                       d.srqs.size()));
+  // A NIC's SRQ cannot give back the receives posted to it (rebuild.cpp re-posts a QP's from
+  // the guest's ring; an SRQ's slots are the guest's again once taken).
+  if (d.engine_rebuilds() && !d.srqs.empty())
+    return make_error(Errc::not_supported,
+                      fmt::format("the guest has {} SRQs; a NIC's SRQ cannot move (its posted receives cannot be read "
+                                  "back)", d.srqs.size()));
   // On a NIC the QPs are drained and stopped first (rebuild.cpp); a second save reuses that.
   if (d.engine_rebuilds() && stopped_for_rebuild.empty())
     if (auto s = stop_for_rebuild(); !s.ok()) return s.error();
@@ -84,6 +87,14 @@ Result<std::vector<std::uint8_t>> DeviceState::Impl::save_state() {
   for (const auto& [h, ah] : d.ahs) {
     w.put(h, ah.pd, ah.wire);
   }
+  // Version 6: the SRQs, before the QPs made on them.
+  w.put(static_cast<std::uint32_t>(d.srqs.size()));
+  for (const auto& [h, s] : d.srqs) {
+    auto blob = s.eng->export_state();
+    if (!blob) return make_error(Errc::io_error, fmt::format("SRQ {}: {}", h, blob.error().message));
+    w.put(h, s.pd, s.max_sge, save_ring(s.ring), s.status_gpa);
+    w.bytes(*blob);
+  }
   w.put(static_cast<std::uint32_t>(d.qps.size()));
   for (const auto& [h, qp] : d.qps) {
     auto blob = d.engine_rebuilds() ? rebuild_record(h, qp) : qp.eng->export_state();
@@ -91,7 +102,7 @@ Result<std::vector<std::uint8_t>> DeviceState::Impl::save_state() {
                                  fmt::format("QP {}: {}", h, blob.error().message));
     w.put(h, qp.pd, qp.send_cq, qp.recv_cq, static_cast<std::uint8_t>(qp.type),
           static_cast<std::uint8_t>(qp.sq_sig_all), static_cast<std::uint8_t>(qp.fatal_reported), qp.max_send_sge,
-          qp.max_recv_sge, qp.max_inline, save_ring(qp.sq), save_ring(qp.rq), qp.status_gpa, qp.guest_qpn);
+          qp.max_recv_sge, qp.max_inline, save_ring(qp.sq), save_ring(qp.rq), qp.status_gpa, qp.guest_qpn, qp.srq);
     w.bytes(*blob);
   }
   // Version 2: beside a soft engine's QP state, what the device keeps of its own (a NIC's
@@ -130,7 +141,7 @@ Result<std::vector<std::uint8_t>> DeviceState::Impl::save_state() {
           static_cast<std::uint32_t>(pages.size()));
     for (auto p : pages) w.put(p);
   }
-  // Version 5: the doorbell rings, and the CQs and QPs made with each (SRQs do not move yet).
+  // Version 5: the doorbell rings, and the CQs and QPs made with each; version 6: the SRQs too.
   w.put(static_cast<std::uint32_t>(d.db_rings.size()));
   for (const auto& [n, ring] : d.db_rings) w.put(n, ring.gpa, ring.depth, ring.consumed);
   auto put_tags = [&w](const auto& objects) {
@@ -142,8 +153,9 @@ Result<std::vector<std::uint8_t>> DeviceState::Impl::save_state() {
   };
   put_tags(d.cqs);
   put_tags(d.qps);
-  log::info("virtio-rdma: device state saved: {} PDs, {} MRs, {} CQs, {} AHs, {} QPs, {} bytes", d.pds.size(),
-            d.mr_count(), d.cqs.size(), d.ahs.size(), d.qps.size(), w.out.size());
+  put_tags(d.srqs);
+  log::info("virtio-rdma: device state saved: {} PDs, {} MRs, {} CQs, {} AHs, {} SRQs, {} QPs, {} bytes", d.pds.size(),
+            d.mr_count(), d.cqs.size(), d.ahs.size(), d.srqs.size(), d.qps.size(), w.out.size());
   return std::move(w.out);
 }
 
@@ -266,30 +278,67 @@ Status DeviceState::Impl::load_state(std::span<const std::uint8_t> blob) {
     d.ahs[h] = AhObj{pd, wire, std::move(*ah)};
     ++pit->second.users;
   }
+  const auto ring_ok = [&](const SavedRing& s, std::uint32_t stride) {
+    return s.depth != 0 && (s.depth & (s.depth - 1)) == 0 && s.depth <= lim.max_qp_wr && s.stride == stride &&
+           s.produced - s.consumed <= s.depth && g.memory().range(s.gpa, std::uint64_t{s.depth} * s.stride).ok();
+  };
+  if (version >= 6) {
+    if (!r.get(n) || n > lim.max_srq || (n != 0 && d.engine_rebuilds())) return fail(bad("SRQ count"));
+    for (std::uint32_t i = 0; i < n; ++i) {
+      std::uint32_t h = 0;
+      SrqObj s;
+      SavedRing ring{};
+      std::vector<std::uint8_t> eng_blob;
+      if (!r.get(h) || !r.get(s.pd) || !r.get(s.max_sge) || !r.get(ring) || !r.get(s.status_gpa) ||
+          !r.bytes(eng_blob, 1u << 24))
+        return fail(bad("truncated SRQ"));
+      auto pit = d.pds.find(s.pd);
+      if (!fresh(h, d.srqs.count(h) != 0) || pit == d.pds.end() || s.max_sge == 0 || s.max_sge > lim.max_sge ||
+          !ring_ok(ring, vd::recv_stride(s.max_sge)) || !g.memory().range(s.status_gpa, sizeof(vd::QpStatus)))
+        return fail(bad(fmt::format("SRQ {}", h)));
+      s.ring = WorkRing{ring.gpa, ring.depth, ring.stride, ring.consumed, ring.produced};
+      auto eng = pit->second.eng->create_srq(ring.depth, s.max_sge);
+      if (!eng) return fail(prefixed(fmt::format("SRQ {}: ", h), eng.error()));
+      if (auto imported = (*eng)->import_state(eng_blob); !imported.ok())
+        return fail(prefixed(fmt::format("SRQ {}: ", h), imported.error()));
+      s.eng = std::move(*eng);
+      ++pit->second.users;
+      if (s.ring.produced != s.ring.consumed) d.pending_srq.insert(h);
+      d.srqs.emplace(h, std::move(s));
+    }
+  }
   t = SteadyClock::now();
   if (!r.get(n) || n > lim.max_qp) return fail(bad("QP count"));
   for (std::uint32_t i = 0; i < n; ++i) {
-    std::uint32_t h = 0, qpn = 0;
+    std::uint32_t h = 0, qpn = 0, srq = vd::kNoHandle;
     std::uint8_t type = 0, sig = 0, fatal = 0;
     QpObj qp;
     SavedRing sq{}, rq{};
     std::vector<std::uint8_t> eng_blob;
     if (!r.get(h) || !r.get(qp.pd) || !r.get(qp.send_cq) || !r.get(qp.recv_cq) || !r.get(type) || !r.get(sig) ||
         !r.get(fatal) || !r.get(qp.max_send_sge) || !r.get(qp.max_recv_sge) || !r.get(qp.max_inline) || !r.get(sq) ||
-        !r.get(rq) || !r.get(qp.status_gpa) || !r.get(qpn) || !r.bytes(eng_blob, 1u << 24))
+        !r.get(rq) || !r.get(qp.status_gpa) || !r.get(qpn) || (version >= 6 && !r.get(srq)) ||
+        !r.bytes(eng_blob, 1u << 24))
       return fail(bad("truncated QP"));
     auto pit = d.pds.find(qp.pd);
     auto scq = d.cqs.find(qp.send_cq);
     auto rcq = d.cqs.find(qp.recv_cq);
-    const auto ring_ok = [&](const SavedRing& s, std::uint32_t stride) {
-      return s.depth != 0 && (s.depth & (s.depth - 1)) == 0 && s.depth <= lim.max_qp_wr && s.stride == stride &&
-             s.produced - s.consumed <= s.depth && g.memory().range(s.gpa, std::uint64_t{s.depth} * s.stride).ok();
-    };
+    // A QP on an SRQ (of its PD) has no receive ring.
+    SrqObj* on_srq = nullptr;
+    if (srq != vd::kNoHandle) {
+      auto sit = d.srqs.find(srq);
+      if (sit == d.srqs.end() || sit->second.pd != qp.pd || rq.gpa != 0 || rq.depth != 0 || rq.stride != 0 ||
+          rq.consumed != 0 || rq.produced != 0)
+        return fail(bad(fmt::format("QP {} on SRQ {}", h, srq)));
+      on_srq = &sit->second;
+    }
     if (!fresh(h, d.qps.count(h) != 0) || pit == d.pds.end() || scq == d.cqs.end() || rcq == d.cqs.end() ||
         !qp_shape_ok(lim, type, qp.max_send_sge, qp.max_recv_sge, qp.max_inline) ||
         !ring_ok(sq, vd::send_stride(qp.max_send_sge, qp.max_inline)) ||
-        !ring_ok(rq, vd::recv_stride(qp.max_recv_sge)) || !g.memory().range(qp.status_gpa, sizeof(vd::QpStatus)))
+        (on_srq == nullptr && !ring_ok(rq, vd::recv_stride(qp.max_recv_sge))) ||
+        !g.memory().range(qp.status_gpa, sizeof(vd::QpStatus)))
       return fail(bad(fmt::format("QP {}", h)));
+    qp.srq = srq;
     qp.type = static_cast<nicdrv::QpType>(type);
     qp.sq_sig_all = sig != 0;
     qp.fatal_reported = fatal != 0;
@@ -299,6 +348,7 @@ Status DeviceState::Impl::load_state(std::span<const std::uint8_t> blob) {
     ia.type = qp.type;
     ia.send_cq = scq->second.eng.get();
     ia.recv_cq = rcq->second.eng.get();
+    ia.srq = on_srq != nullptr ? on_srq->eng.get() : nullptr;
     ia.cap = nicdrv::QpCap{sq.depth, rq.depth, qp.max_send_sge, qp.max_recv_sge, qp.max_inline};
     ia.sq_sig_all = qp.sq_sig_all;
     nicdrv::QpOptions qo;
@@ -327,6 +377,7 @@ Status DeviceState::Impl::load_state(std::span<const std::uint8_t> blob) {
     ++pit->second.users;
     ++scq->second.users;
     ++rcq->second.users;
+    if (on_srq != nullptr) ++on_srq->users;
     if (qp.sq.produced != qp.sq.consumed) d.pending_sq.insert(h);
     if (qp.rq.produced != qp.rq.consumed) d.pending_rq.insert(h);
     d.qps.emplace(h, std::move(qp));
@@ -341,8 +392,10 @@ Status DeviceState::Impl::load_state(std::span<const std::uint8_t> blob) {
       if (it == d.qps.end() || !seen.insert(h).second || dest >> 24 != 0 || keys > notice::kMaxRkeys)
         return fail(bad(fmt::format("QP extras of QP {}", h)));
       auto& qp = it->second;
-      // Receives still posted to the engine: at most what the guest posted and the device took.
-      if (qp.rq.consumed - rq_done > qp.rq.depth) return fail(bad(fmt::format("QP {}: receives completed", h)));
+      // Receives still posted to the engine: at most what the guest posted and the device took
+      // (a QP on an SRQ only counts the receives it completed).
+      if (qp.srq == vd::kNoHandle && qp.rq.consumed - rq_done > qp.rq.depth)
+        return fail(bad(fmt::format("QP {}: receives completed", h)));
       qp.rq_done = rq_done;
       qp.guest_dest_qpn = dest;
       for (std::uint32_t k = 0; k < keys; ++k) {
@@ -433,6 +486,8 @@ Status DeviceState::Impl::load_state(std::span<const std::uint8_t> blob) {
     };
     if (auto s = get_tags(d.cqs, "CQ"); !s.ok()) return fail(s.error());
     if (auto s = get_tags(d.qps, "QP"); !s.ok()) return fail(s.error());
+    if (version >= 6)
+      if (auto s = get_tags(d.srqs, "SRQ"); !s.ok()) return fail(s.error());
   }
   if (!r.at_end()) return fail(bad("trailing bytes"));
   if (auto s = finish_rebuilds(); !s.ok()) return fail(s.error());
@@ -440,9 +495,10 @@ Status DeviceState::Impl::load_state(std::span<const std::uint8_t> blob) {
   qp_ms = ms_since(t);
   const std::uint32_t unused = pre.count();
   pre.clear();
-  log::info("virtio-rdma: device state loaded: {} PDs, {} MRs ({:.1f} ms), {} CQs ({:.1f} ms), {} AHs, {} QPs "
+  log::info("virtio-rdma: device state loaded: {} PDs, {} MRs ({:.1f} ms), {} CQs ({:.1f} ms), {} AHs, {} SRQs, {} QPs "
             "({:.1f} ms), {} objects pre-created during pre-copy ({} left unused); resuming when the rings run",
-            d.pds.size(), d.mr_count(), mr_ms, d.cqs.size(), cq_ms, d.ahs.size(), d.qps.size(), qp_ms, adopted, unused);
+            d.pds.size(), d.mr_count(), mr_ms, d.cqs.size(), cq_ms, d.ahs.size(), d.srqs.size(), d.qps.size(), qp_ms,
+            adopted, unused);
   return {};
 }
 

@@ -86,6 +86,7 @@ vd::StateCensus DeviceState::Impl::census() const {
     c.inline_bytes += std::uint64_t{qp.sq.depth} * qp.max_inline;
     c.remote_rkeys += qp.remote_rkeys.size();
   }
+  for (const auto& [h, s] : d.srqs) c.recv_wrs += s.ring.depth;  // the receives an SRQ holds travel with it
   c.db_rings = d.db_rings.size();
   return c;
 }

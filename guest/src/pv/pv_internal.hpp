@@ -356,6 +356,12 @@ class PvSrq final : public SharedReceiveQueue, public std::enable_shared_from_th
   ~PvSrq() override { dev_->destroy(vd::Cmd::destroy_srq, h_); }
   Status post_recv(std::span<const RecvWr> wrs, std::size_t* bad_index) override;
   std::uint32_t max_wr() const noexcept override { return ring_.depth; }
+  Result<std::vector<std::uint8_t>> export_state() const override {
+    return make_error(Errc::not_supported, dev_->name() + ": a pv SRQ's state lives in its backend (vrdmad), which migrates it");
+  }
+  Status import_state(std::span<const std::uint8_t>) override {
+    return make_error(Errc::not_supported, dev_->name() + ": a pv SRQ's state lives in its backend (vrdmad), which migrates it");
+  }
   [[nodiscard]] std::uint32_t handle() const { return h_; }
   [[nodiscard]] const PvDevice& device() const { return *dev_; }
 

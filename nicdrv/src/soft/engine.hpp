@@ -231,6 +231,8 @@ class SoftSrq final : public SharedReceiveQueue, public std::enable_shared_from_
       : pd_(std::move(pd)), max_wr_(max_wr), max_sge_(max_sge) {}
   Status post_recv(std::span<const RecvWr> wrs, std::size_t* bad_index) override;
   std::uint32_t max_wr() const noexcept override { return max_wr_; }
+  Result<std::vector<std::uint8_t>> export_state() const override;  // qp_migrate.cpp
+  Status import_state(std::span<const std::uint8_t> blob) override;
   [[nodiscard]] const SoftPd* pd() const noexcept { return pd_.get(); }
   std::deque<RecvWqe> queue;  // guarded by SoftDevice::mu_
 

@@ -12,6 +12,8 @@ namespace {
 
 constexpr std::uint32_t kMagic = 0x56514d31;  // "VQM1"
 constexpr std::uint32_t kVersion = 1;
+constexpr std::uint32_t kSrqMagic = 0x56534d31;  // "VSM1"
+constexpr std::uint32_t kSrqVersion = 1;
 
 
 // Fixed-layout part of a send WQE (everything but the inline bytes).
@@ -180,6 +182,43 @@ Status SoftQp::import_state(std::span<const std::uint8_t> blob) {
   if (wire::psn_lt(una_psn, next_new_psn)) retx_deadline = dev.retx_interval(*this);
   dev.rearm(*this);
   dev.mark_active(*this);
+  return {};
+}
+
+// An SRQ's state: its receives not yet taken, oldest first. The SGEs name regions by key, which
+// a soft engine keeps across a move (the regions travel first).
+Result<std::vector<std::uint8_t>> SoftSrq::export_state() const {
+  std::lock_guard lk(pd_->dev().mu_);
+  ByteWriter w;
+  w.put(kSrqMagic, kSrqVersion, max_wr_, max_sge_, static_cast<std::uint32_t>(queue.size()));
+  for (const auto& r : queue) w.put(to_rec(r));
+  return std::move(w.out);
+}
+
+Status SoftSrq::import_state(std::span<const std::uint8_t> blob) {
+  std::lock_guard lk(pd_->dev().mu_);
+  auto bad = [](const std::string& what) -> Status {
+    return make_error(Errc::invalid_argument, "SRQ state blob rejected (" + what + ")");
+  };
+  if (!queue.empty()) return make_error(Errc::bad_state, "import_state needs an SRQ with no receives posted");
+  ByteReader r(blob);
+  std::uint32_t magic = 0, version = 0, max_wr = 0, max_sge = 0, n = 0;
+  if (!r.get(magic) || magic != kSrqMagic) return bad("not a soft-engine SRQ state");
+  if (!r.get(version) || version != kSrqVersion) return bad("unknown version");
+  if (!r.get(max_wr) || !r.get(max_sge) || !r.get(n)) return bad("truncated");
+  if (max_wr != max_wr_ || max_sge != max_sge_)
+    return bad("it was made with " + std::to_string(max_wr) + " work requests of " + std::to_string(max_sge) +
+               " SGEs, this SRQ has " + std::to_string(max_wr_) + " of " + std::to_string(max_sge_));
+  if (n > max_wr_) return bad("more receives than the SRQ holds");
+  std::deque<RecvWqe> q;
+  for (std::uint32_t i = 0; i < n; ++i) {
+    RecvRec x{};
+    if (!r.get(x)) return bad("truncated receive queue");
+    if (x.num_sge > max_sge_) return bad("receive WQE with too many SGEs");
+    q.push_back(from_rec(x));
+  }
+  if (!r.at_end()) return bad("trailing bytes");
+  queue = std::move(q);
   return {};
 }
 

@@ -441,4 +441,12 @@ Status VerbsQp::import_state(std::span<const std::uint8_t>) {
                                                   "reconnect it instead");
 }
 
+Result<std::vector<std::uint8_t>> VerbsSrq::export_state() const {
+  return make_error(Errc::not_supported, "a hardware SRQ's posted receives cannot be read back from the NIC");
+}
+
+Status VerbsSrq::import_state(std::span<const std::uint8_t>) {
+  return make_error(Errc::not_supported, "a hardware SRQ cannot take an imported state; post its receives again");
+}
+
 }  // namespace vrdma::nicdrv::verbs

@@ -196,6 +196,8 @@ class VerbsSrq final : public SharedReceiveQueue, public std::enable_shared_from
   ~VerbsSrq() override { ibv_destroy_srq(srq_); }
   Status post_recv(std::span<const RecvWr> wrs, std::size_t* bad_index) override;
   std::uint32_t max_wr() const noexcept override { return max_wr_; }
+  Result<std::vector<std::uint8_t>> export_state() const override;
+  Status import_state(std::span<const std::uint8_t> blob) override;
   ibv_srq* srq() const noexcept { return srq_; }
   const VerbsPd& pd() const noexcept { return *pd_; }
   RecvLog& log() noexcept { return log_; }

@@ -1,7 +1,8 @@
 // libFuzzer target: QP state blobs arrive from the migration source over the network, so
 // import_state() must reject anything malformed with an error and never crash or hang.
 // Inputs whose first byte is odd get a valid blob header (magic, version, QPN, type) so the
-// fuzzer spends its time past the first checks.
+// fuzzer spends its time past the first checks. The same bytes go to an SRQ's import_state()
+// (the receives an SRQ held), with an SRQ header when the second bit is set.
 #include <unistd.h>
 
 #include <cstdint>
@@ -61,6 +62,18 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     QpAttr a;
     a.qp_state = QpState::err;
     (void)(*qp)->modify(a, QpAttrMask::state);
+  }
+  std::vector<std::uint8_t> sblob(data, data + size);
+  if (size >= 20 && (data[0] & 2) != 0) {
+    const std::uint32_t hdr[4] = {0x56534d31, 1, 16, 2};  // "VSM1", version, max_wr, max_sge
+    std::memcpy(sblob.data(), hdr, sizeof hdr);
+  }
+  auto srq = env.pd->create_srq(16, 2);
+  if (!srq) return 0;
+  if ((*srq)->import_state(sblob)) {
+    // An accepted blob round-trips: exported again, it has every receive it was given.
+    auto again = (*srq)->export_state();
+    if (!again || again->size() != sblob.size()) std::abort();
   }
   return 0;
 }

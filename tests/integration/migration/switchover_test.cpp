@@ -837,24 +837,56 @@ BOOST_AUTO_TEST_CASE(sigterm_to_a_supervisor_ends_its_backend_and_it) {
   BOOST_CHECK_EQUAL(count_in(log, "starting it again"), 0u);
 }
 
-// A state the source cannot save (here SRQs, which do not migrate yet; a NIC's QPs the same)
-// must not leave the guest waiting on objects that are gone: the source writes why into the
-// state area, the destination runs the guest with no objects, says so, and tells the driver
-// (DEVICE_FATAL), whose CQ polls and commands then fail with the reason.
+// A state the source cannot save (here a REG_MR still waiting in a send queue, behind a fenced
+// READ the peer never answers: it names memory of this host; a NIC's SRQs the same) must not
+// leave the guest waiting on objects that are gone: the source writes why into the state area,
+// the destination runs the guest with no objects, says so, and tells the driver (DEVICE_FATAL),
+// whose CQ polls and commands then fail with the reason.
 BOOST_AUTO_TEST_CASE(a_state_the_source_cannot_save_arrives_as_a_device_fatal_with_the_reason) {
   BOOST_REQUIRE_MESSAGE(can_make_netns(), "needs root for network namespaces");
   Fabric net;
   BOOST_REQUIRE_MESSAGE(net.ok, "cannot build the namespaces and the bridge");
   Guest g(net);
-  auto srq = g.a->pd->create_srq(16, 1);
-  VRDMA_REQUIRE_OK(srq);
+  PairOptions slow = g.o;
+  slow.timeout = 20;  // ~4 s before the READ is sent again: the move happens first
+  auto ea = make_endpoint(g.dev, slow);
+  auto eb = make_endpoint(g.peer, slow);
+  VRDMA_REQUIRE_OK(ea);
+  VRDMA_REQUIRE_OK(eb);
+  VRDMA_REQUIRE_OK(connect(*ea, *eb, slow));
+  QpAttr err;
+  err.qp_state = QpState::err;
+  VRDMA_REQUIRE_OK(eb->qp->modify(err, QpAttrMask::state));  // it drops every request now
+  Sge local{reinterpret_cast<std::uint64_t>(ea->buf.data()), 100, ea->mr->lkey()};
+  SendWr rd;
+  rd.wr_id = 1;
+  rd.opcode = WrOpcode::rdma_read;
+  rd.flags = SendFlags::signaled;
+  rd.sg_list = std::span(&local, 1);
+  rd.rdma.remote_addr = eb->mr->addr();
+  rd.rdma.rkey = eb->mr->rkey();
+  auto fast = ea->pd->alloc_mr(4);
+  VRDMA_REQUIRE_OK(fast);
+  SendWr reg;
+  reg.wr_id = 2;
+  reg.opcode = WrOpcode::reg_mr;
+  reg.flags = SendFlags::signaled | SendFlags::fence;
+  reg.reg.mr = fast->get();
+  reg.reg.addr = ea->buf.data() + 4096;
+  reg.reg.iova = 0x7000000000;
+  reg.reg.length = 4096;
+  reg.reg.access = Access::local_write | Access::remote_read;
+  reg.reg.key = ((*fast)->lkey() & ~0xffu) | 0x11;
+  const SendWr wrs[] = {rd, reg};
+  VRDMA_REQUIRE_OK(ea->qp->post_send(std::span(wrs)));
+  std::this_thread::sleep_for(100ms);  // the device hands both to the engine
   auto dst = std::make_unique<Vrdmad>(g.dir, "lost", net.b, std::string("soft:") + kGuestIp,
                                       incoming_args("guest", "gB"));
   VRDMA_REQUIRE_OK(pv::migrate(*g.dev, dst->sock, 10s, pv::StateVia::guest_memory));
   auto st = wait_phase(*dst, "running");
   const std::string msg = st["migration"]["message"].get<std::string>();
   BOOST_CHECK_MESSAGE(msg.find("the guest's RDMA objects did not come with it (the source could not save the device "
-                               "state: ") != std::string::npos && msg.find("SRQs") != std::string::npos,
+                               "state: ") != std::string::npos && msg.find("a REG_MR waits in the send queue") != std::string::npos,
                       msg);
   BOOST_CHECK_EQUAL(st["objects"]["qp"].get<int>(), 0);
   BOOST_CHECK(read_file(g.here->log).find("the device state could not go into guest memory") != std::string::npos);
@@ -961,4 +993,85 @@ BOOST_AUTO_TEST_CASE(fast_registration_regions_move_with_the_guest) {
   // A REG_MR wants an invalid region: the LOCAL_INV of the moved one took.
   BOOST_CHECK_EQUAL(fast_register(g, **fast, 256 << 10, n, iova, key + 1), WcStatus::success);
   BOOST_CHECK_EQUAL(peer_reads(g, iova, key + 1, n), WcStatus::success);
+}
+
+// SRQs move with the guest (state version 6): a QP on an SRQ that served 3 of its 8 receives
+// before the move fills the other 5 after it, in the order posted, with their wr_ids and bytes;
+// the SRQ's ring goes on where it was (2 receives posted there serve 2 more SENDs).
+BOOST_AUTO_TEST_CASE(srqs_move_with_the_guest) {
+  BOOST_REQUIRE_MESSAGE(can_make_netns(), "needs root for network namespaces");
+  Fabric net;
+  BOOST_REQUIRE_MESSAGE(net.ok, "cannot build the namespaces and the bridge");
+  Guest g(net);
+  auto srq = g.a->pd->create_srq(16, 1);
+  VRDMA_REQUIRE_OK(srq);
+  QpInitAttr ia;
+  ia.send_cq = g.a->cq.get();
+  ia.recv_cq = g.a->cq.get();
+  ia.srq = srq->get();
+  ia.cap.max_send_wr = 16;
+  auto on_srq = g.a->pd->create_qp(ia);
+  VRDMA_REQUIRE_OK(on_srq);
+  QpInitAttr pia;
+  pia.send_cq = g.b->cq.get();
+  pia.recv_cq = g.b->cq.get();
+  pia.cap.max_send_wr = 16;
+  pia.cap.max_recv_wr = 16;
+  auto sender = g.b->pd->create_qp(pia);
+  VRDMA_REQUIRE_OK(sender);
+  Endpoint a = *g.a, b = *g.b;
+  a.qp = *on_srq;
+  b.qp = *sender;
+  VRDMA_REQUIRE_OK(connect(a, b, g.o));
+  constexpr std::uint32_t kLen = 3000;
+  const std::size_t base = 1u << 20;  // the receives' buffers: 4 KiB each from 1 MiB into the guest's
+  auto post = [&](int i) {
+    Sge r{reinterpret_cast<std::uint64_t>(g.a->buf.data() + base + 4096 * static_cast<std::size_t>(i)), 4096,
+          g.a->mr->lkey()};
+    RecvWr rw{200 + static_cast<std::uint64_t>(i), std::span<const Sge>(&r, 1)};
+    VRDMA_REQUIRE_OK((*srq)->post_recv(std::span<const RecvWr>(&rw, 1)));
+  };
+  // SEND i from the peer must land in receive i.
+  auto send_and_check = [&](int i) {
+    fill_pattern(g.b->buf.data() + 4096 * static_cast<std::size_t>(i), kLen, 300 + static_cast<std::uint64_t>(i));
+    Sge s{reinterpret_cast<std::uint64_t>(g.b->buf.data() + 4096 * static_cast<std::size_t>(i)), kLen, g.b->mr->lkey()};
+    SendWr w;
+    w.wr_id = static_cast<std::uint64_t>(i);
+    w.opcode = WrOpcode::send;
+    w.flags = SendFlags::signaled;
+    w.sg_list = std::span(&s, 1);
+    VRDMA_REQUIRE_OK(b.qp->post_send(std::span(&w, 1)));
+    const auto sent = wait_cq(*g.b->cq, 1, 10s);
+    BOOST_REQUIRE_EQUAL(sent.size(), 1u);
+    BOOST_CHECK_EQUAL(sent[0].status, WcStatus::success);
+    const auto got = wait_cq(*g.a->cq, 1, 10s);
+    BOOST_REQUIRE_EQUAL(got.size(), 1u);
+    BOOST_CHECK_EQUAL(got[0].status, WcStatus::success);
+    BOOST_CHECK_EQUAL(got[0].wr_id, 200 + static_cast<std::uint64_t>(i));
+    BOOST_CHECK_EQUAL(got[0].byte_len, kLen);
+    BOOST_CHECK_EQUAL(got[0].qp_num, a.qp->qp_num());
+    BOOST_CHECK_MESSAGE(check_pattern(g.a->buf.data() + base + 4096 * static_cast<std::size_t>(i), kLen,
+                                      300 + static_cast<std::uint64_t>(i)),
+                        "receive " << i << " does not hold SEND " << i << "'s bytes");
+  };
+  for (int i = 0; i < 8; ++i) post(i);
+  for (int i = 0; i < 3; ++i) send_and_check(i);
+
+  auto dst = std::make_unique<Vrdmad>(g.dir, "srq", net.b, std::string("soft:") + kGuestIp,
+                                      incoming_args("guest", "gB"));
+  const auto moved = pv::migrate(*g.dev, dst->sock, 10s, pv::StateVia::guest_memory);
+  BOOST_REQUIRE_MESSAGE(moved.ok(), moved.error().message << "\nsource log:\n" << read_file(g.here->log)
+                                                          << "\ndestination log:\n" << read_file(dst->log));
+  auto st = wait_phase(*dst, "running");
+  BOOST_CHECK_MESSAGE(st["migration"]["message"].get<std::string>() == "the guest runs here", st.dump());
+  BOOST_CHECK_EQUAL(st["objects"]["srq"].get<int>(), 1);
+  BOOST_CHECK_EQUAL(st["objects"]["qp"].get<int>(), 2);
+  BOOST_CHECK(wait_garps(*dst));
+  g.here->child->stop(SIGTERM);
+  g.here = std::move(dst);
+
+  for (int i = 3; i < 8; ++i) send_and_check(i);
+  post(8);
+  post(9);
+  for (int i = 8; i < 10; ++i) send_and_check(i);
 }

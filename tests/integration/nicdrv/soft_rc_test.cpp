@@ -448,6 +448,84 @@ BOOST_AUTO_TEST_CASE(srq_feeds_two_qps) {
   BOOST_TEST(!b2.qp->post_recv(std::span<const RecvWr>(&rw, 1)).ok());
 }
 
+// An SRQ's receives not yet taken move with export_state/import_state (live migration): a
+// fresh SRQ of the same shape takes them, and a QP on it fills them in the order posted, with
+// their wr_ids and buffers; an SRQ of another shape, one with receives, and a cut blob refuse.
+BOOST_AUTO_TEST_CASE(srq_state_export_import_moves_the_receives_not_yet_taken) {
+  Pair p;
+  auto srq = p.b.pd->create_srq(64, 1);
+  BOOST_REQUIRE(srq.ok());
+  for (int i = 0; i < 4; ++i) {
+    Sge r = p.sge(p.b, static_cast<std::size_t>(i) * 256, 256);
+    RecvWr rw{100 + static_cast<std::uint64_t>(i), std::span<const Sge>(&r, 1)};
+    BOOST_REQUIRE((*srq)->post_recv(std::span<const RecvWr>(&rw, 1)).ok());
+  }
+  // A QP on it takes the first receive.
+  QpInitAttr ia;
+  ia.send_cq = p.b.cq.get();
+  ia.recv_cq = p.b.cq.get();
+  ia.srq = srq->get();
+  ia.cap.max_send_wr = 16;
+  auto qb = p.b.pd->create_qp(ia);
+  BOOST_REQUIRE(qb.ok());
+  QpInitAttr ia2 = ia;
+  ia2.srq = nullptr;
+  ia2.send_cq = p.a.cq.get();
+  ia2.recv_cq = p.a.cq.get();
+  ia2.cap.max_recv_wr = 16;
+  auto qa = p.a.pd->create_qp(ia2);
+  BOOST_REQUIRE(qa.ok());
+  Endpoint a2 = p.a, b2 = p.b;
+  a2.qp = *qa;
+  b2.qp = *qb;
+  BOOST_REQUIRE(test::connect(a2, b2, p.o).ok());
+  std::memset(p.a.buf.data(), 0x11, 100);
+  Sge s = p.sge(p.a, 0, 100);
+  post_send(a2, wr_of(WrOpcode::send, 1, &s, 1));
+  BOOST_TEST(one(p.a).status == WcStatus::success);
+  BOOST_TEST(one(p.b).wr_id == 100u);
+
+  auto blob = (*srq)->export_state();
+  BOOST_REQUIRE(blob.ok());
+  auto moved = p.b.pd->create_srq(64, 1);
+  BOOST_REQUIRE(moved.ok());
+  BOOST_REQUIRE((*moved)->import_state(*blob).ok());
+  auto again = (*moved)->import_state(*blob);  // it has receives now
+  BOOST_TEST(!again.ok());
+  auto other = p.b.pd->create_srq(32, 1);
+  BOOST_REQUIRE(other.ok());
+  auto shape = (*other)->import_state(*blob);
+  BOOST_TEST(!shape.ok());
+  if (!shape.ok()) BOOST_TEST(shape.error().message.find("made with 64 work requests of 1 SGEs") != std::string::npos);
+  std::vector<std::uint8_t> cut(blob->begin(), blob->begin() + 30);
+  auto empty = p.b.pd->create_srq(64, 1);
+  BOOST_REQUIRE(empty.ok());
+  BOOST_TEST(!(*empty)->import_state(cut).ok());
+
+  // A QP on the new SRQ fills the three moved receives in order.
+  ia.srq = moved->get();
+  auto qb2 = p.b.pd->create_qp(ia);
+  auto qa2 = p.a.pd->create_qp(ia2);
+  BOOST_REQUIRE(qb2.ok() && qa2.ok());
+  Endpoint a3 = p.a, b3 = p.b;
+  a3.qp = *qa2;
+  b3.qp = *qb2;
+  BOOST_REQUIRE(test::connect(a3, b3, p.o).ok());
+  for (int i = 1; i < 4; ++i) {
+    std::memset(p.a.buf.data() + 4096 * i, 0x20 + i, 200);
+    Sge m = p.sge(p.a, 4096 * static_cast<std::size_t>(i), 200);
+    post_send(a3, wr_of(WrOpcode::send, 10 + static_cast<std::uint64_t>(i), &m, 1));
+    BOOST_TEST(one(p.a).status == WcStatus::success);
+    const auto rc = one(p.b);
+    BOOST_TEST(rc.status == WcStatus::success);
+    BOOST_TEST(rc.wr_id == 100u + static_cast<std::uint64_t>(i));
+    BOOST_TEST(rc.byte_len == 200u);
+    BOOST_TEST(rc.qp_num == b3.qp->qp_num());
+    const auto* got = p.b.buf.data() + 256 * i;
+    BOOST_TEST((got[0] == 0x20 + i && got[199] == 0x20 + i));
+  }
+}
+
 BOOST_AUTO_TEST_CASE(retry_exceeded_when_peer_vanishes) {
   PairOptions o;
   o.retry_cnt = 2;

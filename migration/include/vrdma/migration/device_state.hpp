@@ -58,8 +58,12 @@ class DeviceState {
   // them over the guest memory it has. Version 4 adds, at the end, the fast-registration
   // regions (ALLOC_MR: handle, PD, max_pages, key, and while valid their iova, length, rights,
   // page size and pages); a destination allocates them under the same key, registered again
-  // over the same guest pages. A destination reads kOldestStateVersion and later.
-  static constexpr std::uint32_t kStateVersion = 5;
+  // over the same guest pages. Version 5 adds, at the end, the doorbell rings and which CQs and
+  // QPs were made with each. Version 6 adds the SRQs (after the AHs: handle, PD, SGEs, ring,
+  // status block and the engine's receives not yet taken), each QP's SRQ (after its QPN), and
+  // at the end the SRQs made with a doorbell ring; SRQs move on engines that keep their state
+  // (soft), not onto a NIC. A destination reads kOldestStateVersion and later.
+  static constexpr std::uint32_t kStateVersion = 6;
   static constexpr std::uint32_t kOldestStateVersion = 1;
   static constexpr bool state_version_readable(std::uint32_t v) { return v >= kOldestStateVersion && v <= kStateVersion; }
 

@@ -68,6 +68,13 @@ class SharedReceiveQueue {
   virtual ~SharedReceiveQueue() = default;
   virtual Status post_recv(std::span<const RecvWr> wrs, std::size_t* bad_index = nullptr) = 0;
   [[nodiscard]] virtual std::uint32_t max_wr() const noexcept = 0;
+
+  // Live migration: the receives posted and not yet taken by a QP, in the order QPs take them,
+  // as a versioned, provider-defined blob (a receive a QP is filling travels in that QP's
+  // export_state()). Quiesced first (Device::quiesce), as for a QP. import_state() on an empty
+  // SRQ of the same max_wr and max_sge restores them.
+  virtual Result<std::vector<std::uint8_t>> export_state() const = 0;
+  virtual Status import_state(std::span<const std::uint8_t> blob) = 0;
 };
 
 class QueuePair {
