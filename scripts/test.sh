@@ -8,6 +8,17 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 start=$(date +%s)
+# run_ctest BUILD_DIR ARGS...: ctest, and when a test fails, its failing checks (the lines the
+# tests print as "FAIL..." / "not ok ...") again at the very end, where a CI excerpt still shows
+# them.
+run_ctest() {
+  local dir=$1; shift
+  if ctest --test-dir "$dir" --output-on-failure "$@"; then return 0; fi
+  echo "== what failed in $dir (the failing checks from Testing/Temporary/LastTest.log):"
+  awk '/^[0-9]+\/[0-9]+ Test: / {t = $3} /^(FAIL|not ok)|\[  FAILED  \]/ {print "  " t ": " $0}' \
+    "$dir/Testing/Temporary/LastTest.log" | head -60 || true
+  return 1
+}
 echo "== build (Release, GCC)"
 stage=$(date +%s)
 ./scripts/build.sh build -DCMAKE_BUILD_TYPE=Release
@@ -15,7 +26,7 @@ echo "== Release build took $(( $(date +%s) - stage )) s"
 echo "== tests"
 stage=$(date +%s)
 # Not label matrix (the same VM rig again on another stack: by hand, README.md).
-ctest --test-dir build --output-on-failure -j 1 --timeout 600 -LE matrix
+run_ctest build -j 1 --timeout 600 -LE matrix
 echo "== tests took $(( $(date +%s) - stage )) s"
 echo "== build (clang: ASan+UBSan, libFuzzer coverage), the whole tree exactly as README.md says"
 stage=$(date +%s)
@@ -30,7 +41,7 @@ echo "== clang build took $(( $(date +%s) - stage )) s"
 echo "== fuzzers (libFuzzer, bounded time)"
 stage=$(date +%s)
 # A fuzz target is one single-threaded process bounded in time: two at once on the two cores.
-ctest --test-dir build-fuzz --output-on-failure -j 2 -L fuzz
+run_ctest build-fuzz -j 2 -L fuzz
 echo "== fuzzers took $(( $(date +%s) - stage )) s"
 echo "== tests under ASan+UBSan"
 stage=$(date +%s)
@@ -42,6 +53,6 @@ stage=$(date +%s)
 # The hostile-frontend soak runs 60 s in the Release build and 30 s here (VRDMA_SOAK_SECONDS).
 # The guest kernel driver's VM test (label kmod) runs in the Release stage only.
 VRDMA_SOAK_SECONDS=30 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ctest --test-dir build-fuzz --output-on-failure -j 1 --timeout 900 -LE 'bench|vm|peer|kmod|fuzz'
+  run_ctest build-fuzz -j 1 --timeout 900 -LE 'bench|vm|peer|kmod|fuzz'
 echo "== tests under ASan+UBSan took $(( $(date +%s) - stage )) s"
 echo "== whole suite done in $(( $(date +%s) - start )) s"
