@@ -41,6 +41,7 @@ struct Config {
   bool bidirectional = false;          // write_bw/read_bw against perftest -b: the server runs the test too
   bool cmp_and_swap = false;           // atomic_bw: CMP_AND_SWAP instead of FETCH_AND_ADD (perftest's -A)
   bool busy_poll = false;              // poll the CQ only, never yield or sleep on its event (as perftest does)
+  double rate = 0;                     // --peer-format pingpong: at most this many sends a second (0: no limit)
 };
 
 [[noreturn]] void die(const std::string& msg);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <thread>
 
 #include "perf_foreign.hpp"
@@ -128,6 +129,9 @@ ForeignOutcome run_pingpong(Ctx& x, int fd, bool is_server) {
   };
   auto start = SteadyClock::now();
   for (std::uint64_t i = 0; i < x.c.iters; ++i) {
+    // --rate: message i goes no earlier than i / rate seconds after the first.
+    if (x.c.rate > 0) std::this_thread::sleep_until(start + std::chrono::duration_cast<SteadyClock::duration>(
+                                                                std::chrono::duration<double>(static_cast<double>(i) / x.c.rate)));
     auto t0 = SteadyClock::now();
     if (is_server) {
       wait_recv(i);
@@ -260,6 +264,7 @@ ForeignOutcome run_srq_pingpong(Ctx& x, int fd, bool is_server) {
   constexpr unsigned kSend = 1, kRecv = 2;
   std::vector<unsigned> pending(nq, kRecv);
   std::uint64_t scnt = 0, rcnt = 0, posted = 0, next_recv = kRecvs, zeros = 0;
+  std::deque<std::uint32_t> ready;  // QPs whose next send waits for --rate
   auto send = [&](std::uint32_t q) {
     Sge s = x.sge(1, n);
     SendWr w;
@@ -276,12 +281,23 @@ ForeignOutcome run_srq_pingpong(Ctx& x, int fd, bool is_server) {
       if (qps[q]->qp_num() == qpn) return q;
     die("a completion for QP " + std::to_string(qpn) + ", which is none of ours");
   };
-  if (!is_server)
-    for (std::uint32_t q = 0; q < nq; ++q) send(q);
   WorkCompletion wc[32];
   const auto start = SteadyClock::now();
+  // --rate: send number `posted` goes no earlier than posted / rate seconds after the start.
+  auto send_ready = [&] {
+    while (!ready.empty() && scnt < x.c.iters &&
+           (x.c.rate <= 0 || SteadyClock::now() >= start + std::chrono::duration_cast<SteadyClock::duration>(
+                                                              std::chrono::duration<double>(static_cast<double>(posted) / x.c.rate)))) {
+      send(ready.front());
+      ready.pop_front();
+    }
+  };
+  if (!is_server)
+    for (std::uint32_t q = 0; q < nq; ++q) ready.push_back(q);
+  send_ready();
   auto last = start;
   while (rcnt < x.c.iters || scnt < x.c.iters) {
+    send_ready();
     const std::size_t k = poll_some(x, wc, 32);
     if (k > 0) last = SteadyClock::now();
     if (SteadyClock::now() - last > std::chrono::seconds(30))
@@ -308,8 +324,12 @@ ForeignOutcome run_srq_pingpong(Ctx& x, int fd, bool is_server) {
         r.verified = r.verified && ok;
         post_recv(next_recv++);
       }
-      if (scnt < x.c.iters && pending[q] == 0) send(q);
+      if (scnt < x.c.iters && pending[q] == 0) {
+        pending[q] = kSend;  // queued: not ready again until this send completes
+        ready.push_back(q);
+      }
     }
+    send_ready();
   }
   // Sends still out when the counts are reached (the tool may have left: its QPs then answer
   // nothing): give them a second, and count what did not complete rather than fail on it.

@@ -49,6 +49,10 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"RC", "UD"}));
   app.add_flag("--srq", c.srq, "with --peer-format pingpong: ibv_srq_pingpong (--qps RC QPs on one SRQ)");
   app.add_option("--qps", c.qps, "with --srq: the tool's -q (default 16, as the tool's)")->check(CLI::Range(1, 255));
+  app.add_option("--rate", c.rate,
+                 "with --peer-format pingpong: send at most this many messages a second, so that the tool's "
+                 "--iters last a known time (the tool answers as fast as we send)")
+      ->check(CLI::Range(0.1, 1e7));
   app.add_flag("-a,--all-sizes", c.all_sizes,
                "write_bw, read_bw with --peer-format perftest: every size from 2 B to 8 MiB, as perftest's -a");
   app.add_flag("--busy-poll", c.busy_poll,
@@ -80,6 +84,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "vrdma-perf: -b (both sides run the test) is served for write_bw and read_bw against perftest "
                          "(--peer-format perftest, without --cm); not for %s with --peer-format %s\n",
                  c.test.c_str(), c.peer_format.c_str());
+    return 2;
+  }
+  if (c.rate > 0 && c.peer_format != "pingpong") {
+    std::fprintf(stderr, "vrdma-perf: --rate (messages a second) is served for the pingpong tools (--peer-format "
+                         "pingpong); not for --peer-format %s\n", c.peer_format.c_str());
     return 2;
   }
   // The RDMA-CM peers (perf_cm.hpp), with their tool's defaults where the command line is silent.

@@ -1,25 +1,28 @@
 #!/usr/bin/env bash
 # Unmodified RDMA applications in a guest that moves (issue 31): the kernel-driver guest (Debian's
 # 6.1 kernel, virtio_rdma.ko from its DKMS package, the rdma-core provider, Debian's unmodified
-# rping and ib_write_bw) under libvirt on host a of two real libvirt hosts (two_hosts.sh), its
-# device added by `vrdmactl domain attach`, its backends started by the hook. Inside, at once:
-# `rping -c -C N -S 4096 -V` through the guest kernel's RDMA-CM (ib_cm on the device's QP1) and
-# `ib_write_bw -D` (64 KiB WRITEs for 90 s), as an unprivileged user against vrdma-perf on a soft engine
+# rping, ib_write_bw and ibv_srq_pingpong) under libvirt on host a of two real libvirt hosts
+# (two_hosts.sh), its device added by `vrdmactl domain attach`, its backends started by the hook.
+# Inside, at once: `rping -c -C N -S 4096 -V` through the guest kernel's RDMA-CM (ib_cm on the
+# device's QP1), `ib_write_bw -D` (64 KiB WRITEs for 90 s) and `ibv_srq_pingpong` (16 RC QPs whose
+# receives all come from one SRQ, which moves with the guest: 4 KiB messages at the peer's pace, 50
+# a second), as an unprivileged user against vrdma-perf on a soft engine
 # across a switch that drops ${LOSS_PERCENT:-1} % of RoCE packets (fabric_lib.sh), and NVMe over
 # Fabrics: Debian's nvme-cli connected over vrdma0 to the guest's own nvmet-rdma target (every
 # I/O fast-registered), 4 MiB rounds written and read back with O_DIRECT for a minute. While both run the
 # domain moves a -> b with plain `virsh migrate --live --p2p` (the hook starts vrdmad --incoming on
 # b; the device state travels in guest memory; the guest's RDMA address is announced from b),
 # then b -> a with `vrdmactl migrate`; each move leaves the domain paused until its guest RAM
-# equals the source's (memcheck_lib.sh). Checked: all three were running across both moves and
+# equals the source's (memcheck_lib.sh). Checked: all four were running across both moves and
 # exit 0, rping verified every ping on both sides (its own -V and the peer's), the peer's engine
-# received every WRITE's packets (as many as ib_write_bw says it wrote), every NVMe round read back what it wrote and the initiator
-# disconnected cleanly; none of them was told anything.
+# received every WRITE's packets (as many as ib_write_bw says it wrote), ibv_srq_pingpong moved
+# every message each way (the peer checked each one's bytes), every NVMe round read back what it
+# wrote and the initiator disconnected cleanly; none of them was told anything.
 #   vm_libvirt_kmod_migrate_test.sh SOURCE_DIR VRDMACTL VRDMAD VRDMA_PERF VRDMA_MEMCMP
 # exits 77 (skip) without root, libvirt, QEMU, the guest kernel, its headers or rdma-core's
 # source; KEEP_WORK=1 keeps the logs. KMOD_MIGRATE_PINGS (default 6000: ~65 s, inside ib_write_bw's 90),
-# KMOD_MIGRATE_WRITE_SECONDS (90) and KMOD_MIGRATE_NVME_SECONDS (70) size the runs: all must
-# outlast the two moves.
+# KMOD_MIGRATE_WRITE_SECONDS (90), KMOD_MIGRATE_NVME_SECONDS (70) and KMOD_MIGRATE_SRQ_MESSAGES
+# (3000: 60 s at 50 a second) size the runs: all must outlast the two moves.
 set -uo pipefail
 [ "$#" = 5 ] || { echo "usage: $0 SOURCE_DIR VRDMACTL VRDMAD VRDMA_PERF VRDMA_MEMCMP" >&2; exit 2; }
 SRC=$(readlink -f "$1")
@@ -42,7 +45,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-kmod_guest "$GW" "rping ib_write_bw nvme" rdma_ucm nvme-rdma nvmet-rdma
+kmod_guest "$GW" "rping ib_write_bw ibv_srq_pingpong nvme" rdma_ucm nvme-rdma nvmet-rdma
 export KERNEL INITRD
 . "$HERE/vm_domain.sh"
 vm_hook VRDMA_WRITE_JOURNAL=$W/journal-%p.bin VRDMA_VRDMAD=$VRDMAD
@@ -58,8 +61,9 @@ inner() {
   # switch too, so the peer's neighbour entry for GIP names vg's MAC for good (the guest's eth0
   # would answer ARP for it as well). The tools' TCP exchange runs on a subnet of its own.
   GIP=10.88.12.12 GMAC=52:54:00:88:0c:0c NICMAC=52:54:00:88:0c:02
-  PEER=10.88.12.3 PEER2=10.88.12.4 PEERMAC=02:00:0a:58:0c:03 TCPHOST=10.88.22.1 TCPGUEST=10.88.22.2
+  PEER=10.88.12.3 PEER2=10.88.12.4 PEER3=10.88.12.5 PEERMAC=02:00:0a:58:0c:03 TCPHOST=10.88.22.1 TCPGUEST=10.88.22.2
   PINGS=${KMOD_MIGRATE_PINGS:-6000} WRITE_S=${KMOD_MIGRATE_WRITE_SECONDS:-90} NVME_S=${KMOD_MIGRATE_NVME_SECONDS:-70}
+  SRQ_N=${KMOD_MIGRATE_SRQ_MESSAGES:-3000}
   A="virsh -q -c $LV_A_URI" B="virsh -q -c $LV_B_URI"
   fail() {
     echo "FAIL: $*" >&2
@@ -72,7 +76,8 @@ inner() {
     exit 1
   } >&2
   guest_fabric || fail "cannot build the fabric"
-  ip -n $PNS link set gP address $PEERMAC && ip -n $PNS addr add $PEER2/24 dev gP && ip -n $PNS addr add $TCPHOST/24 dev gP &&
+  ip -n $PNS link set gP address $PEERMAC && ip -n $PNS addr add $PEER2/24 dev gP && ip -n $PNS addr add $PEER3/24 dev gP &&
+    ip -n $PNS addr add $TCPHOST/24 dev gP &&
     ip -n $PNS neigh replace $GIP lladdr $GMAC dev gP nud permanent || fail "cannot set up the peer's addresses"
 
   # The peers: rping's server (it verifies every ping) and perftest's write_bw server, each on an
@@ -82,8 +87,15 @@ inner() {
   ip netns exec $PNS timeout 900 "$PERF" --device soft:$PEER2 --peer-format perftest --test write_bw --size 65536 \
     --mtu 1024 --port 18602 > "$W/peer2.log" 2>&1 &
   p2=$!
+  # ibv_srq_pingpong answers as fast as it is sent to: the peer sends 50 a second. The peer sends
+  # too, so its QPs must wait out a move's downtime (~2 s here: the stop, the last memory pass and
+  # the destination's load) before their retries run out: a 1 s ACK timeout (18), 7 retries. The
+  # tool's own QPs (timeout 14: 67 ms) move with the guest and their timers with them.
+  ip netns exec $PNS timeout 900 "$PERF" --device soft:$PEER3 --peer-format pingpong --srq --size 4096 --iters $SRQ_N \
+    --mtu 1024 --rate 50 --qp-timeout 18 --port 18604 > "$W/peer3.log" 2>&1 &
+  p3=$!
 
-  vm_domain_xml lkmg1 1024 "vrdma.ip=$GIP vrdma.tcp=$TCPGUEST/24 vrdma.rdma_peer=$PEER vrdma.rdma_mac=$PEERMAC vrdma.peer=$TCPHOST vrdma.timeout=600 vrdma.parallel=1 vrdma.cases=rping/4096/$PINGS,ib_write_bw+D/65536/$WRITE_S,nvme/4/$NVME_S" \
+  vm_domain_xml lkmg1 1024 "vrdma.ip=$GIP vrdma.tcp=$TCPGUEST/24 vrdma.rdma_peer=$PEER vrdma.rdma_mac=$PEERMAC vrdma.peer=$TCPHOST vrdma.timeout=600 vrdma.parallel=1 vrdma.cases=rping/4096/$PINGS,ib_write_bw+D/65536/$WRITE_S,nvme/4/$NVME_S,ibv_srq_pingpong/4096/$SRQ_N" \
     "$NICMAC" vmtap0 "$W/console.log" > "$W/base.xml"
   "$VRDMACTL" domain attach --xml "$W/base.xml" --socket "$W/gk.sock" --engine soft:$GIP --mac $GMAC --announce vg \
     > "$W/dom.xml" || fail "vrdmactl domain attach failed"
@@ -91,11 +103,11 @@ inner() {
   con() { tr -d '\r' < "$W/console.log" 2>/dev/null; }
   ended() { con | grep -a -c "^VRDMA-CASE "; }
   for _ in $(seq 2400); do con | grep -q -a "^VRDMA-CASES-STARTED" && break; sleep 0.1; done
-  con | grep -q -a "^VRDMA-CASES-STARTED 3" || fail "the guest did not start its tools within 240 s"
+  con | grep -q -a "^VRDMA-CASES-STARTED 4" || fail "the guest did not start its tools within 240 s"
   con | grep -a "^VRDMA-PORT"
-  sleep 5  # all connected by then (rping and nvme through RDMA-CM, ib_write_bw through its TCP exchange)
+  sleep 5  # all connected by then (rping and nvme through RDMA-CM, ib_write_bw and ibv_srq_pingpong through TCP)
   [ "$(ended)" = 0 ] || fail "a tool ended before the first move: $(con | grep -a '^VRDMA-CASE ')"
-  echo "rping, ib_write_bw and NVMe over Fabrics running in the guest on host a"
+  echo "rping, ib_write_bw, ibv_srq_pingpong and NVMe over Fabrics running in the guest on host a"
 
   # 1. a -> b, plain virsh: nothing but the hook knows about vrdma.
   t0=$(date +%s%N)
@@ -121,8 +133,10 @@ inner() {
   con | grep -a "^VRDMA-CASE " | cut -c1-200
   wait $p1 || fail "vrdma-perf, rping's peer, failed: $(tail -2 "$W/peer1.log")"
   wait $p2 || fail "vrdma-perf, ib_write_bw's peer, failed: $(tail -2 "$W/peer2.log")"
+  wait $p3 || fail "vrdma-perf, ibv_srq_pingpong's peer, failed: $(tail -2 "$W/peer3.log")"
   echo "  rping's peer: $(tail -1 "$W/peer1.log" | cut -c1-300)"
   echo "  ib_write_bw's peer: $(tail -1 "$W/peer2.log" | cut -c1-300)"
+  echo "  ibv_srq_pingpong's peer: $(tail -1 "$W/peer3.log" | cut -c1-300)"
   con | grep -q -a "^VRDMA-CASE 1 rping rc=0 4096 $PINGS verified" || fail "rping did not end with every ping verified"
   grep -q '"verified":true' "$W/peer1.log" && grep -q "\"pings\":$PINGS," "$W/peer1.log" ||
     fail "rping's peer did not verify $PINGS pings"
@@ -131,13 +145,19 @@ inner() {
   echo "  ib_write_bw -D $WRITE_S: $writes WRITEs of 64 KiB"
   pt_moved server write_bw "$writes" 65536 "$W/peer2.log" || fail "ib_write_bw: the data did not move"
   con | grep -q -a -E "^VRDMA-CASE 3 nvme rc=0 4 [1-9][0-9]* verified" || fail "NVMe over Fabrics failed in the guest"
+  # ibv_srq_pingpong counts bytes both ways: SRQ_N messages of 4 KiB each way; the peer checked
+  # every message it received and counts them (ops).
+  con | grep -q -a "^VRDMA-CASE 4 ibv_srq_pingpong rc=0 $((SRQ_N * 4096 * 2)) bytes in" ||
+    fail "ibv_srq_pingpong did not move $SRQ_N messages each way in the guest"
+  grep -q '"verified":true' "$W/peer3.log" && grep -q "\"ops\":$SRQ_N," "$W/peer3.log" ||
+    fail "ibv_srq_pingpong's peer did not receive and check $SRQ_N messages"
   # The NVMe I/O went through fast registration on the device (the last vrdmad's engine counts).
   for _ in $(seq 100); do grep -q "vrdmad: exiting" "$W/lkmg1.lkm-a.sock.log" && break; sleep 0.1; done
   fr=$(sed -n 's/.*vrdmad: exiting: .*"fast_registrations":\([0-9]*\).*/\1/p' "$W/lkmg1.lkm-a.sock.log")
   echo "  vrdmad on host a after the second move: ${fr:-?} fast registrations"
   [ "${fr:-0}" -gt 0 ] || fail "vrdmad on host a counted no fast registration after the second move"
   echo "the switch dropped $(fabric_dropped) RoCE packets"
-  echo "unmodified rping, ib_write_bw and NVMe over Fabrics carried on across virsh migrate a -> b and vrdmactl migrate b -> a"
+  echo "unmodified rping, ib_write_bw, ibv_srq_pingpong (its SRQ moving) and NVMe over Fabrics carried on across virsh migrate a -> b and vrdmactl migrate b -> a"
 }
 export -f inner
 . "$HERE/memcheck_lib.sh"

@@ -118,6 +118,16 @@ run_pair atomic_cas --test atomic_bw -A CMP_AND_SWAP --iters 300
 run_pair read_lat --test read_lat --size 4096 --iters 200
 grep -q '"lat_us"' "$work/read_lat.cli" || { echo "FAIL read_lat gave no latency"; fail=$((fail+1)); }
 
+# The pingpong peer's --rate: of 200 messages at 100 a second the last goes 1.99 s after the first (ibv_srq_pingpong's
+# exchange, 16 QPs on one SRQ, both sides vrdma-perf, every message checked).
+run_pair srq_pingpong_rate --peer-format pingpong --srq --size 4096 --iters 200 --rate 100
+secs=$(grep -o '"seconds":[0-9.]*' "$work/srq_pingpong_rate.cli" | cut -d: -f2)
+if [ -n "$secs" ] && [ "$(echo "$secs >= 1.95" | bc)" = 1 ]; then
+  echo "ok   srq_pingpong_rate: 200 messages at --rate 100 took $secs s"; passed=$((passed+1))
+else
+  echo "FAIL srq_pingpong_rate: 200 messages at --rate 100 took ${secs:-?} s, less than the 1.99 s the pacing needs"; fail=$((fail+1))
+fi
+
 # Real loss on the veth: nftables drops 2% of RoCE packets in both namespaces.
 if command -v nft >/dev/null; then
   for ns in "$A" "$B"; do
