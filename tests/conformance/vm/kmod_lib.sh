@@ -46,22 +46,23 @@ kmod_install() {
   depmod -b "$1" "$KVER"
 }
 
-# guest_provider SRC ROOT WORK: the rdma-core provider (SRC/guest/provider/build.sh into WORK/provider)
-# in the tree where Debian's libibverbs looks for it, and an unprivileged user (vrdma, uid 1000)
-# to run the tools as. Returns build.sh's status (3: it cannot be built here; the reason is on
-# stderr). Prints the provider's path in the guest.
+# guest_provider SRC ROOT WORK: the rdma-core provider from its Debian package
+# (SRC/guest/packaging/make_provider_deb.sh into WORK/provider), unpacked into the guest's tree
+# as dpkg would install it (the library where Debian's libibverbs looks for providers, the
+# .driver file naming it), and an unprivileged user (vrdma, uid 1000) to run the tools as.
+# Returns the package script's status (3: the provider cannot be built here; the reason is on
+# stderr). Prints the provider's path in the guest, then the package's name and control fields.
 guest_provider() {
-  local root=$2 work=$3 pdir prc=0
-  "$1/guest/provider/build.sh" "$work/provider" || prc=$?
+  local root=$2 work=$3 deb prc=0 so
+  deb=$("$1/guest/packaging/make_provider_deb.sh" "$1" "$work/provider") || prc=$?
   [ $prc -eq 0 ] || return $prc
-  pdir="$(dirname "$(readlink -f /usr/lib/x86_64-linux-gnu/libibverbs.so.1)")/libibverbs"
-  mkdir -p "$root/$pdir" "$root/etc/libibverbs.d"
-  cp "$work"/provider/libvrdma-rdmav*.so "$root/$pdir/"
-  cp "$work/provider/vrdma.driver" "$root/etc/libibverbs.d/"
+  dpkg-deb -x "$deb" "$root"
+  so=$(dpkg-deb -c "$deb" | grep -o '/usr/lib/.*/libibverbs/libvrdma-rdmav[0-9]*\.so$')
   echo "root:x:0:0::/:/bin/sh" > "$root/etc/passwd"
   echo "vrdma:x:1000:1000::/tmp:/bin/sh" >> "$root/etc/passwd"
   printf 'root:x:0:\nvrdma:x:1000:\n' > "$root/etc/group"
-  echo "$pdir/$(basename "$work"/provider/libvrdma-rdmav*.so)"
+  echo "$so"
+  echo "$(basename "$deb") $(dpkg-deb -W --showformat='${Package} ${Version} ${Architecture} ${Depends}' "$deb")"
 }
 
 # kmod_tree SRC WORK ROOT MODULE...: the initramfs tree ROOT of a kernel-driver guest: busybox,

@@ -78,7 +78,8 @@ out=$(
   # tools, and an unprivileged user to run them. Without rdma-core's source or the tools the
   # provider's checks are skipped (PROVIDER-SKIP) and the rest runs.
   prc=0
-  pfile=$(guest_provider "$SRC" "$ROOT" "$work") || prc=$?
+  pout=$(guest_provider "$SRC" "$ROOT" "$work") || prc=$?
+  pfile=$(echo "$pout" | head -1)
   tools=$(command -v ibv_devices ibv_devinfo ibv_rc_pingpong ibv_ud_pingpong ibv_srq_pingpong ib_write_bw ib_send_bw ib_read_bw \
     ib_atomic_bw ib_write_lat ib_send_lat ib_read_lat rping ucmatose || true)
   if [ $prc -eq 0 ] && [ "$(echo "$tools" | wc -w)" -eq 14 ]; then
@@ -96,6 +97,7 @@ out=$(
     cp "$work/verbs_wr" "$ROOT/usr/bin/"
     guest_libs "$ROOT" "$work/verbs_wr"
     echo "PROVIDER=$pfile"
+    echo "PPKG=$(echo "$pout" | sed -n 2p)"
   elif [ $prc -eq 3 ]; then
     echo "PROVIDER-SKIP: the provider could not be built (above)" >&2
   elif [ $prc -eq 0 ]; then
@@ -115,6 +117,7 @@ PROVIDER=$(echo "$out" | sed -n 's/^PROVIDER=//p')
 grep "^BUILT" "$work/make_guest.err" | sed 's/^BUILT/virtio_rdma.ko built/'
 SOFTDEP=$(echo "$out" | sed -n 's/^SOFTDEP=//p')
 PKG=$(echo "$out" | sed -n 's/^PKG=//p')
+PPKG=$(echo "$out" | sed -n 's/^PPKG=//p')
 
 # ---- One "host": vrdmad's soft engine on br0 at the device's address; the guest's NIC on a tap
 # of its own (no traffic in this test: eth0 only carries the same address, as the guest owns it).
@@ -700,6 +703,9 @@ if [ -n "$PROVIDER" ]; then
   guest 30 "$work/devinfo.out" "ip addr add $TCPGUEST/24 dev eth0; arp -i eth0 -s $PERFIP 02:00:0a:4d:09:01; modprobe ib_uverbs; ls -l /dev/infiniband/uverbs0; ibv_devices; ibv_devinfo -v -d vrdma0; cd /sys/class/infiniband/vrdma0 && $GIDS" || true
   sed 's/^/  guest: /' "$work/devinfo.out" | grep -v "===" | grep -vE "^  guest: +(GID|\s*$)" | cut -c1-200 | head -60
   G=$(sed -n "s/^gid \([0-9]*\) $WANT_GID RoCE v2 eth0\$/\1/p" "$work/devinfo.out" | head -1)
+  check "the provider's package (installed into the guest as dpkg does): $PPKG" \
+    eval '[[ "$PPKG" =~ ^ibverbs-provider-vrdma_[0-9.]+_amd64\.deb\ ibverbs-provider-vrdma\ [0-9.]+\ amd64\ libibverbs1\ \(\>=\ [0-9] ]] &&
+      [[ "$PROVIDER" =~ ^/usr/lib/x86_64-linux-gnu/libibverbs/libvrdma-rdmav[0-9]+\.so$ ]]'
   check "ibv_devices (Debian's, through libvrdma) lists vrdma0" bash -c "grep -qE '^\s+vrdma0\s+[0-9a-f]{16}\s*\$' '$work/devinfo.out'"
   check "ibv_devinfo -d vrdma0: port 1 PORT_ACTIVE, Ethernet, vrdmad's limits (max_qp 1000, max_qp_wr 512, max_cq 2000, max_mr 3000, max_pd 5)" \
     bash -c "grep -qE 'state:\s+PORT_ACTIVE \(4\)' '$work/devinfo.out' && grep -qE 'link_layer:\s+Ethernet' '$work/devinfo.out' &&
