@@ -9,16 +9,8 @@
 #   make_dkms_deb.sh SOURCE_DIR OUT_DIR     prints the path of the .deb it wrote
 set -euo pipefail
 usage="usage: make_dkms_deb.sh SOURCE_DIR OUT_DIR  (builds OUT_DIR/virtio-rdma-dkms_<version>_all.deb)"
-[ "${1:-}" = --help ] && { echo "$usage"; exit 0; }
-[ $# -eq 2 ] || { echo "$usage" >&2; exit 2; }
-SRC=$(readlink -f "$1")
-mkdir -p "$2"
-OUT=$(readlink -f "$2")
-VER=$(sed -n 's/^project(vrdma VERSION \([0-9][0-9.]*\).*/\1/p' "$SRC/CMakeLists.txt")
-[ -n "$VER" ] || { echo "make_dkms_deb: no project version in $SRC/CMakeLists.txt" >&2; exit 1; }
-STAGE=$(mktemp -d)
-chmod 0755 "$STAGE"
-trap 'rm -rf "$STAGE"' EXIT
+. "$(dirname "$0")/package_lib.sh"
+pkg_setup make_dkms_deb "$usage" "$@"  # SRC OUT VER STAGE
 D=$STAGE/usr/src/virtio-rdma-$VER
 install -d "$D/include/vrdma" "$STAGE/lib/modprobe.d" "$STAGE/DEBIAN" "$STAGE/usr/share/doc/virtio-rdma-dkms"
 install -m 0644 "$SRC"/guest/kernel/{Kbuild,Makefile,*.c,*.h} "$D/"

@@ -12,16 +12,8 @@
 # Exits 3 with build.sh's reason when the provider cannot be built here.
 set -euo pipefail
 usage="usage: make_provider_deb.sh SOURCE_DIR OUT_DIR  (builds OUT_DIR/ibverbs-provider-vrdma_<version>_<arch>.deb)"
-[ "${1:-}" = --help ] && { echo "$usage"; exit 0; }
-[ $# -eq 2 ] || { echo "$usage" >&2; exit 2; }
-SRC=$(readlink -f "$1")
-mkdir -p "$2"
-OUT=$(readlink -f "$2")
-VER=$(sed -n 's/^project(vrdma VERSION \([0-9][0-9.]*\).*/\1/p' "$SRC/CMakeLists.txt")
-[ -n "$VER" ] || { echo "make_provider_deb: no project version in $SRC/CMakeLists.txt" >&2; exit 1; }
-STAGE=$(mktemp -d)
-chmod 0755 "$STAGE"
-trap 'rm -rf "$STAGE"' EXIT
+. "$(dirname "$0")/package_lib.sh"
+pkg_setup make_provider_deb "$usage" "$@"  # SRC OUT VER STAGE
 rc=0
 "$SRC/guest/provider/build.sh" "$STAGE/build" >&2 || rc=$?
 [ $rc -eq 0 ] || exit $rc

@@ -409,14 +409,13 @@ BOOST_AUTO_TEST_CASE(ud_send_with_grh_and_qkey_check) {
   BOOST_TEST(one(p.a).status == WcStatus::loc_len_err);
 }
 
-BOOST_AUTO_TEST_CASE(srq_feeds_two_qps) {
-  Pair p;
-  auto srq = p.b.pd->create_srq(64, 1);
-  BOOST_REQUIRE(srq.ok());
+namespace {
+// Another connected RC pair over p's devices whose B side takes its receives from `srq`.
+std::pair<Endpoint, Endpoint> pair_on_srq(Pair& p, SharedReceiveQueue* srq) {
   QpInitAttr ia;
   ia.send_cq = p.b.cq.get();
   ia.recv_cq = p.b.cq.get();
-  ia.srq = srq->get();
+  ia.srq = srq;
   ia.cap.max_send_wr = 16;
   auto qb = p.b.pd->create_qp(ia);
   BOOST_REQUIRE(qb.ok());
@@ -431,6 +430,15 @@ BOOST_AUTO_TEST_CASE(srq_feeds_two_qps) {
   a2.qp = *qa;
   b2.qp = *qb;
   BOOST_REQUIRE(test::connect(a2, b2, p.o).ok());
+  return {a2, b2};
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(srq_feeds_two_qps) {
+  Pair p;
+  auto srq = p.b.pd->create_srq(64, 1);
+  BOOST_REQUIRE(srq.ok());
+  auto [a2, b2] = pair_on_srq(p, srq->get());
   for (int i = 0; i < 4; ++i) {
     Sge r = p.sge(p.b, static_cast<std::size_t>(i) * 256, 256);
     RecvWr rw{static_cast<std::uint64_t>(i), std::span<const Sge>(&r, 1)};
@@ -461,24 +469,7 @@ BOOST_AUTO_TEST_CASE(srq_state_export_import_moves_the_receives_not_yet_taken) {
     BOOST_REQUIRE((*srq)->post_recv(std::span<const RecvWr>(&rw, 1)).ok());
   }
   // A QP on it takes the first receive.
-  QpInitAttr ia;
-  ia.send_cq = p.b.cq.get();
-  ia.recv_cq = p.b.cq.get();
-  ia.srq = srq->get();
-  ia.cap.max_send_wr = 16;
-  auto qb = p.b.pd->create_qp(ia);
-  BOOST_REQUIRE(qb.ok());
-  QpInitAttr ia2 = ia;
-  ia2.srq = nullptr;
-  ia2.send_cq = p.a.cq.get();
-  ia2.recv_cq = p.a.cq.get();
-  ia2.cap.max_recv_wr = 16;
-  auto qa = p.a.pd->create_qp(ia2);
-  BOOST_REQUIRE(qa.ok());
-  Endpoint a2 = p.a, b2 = p.b;
-  a2.qp = *qa;
-  b2.qp = *qb;
-  BOOST_REQUIRE(test::connect(a2, b2, p.o).ok());
+  auto [a2, b2] = pair_on_srq(p, srq->get());
   std::memset(p.a.buf.data(), 0x11, 100);
   Sge s = p.sge(p.a, 0, 100);
   post_send(a2, wr_of(WrOpcode::send, 1, &s, 1));
@@ -503,14 +494,7 @@ BOOST_AUTO_TEST_CASE(srq_state_export_import_moves_the_receives_not_yet_taken) {
   BOOST_TEST(!(*empty)->import_state(cut).ok());
 
   // A QP on the new SRQ fills the three moved receives in order.
-  ia.srq = moved->get();
-  auto qb2 = p.b.pd->create_qp(ia);
-  auto qa2 = p.a.pd->create_qp(ia2);
-  BOOST_REQUIRE(qb2.ok() && qa2.ok());
-  Endpoint a3 = p.a, b3 = p.b;
-  a3.qp = *qa2;
-  b3.qp = *qb2;
-  BOOST_REQUIRE(test::connect(a3, b3, p.o).ok());
+  auto [a3, b3] = pair_on_srq(p, moved->get());
   for (int i = 1; i < 4; ++i) {
     std::memset(p.a.buf.data() + 4096 * i, 0x20 + i, 200);
     Sge m = p.sge(p.a, 4096 * static_cast<std::size_t>(i), 200);
