@@ -22,16 +22,18 @@ using SteadyClock = std::chrono::steady_clock;
 using json = nlohmann::json;
 
 int run_perftest_cm_server(const CmRunConfig& cfg) {
-  const bool write = cfg.test == "write_bw";
-  if (cfg.test != "send_bw" && !write)
-    die("--peer-format perftest --cm serves send_bw and write_bw (ib_send_bw -R, ib_write_bw -R), not " + cfg.test);
+  // write_bw and read_bw: the client WRITEs into, or READs from, the region our keys name.
+  const bool write = cfg.test == "write_bw", read = cfg.test == "read_bw", rdma = write || read;
+  if (cfg.test != "send_bw" && !rdma)
+    die("--peer-format perftest --cm serves send_bw, write_bw and read_bw (ib_send_bw -R, ib_write_bw -R, "
+        "ib_read_bw -R), not " + cfg.test);
   auto dev = must(open_device(cfg.device), "open " + cfg.device);
   auto pd = must(dev->alloc_pd(), "alloc PD");
   constexpr std::uint32_t kMsg = 4096, kCommRecvs = 8, kDataRecvs = 256;
   const std::uint32_t size = std::max<std::uint32_t>(cfg.size, 1);
-  // The data region: a receive slot per posted receive (send_bw), and room for perftest's WRITEs,
-  // which cycle within its cycle buffer (a page by default; the message when larger) from the
-  // address we name: twice the larger of the message and 64 KiB.
+  // The data region: a receive slot per posted receive (send_bw), and room for perftest's WRITEs
+  // or READs, which cycle within its cycle buffer (a page by default; the message when larger)
+  // from the address we name: twice the larger of the message and 64 KiB.
   const std::size_t data_len =
       std::max(std::size_t{size} * kDataRecvs, 2 * std::max<std::size_t>(size, std::size_t{1} << 16));
   auto mem = must(dev->alloc_buffer(std::size_t{kMsg} * (kCommRecvs + 1) + data_len), "buffers");
@@ -76,17 +78,18 @@ int run_perftest_cm_server(const CmRunConfig& cfg) {
   bool done = false, client_idle = false;
   const auto start = SteadyClock::now();
   auto last = start;
-  // WRITEs complete nothing on our side: the engine's received packets are the test's progress.
+  // WRITEs and READs complete nothing on our side: the engine's packets are the test's progress.
   std::uint64_t rx_seen = 0;
   auto engine_rx = [&] {
     auto st = soft::stats(*dev);
-    return st ? st->rx_packets : 0;
+    return st ? st->rx_packets + st->tx_packets : 0;
   };
-  const std::uint64_t rx_at_start = engine_rx();
+  const std::uint64_t rx_at_start = soft::stats(*dev) ? soft::stats(*dev)->rx_packets : 0;
+  const std::uint64_t tx_at_start = soft::stats(*dev) ? soft::stats(*dev)->tx_packets : 0;
   auto rx_checked = start;
   WorkCompletion wc[16];
   while (!done && SteadyClock::now() - last < kStepTimeout) {
-    if (write && SteadyClock::now() - rx_checked >= std::chrono::milliseconds(50)) {
+    if (rdma && SteadyClock::now() - rx_checked >= std::chrono::milliseconds(50)) {
       rx_checked = SteadyClock::now();
       if (const auto rx = engine_rx(); rx != rx_seen) {
         rx_seen = rx;
@@ -95,7 +98,7 @@ int run_perftest_cm_server(const CmRunConfig& cfg) {
     }
     // After its test the client disconnects and exits; Linux sends that DREQ once (ib_send_bw
     // destroys its cm_id at once: no resend), so a lost one leaves only silence, as with rping.
-    if (data_conn && (received > 0 || write) && SteadyClock::now() - last >= kClientIdle) {
+    if (data_conn && (received > 0 || rdma) && SteadyClock::now() - last >= kClientIdle) {
       std::fprintf(stderr, "vrdma-perf: the client sent nothing for %lld s after %llu messages (its disconnect was "
                            "lost?); taking it as gone\n",
                    static_cast<long long>(std::chrono::duration_cast<std::chrono::seconds>(kClientIdle).count()),
@@ -131,11 +134,11 @@ int run_perftest_cm_server(const CmRunConfig& cfg) {
         // A record: answer with the client's own bytes, then take the next one. Its keys
         // (struct pingpong_dest, big-endian: lid, out_reads, qpn, psn, rkey at 16, vaddr at
         // 24, gid, srqn, gid_index; 56 bytes, 64 with perftest 23's tail_markers_vaddr) name,
-        // for write_bw, our data region instead: the client WRITEs there.
+        // for write_bw and read_bw, our data region instead: the client WRITEs there, or READs.
         const std::size_t off = std::size_t{kMsg} * wc[i].wr_id;
         records.push_back(wc[i].byte_len);
         std::memcpy(mem->data() + send_off, mem->data() + off, wc[i].byte_len);
-        if (write && (wc[i].byte_len == 56 || wc[i].byte_len == 64)) {
+        if (rdma && (wc[i].byte_len == 56 || wc[i].byte_len == 64)) {
           put_be(mem->data() + send_off + 16, mr->rkey(), 4);
           put_be(mem->data() + send_off + 24, addr(data_off), 8);
           ++keys;
@@ -164,15 +167,18 @@ int run_perftest_cm_server(const CmRunConfig& cfg) {
   json out = {{"test", cfg.test}, {"peer_format", "perftest"}, {"cm", true}, {"device", cfg.device}, {"role", "server"},
               {"size", size}, {"ops", received}, {"seconds", secs}, {"records", records}, {"keys_answered", keys},
               {"test_connection", data_conn != nullptr}, {"peer_disconnected", done}, {"client_idle", client_idle}};
-  std::uint64_t rx_test = 0;
+  std::uint64_t rx_test = 0, tx_test = 0;
   if (auto st = soft::stats(*dev)) {
     rx_test = st->rx_packets - rx_at_start;
+    tx_test = st->tx_packets - tx_at_start;
     out["engine"] = {{"rx_dropped_icrc", st->rx_dropped_icrc}, {"retransmits", st->retransmits},
                      {"cm_mads_sent", st->cm_mads_sent}, {"cm_mads_received", st->cm_mads_received},
-                     {"cm_resends", st->cm_resends}, {"rx_packets", rx_test}, {"rx_bytes", st->rx_bytes}};
+                     {"cm_resends", st->cm_resends}, {"rx_packets", rx_test}, {"rx_bytes", st->rx_bytes},
+                     {"tx_packets", tx_test}, {"tx_bytes", st->tx_bytes}};
   }
   std::cout << out.dump() << std::endl;
-  const bool moved = write ? keys > 0 && rx_test > 0 : received > 0;
+  // The data moved: SENDs received; WRITEs' packets received; READ responses sent.
+  const bool moved = write ? keys > 0 && rx_test > 0 : read ? keys > 0 && tx_test > 0 : received > 0;
   return moved && data_conn && (done || client_idle) ? 0 : 2;
 }
 

@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
                "(perftest's way; by default, after 200 us without a completion it yields, after 2 ms it sleeps)");
   bool cm = false;
   app.add_flag("--cm", cm,
-               "with --peer-format perftest: the peer runs with -R (RDMA-CM; send_bw and write_bw, either role)");
+               "with --peer-format perftest: the peer runs with -R (RDMA-CM; send_bw and write_bw in either role, read_bw as its server)");
   if (auto rc = vrdma::cli::parse(app, argc, argv)) return *rc;
   c.cmp_and_swap = atomic_type == "CMP_AND_SWAP";
   // UD drops a message that finds no receive posted: serve with perftest's UD receive depth.

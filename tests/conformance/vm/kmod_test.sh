@@ -543,6 +543,13 @@ rdma_cm_rping() {
   rx=$(jfield "$(grep '^{' "$work/writeR.host" | tail -1)" engine.rx_packets)
   check "ib_write_bw -R (uid 1000) through RDMA-CM with vrdma-perf: 200 x 64 KiB written into the buffer it named, both exit 0, its engine received $rx packets (at least 12800)" \
     bash -c "[ $ok = 0 ] && grep -q '^uid=1000(vrdma)' '$work/writeR.guest' && grep -qE '^ *65536 +200 ' '$work/writeR.guest' && [ '$rx' -ge 12800 ]"
+  # ib_read_bw -R: the guest READs the buffer vrdma-perf names; its engine sends every response
+  # (200 x 64 at path MTU 1024).
+  perftest_cm readR read_bw 65536
+  local tx
+  tx=$(jfield "$(grep '^{' "$work/readR.host" | tail -1)" engine.tx_packets)
+  check "ib_read_bw -R (uid 1000) through RDMA-CM with vrdma-perf: 200 x 64 KiB read from the buffer it named, both exit 0, its engine sent $tx packets (at least 12800)" \
+    bash -c "[ $ok = 0 ] && grep -q '^uid=1000(vrdma)' '$work/readR.guest' && grep -qE '^ *65536 +200 ' '$work/readR.guest' && [ '$tx' -ge 12800 ]"
   # The other role: ib_send_bw -R and ib_write_bw -R serving in the guest, vrdma-perf their client
   # (perftest's client records; for write_bw the buffer the guest named, and our report, which the
   # guest prints as its result: so the WRITEs' bytes are counted at vrdmad, which received them).
