@@ -71,6 +71,9 @@ struct Ctx {
   std::uint32_t grh = 0;
   std::shared_ptr<AddressHandle> ah;  // UD: the peer's address, and its QPN
   std::uint32_t remote_qpn = 0;
+  // The peer may have left (it has every message it waits for): poll_checked hands a SEND that
+  // ran out of retries to the caller instead of failing the run.
+  bool peer_may_leave = false;
 
   Sge sge(std::size_t slot, std::uint32_t len) const {
     return Sge{reinterpret_cast<std::uint64_t>(buf.data()) + slot * (c.size + grh), len, mr->lkey()};

@@ -263,7 +263,7 @@ ForeignOutcome run_srq_pingpong(Ctx& x, int fd, bool is_server) {
   // have completed; the client starts with one send on every QP.
   constexpr unsigned kSend = 1, kRecv = 2;
   std::vector<unsigned> pending(nq, kRecv);
-  std::uint64_t scnt = 0, rcnt = 0, posted = 0, next_recv = kRecvs, zeros = 0;
+  std::uint64_t scnt = 0, rcnt = 0, posted = 0, next_recv = kRecvs, zeros = 0, unanswered = 0;
   std::deque<std::uint32_t> ready;  // QPs whose next send waits for --rate
   auto send = [&](std::uint32_t q) {
     Sge s = x.sge(1, n);
@@ -296,8 +296,11 @@ ForeignOutcome run_srq_pingpong(Ctx& x, int fd, bool is_server) {
     for (std::uint32_t q = 0; q < nq; ++q) ready.push_back(q);
   send_ready();
   auto last = start;
-  while (rcnt < x.c.iters || scnt < x.c.iters) {
+  while (rcnt < x.c.iters || scnt + unanswered < x.c.iters) {
     send_ready();
+    // Once the tool's every message is in, it leaves when it has ours: a SEND of ours whose ACK
+    // was lost then runs out of retries against a QP that is gone (counted below, not fatal).
+    x.peer_may_leave = rcnt >= x.c.iters;
     const std::size_t k = poll_some(x, wc, 32);
     if (k > 0) last = SteadyClock::now();
     if (SteadyClock::now() - last > std::chrono::seconds(30))
@@ -305,7 +308,10 @@ ForeignOutcome run_srq_pingpong(Ctx& x, int fd, bool is_server) {
           " sent of " + std::to_string(x.c.iters));
     for (std::size_t j = 0; j < k; ++j) {
       const std::uint32_t q = index_of(wc[j].qp_num);
-      if (wc[j].opcode != WcOpcode::recv) {
+      if (wc[j].opcode != WcOpcode::recv && wc[j].status != WcStatus::success) {
+        ++unanswered;
+        pending[q] &= ~kSend;
+      } else if (wc[j].opcode != WcOpcode::recv) {
         ++scnt;
         pending[q] &= ~kSend;
       } else {
@@ -333,7 +339,6 @@ ForeignOutcome run_srq_pingpong(Ctx& x, int fd, bool is_server) {
   }
   // Sends still out when the counts are reached (the tool may have left: its QPs then answer
   // nothing): give them a second, and count what did not complete rather than fail on it.
-  std::uint64_t unanswered = 0;
   const auto drain = SteadyClock::now() + std::chrono::seconds(1);
   while (scnt + unanswered < posted && SteadyClock::now() < drain) {
     auto k = x.cq->poll(std::span<WorkCompletion>(wc, 32));
