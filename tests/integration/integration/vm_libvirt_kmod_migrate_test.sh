@@ -146,11 +146,13 @@ inner() {
   pt_moved server write_bw "$writes" 65536 "$W/peer2.log" || fail "ib_write_bw: the data did not move"
   con | grep -q -a -E "^VRDMA-CASE 3 nvme rc=0 4 [1-9][0-9]* verified" || fail "NVMe over Fabrics failed in the guest"
   # ibv_srq_pingpong counts bytes both ways: SRQ_N messages of 4 KiB each way; the peer checked
-  # every message it received and counts them (ops).
+  # every message it received and counts them (ops): at least SRQ_N, and up to 15 more (the
+  # tool's QPs each send again while fewer than -n sends have completed: 3,003 in one run).
   con | grep -q -a "^VRDMA-CASE 4 ibv_srq_pingpong rc=0 $((SRQ_N * 4096 * 2)) bytes in" ||
     fail "ibv_srq_pingpong did not move $SRQ_N messages each way in the guest"
-  grep -q '"verified":true' "$W/peer3.log" && grep -q "\"ops\":$SRQ_N," "$W/peer3.log" ||
-    fail "ibv_srq_pingpong's peer did not receive and check $SRQ_N messages"
+  got=$(grep -o '"ops":[0-9]*' "$W/peer3.log" | tail -1 | cut -d: -f2)
+  grep -q '"verified":true' "$W/peer3.log" && [ "${got:-0}" -ge "$SRQ_N" ] && [ "${got:-0}" -le $((SRQ_N + 15)) ] ||
+    fail "ibv_srq_pingpong's peer did not receive and check $SRQ_N messages (it counted ${got:-none})"
   # The NVMe I/O went through fast registration on the device (the last vrdmad's engine counts).
   for _ in $(seq 100); do grep -q "vrdmad: exiting" "$W/lkmg1.lkm-a.sock.log" && break; sleep 0.1; done
   fr=$(sed -n 's/.*vrdmad: exiting: .*"fast_registrations":\([0-9]*\).*/\1/p' "$W/lkmg1.lkm-a.sock.log")
