@@ -11,6 +11,7 @@
 #include <linux/mutex.h>
 #include <linux/netdevice.h>
 #include <linux/notifier.h>
+#include <linux/version.h>
 #include <linux/virtio.h>
 #include <linux/workqueue.h>
 #include <linux/xarray.h>
@@ -20,6 +21,28 @@
 
 #include <vrdma/virtio_rdma.h>
 #include <vrdma/virtio_rdma_abi.h>
+
+/*
+ * Kernels the module builds for: Debian 12's 6.1 (tested) and Debian 13's 6.12 (it builds).
+ * VRDMA_ALLOC_ORDERS: page orders below it can be allocated at once (MAX_ORDER, one past the
+ * largest, until 6.4; the largest itself from 6.4, named MAX_PAGE_ORDER from 6.8).
+ * create_cq takes the uverbs attribute bundle from 6.11 (its driver_udata is the udata);
+ * virtio_find_vqs takes one virtqueue_info array for names and callbacks from 6.11.
+ */
+#ifdef MAX_PAGE_ORDER
+#define VRDMA_ALLOC_ORDERS (MAX_PAGE_ORDER + 1)
+#elif LINUX_VERSION_CODE >= KERNEL_VERSION(6, 4, 0)
+#define VRDMA_ALLOC_ORDERS (MAX_ORDER + 1)
+#else
+#define VRDMA_ALLOC_ORDERS MAX_ORDER
+#endif
+#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 11, 0)
+#define VRDMA_CREATE_CQ_CTX struct uverbs_attr_bundle *ctx
+#define VRDMA_CREATE_CQ_UDATA (ctx ? &ctx->driver_udata : NULL)
+#else
+#define VRDMA_CREATE_CQ_CTX struct ib_udata *ctx
+#define VRDMA_CREATE_CQ_UDATA ctx
+#endif
 
 /*
  * QUERY_PORT's link_layer as vrdmad writes it today: the engine's own enumeration
@@ -317,7 +340,7 @@ struct ib_mr *vrdma_reg_user_mr(struct ib_pd *pd, u64 start, u64 length, u64 iov
 int vrdma_dereg_mr(struct ib_mr *mr, struct ib_udata *udata);
 
 /* vrdma_cq.c */
-int vrdma_create_cq(struct ib_cq *cq, const struct ib_cq_init_attr *attr, struct ib_udata *udata);
+int vrdma_create_cq(struct ib_cq *cq, const struct ib_cq_init_attr *attr, VRDMA_CREATE_CQ_CTX);
 int vrdma_destroy_cq(struct ib_cq *cq, struct ib_udata *udata);
 int vrdma_poll_cq(struct ib_cq *cq, int n, struct ib_wc *wc);
 int vrdma_req_notify_cq(struct ib_cq *cq, enum ib_cq_notify_flags flags);

@@ -10,8 +10,9 @@
 
 #include "vrdma.h"
 
-int vrdma_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr, struct ib_udata *udata)
+int vrdma_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr, VRDMA_CREATE_CQ_CTX)
 {
+	struct ib_udata *udata = VRDMA_CREATE_CQ_UDATA;
 	struct vrdma_dev *dev = to_vdev(ibcq->device);
 	struct vrdma_cq *cq = to_vcq(ibcq);
 	struct vrdma_ucontext *uc = rdma_udata_to_drv_context(udata, struct vrdma_ucontext, ibuc);

@@ -109,9 +109,17 @@ static int query_device_once(struct vrdma_dev *dev)
 static int vrdma_probe(struct virtio_device *vdev)
 {
 	struct virtio_rdma_carrier_config win;
+#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 11, 0)
+	struct virtqueue_info vqs_info[] = {
+		{ "control", vrdma_ctrl_done }, { "events", vrdma_event_done }, { "doorbells" }, { "state" },
+	};
+#define VRDMA_FIND_VQS(n) virtio_find_vqs(vdev, n, vqs, vqs_info, NULL)
+#else
 	vq_callback_t *callbacks[] = { vrdma_ctrl_done, vrdma_event_done, NULL, NULL };
 	static const char *const names[] = { "control", "events", "doorbells", "state" };
-	struct virtqueue *vqs[ARRAY_SIZE(names)];
+#define VRDMA_FIND_VQS(n) virtio_find_vqs(vdev, n, vqs, callbacks, names, NULL)
+#endif
+	struct virtqueue *vqs[VIRTIO_RDMA_NUM_QUEUES];
 	struct vrdma_dev *dev;
 	bool carrier = vdev->id.device == VIRTIO_ID_BLOCK;
 	int ret;
@@ -165,16 +173,17 @@ static int vrdma_probe(struct virtio_device *vdev)
 	 * queue is not there with -EINVAL (beyond the device's queue count) or -ENOENT (its size
 	 * reads 0); any other failure (memory, interrupts) is the setup's own and fails the probe.
 	 */
-	ret = virtio_find_vqs(vdev, VIRTIO_RDMA_NUM_QUEUES, vqs, callbacks, names, NULL);
+	ret = VRDMA_FIND_VQS(VIRTIO_RDMA_NUM_QUEUES);
 	if (ret == -EINVAL || ret == -ENOENT) {
 		int why = ret;
 
-		ret = virtio_find_vqs(vdev, VIRTIO_RDMA_REQUIRED_QUEUES, vqs, callbacks, names, NULL);
+		ret = VRDMA_FIND_VQS(VIRTIO_RDMA_REQUIRED_QUEUES);
 		if (!ret)
 			dev_warn(&vdev->dev, "the device offers no state queue (%d): a live migration of this guest will lose its RDMA objects\n",
 				 why);
 		vqs[VIRTIO_RDMA_STATE_QUEUE] = NULL;
 	}
+#undef VRDMA_FIND_VQS
 	if (ret) {
 		dev_err(&vdev->dev, "cannot set up the control, event and doorbell queues (%d)\n", ret);
 		goto err_cmd;

@@ -82,7 +82,7 @@ struct ib_mr *vrdma_reg_user_mr(struct ib_pd *ibpd, u64 start, u64 length, u64 i
 	}
 	/* The device reads the list as one range of guest memory: one physically contiguous buffer. */
 	list_bytes = npages * sizeof(*list);
-	if (get_order(list_bytes) >= MAX_ORDER) {
+	if (get_order(list_bytes) >= VRDMA_ALLOC_ORDERS) {
 		ret = -EINVAL;
 		goto err_umem;
 	}

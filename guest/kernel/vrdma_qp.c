@@ -93,7 +93,7 @@ int vrdma_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *attr, struct ib_
 	sq_bytes = (u64)qp->sq_depth * qp->sq_stride;
 	rq_bytes = (u64)qp->rq_depth * qp->rq_stride;
 	status_off = PAGE_ALIGN(sq_bytes + rq_bytes);
-	if (status_off + PAGE_SIZE > (u64)PAGE_SIZE << (MAX_ORDER - 1))
+	if (status_off + PAGE_SIZE > (u64)PAGE_SIZE << (VRDMA_ALLOC_ORDERS - 1))
 		return -EINVAL;  /* larger than one physically contiguous allocation */
 	qp->sq_off = 0;
 	qp->rq_off = sq_bytes;  /* strides are powers of two >= 32: 64-byte aligned */

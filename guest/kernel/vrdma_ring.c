@@ -23,7 +23,7 @@ struct vrdma_ring *vrdma_ring_alloc(struct ib_ucontext *uc, size_t size)
 	int ret;
 
 	size = PAGE_ALIGN(size);
-	if (!size || get_order(size) >= MAX_ORDER)
+	if (!size || get_order(size) >= VRDMA_ALLOC_ORDERS)
 		return ERR_PTR(-EINVAL);
 	ring = kzalloc(sizeof(*ring), GFP_KERNEL);
 	if (!ring)

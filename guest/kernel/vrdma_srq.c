@@ -48,7 +48,7 @@ int vrdma_create_srq(struct ib_srq *ibsrq, struct ib_srq_init_attr *init, struct
 	ring_bytes = (u64)srq->depth * srq->stride;
 	srq->status_off = PAGE_ALIGN(ring_bytes);
 	srq->db_off = srq->status_off + sizeof(struct virtio_rdma_qp_status);
-	if ((u64)srq->status_off + PAGE_SIZE > (u64)PAGE_SIZE << (MAX_ORDER - 1))
+	if ((u64)srq->status_off + PAGE_SIZE > (u64)PAGE_SIZE << (VRDMA_ALLOC_ORDERS - 1))
 		return -EINVAL;
 	mutex_init(&srq->db_mutex);
 	if (!vrdma_live(dev, pd->epoch))

@@ -22,12 +22,8 @@
 
 #define VRDMA_STATE_AREA_FIRST (1u << 20)  /* ib_mad's QP1 alone takes ~790 KiB of the device's bound */
 #define VRDMA_STATE_MAX_CHUNKS 256u
-/* 4 MiB chunks at most (MAX_ORDER became MAX_PAGE_ORDER, the largest order itself, in 6.8). */
-#ifdef MAX_PAGE_ORDER
-#define VRDMA_STATE_MAX_ORDER min_t(unsigned int, MAX_PAGE_ORDER, 10)
-#else
-#define VRDMA_STATE_MAX_ORDER min_t(unsigned int, MAX_ORDER - 1, 10)
-#endif
+/* 4 MiB chunks at most (VRDMA_ALLOC_ORDERS: vrdma.h). */
+#define VRDMA_STATE_MAX_ORDER min_t(unsigned int, VRDMA_ALLOC_ORDERS - 1, 10)
 
 struct vrdma_state_area {
 	size_t bytes;
