@@ -79,21 +79,22 @@ int run_perftest_cm_server(const CmRunConfig& cfg) {
   const auto start = SteadyClock::now();
   auto last = start;
   // WRITEs and READs complete nothing on our side: the engine's packets are the test's progress.
-  std::uint64_t rx_seen = 0;
-  auto engine_rx = [&] {
+  std::uint64_t packets_seen = 0;
+  auto engine_packets = [&] {
     auto st = soft::stats(*dev);
     return st ? st->rx_packets + st->tx_packets : 0;
   };
-  const std::uint64_t rx_at_start = soft::stats(*dev) ? soft::stats(*dev)->rx_packets : 0;
-  const std::uint64_t tx_at_start = soft::stats(*dev) ? soft::stats(*dev)->tx_packets : 0;
-  auto rx_checked = start;
+  const auto at_start = soft::stats(*dev);
+  const std::uint64_t rx_at_start = at_start ? at_start->rx_packets : 0;
+  const std::uint64_t tx_at_start = at_start ? at_start->tx_packets : 0;
+  auto packets_checked = start;
   WorkCompletion wc[16];
   while (!done && SteadyClock::now() - last < kStepTimeout) {
-    if (rdma && SteadyClock::now() - rx_checked >= std::chrono::milliseconds(50)) {
-      rx_checked = SteadyClock::now();
-      if (const auto rx = engine_rx(); rx != rx_seen) {
-        rx_seen = rx;
-        last = rx_checked;
+    if (rdma && SteadyClock::now() - packets_checked >= std::chrono::milliseconds(50)) {
+      packets_checked = SteadyClock::now();
+      if (const auto now_packets = engine_packets(); now_packets != packets_seen) {
+        packets_seen = now_packets;
+        last = packets_checked;
       }
     }
     // After its test the client disconnects and exits; Linux sends that DREQ once (ib_send_bw

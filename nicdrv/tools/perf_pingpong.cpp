@@ -10,6 +10,13 @@
 #include "perf_foreign.hpp"
 
 namespace vrdma::perf {
+namespace {
+// --rate: when message `n` (from 0) may go, `rate` messages a second from `start`.
+SteadyClock::time_point paced(SteadyClock::time_point start, std::uint64_t n, double rate) {
+  return start + std::chrono::duration_cast<SteadyClock::duration>(
+                     std::chrono::duration<double>(static_cast<double>(n) / rate));
+}
+}  // namespace
 
 // ibv_rc_pingpong and ibv_ud_pingpong (--connection UD): SENDs of --size bytes back and forth,
 // --iters each way, after a swap of lid:qpn:psn:gid records (the client's first, then the
@@ -129,9 +136,7 @@ ForeignOutcome run_pingpong(Ctx& x, int fd, bool is_server) {
   };
   auto start = SteadyClock::now();
   for (std::uint64_t i = 0; i < x.c.iters; ++i) {
-    // --rate: message i goes no earlier than i / rate seconds after the first.
-    if (x.c.rate > 0) std::this_thread::sleep_until(start + std::chrono::duration_cast<SteadyClock::duration>(
-                                                                std::chrono::duration<double>(static_cast<double>(i) / x.c.rate)));
+    if (x.c.rate > 0) std::this_thread::sleep_until(paced(start, i, x.c.rate));
     auto t0 = SteadyClock::now();
     if (is_server) {
       wait_recv(i);
@@ -283,18 +288,14 @@ ForeignOutcome run_srq_pingpong(Ctx& x, int fd, bool is_server) {
   };
   WorkCompletion wc[32];
   const auto start = SteadyClock::now();
-  // --rate: send number `posted` goes no earlier than posted / rate seconds after the start.
   auto send_ready = [&] {
-    while (!ready.empty() && scnt < x.c.iters &&
-           (x.c.rate <= 0 || SteadyClock::now() >= start + std::chrono::duration_cast<SteadyClock::duration>(
-                                                              std::chrono::duration<double>(static_cast<double>(posted) / x.c.rate)))) {
+    while (!ready.empty() && scnt < x.c.iters && (x.c.rate <= 0 || SteadyClock::now() >= paced(start, posted, x.c.rate))) {
       send(ready.front());
       ready.pop_front();
     }
   };
   if (!is_server)
     for (std::uint32_t q = 0; q < nq; ++q) ready.push_back(q);
-  send_ready();
   auto last = start;
   while (rcnt < x.c.iters || scnt + unanswered < x.c.iters) {
     send_ready();
@@ -335,7 +336,6 @@ ForeignOutcome run_srq_pingpong(Ctx& x, int fd, bool is_server) {
         ready.push_back(q);
       }
     }
-    send_ready();
   }
   // Sends still out when the counts are reached (the tool may have left: its QPs then answer
   // nothing): give them a second, and count what did not complete rather than fail on it.
