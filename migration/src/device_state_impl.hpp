@@ -34,6 +34,15 @@ using vhost::prefixed;
 using device::QpObj;
 using vhost::Queue;
 using device::RdmaLimits;
+
+// What a saved QP (state or layout) may ask for: an RC, UD or GSI QP (the engine refuses a GSI
+// QP it cannot make) within the device's SGE and inline limits.
+inline bool qp_shape_ok(const RdmaLimits& lim, std::uint8_t type, std::uint32_t send_sge, std::uint32_t recv_sge,
+                        std::uint32_t max_inline) {
+  const bool known = type == VIRTIO_RDMA_QPT_RC || type == VIRTIO_RDMA_QPT_UD || type == VIRTIO_RDMA_QPT_GSI;
+  return known && send_sge != 0 && send_sge <= lim.max_sge && recv_sge != 0 && recv_sge <= lim.max_sge &&
+         max_inline <= lim.max_inline;
+}
 using device::SrqObj;
 using device::WorkRing;
 
