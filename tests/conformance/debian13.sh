@@ -6,12 +6,18 @@
 # sockets and network namespaces stay as they are).
 #   debian13.sh qemu     prints the path of the wrapper (use it as qemu-system-x86_64);
 #                        exits 3 with the reason on stderr when the tree cannot be had
-# The tree is built under a lock, so concurrent rigs wait for one build.
+#   debian13.sh kernel   Debian 13's kernel for the guests, and what builds modules for it: a
+#                        second tree, $CACHE/trixie-kbuild (a copy of the first with Debian 13's
+#                        linux-headers-amd64, gcc, make and dkms, ~1.3 GB, ~1 minute once),
+#                        and the image package of the headers' kernel in $CACHE; prints
+#                        KTREE=<that tree>, KVER=<the kernel's release>, KDEB=<the image .deb>
+#                        (tests/conformance/guest_lib.sh's guest_kernel with VRDMA_GUEST_DEBIAN=13)
+# The trees are built under a lock, so concurrent rigs wait for one build.
 set -euo pipefail
 CACHE=${VRDMA_RIG_CACHE:-/var/cache/vrdma-rig}
 TREE=$CACHE/trixie
 unavailable() { echo "debian13: $*" >&2; exit 3; }
-[ "${1:-}" = qemu ] || { echo "usage: debian13.sh qemu" >&2; exit 2; }
+case "${1:-}" in qemu | kernel) ;; *) echo "usage: debian13.sh qemu|kernel" >&2; exit 2 ;; esac
 mkdir -p "$CACHE"
 
 ensure_tree() {
@@ -29,9 +35,45 @@ ensure_tree() {
   mv "$TREE.tmp" "$TREE"
 }
 
+# ensure_kbuild: the module-building tree (a copy of the first, so that QEMU 10's stays as the
+# rigs know it) and the image of the kernel its headers are for.
+ensure_kbuild() {
+  local kt=$CACHE/trixie-kbuild
+  if [ ! -f "$kt/.ready" ]; then
+    [ "$(id -u)" -eq 0 ] || unavailable "building the Debian 13 kernel-build tree needs root (chroot)"
+    echo "debian13: building the Debian 13 kernel-build tree in $kt (once; about a minute)" >&2
+    rm -rf "$kt.tmp"
+    cp -a "$TREE" "$kt.tmp"
+    cp /etc/resolv.conf "$kt.tmp/etc/resolv.conf" 2>/dev/null || true
+    { timeout 300 chroot "$kt.tmp" apt-get update -qq &&
+      DEBIAN_FRONTEND=noninteractive timeout 900 chroot "$kt.tmp" apt-get install -y -qq --no-install-recommends \
+        linux-headers-amd64 gcc make dkms xz-utils && chroot "$kt.tmp" apt-get clean; } >"$CACHE/trixie-kbuild.log" 2>&1 ||
+      { rm -rf "$kt.tmp"; unavailable "apt-get in the Debian 13 tree failed; see $CACHE/trixie-kbuild.log"; }
+    touch "$kt.tmp/.ready"
+    rm -rf "$kt"
+    mv "$kt.tmp" "$kt"
+  fi
+  local hdr kver deb
+  hdr=$(cd "$kt/usr/src" && ls -d linux-headers-*-amd64 2>/dev/null | head -1)
+  [ -n "$hdr" ] || unavailable "no linux-headers-*-amd64 in $kt/usr/src"
+  kver=${hdr#linux-headers-}
+  deb=$(ls "$CACHE"/linux-image-"$kver"_*.deb 2>/dev/null | head -1)
+  if [ -z "$deb" ]; then
+    rm -rf "$kt/tmp/kimage" && mkdir -p "$kt/tmp/kimage"
+    timeout 300 chroot "$kt" sh -c "cd /tmp/kimage && apt-get download -qq linux-image-$kver" >>"$CACHE/trixie-kbuild.log" 2>&1 ||
+      unavailable "cannot download linux-image-$kver in the Debian 13 tree; see $CACHE/trixie-kbuild.log"
+    mv "$kt"/tmp/kimage/*.deb "$CACHE/"
+    deb=$(ls "$CACHE"/linux-image-"$kver"_*.deb | head -1)
+  fi
+  echo "KTREE=$kt"
+  echo "KVER=$kver"
+  echo "KDEB=$deb"
+}
+
 exec 9>"$CACHE/trixie.lock"
 flock 9
 ensure_tree
+if [ "$1" = kernel ]; then ensure_kbuild; exit 0; fi
 WRAP=$TREE/qemu10
 if [ ! -x "$WRAP" ]; then
   cat > "$WRAP.tmp" <<EOF

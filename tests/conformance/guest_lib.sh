@@ -9,11 +9,21 @@ mkdir -p "$CACHE"
 skip() { echo "make_guest: $*" >&2; exit 3; }
 
 # Debian's current kernel package, downloaded and unpacked once: sets KPKG, KVER, KDIR, KERNEL
-# (the bzImage) and MODDIR (its modules, with modules.dep).
+# (the bzImage) and MODDIR (its modules, with modules.dep). With VRDMA_GUEST_DEBIAN=13, Debian
+# 13's (debian13.sh kernel; also sets KTREE, the Debian 13 tree that builds modules for it); its
+# modules come xz-compressed and are unpacked here (busybox's modprobe in the guests loads .ko).
 guest_kernel() {
-  KPKG=$(apt-cache depends linux-image-amd64 2>/dev/null | sed -n 's/.*Depends: \(linux-image-[0-9].*-amd64\)$/\1/p' | head -1)
-  [ -n "$KPKG" ] || KPKG=linux-image-6.1.0-57-amd64
-  KVER=${KPKG#linux-image-}
+  KTREE=""
+  if [ "${VRDMA_GUEST_DEBIAN:-12}" = 13 ]; then
+    local k13
+    k13=$("$GUEST_LIB_DIR/debian13.sh" kernel) || skip "Debian 13's kernel is not to be had here (above)"
+    KTREE=$(echo "$k13" | sed -n 's/^KTREE=//p') KVER=$(echo "$k13" | sed -n 's/^KVER=//p')
+    KPKG=linux-image-$KVER
+  else
+    KPKG=$(apt-cache depends linux-image-amd64 2>/dev/null | sed -n 's/.*Depends: \(linux-image-[0-9].*-amd64\)$/\1/p' | head -1)
+    [ -n "$KPKG" ] || KPKG=linux-image-6.1.0-57-amd64
+    KVER=${KPKG#linux-image-}
+  fi
   if ! ls "$CACHE"/${KPKG}_*.deb >/dev/null 2>&1; then
     (cd "$CACHE" && timeout 300 apt-get download "$KPKG" >/dev/null 2>&1) || skip "cannot download $KPKG (no network or apt mirror?)"
   fi
@@ -22,6 +32,10 @@ guest_kernel() {
   if [ ! -f "$KDIR/lib/modules/$KVER/modules.dep" ]; then
     rm -rf "$KDIR"
     dpkg-deb -x "$CACHE"/${KPKG}_*.deb "$KDIR"
+    if [ ! -d "$KDIR/lib/modules" ] && [ -d "$KDIR/usr/lib/modules" ]; then  # Debian 13: merged /usr
+      mkdir -p "$KDIR/lib" && mv "$KDIR/usr/lib/modules" "$KDIR/lib/modules"
+    fi
+    find "$KDIR/lib/modules/$KVER" -name '*.ko.xz' -exec xz -d {} +
     depmod -b "$KDIR" "$KVER"
   fi
   KERNEL="$KDIR/boot/vmlinuz-$KVER"
@@ -34,6 +48,10 @@ guest_kernel() {
 # linux-headers-amd64, the same version while the archive has not moved on). Sets KHDR.
 guest_headers() {
   KHDR=/usr/src/linux-headers-$KVER
+  if [ -n "${KTREE:-}" ]; then  # Debian 13's: in its tree, built there (kmod_build)
+    [ -f "$KTREE$KHDR/Makefile" ] || skip "the Debian 13 tree $KTREE has no $KHDR/Makefile"
+    return 0
+  fi
   if [ ! -f "$KHDR/Makefile" ]; then
     DEBIAN_FRONTEND=noninteractive timeout 300 apt-get install -y -qq --no-install-recommends "linux-headers-$KVER" \
       >/dev/null 2>&1 || skip "cannot install linux-headers-$KVER (no network or apt mirror?)"

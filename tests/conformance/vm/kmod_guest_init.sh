@@ -75,7 +75,7 @@ if [ -n "$CASES" ]; then
     T=$(arg vrdma.nvme_target)
     if [ -z "$T" ]; then T=$IP; nvmet-target "$IP" $(($1 * 2)) || return 1; fi
     modprobe nvme-rdma && timeout 90 nvme connect -t rdma -a "$T" -s 4420 -n vrdma-nvme \
-      --hostnqn=nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-00000000a11c || return 1
+      --hostnqn=nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-00000000a11c --hostid=00000000-0000-0000-0000-00000000a11c || return 1
     for _ in $(seq 100); do [ -b /dev/nvme0n1 ] && break; sleep 0.1; done
     end=$(($(date +%s) + $2)) rounds=0
     while [ "$(date +%s)" -lt $end ]; do

@@ -10,14 +10,17 @@
 # this host), into WORK/kmod/virtio_rdma.ko. A module built from the same bytes with the same
 # headers, compiler and dkms is taken from $CACHE (as siw is); any change builds it again;
 # VRDMA_KMOD_REBUILD=1 always builds. Sets KMOD_DEB (the package); says how on stderr ("BUILT").
+# For Debian 13's kernel (guest_kernel set KTREE) the same is done inside the Debian 13 tree, by
+# its own dkms, gcc and headers (the headers' tools are built for its C library, not this host's).
 kmod_build() {
-  local src=$1 work=$2 kver_src key cached t ver ko
-  if ! command -v dkms >/dev/null || ! command -v dpkg-deb >/dev/null; then echo "dkms or dpkg-deb is not installed" >&2; return 3; fi
+  local src=$1 work=$2 kver_src key cached t ver ko in=()
+  [ -z "${KTREE:-}" ] || in=(chroot "$KTREE")
+  if ! command -v dpkg-deb >/dev/null || ! "${in[@]}" sh -c 'command -v dkms' >/dev/null; then echo "dkms or dpkg-deb is not installed" >&2; return 3; fi
   KMOD_DEB=$("$src/guest/packaging/make_dkms_deb.sh" "$src" "$work/deb") || return 1
   dpkg-deb -x "$KMOD_DEB" "$work/pkg"
   kver_src=$(echo "$work"/pkg/usr/src/virtio-rdma-*)
   key=$( (cd "$kver_src" && find . -type f | LC_ALL=C sort | xargs cat;
-          dpkg-query -W -f='${Version}' "linux-headers-$KVER" dkms 2>/dev/null; cc --version | head -1) | sha256sum | cut -c1-16)
+          "${in[@]}" dpkg-query -W -f='${Version}' "linux-headers-$KVER" dkms 2>/dev/null; "${in[@]}" cc --version | head -1) | sha256sum | cut -c1-16)
   cached="$CACHE/virtio_rdma-$KVER-$key.ko"
   mkdir -p "$work/kmod" "$work/dkms"
   if [ -f "$cached" ] && [ -z "${VRDMA_KMOD_REBUILD:-}" ]; then
@@ -27,11 +30,25 @@ kmod_build() {
   fi
   t=$(date +%s.%N)
   ver=${kver_src##*/virtio-rdma-}
-  sign_file=/nonexistent dkms build -m virtio-rdma -v "$ver" -k "$KVER" --sourcetree "$work/pkg/usr/src" \
-    --dkmstree "$work/dkms" --kernelsourcedir "$KHDR" >"$work/kbuild.log" 2>&1 || { cat "$work/kbuild.log" >&2; return 1; }
-  ko=$(find "$work/dkms/virtio-rdma/$ver/$KVER" -name virtio_rdma.ko | head -1)
+  if [ -n "${KTREE:-}" ]; then
+    local kw
+    kw=$(mktemp -d "$KTREE/tmp/vrdma-kmod.XXXXXX")
+    cp -a "$work/pkg" "$kw/pkg"
+    mkdir -p "$kw/dkms"
+    chroot "$KTREE" env sign_file=/nonexistent dkms build -m virtio-rdma -v "$ver" -k "$KVER" --sourcetree "${kw#"$KTREE"}/pkg/usr/src" \
+      --dkmstree "${kw#"$KTREE"}/dkms" --kernelsourcedir "$KHDR" >"$work/kbuild.log" 2>&1 || { cat "$work/kbuild.log" >&2; rm -rf "$kw"; return 1; }
+    cp -a "$kw/dkms/." "$work/dkms/"
+    rm -rf "$kw"
+  else
+    sign_file=/nonexistent dkms build -m virtio-rdma -v "$ver" -k "$KVER" --sourcetree "$work/pkg/usr/src" \
+      --dkmstree "$work/dkms" --kernelsourcedir "$KHDR" >"$work/kbuild.log" 2>&1 || { cat "$work/kbuild.log" >&2; return 1; }
+  fi
+  ko=$(find "$work/dkms/virtio-rdma/$ver/$KVER" -name 'virtio_rdma.ko*' | head -1)
   [ -n "$ko" ] || { echo "dkms built no virtio_rdma.ko:"; cat "$work/kbuild.log"; return 1; } >&2
-  cp "$ko" "$work/kmod/virtio_rdma.ko"
+  case $ko in  # Debian 13's dkms compresses as its kernel's modules are
+    *.xz) xz -dc "$ko" > "$work/kmod/virtio_rdma.ko" ;;
+    *) cp "$ko" "$work/kmod/virtio_rdma.ko" ;;
+  esac
   echo "BUILT by dkms from $(basename "$KMOD_DEB") in $(echo "$(date +%s.%N) - $t" | bc | cut -c1-4) s: $(modinfo -F vermagic "$work/kmod/virtio_rdma.ko")" >&2
   rm -f "$CACHE"/virtio_rdma-"$KVER"-*.ko
   cp "$work/kmod/virtio_rdma.ko" "$cached"
@@ -40,10 +57,10 @@ kmod_build() {
 # kmod_install ROOT WORK: the module kmod_build made, where dkms installs it (dkms.conf
 # DEST_MODULE_LOCATION), with the package's modprobe.d file; depmod on the tree.
 kmod_install() {
-  mkdir -p "$1/lib/modules/$KVER/updates/dkms" "$1/lib/modprobe.d"
-  cp "$2/kmod/virtio_rdma.ko" "$1/lib/modules/$KVER/updates/dkms/"
-  cp "$2/pkg/lib/modprobe.d/virtio-rdma.conf" "$1/lib/modprobe.d/"
-  depmod -b "$1" "$KVER"
+  mkdir -p "$1/lib/modules/$KVER/updates/dkms" "$1/lib/modprobe.d" &&
+    cp "$2/kmod/virtio_rdma.ko" "$1/lib/modules/$KVER/updates/dkms/" &&
+    cp "$2/pkg/lib/modprobe.d/virtio-rdma.conf" "$1/lib/modprobe.d/" &&
+    depmod -b "$1" "$KVER"
 }
 
 # guest_provider SRC ROOT WORK: the rdma-core provider from its Debian package
@@ -73,7 +90,7 @@ kmod_tree() {
   shift 3
   guest_root "$root"
   guest_modules "$root" virtio_pci virtio_net ib_core ib_uverbs "$@"
-  kmod_install "$root" "$work"
+  kmod_install "$root" "$work" || return 1
   guest_provider "$src" "$root" "$work" >/dev/null
 }
 
@@ -93,7 +110,7 @@ kmod_guest() {
     guest_kernel
     guest_headers
     guest_tools
-    kmod_build "$SRC" "$work"
+    kmod_build "$SRC" "$work" || exit $?
     # shellcheck disable=SC2086
     tools=$(command -v $want || true)
     [ "$(echo "$tools" | wc -w)" -eq "$(echo "$want" | wc -w)" ] ||
@@ -102,7 +119,7 @@ kmod_guest() {
     # shellcheck disable=SC2086
     guest_files "$work/root" $tools
     if declare -F kmod_guest_more >/dev/null; then kmod_guest_more "$work/root"; fi
-    guest_pack "$work/root" "$SRC/tests/conformance/vm/kmod_guest_init.sh" "$work/initrd.cpio.gz"
+    guest_pack "$work/root" "$SRC/tests/conformance/vm/kmod_guest_init.sh" "$work/initrd.cpio.gz" || exit 1
     echo "KERNEL=$KERNEL"
   ) || rc=$?
   if [ $rc -eq 3 ]; then skip "guest unavailable: $(grep -v '^BUILT' "$work/make_guest.err")"; elif [ $rc -ne 0 ]; then

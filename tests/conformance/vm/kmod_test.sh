@@ -55,14 +55,15 @@ out=$(
   guest_kernel
   guest_headers
   guest_tools
-  kmod_build "$SRC" "$work"
+  # set -e does not act in this subshell (its status is tested below): each step says so itself.
+  kmod_build "$SRC" "$work" || exit $?
   cc -static -O2 -std=gnu11 -Wall -Wextra -Werror -o "$work/uverbs_probe" "$HERE/uverbs_probe.c" >&2 || exit 1
   cc -static -O2 -std=gnu11 -Wall -Wextra -Werror -I"$SRC/include" -I"$SRC/guest/include" -o "$work/uverbs_data" \
     "$HERE/uverbs_data.c" >&2 || exit 1
   ROOT="$work/root"
   guest_root "$ROOT"
   guest_modules "$ROOT" virtio_pci virtio_net virtio_blk ib_core ib_uverbs rdma_ucm nvme-rdma nvmet-rdma
-  kmod_install "$ROOT" "$work"
+  kmod_install "$ROOT" "$work" || exit 1
   # Debian's modprobe (kmod) on that tree: loading virtio_blk loads virtio_rdma first.
   echo "SOFTDEP=$(modprobe -d "$ROOT" -S "$KVER" -C "$ROOT/lib/modprobe.d" --show-depends virtio_blk 2>&1 |
     sed -n 's|^insmod .*/\([a-z_]*\)\.ko.*|\1|p' | tr '\n' ' ')"
@@ -105,7 +106,7 @@ out=$(
   else
     exit 1
   fi
-  guest_pack "$ROOT" "$HERE/kmod_guest_init.sh" "$work/initrd.cpio.gz"
+  guest_pack "$ROOT" "$HERE/kmod_guest_init.sh" "$work/initrd.cpio.gz" || exit 1
   echo "KERNEL=$KERNEL"
 ) || rc=$?
 if [ $rc -eq 3 ]; then skip "guest unavailable: $(cat "$work/make_guest.err")"; elif [ $rc -ne 0 ]; then
@@ -783,7 +784,9 @@ nvme_of() {
   local s0 s1 fr ri c
   # One line: the guest's console takes a command a line. The target: tests/conformance/nvmet_target.sh.
   c="nvmet-target $DEVIP 16 && modprobe nvme-rdma &&"
-  c+=" timeout 90 nvme connect -t rdma -a $DEVIP -s 4420 -n vrdma-nvme --hostnqn=nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-00000000a11c &&"
+  # The host NQN with a host ID of its own: Linux 6.12 refuses a host NQN given with the
+  # kernel's default host's ID ("found same hostid but different hostnqn"); 6.1 took it.
+  c+=" timeout 90 nvme connect -t rdma -a $DEVIP -s 4420 -n vrdma-nvme --hostnqn=nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-00000000a11c --hostid=00000000-0000-0000-0000-00000000a11c &&"
   c+=" for i in \$(seq 100); do [ -b /dev/nvme0n1 ] && break; sleep 0.1; done && echo CONNECTED \$(cat /sys/block/nvme0n1/size) &&"
   c+=" dd if=/dev/urandom of=/tmp/pat bs=64k count=64 2>/dev/null &&"
   c+=" timeout 60 dd if=/tmp/pat of=/dev/nvme0n1 bs=64k oflag=direct 2>/dev/null &&"
