@@ -54,10 +54,10 @@ ensure_kbuild() {
     mv "$kt.tmp" "$kt"
   fi
   local hdr kver deb
-  hdr=$(cd "$kt/usr/src" && ls -d linux-headers-*-amd64 2>/dev/null | head -1)
+  hdr=$(cd "$kt/usr/src" && ls -d linux-headers-*-amd64 2>/dev/null | head -1 || true)
   [ -n "$hdr" ] || unavailable "no linux-headers-*-amd64 in $kt/usr/src"
   kver=${hdr#linux-headers-}
-  deb=$(ls "$CACHE"/linux-image-"$kver"_*.deb 2>/dev/null | head -1)
+  deb=$(ls "$CACHE"/linux-image-"$kver"_*.deb 2>/dev/null | head -1 || true)
   if [ -z "$deb" ]; then
     rm -rf "$kt/tmp/kimage" && mkdir -p "$kt/tmp/kimage"
     timeout 300 chroot "$kt" sh -c "cd /tmp/kimage && apt-get download -qq linux-image-$kver" >>"$CACHE/trixie-kbuild.log" 2>&1 ||
