@@ -4,6 +4,7 @@
 #include <cstring>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <span>
 #include <thread>
 #include <vector>
@@ -76,6 +77,16 @@ int run_perftest_cm_server(const CmRunConfig& cfg) {
   std::vector<std::size_t> records;
   std::uint64_t received = 0, keys = 0;
   bool done = false, client_idle = false;
+  // Who ends the test connection: perftest up to 4.5 has its client disconnect it after the
+  // closing record exchange (ctx_close_connection); from 24.x its server does
+  // (rdma_cm_disconnect_nodes: only the server calls rdma_disconnect, the client waits for the
+  // DISCONNECTED event). So once a record arrives after the test's data (the closing one), we
+  // disconnect the test connection ourselves unless the client has within kCloseGrace. Our CM
+  // resends that DREQ until the DREP (a lost one would leave such a client waiting for ever).
+  constexpr auto kCloseGrace = std::chrono::seconds(1);
+  bool data_flushed = false, we_disconnected = false;
+  std::optional<SteadyClock::time_point> closing_record_at;
+  std::uint64_t packets_at_record = 0;
   const auto start = SteadyClock::now();
   auto last = start;
   // WRITEs and READs complete nothing on our side: the engine's packets are the test's progress.
@@ -96,6 +107,11 @@ int run_perftest_cm_server(const CmRunConfig& cfg) {
         packets_seen = now_packets;
         last = packets_checked;
       }
+    }
+    if (closing_record_at && !data_flushed && !we_disconnected && SteadyClock::now() - *closing_record_at >= kCloseGrace) {
+      must(data_conn->disconnect(), "disconnect the test connection");
+      we_disconnected = true;
+      last = SteadyClock::now();
     }
     // After its test the client disconnects and exits; Linux sends that DREQ once (ib_send_bw
     // destroys its cm_id at once: no resend), so a lost one leaves only silence, as with rping.
@@ -120,8 +136,9 @@ int run_perftest_cm_server(const CmRunConfig& cfg) {
       if (!n) die("poll CQ: " + n.error().message);
       for (std::size_t i = 0; i < *n; ++i) {
         last = SteadyClock::now();
-        if (wc[i].status == WcStatus::wr_flush_err) {  // the client disconnected
+        if (wc[i].status == WcStatus::wr_flush_err) {  // a disconnect (the client's, or ours of the test QP)
           if (s == &comm) done = true;
+          else data_flushed = true;
           continue;
         }
         if (wc[i].status != WcStatus::success)
@@ -138,6 +155,12 @@ int run_perftest_cm_server(const CmRunConfig& cfg) {
         // for write_bw and read_bw, our data region instead: the client WRITEs there, or READs.
         const std::size_t off = std::size_t{kMsg} * wc[i].wr_id;
         records.push_back(wc[i].byte_len);
+        // The test's data came in between: SENDs received, or for WRITEs and READs more packets
+        // than a record exchange takes (a SEND each way and their ACKs).
+        const std::uint64_t packets_now = engine_packets();
+        if (data_conn && (received > 0 || (rdma && packets_now - packets_at_record > 64)))
+          closing_record_at = SteadyClock::now();
+        packets_at_record = packets_now;
         std::memcpy(mem->data() + send_off, mem->data() + off, wc[i].byte_len);
         if (rdma && (wc[i].byte_len == 56 || wc[i].byte_len == 64)) {
           put_be(mem->data() + send_off + 16, mr->rkey(), 4);
@@ -167,7 +190,8 @@ int run_perftest_cm_server(const CmRunConfig& cfg) {
   const double secs = std::chrono::duration<double>(SteadyClock::now() - start).count();
   json out = {{"test", cfg.test}, {"peer_format", "perftest"}, {"cm", true}, {"device", cfg.device}, {"role", "server"},
               {"size", size}, {"ops", received}, {"seconds", secs}, {"records", records}, {"keys_answered", keys},
-              {"test_connection", data_conn != nullptr}, {"peer_disconnected", done}, {"client_idle", client_idle}};
+              {"test_connection", data_conn != nullptr}, {"peer_disconnected", done}, {"client_idle", client_idle},
+              {"we_disconnected_test", we_disconnected}};
   std::uint64_t rx_test = 0, tx_test = 0;
   if (auto st = soft::stats(*dev)) {
     rx_test = st->rx_packets - rx_at_start;
