@@ -4,8 +4,8 @@
  * "The rdma-core provider"). Control verbs are the uverbs write() commands (ibv_cmd_*) with the
  * driver's udata (guest/include/vrdma/virtio_rdma_abi.h); the data path is the device's rings
  * (include/vrdma/virtio_rdma.h), which the kernel allocates and this library maps (objects.c,
- * post.c, wr.c; vrdma.h says which file does what). Every value the kernel answers in udata is
- * checked before use.
+ * post.c, cq.c, wr.c; vrdma.h says which file does what). Every value the kernel answers in
+ * udata is checked before use.
  *
  * This file: the device (matched by name, "vrdma*": the module registers RDMA_DRIVER_UNKNOWN),
  * the context, device and port queries, PD, MR, AH, and the ops table.
@@ -208,6 +208,7 @@ static const struct verbs_context_ops vrdma_ctx_ops = {
 	.reg_mr = vrdma_reg_mr,
 	.dereg_mr = vrdma_dereg_mr,
 	.create_cq = vrdma_create_cq,
+	.create_cq_ex = vrdma_create_cq_ex,
 	.poll_cq = vrdma_poll_cq,
 	.req_notify_cq = vrdma_req_notify_cq,
 	.destroy_cq = vrdma_destroy_cq,

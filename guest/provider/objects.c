@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: (GPL-2.0 OR BSD-2-Clause)
 /*
- * libvrdma's objects with rings: CQ, QP (ibv_create_qp and ibv_create_qp_ex with send ops flags)
- * and SRQ. Each is created through uverbs with the driver's udata answer
- * (guest/include/vrdma/virtio_rdma_abi.h), which is checked against the contract (depths powers of
- * two, at least what was asked and within GET_CONTEXT's limits, strides as the contract computes
- * them, every part inside a mapping of whole pages) before its rings are mapped. An answer that
- * fails is destroyed again and the verb fails with EPROTO and a sentence in libibverbs' log.
+ * libvrdma's objects with rings: CQ (ibv_create_cq and ibv_create_cq_ex), QP (ibv_create_qp and
+ * ibv_create_qp_ex with send ops flags) and SRQ. Each is created through uverbs with the driver's
+ * udata answer (guest/include/vrdma/virtio_rdma_abi.h), which is checked against the contract
+ * (depths powers of two, at least what was asked and within GET_CONTEXT's limits, strides as the
+ * contract computes them, every part inside a mapping of whole pages) before its rings are mapped.
+ * An answer that fails is destroyed again and the verb fails with EPROTO and a sentence in
+ * libibverbs' log.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -20,6 +21,10 @@ struct vrdma_create_cq_resp {
 	struct ib_uverbs_create_cq_resp ibv_resp;
 	struct virtio_rdma_abi_create_cq_resp drv;
 };
+struct vrdma_create_cq_ex_resp {
+	struct ib_uverbs_ex_create_cq_resp ibv_resp;
+	struct virtio_rdma_abi_create_cq_resp drv;
+};
 struct vrdma_create_qp_resp {
 	struct ib_uverbs_create_qp_resp ibv_resp;
 	struct virtio_rdma_abi_create_qp_resp drv;
@@ -31,6 +36,7 @@ struct vrdma_create_srq_resp {
 #define VRDMA_RESP_PACKED(t) \
 	_Static_assert(offsetof(struct t, drv) == sizeof(((struct t *)0)->ibv_resp), #t " has no padding")
 VRDMA_RESP_PACKED(vrdma_create_cq_resp);
+VRDMA_RESP_PACKED(vrdma_create_cq_ex_resp);
 VRDMA_RESP_PACKED(vrdma_create_qp_resp);
 VRDMA_RESP_PACKED(vrdma_create_srq_resp);
 
@@ -55,47 +61,109 @@ static void *map_ring(struct ibv_context *ctx, uint64_t offset, uint32_t size)
 
 /* ---- CQ ------------------------------------------------------------------------------------- */
 
-struct ibv_cq *vrdma_create_cq(struct ibv_context *ctx, int cqe, struct ibv_comp_channel *channel,
-			       int comp_vector)
+/* A CQ of at least cqe entries within GET_CONTEXT's max_cqe (else EINVAL), not yet created. */
+static struct vrdma_cq *cq_alloc(struct vrdma_context *vctx, int64_t cqe)
 {
-	struct vrdma_context *vctx = to_vctx(ctx);
-	struct ibv_create_cq cmd;
-	struct vrdma_create_cq_resp resp;
-	struct vrdma_cq *cq;
-
-	if (cqe < 1 || (uint32_t)cqe > vctx->lim.max_cqe) {
+	if (cqe < 1 || cqe > vctx->lim.max_cqe) {
 		errno = EINVAL;
 		return NULL;
 	}
-	cq = calloc(1, sizeof(*cq));
-	if (!cq)
-		return NULL;
-	memset(&resp, 0, sizeof(resp));
-	if (ibv_cmd_create_cq(ctx, cqe, channel, comp_vector, &cq->ibv_cq, &cmd, sizeof(cmd), &resp.ibv_resp,
-			      sizeof(resp)))
-		goto err_free;
-	if (!is_pow2(resp.drv.depth) || resp.drv.depth < (uint32_t)cqe || resp.drv.depth > vctx->lim.max_cqe ||
-	    resp.drv.mmap_size % vctx->page_size ||
-	    !fits(VIRTIO_RDMA_CQE_OFFSET, (uint64_t)resp.drv.depth * VIRTIO_RDMA_CQE_SIZE, resp.drv.mmap_size)) {
+	return calloc(1, sizeof(struct vrdma_cq));
+}
+
+/*
+ * After either CREATE_CQ command: the driver's answer checked (a power-of-two depth of at least
+ * cqe within max_cqe, the CQEs inside a mapping of whole pages) and the ring mapped. 0, or -1
+ * with the CQ destroyed again and errno EPROTO.
+ */
+static int cq_from_answer(struct ibv_context *ctx, struct vrdma_cq *cq, uint32_t cqe,
+			  const struct virtio_rdma_abi_create_cq_resp *r)
+{
+	struct vrdma_context *vctx = to_vctx(ctx);
+
+	if (!is_pow2(r->depth) || r->depth < cqe || r->depth > vctx->lim.max_cqe || r->mmap_size % vctx->page_size ||
+	    !fits(VIRTIO_RDMA_CQE_OFFSET, (uint64_t)r->depth * VIRTIO_RDMA_CQE_SIZE, r->mmap_size)) {
 		vrdma_warn(ctx, "CREATE_CQ answered a ring that does not fit its depth");
 		goto err_destroy;
 	}
-	cq->map = map_ring(ctx, resp.drv.mmap_offset, resp.drv.mmap_size);
+	cq->map = map_ring(ctx, r->mmap_offset, r->mmap_size);
 	if (!cq->map) {
 		vrdma_warn(ctx, "mmap of a CQ ring failed");
 		goto err_destroy;
 	}
-	cq->map_size = resp.drv.mmap_size;
-	cq->depth = resp.drv.depth;
-	cq->handle = resp.drv.cq_handle;
+	cq->map_size = r->mmap_size;
+	cq->depth = r->depth;
+	cq->handle = r->cq_handle;
 	cq->next = le32toh(((struct virtio_rdma_cq_control *)cq->map)->consumer);
-	cq->ibv_cq.cqe = (int)cq->depth;
+	cq->ipv4 = !!(vctx->lim.flags & VIRTIO_RDMA_ABI_UCTX_IPV4);
+	cq->vcq.cq.cqe = (int)cq->depth;
 	pthread_spin_init(&cq->lock, PTHREAD_PROCESS_PRIVATE);
-	return &cq->ibv_cq;
+	return 0;
 
 err_destroy:
-	ibv_cmd_destroy_cq(&cq->ibv_cq);
+	ibv_cmd_destroy_cq(&cq->vcq.cq);
 	errno = EPROTO;
+	return -1;
+}
+
+struct ibv_cq *vrdma_create_cq(struct ibv_context *ctx, int cqe, struct ibv_comp_channel *channel,
+			       int comp_vector)
+{
+	struct ibv_create_cq cmd;
+	struct vrdma_create_cq_resp resp;
+	struct vrdma_cq *cq = cq_alloc(to_vctx(ctx), cqe);
+	int ret;
+
+	if (!cq)
+		return NULL;
+	memset(&resp, 0, sizeof(resp));
+	ret = ibv_cmd_create_cq(ctx, cqe, channel, comp_vector, &cq->vcq.cq, &cmd, sizeof(cmd), &resp.ibv_resp,
+				sizeof(resp));
+	if (ret) {
+		errno = ret;
+		goto err_free;
+	}
+	if (cq_from_answer(ctx, cq, (uint32_t)cqe, &resp.drv))
+		goto err_free;
+	return &cq->vcq.cq;
+
+err_free:
+	free(cq);
+	return NULL;
+}
+
+/*
+ * ibv_create_cq_ex: the same CREATE_CQ with the same (empty) driver request, through the extended
+ * command, and the same ring; then the poll API (cq.c). What the device cannot do is refused
+ * before the kernel is asked (vrdma_check_cq_ex: a timestamp, CVLAN, flow tag or TM wc_flag,
+ * IGNORE_OVERRUN or a parent domain with EOPNOTSUPP; unknown comp_mask or flags bits with EINVAL).
+ */
+struct ibv_cq_ex *vrdma_create_cq_ex(struct ibv_context *ctx, struct ibv_cq_init_attr_ex *attr)
+{
+	struct ibv_create_cq_ex cmd;
+	struct vrdma_create_cq_ex_resp resp;
+	struct vrdma_cq *cq;
+	int ret = vrdma_check_cq_ex(attr);
+
+	if (ret) {
+		errno = ret;
+		return NULL;
+	}
+	cq = cq_alloc(to_vctx(ctx), attr->cqe);
+	if (!cq)
+		return NULL;
+	memset(&resp, 0, sizeof(resp));
+	memset(&cmd, 0, sizeof(cmd));
+	ret = ibv_cmd_create_cq_ex(ctx, attr, &cq->vcq, &cmd, sizeof(cmd), &resp.ibv_resp, sizeof(resp), 0);
+	if (ret) {
+		errno = ret;
+		goto err_free;
+	}
+	if (cq_from_answer(ctx, cq, attr->cqe, &resp.drv))
+		goto err_free;
+	vrdma_set_cq_ex_ops(cq, attr->wc_flags);
+	return &cq->vcq.cq_ex;
+
 err_free:
 	free(cq);
 	return NULL;

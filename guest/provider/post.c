@@ -7,9 +7,8 @@
  * context's doorbell ring plus a write to the device's notify address, both mapped into the
  * process (no system call), or, when the kernel gave no ring, the uverbs POST_SEND / POST_RECV /
  * POST_SRQ_RECV command carrying no work request, which the driver turns into the device's
- * doorbell. CQEs are read by the owner/phase rule and the consumer index written back; arming
- * is a CQ_ARM doorbell the same way. The send WQE parts here are shared with the extended send
- * API (wr.c).
+ * doorbell. Arming a CQ is a CQ_ARM doorbell the same way (its CQEs are read in cq.c). The send
+ * WQE parts here are shared with the extended send API (wr.c).
  */
 #include <errno.h>
 #include <sched.h>
@@ -19,52 +18,7 @@
 
 #include "vrdma.h"
 
-/* ---- CQ ------------------------------------------------------------------------------------- */
-/* ipv4: the device's packets are IPv4 (VIRTIO_RDMA_ABI_UCTX_IPV4). */
-static void cqe_to_wc(const struct virtio_rdma_cqe *e, struct ibv_wc *wc, int ipv4)
-{
-	memset(wc, 0, sizeof(*wc));
-	wc->wr_id = le64toh(e->wr_id);
-	wc->status = (enum ibv_wc_status)e->status;
-	wc->opcode = (enum ibv_wc_opcode)e->opcode;
-	wc->vendor_err = le32toh(e->vendor_err);
-	wc->byte_len = le32toh(e->byte_len);
-	wc->imm_data = le32toh(e->imm_data);  /* the value the peer put in its WR, unchanged */
-	wc->qp_num = le32toh(e->qp_num);
-	wc->src_qp = le32toh(e->src_qp);
-	if (e->wc_flags & VIRTIO_RDMA_WC_WITH_IMM)
-		wc->wc_flags |= IBV_WC_WITH_IMM;
-	if (e->wc_flags & VIRTIO_RDMA_WC_GRH) {
-		wc->wc_flags |= IBV_WC_GRH;
-		/* ConnectX's L3 header type in the SL (2: IPv4), which UCX 1.13-1.18 reads. */
-		if (ipv4)
-			wc->sl = 2;
-	}
-}
-
-int vrdma_poll_cq(struct ibv_cq *ibcq, int num, struct ibv_wc *wc)
-{
-	struct vrdma_cq *cq = to_vcq(ibcq);
-	struct virtio_rdma_cq_control *ctl = (void *)cq->map;
-	const int ipv4 = !!(to_vctx(ibcq->context)->lim.flags & VIRTIO_RDMA_ABI_UCTX_IPV4);
-	int n = 0;
-
-	pthread_spin_lock(&cq->lock);
-	while (n < num) {
-		const struct virtio_rdma_cqe *e =
-			(const void *)(cq->map + VIRTIO_RDMA_CQE_OFFSET + (cq->next & (cq->depth - 1)) * VIRTIO_RDMA_CQE_SIZE);
-
-		/* The owner byte is written last by the device (release): acquire it, then the body. */
-		if (__atomic_load_n(&e->owner, __ATOMIC_ACQUIRE) != virtio_rdma_cqe_phase(cq->next, cq->depth))
-			break;
-		cqe_to_wc(e, &wc[n++], ipv4);
-		cq->next++;
-	}
-	if (n)
-		__atomic_store_n(&ctl->consumer, htole32(cq->next), __ATOMIC_RELEASE);
-	pthread_spin_unlock(&cq->lock);
-	return n;
-}
+/* ---- CQ arming (polling: cq.c) -------------------------------------------------------------- */
 
 static int doorbell_again(int err, unsigned int *tries);
 

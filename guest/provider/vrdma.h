@@ -3,7 +3,8 @@
  * libvrdma's private header: the provider's objects and what its files share (docs/virtio-rdma.md
  * "The rdma-core provider"). Files by role: device.c (device, context, query, PD, MR, AH, the
  * ops table), objects.c (CQ, QP, SRQ: creation checks the kernel's udata answers and maps the
- * rings), post.c (the data path: send/receive WQEs, doorbells, CQ polling) and wr.c (the
+ * rings), post.c (the data path: send/receive WQEs, doorbells, CQ arming), cq.c (CQ polling:
+ * ibv_poll_cq and the extended CQ's start/next/end_poll, one reader of the ring) and wr.c (the
  * extended send API, ibv_qp_ex's wr_*).
  */
 #ifndef VRDMA_PROVIDER_H
@@ -35,12 +36,19 @@ struct vrdma_context {
 	uint32_t dbr_prod;
 };
 
+/*
+ * A CQ made by ibv_create_cq or ibv_create_cq_ex: the same object and ring either way (libibverbs'
+ * ibv_cq_ex begins with ibv_cq's members; ibv_poll_cq, req_notify and destroy take both).
+ */
 struct vrdma_cq {
-	struct ibv_cq ibv_cq;
+	struct verbs_cq vcq;
 	uint32_t handle;  /* the device's: what a CQ_ARM record names */
-	pthread_spinlock_t lock;
+	pthread_spinlock_t lock;  /* also held from a successful start_poll to end_poll */
 	uint8_t *map;
-	uint32_t map_size, depth, next;
+	uint32_t map_size, depth;
+	uint32_t next;  /* the free-running index of the next CQE to consume */
+	int ipv4;       /* the device's packets are IPv4 (VIRTIO_RDMA_ABI_UCTX_IPV4): the SL cq.c reports */
+	const struct virtio_rdma_cqe *cur;  /* start_poll..end_poll: the CQE the readers read, at next */
 };
 
 /*
@@ -99,7 +107,8 @@ struct vrdma_ah {
 };
 
 #define to_vctx(c) container_of(c, struct vrdma_context, ibv_ctx.context)
-#define to_vcq(c) container_of(c, struct vrdma_cq, ibv_cq)
+#define to_vcq(c) container_of(c, struct vrdma_cq, vcq.cq)
+#define cqx_to_vcq(c) container_of(c, struct vrdma_cq, vcq.cq_ex)
 #define to_vqp(q) container_of(q, struct vrdma_qp, vqp.qp)
 #define to_vsrq(s) container_of(s, struct vrdma_srq, ibv_srq)
 #define to_vah(a) container_of(a, struct vrdma_ah, ibv_ah)
@@ -119,6 +128,7 @@ void vrdma_warn(struct ibv_context *ctx, const char *what) VRDMA_HIDDEN;
 /* objects.c */
 struct ibv_cq *vrdma_create_cq(struct ibv_context *ctx, int cqe, struct ibv_comp_channel *channel,
 			       int comp_vector) VRDMA_HIDDEN;
+struct ibv_cq_ex *vrdma_create_cq_ex(struct ibv_context *ctx, struct ibv_cq_init_attr_ex *attr) VRDMA_HIDDEN;
 int vrdma_destroy_cq(struct ibv_cq *ibcq) VRDMA_HIDDEN;
 struct ibv_qp *vrdma_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr) VRDMA_HIDDEN;
 struct ibv_qp *vrdma_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *attr) VRDMA_HIDDEN;
@@ -131,8 +141,14 @@ int vrdma_modify_srq(struct ibv_srq *ibsrq, struct ibv_srq_attr *attr, int mask)
 int vrdma_query_srq(struct ibv_srq *ibsrq, struct ibv_srq_attr *attr) VRDMA_HIDDEN;
 int vrdma_destroy_srq(struct ibv_srq *ibsrq) VRDMA_HIDDEN;
 
-/* post.c */
+/* cq.c */
 int vrdma_poll_cq(struct ibv_cq *ibcq, int num, struct ibv_wc *wc) VRDMA_HIDDEN;
+/* ibv_create_cq_ex's attributes this provider can do: 0, EINVAL (unknown bits) or EOPNOTSUPP. */
+int vrdma_check_cq_ex(const struct ibv_cq_init_attr_ex *attr) VRDMA_HIDDEN;
+/* The poll functions and the readers of the wc_flags asked for (checked), on a created CQ. */
+void vrdma_set_cq_ex_ops(struct vrdma_cq *cq, uint64_t wc_flags) VRDMA_HIDDEN;
+
+/* post.c */
 int vrdma_req_notify_cq(struct ibv_cq *ibcq, int solicited_only) VRDMA_HIDDEN;
 int vrdma_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr) VRDMA_HIDDEN;
 int vrdma_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr) VRDMA_HIDDEN;

@@ -23,9 +23,10 @@
 # Step 4e: the rdma-core provider (guest/provider/build.sh) under Debian's unmodified ibv_devices,
 # ibv_devinfo, ibv_rc/ud/srq_pingpong (as uid 1000, both roles, against vrdma-perf: every byte
 # verified), verbs_wr (the provider's ibv_wr_* API: every builder and setter, abort, latched
-# errors, one doorbell a batch) and perftest's unmodified tools with their defaults: every RC
-# bandwidth and latency test as client, write/read/send bandwidth and every latency test as
-# server, ib_send_bw over UD (the data's packets counted); 4f: two tools at once, one SIGKILLed
+# errors, one doorbell a batch; with cq_ex, ibv_create_cq_ex and start/next/end_poll) and
+# perftest's unmodified tools with their defaults: every RC bandwidth and latency test as
+# client, write/read/send bandwidth and every latency test as server, ib_send_bw over UD (the
+# data's packets counted); 4f: two tools at once, one SIGKILLed
 # mid-run (its objects freed by the driver, the other's data verified after); 4g: path MTU 4096,
 # then 2 % of RoCE packets dropped both ways (nftables), the retransmissions counted; skipped with
 # a reason if the provider cannot be built; 4j: Debian's UCX 1.13 (ucx_perftest put bandwidth and
@@ -743,6 +744,14 @@ if [ -n "$PROVIDER" ]; then
     bash -c "grep -q '^uid=1000(vrdma)' '$work/verbs_wr.out' && grep -q '^verbs_wr: 0 failed' '$work/verbs_wr.out' && [ \$(grep -c '^ok ' '$work/verbs_wr.out') -ge 20 ]"
   check "vrdmad counted exactly the program's doorbells and send WQEs (program: ${rung:-?}, vrdmad: $saw), no doorbell or WQE error" \
     bash -c "[ -n '$rung' ] && [ '$rung' = '$saw' ] && [ '$(grew doorbell_errors)' = 0 ] && [ '$(grew wqe_errors)' = 0 ]"
+  # The extended CQ (verbs_wr.c's cq_ex mode), uid 1000: ibv_create_cq_ex's refusals, two RC QPs'
+  # completions through start/next/end_poll with every field read and the bytes checked, the ring's
+  # wrap, ibv_poll_cq and req_notify_cq on the same CQs.
+  guest 60 "$work/verbs_cqx.out" "su -s /bin/sh vrdma -c \"id; timeout 40 verbs_wr ${G:-1} cq_ex\"" || true
+  sed 's/^/  guest: /' "$work/verbs_cqx.out" | grep -v "===" | cut -c1-220
+  check "verbs_wr cq_ex (uid 1000): ibv_create_cq_ex and ibv_start_poll/next_poll/end_poll, every field and byte, ibv_poll_cq on it ($(sed -n 's/^verbs_wr cq_ex: //p' "$work/verbs_cqx.out"))" \
+    bash -c "grep -q '^uid=1000(vrdma)' '$work/verbs_cqx.out' && grep -qE '^verbs_wr cq_ex: [0-9]+ ok, 0 failed\$' '$work/verbs_cqx.out' &&
+      [ \$(grep -c '^ok ' '$work/verbs_cqx.out') -ge 24 ]"
   # perftest with its defaults, the guest as client: every RC test; as server: the bandwidth
   # tests (vrdma-perf writes, reads, sends) and the latency tests (vrdma-perf --connect: WRITE and
   # SEND ping-pong, READs of the guest's buffer); and ib_send_bw over UD as client.
