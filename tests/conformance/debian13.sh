@@ -6,9 +6,10 @@
 # sockets and network namespaces stay as they are).
 #   debian13.sh qemu     prints the path of the wrapper (use it as qemu-system-x86_64);
 #                        exits 3 with the reason on stderr when the tree cannot be had
-#   debian13.sh kernel   Debian 13's kernel for the guests, and what builds modules for it: a
-#                        second tree, $CACHE/trixie-kbuild (a copy of the first with Debian 13's
-#                        linux-headers-amd64, gcc, make and dkms, ~1.3 GB, ~1 minute once),
+#   debian13.sh kernel   Debian 13's kernel for the guests, what builds modules for it, and the
+#                        guests' Debian 13 user space: a second tree, $CACHE/trixie-kbuild (a
+#                        copy of the first with Debian 13's linux-headers-amd64, gcc, make, dkms,
+#                        rdma-core 56 and the RDMA tools, ~1.3 GB, ~1 minute once),
 #                        and the image package of the headers' kernel in $CACHE; prints
 #                        KTREE=<that tree>, KVER=<the kernel's release>, KDEB=<the image .deb>
 #                        (tests/conformance/guest_lib.sh's guest_kernel with VRDMA_GUEST_DEBIAN=13)
@@ -35,23 +36,29 @@ ensure_tree() {
   mv "$TREE.tmp" "$TREE"
 }
 
-# ensure_kbuild: the module-building tree (a copy of the first, so that QEMU 10's stays as the
-# rigs know it) and the image of the kernel its headers are for.
+# ensure_kbuild: the guests' Debian 13 tree (a copy of the first, so that QEMU 10's stays as the
+# rigs know it): what builds modules for Debian 13's kernel, and the user space a Debian 13 guest
+# gets (rdma-core 56's libibverbs and its headers, for the provider too; the tools the kernel-driver
+# rigs run); and the image of the kernel its headers are for. The packages it holds are written in
+# its .ready: a tree made for a shorter list gets the rest installed in place.
+KBUILD_PKGS="linux-headers-amd64 gcc make dkms xz-utils libc6-dev libibverbs-dev ibverbs-utils perftest rdmacm-utils
+  iproute2 nvme-cli strace ucx-utils cmake ninja-build"
 ensure_kbuild() {
-  local kt=$CACHE/trixie-kbuild
+  local kt=$CACHE/trixie-kbuild want
+  want=$(echo $KBUILD_PKGS)
   if [ ! -f "$kt/.ready" ]; then
-    [ "$(id -u)" -eq 0 ] || unavailable "building the Debian 13 kernel-build tree needs root (chroot)"
-    echo "debian13: building the Debian 13 kernel-build tree in $kt (once; about a minute)" >&2
+    [ "$(id -u)" -eq 0 ] || unavailable "building the Debian 13 guest tree needs root (chroot)"
+    echo "debian13: building the Debian 13 guest tree in $kt (once; about a minute)" >&2
     rm -rf "$kt.tmp"
     cp -a "$TREE" "$kt.tmp"
     cp /etc/resolv.conf "$kt.tmp/etc/resolv.conf" 2>/dev/null || true
-    { timeout 300 chroot "$kt.tmp" apt-get update -qq &&
-      DEBIAN_FRONTEND=noninteractive timeout 900 chroot "$kt.tmp" apt-get install -y -qq --no-install-recommends \
-        linux-headers-amd64 gcc make dkms xz-utils && chroot "$kt.tmp" apt-get clean; } >"$CACHE/trixie-kbuild.log" 2>&1 ||
-      { rm -rf "$kt.tmp"; unavailable "apt-get in the Debian 13 tree failed; see $CACHE/trixie-kbuild.log"; }
-    touch "$kt.tmp/.ready"
+    kbuild_install "$kt.tmp" "$want" || { rm -rf "$kt.tmp"; exit 3; }
     rm -rf "$kt"
     mv "$kt.tmp" "$kt"
+  elif [ "$(cat "$kt/.ready")" != "$want" ]; then
+    echo "debian13: adding packages to the Debian 13 guest tree in $kt" >&2
+    cp /etc/resolv.conf "$kt/etc/resolv.conf" 2>/dev/null || true
+    kbuild_install "$kt" "$want" || exit 3
   fi
   local hdr kver deb
   hdr=$(cd "$kt/usr/src" && ls -d linux-headers-*-amd64 2>/dev/null | head -1 || true)
@@ -68,6 +75,16 @@ ensure_kbuild() {
   echo "KTREE=$kt"
   echo "KVER=$kver"
   echo "KDEB=$deb"
+}
+
+# kbuild_install TREE PACKAGES: apt-get installs them in TREE (chroot), then writes its .ready.
+kbuild_install() {
+  # shellcheck disable=SC2086
+  { timeout 300 chroot "$1" apt-get update -qq &&
+    DEBIAN_FRONTEND=noninteractive timeout 900 chroot "$1" apt-get install -y -qq --no-install-recommends $2 &&
+    chroot "$1" apt-get clean; } >"$CACHE/trixie-kbuild.log" 2>&1 ||
+    { echo "debian13: apt-get in the Debian 13 tree failed; see $CACHE/trixie-kbuild.log" >&2; return 1; }
+  echo "$2" > "$1/.ready"
 }
 
 exec 9>"$CACHE/trixie.lock"

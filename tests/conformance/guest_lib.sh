@@ -10,14 +10,16 @@ skip() { echo "make_guest: $*" >&2; exit 3; }
 
 # Debian's current kernel package, downloaded and unpacked once: sets KPKG, KVER, KDIR, KERNEL
 # (the bzImage) and MODDIR (its modules, with modules.dep). With VRDMA_GUEST_DEBIAN=13, Debian
-# 13's (debian13.sh kernel; also sets KTREE, the Debian 13 tree that builds modules for it); its
-# modules come xz-compressed and are unpacked here (busybox's modprobe in the guests loads .ko).
+# 13's (debian13.sh kernel; also sets KTREE, the Debian 13 tree that builds modules for it, and
+# UTREE, the same tree as the guest's user space: guest_files); its modules come xz-compressed
+# and are unpacked here (busybox's modprobe in the guests loads .ko).
 guest_kernel() {
-  KTREE=""
+  KTREE="" UTREE=""
   if [ "${VRDMA_GUEST_DEBIAN:-12}" = 13 ]; then
     local k13
     k13=$("$GUEST_LIB_DIR/debian13.sh" kernel) || skip "Debian 13's kernel is not to be had here (above)"
     KTREE=$(echo "$k13" | sed -n 's/^KTREE=//p') KVER=$(echo "$k13" | sed -n 's/^KVER=//p')
+    UTREE=$KTREE
     KPKG=linux-image-$KVER
   else
     KPKG=$(apt-cache depends linux-image-amd64 2>/dev/null | sed -n 's/.*Depends: \(linux-image-[0-9].*-amd64\)$/\1/p' | head -1)
@@ -95,16 +97,30 @@ guest_modules() {
   cp "$MODDIR"/modules.{builtin,order} "$root/lib/modules/$KVER/" 2>/dev/null || true
 }
 
+# Where a guest's programs and libraries come from: this host (UTREE empty), or with
+# VRDMA_GUEST_DEBIAN=13 the Debian 13 tree (guest_kernel sets UTREE=$KTREE), whose paths the
+# functions below take as the guest's (/usr/bin/x is $UTREE/usr/bin/x) and whose ldd they ask,
+# in the tree (chroot), for the libraries; a guest never mixes the two C libraries.
+# in_utree CMD...: CMD run in the user-space tree (or here).
+in_utree() { if [ -n "${UTREE:-}" ]; then chroot "$UTREE" "$@"; else "$@"; fi; }
+
+# guest_which PROGRAM...: each program's path, as `command -v` in the user-space tree finds it;
+# a missing one prints nothing (callers count the words).
+guest_which() {
+  local p
+  for p in "$@"; do in_utree sh -c "command -v $p" || true; done
+}
+
 # guest_libs ROOT FILE...: every library ldd lists for the files, and libgcc_s (glibc loads it
 # at run time for thread cancellation; ldd does not list it), at their own paths.
 guest_libs() {
   local root=$1 f
   shift
-  for f in $(for f in "$@"; do ldd "$f" 2>/dev/null | awk '/=>/ {print $3} /^\t\/lib/ {print $1}'; done | sort -u) \
-           $(readlink -f /lib/x86_64-linux-gnu/libgcc_s.so.1) /lib/x86_64-linux-gnu/libgcc_s.so.1; do
-    [ -e "$f" ] || continue
+  for f in $(for f in "$@"; do in_utree ldd "$f" 2>/dev/null | awk '/=>/ {print $3} /^\t\/lib/ {print $1}'; done | sort -u) \
+           $(in_utree readlink -f /lib/x86_64-linux-gnu/libgcc_s.so.1) /lib/x86_64-linux-gnu/libgcc_s.so.1; do
+    [ -e "${UTREE:-}$f" ] || continue
     mkdir -p "$root/$(dirname "$f")"
-    cp -L "$f" "$root/$f"
+    cp -L "${UTREE:-}$f" "$root/$f"
   done
 }
 
@@ -114,9 +130,38 @@ guest_files() {
   shift
   for f in "$@"; do
     mkdir -p "$root/$(dirname "$f")"
-    cp -L "$f" "$root/$f"
+    cp -L "${UTREE:-}$f" "$root/$f"
   done
   guest_libs "$root" "$@"
+}
+
+# guest_cc ROOT NAME CC-ARG...: a program compiled for the guest's user space (this host's cc, or
+# the user-space tree's against its own headers and libraries) into ROOT/usr/bin/NAME, with the
+# libraries it needs (guest_libs). Files and -I folders among the arguments are this host's paths.
+guest_cc() {
+  local root=$1 name=$2 kw a i=0 args=() rc=0
+  shift 2
+  mkdir -p "$root/usr/bin"
+  if [ -z "${UTREE:-}" ]; then
+    kw=$(mktemp -d)
+    cc "$@" -o "$kw/$name" >&2 && cp "$kw/$name" "$root/usr/bin/" && guest_libs "$root" "$kw/$name" || rc=1
+    rm -rf "$kw"
+    return $rc
+  fi
+  kw=$(mktemp -d "$UTREE/tmp/vrdma-cc.XXXXXX")
+  for a in "$@"; do
+    i=$((i + 1))
+    if [[ $a == -I* ]] && [ -d "${a#-I}" ]; then
+      cp -a "${a#-I}" "$kw/inc$i" && a="-I${kw#"$UTREE"}/inc$i"
+    elif [ -f "$a" ]; then
+      cp "$a" "$kw/" && a="${kw#"$UTREE"}/$(basename "$a")"
+    fi
+    args+=("$a")
+  done
+  chroot "$UTREE" cc "${args[@]}" -o "${kw#"$UTREE"}/$name" >&2 && cp "$kw/$name" "$root/usr/bin/" &&
+    guest_libs "$root" "${kw#"$UTREE"}/$name" || rc=1
+  rm -rf "$kw"
+  return $rc
 }
 
 # guest_stale INITRD FILE...: true when INITRD is missing or older than a FILE, the calling

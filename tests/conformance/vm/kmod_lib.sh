@@ -71,7 +71,11 @@ kmod_install() {
 # stderr). Prints the provider's path in the guest, then the package's name and control fields.
 guest_provider() {
   local root=$2 work=$3 deb prc=0 so
-  deb=$("$1/guest/packaging/make_provider_deb.sh" "$1" "$work/provider") || prc=$?
+  if [ -n "${UTREE:-}" ]; then
+    deb=$(utree_provider_deb "$1" "$work/provider") || prc=$?
+  else
+    deb=$("$1/guest/packaging/make_provider_deb.sh" "$1" "$work/provider") || prc=$?
+  fi
   [ $prc -eq 0 ] || return $prc
   dpkg-deb -x "$deb" "$root"
   so=$(dpkg-deb -c "$deb" | grep -o '/usr/lib/.*/libibverbs/libvrdma-rdmav[0-9]*\.so$')
@@ -80,6 +84,31 @@ guest_provider() {
   printf 'root:x:0:\nvrdma:x:1000:\n' > "$root/etc/group"
   echo "$so"
   echo "$(basename "$deb") $(dpkg-deb -W --showformat='${Package} ${Version} ${Architecture} ${Depends}' "$deb")"
+}
+
+# utree_provider_deb SRC OUT_DIR: the provider's package made in the guest's user-space tree
+# (guest_lib.sh's UTREE: Debian 13's), by the same make_provider_deb.sh and build.sh, for that
+# tree's libibverbs (rdma-core 56) with its headers and compiler; rdma-core's source as this
+# host's build cached it is copied into the tree's own cache first (else build.sh fetches it
+# there). Prints the .deb's path in OUT_DIR; returns make_provider_deb.sh's status.
+utree_provider_deb() {
+  local src=$1 out=$2 kw up rc=0
+  kw=$(mktemp -d "$UTREE/tmp/vrdma-prov.XXXXXX")
+  mkdir -p "$kw/src/guest" "$out"
+  cp -a "$src/CMakeLists.txt" "$src/include" "$kw/src/"
+  cp -a "$src/guest/provider" "$src/guest/packaging" "$src/guest/include" "$kw/src/guest/"
+  up=$(chroot "$UTREE" dpkg-query -W -f='${Version}' libibverbs1 2>/dev/null || true)
+  up=${up%-*}
+  if [ -n "$up" ] && [ ! -d "$UTREE$CACHE/rdma-core-$up" ] && [ -d "$CACHE/rdma-core-$up" ]; then
+    mkdir -p "$UTREE$CACHE" && cp -a "$CACHE/rdma-core-$up" "$UTREE$CACHE/"
+  fi
+  chroot "$UTREE" env VRDMA_RIG_CACHE="$CACHE" bash "${kw#"$UTREE"}/src/guest/packaging/make_provider_deb.sh" \
+    "${kw#"$UTREE"}/src" "${kw#"$UTREE"}/out" > "$kw/deb.path" || rc=$?
+  if [ $rc -eq 0 ]; then
+    cp "$kw"/out/*.deb "$out/" && echo "$out/$(basename "$(cat "$kw/deb.path")")" || rc=1
+  fi
+  rm -rf "$kw"
+  return $rc
 }
 
 # kmod_tree SRC WORK ROOT MODULE...: the initramfs tree ROOT of a kernel-driver guest: busybox,
@@ -112,7 +141,7 @@ kmod_guest() {
     guest_tools
     kmod_build "$SRC" "$work" || exit $?
     # shellcheck disable=SC2086
-    tools=$(command -v $want || true)
+    tools=$(guest_which $want)
     [ "$(echo "$tools" | wc -w)" -eq "$(echo "$want" | wc -w)" ] ||
       { echo "one of $want is not installed (scripts/setup.sh installs perftest, rdmacm-utils and strace)" >&2; exit 3; }
     kmod_tree "$SRC" "$work" "$work/root" "$@"

@@ -71,33 +71,37 @@ out=$(
   echo "PKG=$(basename "$KMOD_DEB") $(dpkg-deb -W --showformat='${Package} ${Version} ${Architecture} ${Depends}' "$KMOD_DEB")"
   mkdir -p "$ROOT/usr/bin"
   cp "$work/uverbs_probe" "$work/uverbs_data" "$ROOT/usr/bin/"
-  guest_files "$ROOT" "$(command -v rdma)"
+  # The guest's programs: this host's, or with VRDMA_GUEST_DEBIAN=13 Debian 13's (guest_lib.sh).
+  p=$(guest_which rdma)
+  [ -n "$p" ] || { echo "rdma (iproute2) is not installed" >&2; exit 3; }
+  guest_files "$ROOT" "$p"
   # NVMe over Fabrics (4i): Debian's nvme-cli; without it that step is skipped with the reason.
-  if command -v nvme >/dev/null; then guest_files "$ROOT" "$(command -v nvme)"; else echo "NVME-SKIP: nvme-cli is not installed" >&2; fi
+  p=$(guest_which nvme)
+  if [ -n "$p" ]; then guest_files "$ROOT" "$p"; else echo "NVME-SKIP: nvme-cli is not installed" >&2; fi
   # strace -c counts a tool's system calls (4e: no system call per post).
-  if command -v strace >/dev/null; then guest_files "$ROOT" "$(command -v strace)"; else echo "STRACE-SKIP: strace is not installed" >&2; fi
+  p=$(guest_which strace)
+  if [ -n "$p" ]; then guest_files "$ROOT" "$p"; else echo "STRACE-SKIP: strace is not installed" >&2; fi
   # The rdma-core provider (guest/provider/build.sh) with Debian's unmodified libibverbs and
   # tools, and an unprivileged user to run them. Without rdma-core's source or the tools the
   # provider's checks are skipped (PROVIDER-SKIP) and the rest runs.
   prc=0
   pout=$(guest_provider "$SRC" "$ROOT" "$work") || prc=$?
   pfile=$(echo "$pout" | head -1)
-  tools=$(command -v ibv_devices ibv_devinfo ibv_rc_pingpong ibv_ud_pingpong ibv_srq_pingpong ib_write_bw ib_send_bw ib_read_bw \
+  tools=$(guest_which ibv_devices ibv_devinfo ibv_rc_pingpong ibv_ud_pingpong ibv_srq_pingpong ib_write_bw ib_send_bw ib_read_bw \
     ib_atomic_bw ib_write_lat ib_send_lat ib_read_lat rping ucmatose || true)
   if [ $prc -eq 0 ] && [ "$(echo "$tools" | wc -w)" -eq 14 ]; then
     # shellcheck disable=SC2086
     guest_files "$ROOT" $tools
     # UCX (Debian's ucx-utils, 4j): ucx_perftest and the transports it loads (ucx/libuct_*.so).
-    if command -v ucx_perftest >/dev/null; then
+    p=$(guest_which ucx_perftest)
+    if [ -n "$p" ]; then
       # shellcheck disable=SC2046
-      guest_files "$ROOT" "$(command -v ucx_perftest)" $(ls /usr/lib/x86_64-linux-gnu/ucx/libuct_*.so.0)
+      guest_files "$ROOT" "$p" $(cd "${UTREE:-}/" && ls usr/lib/x86_64-linux-gnu/ucx/libuct_*.so.0 | sed 's|^|/|')
     else
       echo "UCX-SKIP: ucx-utils is not installed" >&2
     fi
     # verbs_wr: the extended send API through Debian's libibverbs (perftest does not use it here).
-    cc -std=gnu11 -O2 -Wall -Wextra -Werror -o "$work/verbs_wr" "$HERE/verbs_wr.c" -libverbs >&2 || exit 1
-    cp "$work/verbs_wr" "$ROOT/usr/bin/"
-    guest_libs "$ROOT" "$work/verbs_wr"
+    guest_cc "$ROOT" verbs_wr -std=gnu11 -O2 -Wall -Wextra -Werror "$HERE/verbs_wr.c" -libverbs || exit 1
     echo "PROVIDER=$pfile"
     echo "PPKG=$(echo "$pout" | sed -n 2p)"
   elif [ $prc -eq 3 ]; then
@@ -234,7 +238,12 @@ check "the driver posted a 1 MiB state area on the state queue (vrdmad holds $(j
 guest 30 "$work/rdma.out" 'rdma link show; rdma dev show; cd /sys/class/infiniband/vrdma0 && for f in node_type fw_ver node_guid node_desc ports/1/state ports/1/phys_state ports/1/link_layer ports/1/rate; do echo "$f: $(cat $f)"; done; '"$GIDS" || fail "rdma/sysfs step failed"
 sed 's/^/  guest: /' "$work/rdma.out" | grep -v "===" | cut -c1-300
 check "rdma link: vrdma0/1 ACTIVE LINK_UP on eth0" has "$work/rdma.out" "link vrdma0/1 state ACTIVE physical_state LINK_UP netdev eth0"
-check "rdma dev: vrdma0 is a CA with vrdmad's firmware string" has "$work/rdma.out" "vrdma0: node_type ca fw vrdmad"
+# iproute2 6.15 (Debian 13) also prints the device's protocol, which a 6.12 kernel reports: RoCE.
+if has "$work/rdma.out" "vrdma0: node_type ca protocol"; then
+  check "rdma dev: vrdma0 is a CA speaking RoCE, with vrdmad's firmware string" has "$work/rdma.out" "vrdma0: node_type ca protocol roce fw vrdmad"
+else
+  check "rdma dev: vrdma0 is a CA with vrdmad's firmware string" has "$work/rdma.out" "vrdma0: node_type ca fw vrdmad"
+fi
 check "sysfs: port state 4: ACTIVE, link layer Ethernet" bash -c "grep -q 'ports/1/state: 4: ACTIVE' '$work/rdma.out' && grep -q 'ports/1/link_layer: Ethernet' '$work/rdma.out'"
 check "sysfs: fw_ver is the device's (QUERY_DEVICE)" has "$work/rdma.out" "^fw_ver: vrdmad 0.1 over vrdma-soft"
 check "sysfs: the RoCEv2 GID of $DEVIP ($WANT_GID) on eth0" has "$work/rdma.out" "^gid [0-9]* $WANT_GID RoCE v2 eth0"
@@ -832,9 +841,19 @@ fi
 #     counted on vrdmad's engine (ucx_perftest checks no data).
 ucx_case() {  # name, ucx_perftest test arguments
   local c s0 s1 tx
-  c="mkdir -p /dev/shm; mount -t tmpfs none /dev/shm 2>/dev/null; chmod 1777 /dev/shm; touch /tmp/$1.s /tmp/$1.c; chmod 666 /tmp/$1.s /tmp/$1.c; ulimit -l unlimited;"
-  c+=" su -s /bin/sh vrdma -c \"export UCX_NET_DEVICES=vrdma0:1 UCX_TLS=rc_verbs,ud_verbs,self UCX_RC_VERBS_RX_QUEUE_LEN=256 UCX_RC_VERBS_TX_QUEUE_LEN=256 UCX_UD_VERBS_RX_QUEUE_LEN=256 UCX_UD_VERBS_TX_QUEUE_LEN=128;"
-  c+=" (timeout 60 ucx_perftest -p 13337 > /tmp/$1.s 2>&1 &); sleep 2; timeout 60 ucx_perftest 127.0.0.1 -p 13337 $2 > /tmp/$1.c 2>&1; echo UCX-rc=\$?; grep Final /tmp/$1.c; grep -i error /tmp/$1.c /tmp/$1.s; grep Fatal /tmp/$1.c /tmp/$1.s\"; killall ucx_perftest 2>/dev/null; true"
+  # UCX 1.18 (Debian 13) is built with MPI: ucx_perftest calls MPI_Init first thing when its
+  # stdin is not a terminal, and that fails fatally in this guest (no Open MPI runtime files);
+  # so both run with a terminal, a fresh pty master, as stdin (1.13 has no MPI: no change).
+  # UCX 1.18's new protocols pick the strong fence (ucp_put_bw fences before its last put),
+  # whose flush(remote) needs a flush key only mlx5 devices have: on any other verbs device
+  # (rxe, siw, ours) it fails "flush(remote) is not supported"; the weak fence (IBV_SEND_FENCE on
+  # the one RC lane) is what 1.13 always used; 1.13 does not know the variable (and is told not
+  # to warn about it).
+  # The tool's status is the inner shell's $? (escaped for both shells). No single quote in c:
+  # guest() wraps it in them.
+  c="mkdir -p /dev/shm /dev/pts; mount -t tmpfs none /dev/shm 2>/dev/null; mount -t devpts devpts /dev/pts 2>/dev/null; chmod 1777 /dev/shm; touch /tmp/$1.s /tmp/$1.c; chmod 666 /tmp/$1.s /tmp/$1.c; ulimit -l unlimited;"
+  c+=" su -s /bin/sh vrdma -c \"export UCX_NET_DEVICES=vrdma0:1 UCX_TLS=rc_verbs,ud_verbs,self UCX_FENCE_MODE=weak UCX_WARN_UNUSED_ENV_VARS=n UCX_RC_VERBS_RX_QUEUE_LEN=256 UCX_RC_VERBS_TX_QUEUE_LEN=256 UCX_UD_VERBS_RX_QUEUE_LEN=256 UCX_UD_VERBS_TX_QUEUE_LEN=128;"
+  c+=" (timeout 60 ucx_perftest -p 13337 < /dev/ptmx > /tmp/$1.s 2>&1 &); sleep 2; timeout 60 ucx_perftest 127.0.0.1 -p 13337 $2 < /dev/ptmx > /tmp/$1.c 2>&1; echo UCX-rc=\\\$?; grep Final /tmp/$1.c; grep -i error /tmp/$1.c /tmp/$1.s; grep Fatal /tmp/$1.c /tmp/$1.s\"; killall ucx_perftest 2>/dev/null; true"
   s0=$(vstatus)
   guest 100 "$work/$1.out" "$c" || true
   s1=$(vstatus)
