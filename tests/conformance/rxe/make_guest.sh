@@ -4,6 +4,9 @@
 # perftest and rdmacm-utils (copied with every library they load) and guest_init.sh as /init.
 # It also builds siw (Soft-iWARP, not in Debian's kernel) from Debian's kernel source (below).
 # Downloads are cached in $VRDMA_RIG_CACHE (default /var/cache/vrdma-rig; ../guest_lib.sh).
+# With VRDMA_GUEST_DEBIAN=13 the guest is Debian 13's throughout (../guest_lib.sh guest_kernel:
+# Linux 6.12, rdma-core 56 and the tools from the Debian 13 tree; no siw, which Debian 13's
+# kernel lacks too and which would need linux-source-6.12).
 # Prints "KERNEL=<path> INITRD=<path>"; exits 3 with a reason on stderr when a part is missing.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -35,13 +38,13 @@ build_siw() {
   fi
   rm -rf "$src"
 }
-[ "${SIW:-auto}" = 0 ] || build_siw
+[ "${SIW:-auto}" = 0 ] || [ -n "${KTREE:-}" ] || build_siw
 
 guest_tools
 TOOLS="ibv_devinfo ibv_rc_pingpong ibv_ud_pingpong ibv_srq_pingpong ib_write_bw ib_read_bw ib_send_bw ib_send_lat ib_write_lat ib_read_lat ib_atomic_bw rping ucmatose rdma"
-for t in $TOOLS; do command -v "$t" >/dev/null || skip "$t is not installed (perftest ibverbs-utils rdmacm-utils iproute2)"; done
+for t in $TOOLS; do [ -n "$(guest_which "$t")" ] || skip "$t is not installed (perftest ibverbs-utils rdmacm-utils iproute2)"; done
 
-INITRD="$CACHE/rxe-guest-$KVER${SIW_KO:+-siw}.cpio.gz"
+INITRD="$CACHE/rxe-guest-$KVER${SIW_KO:+-siw}${UTREE:+-deb13}.cpio.gz"
 if guest_stale "$INITRD" "$HERE/guest_init.sh"; then
   ROOT=$(mktemp -d)
   trap 'rm -rf "$ROOT"' EXIT
@@ -53,13 +56,13 @@ if guest_stale "$INITRD" "$HERE/guest_init.sh"; then
   depmod -b "$ROOT" "$KVER"
   # User space: the tools, the rxe/siw verbs providers, every library they load.
   files=""
-  for t in $TOOLS; do files="$files $(command -v "$t")"; done
+  for t in $TOOLS; do files="$files $(guest_which "$t")"; done
   for p in rxe siw; do
     files="$files /usr/lib/x86_64-linux-gnu/libibverbs/lib${p}-rdmav34.so"
-    cp /etc/libibverbs.d/$p.driver "$ROOT/etc/libibverbs.d/"
+    cp "${UTREE:-}/etc/libibverbs.d/$p.driver" "$ROOT/etc/libibverbs.d/"
   done
   # UCX (ucx-utils, when installed): ucx_perftest and the transports it loads (vm_kmod_rxe_test).
-  if command -v ucx_perftest >/dev/null; then files="$files $(command -v ucx_perftest) $(ls /usr/lib/x86_64-linux-gnu/ucx/libuct_*.so.0)"; fi
+  if [ -n "$(guest_which ucx_perftest)" ]; then files="$files $(guest_which ucx_perftest) $(cd "${UTREE:-}/" && ls usr/lib/x86_64-linux-gnu/ucx/libuct_*.so.0 | sed "s|^|/|")"; fi
   # shellcheck disable=SC2086
   guest_files "$ROOT" $files
   guest_pack "$ROOT" "$HERE/guest_init.sh" "$INITRD"
