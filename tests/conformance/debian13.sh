@@ -51,13 +51,11 @@ ensure_kbuild() {
     echo "debian13: building the Debian 13 guest tree in $kt (once; about a minute)" >&2
     rm -rf "$kt.tmp"
     cp -a "$TREE" "$kt.tmp"
-    cp /etc/resolv.conf "$kt.tmp/etc/resolv.conf" 2>/dev/null || true
     kbuild_install "$kt.tmp" "$want" || { rm -rf "$kt.tmp"; exit 3; }
     rm -rf "$kt"
     mv "$kt.tmp" "$kt"
   elif [ "$(cat "$kt/.ready")" != "$want" ]; then
     echo "debian13: adding packages to the Debian 13 guest tree in $kt" >&2
-    cp /etc/resolv.conf "$kt/etc/resolv.conf" 2>/dev/null || true
     kbuild_install "$kt" "$want" || exit 3
   fi
   local hdr kver deb
@@ -77,8 +75,10 @@ ensure_kbuild() {
   echo "KDEB=$deb"
 }
 
-# kbuild_install TREE PACKAGES: apt-get installs them in TREE (chroot), then writes its .ready.
+# kbuild_install TREE PACKAGES: apt-get installs them in TREE (chroot, with this host's resolver
+# configuration), then writes its .ready.
 kbuild_install() {
+  cp /etc/resolv.conf "$1/etc/resolv.conf" 2>/dev/null || true
   # shellcheck disable=SC2086
   { timeout 300 chroot "$1" apt-get update -qq &&
     DEBIAN_FRONTEND=noninteractive timeout 900 chroot "$1" apt-get install -y -qq --no-install-recommends $2 &&

@@ -13,14 +13,14 @@
 # For Debian 13's kernel (guest_kernel set KTREE) the same is done inside the Debian 13 tree, by
 # its own dkms, gcc and headers (the headers' tools are built for its C library, not this host's).
 kmod_build() {
-  local src=$1 work=$2 kver_src key cached t ver ko in=()
-  [ -z "${KTREE:-}" ] || in=(chroot "$KTREE")
-  if ! command -v dpkg-deb >/dev/null || ! "${in[@]}" sh -c 'command -v dkms' >/dev/null; then echo "dkms or dpkg-deb is not installed" >&2; return 3; fi
+  local src=$1 work=$2 kver_src key cached t ver ko bw rc=0
+  # KTREE is UTREE (guest_lib.sh's guest_kernel): in_utree runs there, or here.
+  if ! command -v dpkg-deb >/dev/null || ! in_utree sh -c 'command -v dkms' >/dev/null; then echo "dkms or dpkg-deb is not installed" >&2; return 3; fi
   KMOD_DEB=$("$src/guest/packaging/make_dkms_deb.sh" "$src" "$work/deb") || return 1
   dpkg-deb -x "$KMOD_DEB" "$work/pkg"
   kver_src=$(echo "$work"/pkg/usr/src/virtio-rdma-*)
   key=$( (cd "$kver_src" && find . -type f | LC_ALL=C sort | xargs cat;
-          "${in[@]}" dpkg-query -W -f='${Version}' "linux-headers-$KVER" dkms 2>/dev/null; "${in[@]}" cc --version | head -1) | sha256sum | cut -c1-16)
+          in_utree dpkg-query -W -f='${Version}' "linux-headers-$KVER" dkms 2>/dev/null; in_utree cc --version | head -1) | sha256sum | cut -c1-16)
   cached="$CACHE/virtio_rdma-$KVER-$key.ko"
   mkdir -p "$work/kmod" "$work/dkms"
   if [ -f "$cached" ] && [ -z "${VRDMA_KMOD_REBUILD:-}" ]; then
@@ -30,19 +30,20 @@ kmod_build() {
   fi
   t=$(date +%s.%N)
   ver=${kver_src##*/virtio-rdma-}
+  # Built where the tree's dkms sees it: WORK here, a folder of the tree's /tmp there.
+  bw=$work
   if [ -n "${KTREE:-}" ]; then
-    local kw
-    kw=$(mktemp -d "$KTREE/tmp/vrdma-kmod.XXXXXX")
-    cp -a "$work/pkg" "$kw/pkg"
-    mkdir -p "$kw/dkms"
-    chroot "$KTREE" env sign_file=/nonexistent dkms build -m virtio-rdma -v "$ver" -k "$KVER" --sourcetree "${kw#"$KTREE"}/pkg/usr/src" \
-      --dkmstree "${kw#"$KTREE"}/dkms" --kernelsourcedir "$KHDR" >"$work/kbuild.log" 2>&1 || { cat "$work/kbuild.log" >&2; rm -rf "$kw"; return 1; }
-    cp -a "$kw/dkms/." "$work/dkms/"
-    rm -rf "$kw"
-  else
-    sign_file=/nonexistent dkms build -m virtio-rdma -v "$ver" -k "$KVER" --sourcetree "$work/pkg/usr/src" \
-      --dkmstree "$work/dkms" --kernelsourcedir "$KHDR" >"$work/kbuild.log" 2>&1 || { cat "$work/kbuild.log" >&2; return 1; }
+    bw=$(mktemp -d "$KTREE/tmp/vrdma-kmod.XXXXXX")
+    cp -a "$work/pkg" "$bw/pkg"
+    mkdir -p "$bw/dkms"
   fi
+  in_utree env sign_file=/nonexistent dkms build -m virtio-rdma -v "$ver" -k "$KVER" --sourcetree "${bw#"${KTREE:-}"}/pkg/usr/src" \
+    --dkmstree "${bw#"${KTREE:-}"}/dkms" --kernelsourcedir "$KHDR" >"$work/kbuild.log" 2>&1 || rc=$?
+  if [ "$bw" != "$work" ]; then
+    cp -a "$bw/dkms/." "$work/dkms/"
+    rm -rf "$bw"
+  fi
+  [ $rc = 0 ] || { cat "$work/kbuild.log" >&2; return 1; }
   ko=$(find "$work/dkms/virtio-rdma/$ver/$KVER" -name 'virtio_rdma.ko*' | head -1)
   [ -n "$ko" ] || { echo "dkms built no virtio_rdma.ko:"; cat "$work/kbuild.log"; return 1; } >&2
   case $ko in  # Debian 13's dkms compresses as its kernel's modules are
