@@ -101,7 +101,7 @@ out=$(
       echo "UCX-SKIP: ucx-utils is not installed" >&2
     fi
     # verbs_wr: the extended send API through Debian's libibverbs (perftest does not use it here).
-    guest_cc "$ROOT" verbs_wr -std=gnu11 -O2 -Wall -Wextra -Werror "$HERE/verbs_wr.c" -libverbs || exit 1
+    guest_cc "$ROOT" verbs_wr -std=gnu11 -O2 -Wall -Wextra -Werror -I"$HERE" "$HERE/verbs_wr.c" "$HERE/verbs_cqx.c" -libverbs || exit 1
     echo "PROVIDER=$pfile"
     echo "PPKG=$(echo "$pout" | sed -n 2p)"
   elif [ $prc -eq 3 ]; then
@@ -753,7 +753,7 @@ if [ -n "$PROVIDER" ]; then
     bash -c "grep -q '^uid=1000(vrdma)' '$work/verbs_wr.out' && grep -q '^verbs_wr: 0 failed' '$work/verbs_wr.out' && [ \$(grep -c '^ok ' '$work/verbs_wr.out') -ge 20 ]"
   check "vrdmad counted exactly the program's doorbells and send WQEs (program: ${rung:-?}, vrdmad: $saw), no doorbell or WQE error" \
     bash -c "[ -n '$rung' ] && [ '$rung' = '$saw' ] && [ '$(grew doorbell_errors)' = 0 ] && [ '$(grew wqe_errors)' = 0 ]"
-  # The extended CQ (verbs_wr.c's cq_ex mode), uid 1000: ibv_create_cq_ex's refusals, two RC QPs'
+  # The extended CQ (verbs_wr's cq_ex mode, verbs_cqx.c), uid 1000: ibv_create_cq_ex's refusals, two RC QPs'
   # completions through start/next/end_poll with every field read and the bytes checked, the ring's
   # wrap, ibv_poll_cq and req_notify_cq on the same CQs.
   guest 60 "$work/verbs_cqx.out" "su -s /bin/sh vrdma -c \"id; timeout 40 verbs_wr ${G:-1} cq_ex\"" || true
