@@ -3,6 +3,7 @@
 // gather entries point straight at the guest's registered memory (the engine checks lkeys and
 // bounds against the region, which covers only guest pages). A WQE the device cannot accept
 // completes with an error; a full engine queue leaves the rest in the ring for later.
+#include <algorithm>
 #include <array>
 #include <cstring>
 
@@ -313,10 +314,11 @@ void DeviceModel::post_sq(const vhost::GuestView& g, std::uint32_t handle, QpObj
 namespace {
 
 // Reads receive WQEs [consumed, produced) of `ring` and posts them with `post`; shared by QP
-// receive rings and SRQs.
-template <class Post, class Reject, class Key>
+// receive rings and SRQs. `take(wqe, guest SGEs)` sees each WQE that goes to `post` and gives
+// the wr_id the engine gets for it.
+template <class Post, class Reject, class Key, class Take>
 void post_recv_ring(const vhost::GuestView& g, WorkRing& ring, std::uint32_t max_sge, std::vector<nicdrv::Sge>& sges,
-                    Post&& post, Reject&& reject, bool& full, std::uint64_t& count, Key&& key) {
+                    Post&& post, Reject&& reject, bool& full, std::uint64_t& count, Key&& key, Take&& take) {
   std::array<nicdrv::RecvWr, kBatch> wrs;
   std::array<std::uint32_t, kBatch> slot{};
   grow(sges, kBatch * max_sge);
@@ -336,7 +338,8 @@ void post_recv_ring(const vhost::GuestView& g, WorkRing& ring, std::uint32_t max
         reject(w->wr_id, idx, "its SGEs are outside guest memory");
       } else {
         for (std::size_t k = 0; k < w->num_sge; ++k) sges[n * max_sge + k] = nicdrv::Sge{ws[k].addr, ws[k].length, key(ws[k].lkey, ws[k].addr)};
-        wrs[n] = nicdrv::RecvWr{w->wr_id, std::span<const nicdrv::Sge>(&sges[n * max_sge], w->num_sge)};
+        wrs[n] = nicdrv::RecvWr{take(*w, std::span<const vd::WireSge>(ws.data(), w->num_sge)),
+                                std::span<const nicdrv::Sge>(&sges[n * max_sge], w->num_sge)};
         slot[n++] = idx;
       }
       ++idx;
@@ -382,7 +385,8 @@ void DeviceModel::post_rq(const vhost::GuestView& g, std::uint32_t handle, QpObj
         if (should_log_refusal(Refused::wqe)) log::warn("virtio-rdma: QP {} receive WQE {} refused: {}", handle, idx, why);
         error_cqe(g, qp.recv_cq, wr_id, qp.guest_qpn, true);
       },
-      full, st.recv_wqes, [this](std::uint32_t k, std::uint64_t a) { return engine_lkey(k, a); });
+      full, st.recv_wqes, [this](std::uint32_t k, std::uint64_t a) { return engine_lkey(k, a); },
+      [](const vd::RecvWqe& w, std::span<const vd::WireSge>) { return w.wr_id; });
   if (full)
     pending_rq.insert(handle);
   else
@@ -393,15 +397,38 @@ void DeviceModel::post_rq(const vhost::GuestView& g, std::uint32_t handle, QpObj
 void DeviceModel::post_srq(const vhost::GuestView& g, std::uint32_t handle, SrqObj& s) {
   if (paused) return;
   bool full = false;
+  // On a NIC the device keeps what it posts (SrqObj::held), under tags of its own.
+  const bool hold = engine_rebuilds();
   post_recv_ring(
       g, s.ring, s.max_sge, recv_sge_scratch,
-      [&](std::span<const nicdrv::RecvWr> w, std::size_t* bad) { return s.eng->post_recv(w, bad); },
+      [&](std::span<const nicdrv::RecvWr> w, std::size_t* bad) {
+        std::size_t at = w.size();
+        auto r = s.eng->post_recv(w, &at);
+        if (bad != nullptr) *bad = at;
+        if (hold) {
+          // What the engine did not take is not held; the NIC holds at most the SRQ's depth,
+          // so older entries are receives it lost (a QP destroyed while filling one).
+          for (std::size_t i = r.ok() ? w.size() : at; i < w.size() && !s.held.empty(); ++i) s.held.pop_back();
+          while (s.held.size() > s.ring.depth) s.held.pop_front();
+        }
+        return r;
+      },
       [&](std::uint64_t wr_id, std::uint32_t idx, const std::string& why) {
         ++st.wqe_errors;
         if (should_log_refusal(Refused::wqe))
           log::warn("virtio-rdma: SRQ {} WQE {} (wr_id {:#x}) refused and dropped: {}", handle, idx, wr_id, why);
       },
-      full, st.recv_wqes, [this](std::uint32_t k, std::uint64_t a) { return engine_lkey(k, a); });
+      full, st.recv_wqes, [this](std::uint32_t k, std::uint64_t a) { return engine_lkey(k, a); },
+      [&](const vd::RecvWqe& w, std::span<const vd::WireSge> ws) -> std::uint64_t {
+        if (!hold) return w.wr_id;
+        SrqObj::Held h;
+        h.tag = s.next_tag++;
+        h.wr_id = w.wr_id;
+        h.nsge = static_cast<std::uint32_t>(ws.size());
+        std::copy(ws.begin(), ws.end(), h.sge.begin());
+        s.held.push_back(h);
+        return h.tag;
+      });
   if (full)
     pending_srq.insert(handle);
   else

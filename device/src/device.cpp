@@ -359,6 +359,24 @@ QpObj* DeviceModel::qp_of_completion(const nicdrv::WorkCompletion& wc) {
   return &it->second;
 }
 
+vd::Cqe DeviceModel::guest_cqe(const nicdrv::WorkCompletion& wc, const QpObj* qp) {
+  auto c = nicdrv::to_cqe(wc);
+  c.qp_num = guest_qpn_of(wc.qp_num);
+  if (qp == nullptr || qp->srq == 0 || static_cast<std::uint8_t>(wc.opcode) < 128) return c;
+  auto s = srqs.find(qp->srq);
+  if (s == srqs.end() || s->second.held.empty()) return c;
+  auto& held = s->second.held;
+  // The NIC takes an SRQ's receives in order, so the tag is nearly always the oldest.
+  for (auto it = held.begin(); it != held.end(); ++it) {
+    if (it->tag != wc.wr_id) continue;
+    c.wr_id = it->wr_id;
+    held.erase(it);
+    return c;
+  }
+  log::warn("virtio-rdma: SRQ {}: a receive completed under tag {:#x}, which the device never posted", qp->srq, wc.wr_id);
+  return c;
+}
+
 void DeviceModel::drain_cq(std::uint32_t handle) {
   if (paused || host == nullptr) return;
   auto it = cqs.find(handle);
@@ -401,7 +419,8 @@ void DeviceModel::drain_cq(std::uint32_t handle) {
         const auto& wc = wcs[i];
         // On a NIC a QP replaced by its re-creation (or destroyed) may still leave completions
         // behind (flushes): they belong to no QP the guest has.
-        if (qp_of_completion(wc) == nullptr && engine_rebuilds()) {
+        const QpObj* of = qp_of_completion(wc);
+        if (of == nullptr && engine_rebuilds()) {
           ++moved;
           continue;
         }
@@ -419,9 +438,7 @@ void DeviceModel::drain_cq(std::uint32_t handle) {
             }
           }
         }
-        auto c = nicdrv::to_cqe(wc);
-        c.qp_num = guest_qpn_of(wc.qp_num);
-        (void)write_cqe(handle, cq, g, c);
+        (void)write_cqe(handle, cq, g, guest_cqe(wc, of));
         ++moved;
         if (static_cast<std::uint8_t>(wc.opcode) < 128) any_send = true;
       }

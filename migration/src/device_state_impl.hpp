@@ -114,6 +114,12 @@ struct DeviceState::Impl final : device::ModelHooks {
     std::vector<std::uint8_t> record;
   };
   std::vector<PendingRebuild> rebuilds;  // load_state(): modified once every QP exists
+  // A NIC's SRQs: the record of the receives the device held (save), posting them again (load;
+  // and here, for those the stop flushed, when the move fails: srq_flushed, SRQ and tag).
+  Result<std::vector<std::uint8_t>> srq_record(const SrqObj& s) const;
+  Status rebuild_srq(std::uint32_t handle, SrqObj& s, std::span<const std::uint8_t> blob);
+  Status post_held(SrqObj& s, SrqObj::Held h);
+  std::vector<std::pair<std::uint32_t, std::uint64_t>> srq_flushed;
   std::unordered_map<std::uint32_t, std::vector<std::uint8_t>> stopped_for_rebuild;  // save: handle -> record
 
   // peer.cpp: notices between backends (peer_notice.hpp, peer_notice.cpp for the bytes). As the mover: pause the peers of the

@@ -12,6 +12,8 @@
 // Which peers survive (docs/migration.md "On a NIC"): QPs connected to other QPs of the same
 // device (both ends move together) carry on; a peer elsewhere still sends to the old QPN, which
 // the new NIC does not know, so its retries run out and both ends see an error.
+#include <algorithm>
+#include <array>
 #include <chrono>
 #include <thread>
 
@@ -89,15 +91,16 @@ Status DeviceState::Impl::collect_after_stop(const std::unordered_map<std::uint3
           auto q = d.qp_by_engine_qpn.find(wc.qp_num);
           const bool recv = static_cast<std::uint8_t>(wc.opcode) >= 128;
           if (q == d.qp_by_engine_qpn.end()) continue;  // a QP that is gone
+          auto& qp = d.qps[q->second];
           if (wc.status == nicdrv::WcStatus::wr_flush_err && stopped.count(q->second) != 0) {
             auto e = expect_flush.find(q->second);
             if (recv && e != expect_flush.end() && ++flushed[q->second] == e->second) --waiting;
+            // An SRQ's receive stays held (posted again at the destination, or here if the move fails).
+            if (recv && qp.srq != 0) srq_flushed.emplace_back(qp.srq, wc.wr_id);
             continue;  // flushed by our own stop
           }
-          auto c = nicdrv::to_cqe(wc);
-          c.qp_num = d.guest_qpn_of(wc.qp_num);
-          if (recv) ++d.qps[q->second].rq_done;
-          cq.backlog.push_back(c);
+          if (recv) ++qp.rq_done;
+          cq.backlog.push_back(d.guest_cqe(wc, &qp));
         }
         if (*n < wcs.size()) break;
       }
@@ -109,6 +112,7 @@ Status DeviceState::Impl::collect_after_stop(const std::unordered_map<std::uint3
 
 Status DeviceState::Impl::stop_for_rebuild() {
   stopped_for_rebuild.clear();
+  srq_flushed.clear();
   if (d.qps.empty()) return {};
   const auto t0 = Clock::now();
   std::unordered_map<std::uint32_t, nicdrv::QpAttr> attrs;
@@ -216,6 +220,56 @@ Result<std::vector<std::uint8_t>> DeviceState::Impl::rebuild_record(std::uint32_
   if (it == stopped_for_rebuild.end())
     return make_error(Errc::bad_state, fmt::format("QP {} was not stopped for re-creation", handle));
   return it->second;
+}
+
+// ---- SRQs ----------------------------------------------------------------------------------
+// A NIC cannot give back the receives posted to an SRQ; the device kept each one it posted
+// until its completion (SrqObj::held, datapath.cpp). The record carries them, oldest first, and
+// the destination posts them again before what the SRQ's ring holds. A receive a QP was filling
+// at the stop is among them (the NIC flushes it or leaves it, never completes it): the peer sends
+// that message again from the saved PSN.
+
+Result<std::vector<std::uint8_t>> DeviceState::Impl::srq_record(const SrqObj& s) const {
+  rebuild::SrqRecord r;
+  r.max_sge = s.max_sge;
+  for (const auto& h : s.held) {
+    rebuild::SrqReceive x;
+    x.wr_id = h.wr_id;
+    for (std::uint32_t i = 0; i < h.nsge; ++i) x.sges.push_back({h.sge[i].addr, h.sge[i].length, h.sge[i].lkey});
+    r.receives.push_back(std::move(x));
+  }
+  return rebuild::encode_srq(r);
+}
+
+Status DeviceState::Impl::post_held(SrqObj& s, SrqObj::Held h) {
+  std::array<nicdrv::Sge, 16> sg;
+  for (std::uint32_t i = 0; i < h.nsge; ++i)
+    sg[i] = nicdrv::Sge{h.sge[i].addr, h.sge[i].length, d.engine_lkey(h.sge[i].lkey, h.sge[i].addr)};
+  h.tag = s.next_tag++;
+  const nicdrv::RecvWr w{h.tag, std::span<const nicdrv::Sge>(sg.data(), h.nsge)};
+  if (auto r = s.eng->post_recv(std::span(&w, 1)); !r.ok()) return r;
+  s.held.push_back(h);
+  return {};
+}
+
+Status DeviceState::Impl::rebuild_srq(std::uint32_t handle, SrqObj& s, std::span<const std::uint8_t> blob) {
+  auto r = rebuild::decode_srq(blob);
+  if (!r) return std::move(r).error();
+  if (r->max_sge != s.max_sge || r->receives.size() > s.ring.depth)
+    return make_error(Errc::invalid_argument,
+                      fmt::format("SRQ record: {} receives of up to {} SGEs for an SRQ of {} of {}", r->receives.size(),
+                                  r->max_sge, s.ring.depth, s.max_sge));
+  s.held.clear();
+  for (const auto& x : r->receives) {
+    SrqObj::Held h;
+    h.wr_id = x.wr_id;
+    h.nsge = static_cast<std::uint32_t>(x.sges.size());
+    for (std::uint32_t i = 0; i < h.nsge; ++i) h.sge[i] = vd::WireSge{x.sges[i].addr, x.sges[i].length, x.sges[i].lkey};
+    if (auto p = post_held(s, h); !p.ok()) return prefixed("a held receive could not be posted again: ", p.error());
+  }
+  if (!r->receives.empty())
+    log::info("virtio-rdma: SRQ {}: {} receives the source's NIC held posted again", handle, r->receives.size());
+  return {};
 }
 
 // ---- load ----------------------------------------------------------------------------------
@@ -391,6 +445,20 @@ void DeviceState::Impl::rebuild_here() {
   stopped_for_rebuild.clear();
   const GuestView g = d.view();
   std::size_t lost = 0;
+  // SRQ receives the NIC flushed at the stop are no longer in its SRQ: post them again.
+  for (const auto& [sh, tag] : srq_flushed) {
+    auto sit = d.srqs.find(sh);
+    if (sit == d.srqs.end()) continue;
+    auto& held = sit->second.held;
+    auto it = std::find_if(held.begin(), held.end(), [t = tag](const SrqObj::Held& x) { return x.tag == t; });
+    if (it == held.end()) continue;
+    const SrqObj::Held h = *it;
+    held.erase(it);
+    if (auto s = post_held(sit->second, h); !s.ok())
+      log::error("virtio-rdma: SRQ {}: a receive the stop flushed could not be posted again (wr_id {:#x}): {}", sh, h.wr_id,
+                 s.error().message);
+  }
+  srq_flushed.clear();
   for (auto& [h, record] : stopped) {
     auto it = d.qps.find(h);
     if (it == d.qps.end()) continue;

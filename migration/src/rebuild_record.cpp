@@ -81,6 +81,47 @@ Result<Record> decode(std::span<const std::uint8_t> b) {
   return r;
 }
 
+namespace {
+constexpr std::uint32_t kSrqMagic = 0x53525256;  // "VRRS"
+constexpr std::uint8_t kSrqVersion = 1;
+}  // namespace
+
+std::vector<std::uint8_t> encode_srq(const SrqRecord& r) {
+  ByteWriter w;
+  w.out.reserve(13 + r.receives.size() * (12 + 16 * std::size_t{r.max_sge}));  // (and GCC 12 sees the room)
+  w.put(kSrqMagic, kSrqVersion, r.max_sge, static_cast<std::uint32_t>(r.receives.size()));
+  for (const auto& x : r.receives) {
+    w.put(x.wr_id, static_cast<std::uint32_t>(x.sges.size()));
+    for (const auto& g : x.sges) w.put(g.addr, g.length, g.lkey);
+  }
+  return std::move(w.out);
+}
+
+Result<SrqRecord> decode_srq(std::span<const std::uint8_t> b) {
+  ByteReader rd(b);
+  SrqRecord r;
+  std::uint32_t magic = 0, n = 0;
+  std::uint8_t version = 0;
+  auto bad = [](const std::string& what) { return make_error(Errc::invalid_argument, "SRQ record: " + what); };
+  if (!rd.get(magic) || magic != kSrqMagic) return bad("not an SRQ record of a NIC (magic)");
+  if (!rd.get(version) || version != kSrqVersion) return bad(fmt::format("version {} (this vrdmad reads {})", version, kSrqVersion));
+  if (!rd.get(r.max_sge, n)) return bad("truncated");
+  if (r.max_sge == 0 || r.max_sge > kSrqMaxSge) return bad(fmt::format("{} SGEs a receive (1 to {})", r.max_sge, kSrqMaxSge));
+  if (n > kSrqMaxReceives) return bad(fmt::format("{} receives (at most {})", n, kSrqMaxReceives));
+  for (std::uint32_t i = 0; i < n; ++i) {
+    SrqReceive x;
+    std::uint32_t nsge = 0;
+    if (!rd.get(x.wr_id, nsge)) return bad("truncated");
+    if (nsge > r.max_sge) return bad(fmt::format("receive {} has {} SGEs, the SRQ takes {}", i, nsge, r.max_sge));
+    x.sges.resize(nsge);
+    for (auto& g : x.sges)
+      if (!rd.get(g.addr, g.length, g.lkey)) return bad("truncated");
+    r.receives.push_back(std::move(x));
+  }
+  if (!rd.at_end()) return bad("trailing bytes");
+  return r;
+}
+
 }  // namespace rebuild
 
 }  // namespace vrdma::migration

@@ -36,12 +36,6 @@ Error bad(const std::string& what) {
 Result<std::vector<std::uint8_t>> DeviceState::Impl::save_state() {
   if (!d.paused && !(d.pds.empty() && d.cqs.empty()))
     return make_error(Errc::bad_state, "the device state can be saved only after its rings are stopped (GET_VRING_BASE)");
-  // A NIC's SRQ cannot give back the receives posted to it (rebuild.cpp re-posts a QP's from
-  // the guest's ring; an SRQ's slots are the guest's again once taken).
-  if (d.engine_rebuilds() && !d.srqs.empty())
-    return make_error(Errc::not_supported,
-                      fmt::format("the guest has {} SRQs; a NIC's SRQ cannot move (its posted receives cannot be read "
-                                  "back)", d.srqs.size()));
   // On a NIC the QPs are drained and stopped first (rebuild.cpp); a second save reuses that.
   if (d.engine_rebuilds() && stopped_for_rebuild.empty())
     if (auto s = stop_for_rebuild(); !s.ok()) return s.error();
@@ -63,9 +57,8 @@ Result<std::vector<std::uint8_t>> DeviceState::Impl::save_state() {
       auto n = cq.eng->poll(wcs);
       if (!n) return make_error(Errc::io_error, fmt::format("CQ {}: {}", h, n.error().message));
       for (std::size_t i = 0; i < *n; ++i) {
-        (void)d.qp_of_completion(wcs[i]);  // counts a receive's (a re-point after the load re-posts the others)
-        cq.backlog.push_back(nicdrv::to_cqe(wcs[i]));
-        cq.backlog.back().qp_num = d.guest_qpn_of(wcs[i].qp_num);
+        // qp_of_completion counts a receive's (a re-point after the load re-posts the others).
+        cq.backlog.push_back(d.guest_cqe(wcs[i], d.qp_of_completion(wcs[i])));
       }
       if (*n < wcs.size()) break;
     }
@@ -80,7 +73,8 @@ Result<std::vector<std::uint8_t>> DeviceState::Impl::save_state() {
   // Version 6: the SRQs, before the QPs made on them.
   w.put(static_cast<std::uint32_t>(d.srqs.size()));
   for (const auto& [h, s] : d.srqs) {
-    auto blob = s.eng->export_state();
+    // A soft engine's SRQ exports its receives; a NIC's cannot, the device kept them (rebuild.cpp).
+    auto blob = d.engine_rebuilds() ? srq_record(s) : s.eng->export_state();
     if (!blob) return make_error(Errc::io_error, fmt::format("SRQ {}: {}", h, blob.error().message));
     w.put(h, s.pd, s.max_sge, save_ring(s.ring), s.status_gpa);
     w.bytes(*blob);
@@ -273,7 +267,7 @@ Status DeviceState::Impl::load_state(std::span<const std::uint8_t> blob) {
            s.produced - s.consumed <= s.depth && g.memory().range(s.gpa, std::uint64_t{s.depth} * s.stride).ok();
   };
   if (version >= 6) {
-    if (!r.get(n) || n > lim.max_srq || (n != 0 && d.engine_rebuilds())) return fail(bad("SRQ count"));
+    if (!r.get(n) || n > lim.max_srq) return fail(bad("SRQ count"));
     for (std::uint32_t i = 0; i < n; ++i) {
       std::uint32_t h = 0;
       SrqObj s;
@@ -289,9 +283,10 @@ Status DeviceState::Impl::load_state(std::span<const std::uint8_t> blob) {
       s.ring = WorkRing{ring.gpa, ring.depth, ring.stride, ring.consumed, ring.produced};
       auto eng = pit->second.eng->create_srq(ring.depth, s.max_sge);
       if (!eng) return fail(prefixed(fmt::format("SRQ {}: ", h), eng.error()));
-      if (auto imported = (*eng)->import_state(eng_blob); !imported.ok())
-        return fail(prefixed(fmt::format("SRQ {}: ", h), imported.error()));
       s.eng = std::move(*eng);
+      // A NIC's SRQ: the receives the source held are posted again (rebuild.cpp).
+      if (auto imported = d.engine_rebuilds() ? rebuild_srq(h, s, eng_blob) : s.eng->import_state(eng_blob); !imported.ok())
+        return fail(prefixed(fmt::format("SRQ {}: ", h), imported.error()));
       ++pit->second.users;
       if (s.ring.produced != s.ring.consumed) d.pending_srq.insert(h);
       d.srqs.emplace(h, std::move(s));

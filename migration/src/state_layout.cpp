@@ -31,7 +31,7 @@ std::vector<std::uint8_t> DeviceState::Impl::save_layout() const {
   for (const auto& [h, qp] : d.qps) nqp += qp.srq == 0 ? 1 : 0;
   w.put(nqp);
   for (const auto& [h, qp] : d.qps) {
-    if (qp.srq != 0) continue;  // not migrated (save_state() says so)
+    if (qp.srq != 0) continue;  // made at the load, after its SRQ (the layout has no SRQs)
     w.put(h, qp.pd, qp.send_cq, qp.recv_cq, static_cast<std::uint8_t>(qp.type),
           static_cast<std::uint8_t>(qp.sq_sig_all), qp.sq.depth, qp.rq.depth, qp.max_send_sge, qp.max_recv_sge,
           qp.max_inline, qp.eng->qp_num());

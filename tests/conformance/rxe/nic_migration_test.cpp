@@ -10,6 +10,7 @@
 //                              streamed between backends, v1 listening on A (--incoming tcp:A),
 //                              v2 on B; each control socket is its vhost-user socket's path with
 //                              .ctl for .sock
+//   VRDMA_NIC_SRQ_MOVE="r0,r1,r2" the same for the SRQ test
 //   VRDMA_NIC_GID=1            the RoCEv2 IPv4 GID index
 #define BOOST_TEST_MODULE nic_migration
 #include <boost/test/unit_test.hpp>
@@ -19,6 +20,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <array>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -387,6 +389,110 @@ BOOST_AUTO_TEST_CASE(qps_connected_inside_the_guest_keep_their_data_across_moves
   BOOST_REQUIRE(c.size() == 1u);
   BOOST_TEST(c[0].status == WcStatus::success, to_string(c[0].status));
   BOOST_TEST(test::check_pattern(p.b.buf.data(), kSlot, 77));
+}
+
+// An SRQ on the NIC moves with its receives (the device holds a copy of each receive it posted
+// to the NIC's SRQ until its completion: a NIC cannot give them back, and the guest may reuse a
+// slot of the SRQ's ring once the device took it). Two QPs share one SRQ of 16 receives, each
+// with a sender QP of the same device; SEND i goes to QP i % 2 and must fill receive i (the NIC
+// takes an SRQ's receives in order) with its wr_id, length and bytes. 8 receives are posted and
+// 3 filled before the first move, which has SEND 3 in flight; 4 more receives are posted between
+// the moves; every receive is filled once, in order, after the second.
+BOOST_AUTO_TEST_CASE(an_srq_on_the_nic_moves_with_its_receives) {
+  const auto socks = env_list("VRDMA_NIC_SRQ_MOVE", 3);
+  if (socks.empty()) return;
+  auto dev = open_pv(socks[0]);
+  const auto o = options();
+  auto ea = test::make_endpoint(dev, o);
+  auto eb = test::make_endpoint(dev, o);
+  VRDMA_REQUIRE_OK(ea);
+  VRDMA_REQUIRE_OK(eb);
+  test::Endpoint& a = *ea;
+  test::Endpoint& b = *eb;
+  auto srq = a.pd->create_srq(16, 1);
+  VRDMA_REQUIRE_OK(srq);
+  std::array<test::Endpoint, 2> on_srq{a, a}, senders{b, b};
+  for (int k = 0; k < 2; ++k) {
+    QpInitAttr ia;
+    ia.send_cq = a.cq.get();
+    ia.recv_cq = a.cq.get();
+    ia.srq = srq->get();
+    ia.cap.max_send_wr = 4;
+    auto q = a.pd->create_qp(ia);
+    VRDMA_REQUIRE_OK(q);
+    QpInitAttr sa;
+    sa.send_cq = b.cq.get();
+    sa.recv_cq = b.cq.get();
+    sa.cap.max_send_wr = 16;
+    sa.cap.max_recv_wr = 4;
+    auto p = b.pd->create_qp(sa);
+    VRDMA_REQUIRE_OK(p);
+    on_srq[k].qp = *q;
+    senders[k].qp = *p;
+    VRDMA_REQUIRE_OK(test::connect(on_srq[k], senders[k], o));
+  }
+  const std::array<std::uint32_t, 2> qpns{on_srq[0].qp->qp_num(), on_srq[1].qp->qp_num()};
+  constexpr std::uint32_t kLen = 3000;
+  constexpr std::size_t kBuf = 4096;  // receive i's buffer: A's from i * 4 KiB
+  auto post = [&](int i) {
+    Sge r{reinterpret_cast<std::uint64_t>(a.buf.data() + kBuf * static_cast<std::size_t>(i)), kBuf, a.mr->lkey()};
+    RecvWr rw{200 + static_cast<std::uint64_t>(i), std::span<const Sge>(&r, 1)};
+    VRDMA_REQUIRE_OK((*srq)->post_recv(std::span<const RecvWr>(&rw, 1)));
+  };
+  auto send = [&](int i) {
+    std::uint8_t* src = b.buf.data() + kBuf * static_cast<std::size_t>(i);
+    test::fill_pattern(src, kLen, 300 + static_cast<std::uint64_t>(i));
+    Sge sg{reinterpret_cast<std::uint64_t>(src), kLen, b.mr->lkey()};
+    SendWr w;
+    w.wr_id = static_cast<std::uint64_t>(i);
+    w.opcode = WrOpcode::send;
+    w.flags = SendFlags::signaled;
+    w.sg_list = {&sg, 1};
+    VRDMA_REQUIRE_OK(senders[i % 2].qp->post_send(std::span<const SendWr>(&w, 1)));
+  };
+  std::set<std::uint64_t> received;
+  auto check = [&](int i) {
+    const auto sent = test::wait_cq(*b.cq, 1, 30s);
+    BOOST_REQUIRE_MESSAGE(sent.size() == 1u, "SEND " << i << " did not complete");
+    BOOST_TEST(sent[0].status == WcStatus::success, "SEND " << i << ": " << to_string(sent[0].status));
+    BOOST_TEST(sent[0].wr_id == static_cast<std::uint64_t>(i));
+    const auto got = test::wait_cq(*a.cq, 1, 30s);
+    BOOST_REQUIRE_MESSAGE(got.size() == 1u, "no receive completion for SEND " << i);
+    const auto& c = got[0];
+    BOOST_TEST(c.status == WcStatus::success, "receive for SEND " << i << ": " << to_string(c.status));
+    BOOST_TEST(c.wr_id == 200 + static_cast<std::uint64_t>(i), "SEND " << i << " filled the receive " << c.wr_id);
+    BOOST_TEST(c.byte_len == kLen);
+    BOOST_TEST(c.qp_num == qpns[i % 2], "SEND " << i << " arrived on QPN " << c.qp_num);
+    BOOST_TEST(received.insert(c.wr_id).second, "receive " << c.wr_id << " completed twice");
+    BOOST_TEST(test::check_pattern(a.buf.data() + kBuf * static_cast<std::size_t>(i), kLen, 300 + static_cast<std::uint64_t>(i)),
+               "receive " << i << " does not hold SEND " << i << "'s bytes");
+  };
+  for (int i = 0; i < 8; ++i) post(i);
+  for (int i = 0; i < 3; ++i) {
+    send(i);
+    check(i);
+  }
+  send(3);  // in flight at the stop
+  auto t0 = std::chrono::steady_clock::now();
+  VRDMA_REQUIRE_OK(pv::migrate(*dev, socks[1], 20s, pv::StateVia::guest_memory));
+  BOOST_TEST_MESSAGE("SRQ moved to " << socks[1] << " in " << ms_since(t0) << " ms");
+  const auto st = wait_phase(socks[1], "running");
+  BOOST_TEST(st["objects"].value("srq", 0) == 1, st.dump());
+  check(3);
+  for (int i = 4; i < 6; ++i) {
+    send(i);
+    check(i);
+  }
+  for (int i = 8; i < 12; ++i) post(i);
+  t0 = std::chrono::steady_clock::now();
+  VRDMA_REQUIRE_OK(pv::migrate(*dev, socks[2], 20s, pv::StateVia::guest_memory));
+  BOOST_TEST_MESSAGE("SRQ moved to " << socks[2] << " in " << ms_since(t0) << " ms");
+  for (int i = 6; i < 12; ++i) {
+    send(i);
+    check(i);
+  }
+  BOOST_TEST(received.size() == 12u);
+  for (int k = 0; k < 2; ++k) BOOST_TEST(on_srq[k].qp->qp_num() == qpns[k]);
 }
 
 // The same records streamed from backend to backend ({"cmd":"migrate","to":...}, the way

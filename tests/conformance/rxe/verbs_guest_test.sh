@@ -33,7 +33,7 @@ rig_start "$HERE/make_guest.sh"
 T0=$(date +%s)
 NS=hvb-$$
 HOST=10.92.0.1 GUEST=10.92.0.2 GUEST_MAC=52:54:00:92:00:02
-# Part 5 runs 24 vrdmads at once (about 90 MB each with ASan): the guest gets 3 GiB.
+# Part 5 runs 27 vrdmads at once (about 90 MB each with ASan): the guest gets 3 GiB.
 GUEST_MEM_MB=${GUEST_MEM_MB:-3072}
 work=$(mktemp -d)
 . "$HERE/peer_rig.sh"
@@ -211,7 +211,7 @@ run_nic_migration() {
   # of global IPv6 addresses of eth0; no duplicate address detection: usable at once).
   if guest_run "$f" 240 "ip addr add $peer_ip/24 dev eth0; ip addr add $peer2_ip/24 dev eth0; echo 0 > /proc/sys/net/ipv6/conf/eth0/accept_dad; ip -6 addr add fd92::2/64 dev eth0; ip -6 addr add fd92::3/64 dev eth0;" \
      "i=0; until grep -qs $peer_gid /sys/class/infiniband/rxe0/ports/1/gids/* && grep -qs fd92:0000:0000:0000:0000:0000:0000:0003 /sys/class/infiniband/rxe0/ports/1/gids/*; do [ \$i -lt 50 ] || break; sleep 0.1; i=\$((i+1)); done;" \
-     "$VRDMAD_UP; export VRDMA_LOG=${VRDMAD_LOG:-info}; vrdmad_up s0 t0 u0; VRDMAD_ARGS='--incoming guest' vrdmad_up s1 s2 t1;" \
+     "$VRDMAD_UP; export VRDMA_LOG=${VRDMAD_LOG:-info}; vrdmad_up s0 t0 u0 r0; VRDMAD_ARGS='--incoming guest' vrdmad_up s1 s2 t1 r1 r2;" \
      "VRDMAD_ARGS='--notices $GUEST' vrdmad_up w0; VRDMAD_ARGS='--incoming guest --notices $GUEST' vrdmad_up w1 w2;" \
      "VRDMAD_ARGS='--notices $peer_ip --notice-hold-ms 2000' vrdmad_up pn; VRDMAD_ARGS='--incoming guest --notices $peer_ip --notice-hold-ms 2000' vrdmad_up pn1;" \
      "VRDMAD_ARGS='--notices $peer2_ip --notice-hold-ms 2000' vrdmad_up pq;" \
@@ -223,15 +223,15 @@ run_nic_migration() {
      "rm -f /tmp/x1.sock /tmp/x1.ctl; timeout 200 /opt/vrdma/vrdmad --socket /tmp/x1.sock --engine 'soft:127.0.0.1?port=47952' --incoming guest --control /tmp/x1.ctl 2>/tmp/x1.log & PIDS=\"\$PIDS \$!\";" \
      "i=0; while [ ! -S /tmp/u1.ctl ] || [ ! -S /tmp/x1.ctl ]; do [ \$i -lt 100 ] || break; sleep 0.1; i=\$((i+1)); done;" \
      "VRDMA_NIC_MOVE=/tmp/s0.sock,/tmp/s1.sock,/tmp/s2.sock VRDMA_NIC_PEER_MOVE=/tmp/t0.sock,/tmp/t1.sock VRDMA_NIC_PEER=verbs:rxe0" \
-     "VRDMA_NIC_REFUSED_MOVE=/tmp/u0.sock,/tmp/u1.sock" \
+     "VRDMA_NIC_REFUSED_MOVE=/tmp/u0.sock,/tmp/u1.sock VRDMA_NIC_SRQ_MOVE=/tmp/r0.sock,/tmp/r1.sock,/tmp/r2.sock" \
      "VRDMA_NIC_STREAM_MOVE=/tmp/v0.sock,/tmp/v1.sock,/tmp/v2.sock VRDMA_NIC_STREAM_TO=tcp:127.0.0.1:7861,tcp:127.0.0.1:7862" \
      "VRDMA_NIC_NOTICE_MOVE=/tmp/w0.sock,/tmp/w1.sock,/tmp/w2.sock VRDMA_NIC_NOTICE_PEER=/tmp/pn.sock VRDMA_NIC_PEER_IP=$peer_ip VRDMA_NIC_NOTICE_HOLD_MS=2000 VRDMA_NIC_NOTICE_REFUSED=/tmp/x1.sock" \
      "VRDMA_NIC_NOTICE_PEER_MOVE=/tmp/pn1.sock VRDMA_NIC_NOTICE_PEER2=/tmp/pq.sock VRDMA_NIC_PEER2_IP=$peer2_ip" \
      "VRDMA_NIC_SOFT_MOVE=/tmp/y0.sock,/tmp/y1.sock,/tmp/y2.sock ${host_half:+VRDMA_NIC_SOFT_PEER=$HOST:18516}" \
      "VRDMA_NIC_V6_MOVE=/tmp/z0.sock,/tmp/z1.sock,/tmp/z2.sock VRDMA_NIC_V6_PEER=/tmp/pz.sock VRDMA_NIC_V6_IP=fd92::2 VRDMA_NIC_V6_PEER_IP=fd92::3" \
      "timeout 240 /opt/vrdma/nic_migration_test --log_level=message --report_level=short --color_output=no ${NICMIG_ARGS:-};" \
-     "rc=\$?; grep -h 'stopped on\\|re-created\\|over RDMA\\|over TCP\\|paused\\|refused\\|said nothing\\|while not paused\\|peer notices' /tmp/s0.log /tmp/s1.log /tmp/s2.log /tmp/u0.log /tmp/v0.log /tmp/v1.log /tmp/v2.log /tmp/w0.log /tmp/w1.log /tmp/w2.log /tmp/pn.log /tmp/pn1.log /tmp/pq.log /tmp/y0.log /tmp/y1.log /tmp/y2.log /tmp/z0.log /tmp/z1.log /tmp/z2.log /tmp/pz.log;" \
-     "[ \$rc -eq 0 ] || vrdmad_logs s0 s1 s2 t0 t1 u0 u1 v0 v1 v2 w0 w1 w2 pn pn1 pq x1 y0 y1 y2 z0 z1 z2 pz; vrdmad_down; exit \$rc"; then ok=0; fi
+     "rc=\$?; grep -h 'stopped on\\|held posted again\\|re-created\\|over RDMA\\|over TCP\\|paused\\|refused\\|said nothing\\|while not paused\\|peer notices' /tmp/s0.log /tmp/s1.log /tmp/s2.log /tmp/r0.log /tmp/r1.log /tmp/r2.log /tmp/u0.log /tmp/v0.log /tmp/v1.log /tmp/v2.log /tmp/w0.log /tmp/w1.log /tmp/w2.log /tmp/pn.log /tmp/pn1.log /tmp/pq.log /tmp/y0.log /tmp/y1.log /tmp/y2.log /tmp/z0.log /tmp/z1.log /tmp/z2.log /tmp/pz.log;" \
+     "[ \$rc -eq 0 ] || vrdmad_logs s0 s1 s2 r0 r1 r2 t0 t1 u0 u1 v0 v1 v2 w0 w1 w2 pn pn1 pq x1 y0 y1 y2 z0 z1 z2 pz; vrdmad_down; exit \$rc"; then ok=0; fi
   if [ -n "$host_half" ]; then
     wait "$host_half" || { ok=1; echo "the host's half (soft-engine peer) failed:"; cat "$work/nic_migration.host"; }
     grep -h "paused\|re-connected\|refused\|state saved\|state loaded" "$work/sp0.log" "$work/sp1.log" | sed 's/^/  host /' || true
@@ -240,7 +240,7 @@ run_nic_migration() {
     wait $sp_pids 2>/dev/null || true
   fi
   echo "$name ($(($(date +%s) - t)) s):"
-  grep -E "SKIP|moved to|streamed to|refused as|re-created|over RDMA|over TCP|paused|ended by itself|error|failed|passed" "$f" | sed 's/^/  /' | head -60 || true
+  grep -E "SKIP|moved to|streamed to|refused as|re-created|held posted again|over RDMA|over TCP|paused|ended by itself|error|failed|passed" "$f" | sed 's/^/  /' | head -60 || true
   record "$name" $ok "$f" "$work/nic_migration.host"
 }
 run_case run_nic_migration

@@ -218,6 +218,19 @@ struct SrqObj {
   std::uint64_t status_gpa = 0;
   std::shared_ptr<nicdrv::SharedReceiveQueue> eng;
   std::uint32_t users = 0;
+  // On an engine that rebuilds its objects at a move (a NIC, engine_rebuilds()): the receives
+  // handed to the engine's SRQ and not yet completed, oldest first, as the guest wrote them. A
+  // NIC cannot give back what was posted to an SRQ and the guest may reuse a slot once the
+  // device took it, so a move (migration/src/rebuild.cpp) carries these and the destination
+  // posts them again. Each went to the engine under its own `tag` (not the guest's wr_id,
+  // which need not be unique): a completion names the tag, which gives back the guest's wr_id.
+  struct Held {
+    std::uint64_t tag = 0, wr_id = 0;
+    std::uint32_t nsge = 0;
+    std::array<vd::WireSge, 16> sge{};
+  };
+  std::deque<Held> held;
+  std::uint64_t next_tag = 1;
 };
 
 // What the device tells the code that moves it (set with RdmaDevice::set_hooks; loop thread).
@@ -356,6 +369,10 @@ struct DeviceModel {
     return it == qpn_to_guest.end() ? engine_qpn : it->second;
   }
   [[nodiscard]] bool guest_name_taken(std::uint32_t qpn_or_key, bool qpn) const;
+  // A completion as the guest sees it: its QPN, and for a receive from an SRQ the device keeps
+  // (SrqObj::held) the guest's wr_id for the engine's tag; that receive is no longer held.
+  // `qp`: the completion's QP (qp_of_completion), or null.
+  [[nodiscard]] vd::Cqe guest_cqe(const nicdrv::WorkCompletion& wc, const QpObj* qp);
   std::unordered_map<std::uint32_t, std::uint32_t> lkey_to_engine;  // guest lkey -> engine lkey (moved regions)
   std::unordered_map<std::uint32_t, std::uint32_t> rkey_to_engine;  // guest rkey -> engine rkey (moved regions)
   std::unordered_map<std::uint32_t, std::uint32_t> qpn_to_guest;    // engine QPN -> guest QPN (moved QPs)

@@ -44,4 +44,32 @@ struct Record {
 std::vector<std::uint8_t> encode(const Record& r);
 Result<Record> decode(std::span<const std::uint8_t> b);
 
+// The record of an SRQ on a NIC: the receives the device handed to the NIC's SRQ and saw no
+// completion for, oldest first, as the guest wrote them (its wr_id; its SGEs, with the guest's
+// keys). A NIC cannot give back what was posted to an SRQ, and the guest may reuse a slot of the
+// SRQ's ring once the device took it, so the device keeps these itself (vrdma/device/model.hpp
+// SrqObj::held); the destination posts them again, before what the ring holds.
+struct SrqSge {
+  std::uint64_t addr = 0;
+  std::uint32_t length = 0, lkey = 0;
+  bool operator==(const SrqSge&) const = default;
+};
+struct SrqReceive {
+  std::uint64_t wr_id = 0;
+  std::vector<SrqSge> sges;
+  bool operator==(const SrqReceive&) const = default;
+};
+struct SrqRecord {
+  std::uint32_t max_sge = 0;  // the SRQ's: each receive has at most this many SGEs
+  std::vector<SrqReceive> receives;
+  bool operator==(const SrqRecord&) const = default;
+};
+// At most this many SGEs a receive (the device contract's limit of a receive WQE).
+inline constexpr std::uint32_t kSrqMaxSge = 16;
+// At most this many receives (an SRQ's ring is at most this deep).
+inline constexpr std::uint32_t kSrqMaxReceives = 1u << 16;
+
+std::vector<std::uint8_t> encode_srq(const SrqRecord& r);
+Result<SrqRecord> decode_srq(std::span<const std::uint8_t> b);
+
 }  // namespace vrdma::migration::rebuild
