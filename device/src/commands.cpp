@@ -211,7 +211,7 @@ Reply Handlers::query_port() {
 
 Reply Handlers::query_gid() {
   const auto r = req_as<vd::QueryGidReq>(body);
-  auto gid = d.engine->query_gid(r.index, 1);
+  auto gid = d.engine->query_gid(r.index == 0 ? d.gid0_index : r.index, 1);
   if (!gid) return refuse(vd::Status::invalid, gid.error().message);
   vd::GidResp out{};
   std::memcpy(out.gid, gid->gid.raw.data(), sizeof out.gid);

@@ -98,6 +98,7 @@ Reply Handlers::modify_qp() {
   if ((r.mask & ~((1u << 21) - 1)) != 0)
     return refuse(vd::Status::invalid, fmt::format("MODIFY_QP mask {:#x} has unknown bits", r.mask));
   const auto mask = static_cast<nicdrv::QpAttrMask>(r.mask);
+  attr->ah_attr.sgid_index = d.engine_sgid(attr->ah_attr.sgid_index);
   bool local_peer = it->second.local_peer;
   if (d.engine_rebuilds() && (mask & nicdrv::QpAttrMask::dest_qpn) != nicdrv::QpAttrMask::none) {
     // Connected to a QP of this same device? Then a move keeps the two connected.
@@ -160,7 +161,7 @@ Reply Handlers::create_ah() {
   auto pit = d.pds.find(r.pd);
   if (pit == d.pds.end()) return refuse(vd::Status::not_found, fmt::format("CREATE_AH names no PD {}", r.pd));
   if (auto e = room(d.ahs.size(), lim.max_ah, "AHs")) return *e;
-  auto ah = pit->second.eng->create_ah(nicdrv::ah_from_wire(r.ah));
+  auto ah = pit->second.eng->create_ah(d.engine_ah(r.ah));
   if (!ah) return refuse(status_of(ah.error()), ah.error().message);
   const auto h = d.new_handle();
   d.ahs[h] = AhObj{r.pd, r.ah, std::move(*ah)};

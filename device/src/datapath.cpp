@@ -144,7 +144,7 @@ Result<nicdrv::AddressHandle*> DeviceModel::inline_ah(std::uint32_t pd, const vd
   auto& cache = pit->second.inline_ahs;
   std::string key(reinterpret_cast<const char*>(&av), sizeof av);
   if (auto it = cache.find(key); it != cache.end()) return it->second.get();
-  auto ah = pit->second.eng->create_ah(nicdrv::ah_from_wire(av));
+  auto ah = pit->second.eng->create_ah(engine_ah(av));
   if (!ah) return std::move(ah).error();
   return cache.emplace(std::move(key), std::move(*ah)).first->second.get();
 }

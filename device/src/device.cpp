@@ -47,7 +47,7 @@ vd::Config DeviceModel::config_space() const {
   const auto& lim = opts.limits;
   auto attr = engine->query_device();
   auto port = engine->query_port(1);
-  auto gid = engine->query_gid(0, 1);
+  auto gid = engine->query_gid(gid0_index, 1);
   c.features = vd::kFeatureUd | vd::kFeatureSrq | vd::kFeatureMigration | vd::kFeatureDmaMr | vd::kFeatureDbRing;
   if (attr && attr->atomic_cap != nicdrv::AtomicCap::none) c.features |= vd::kFeatureAtomic;
   if (attr && attr->gsi) c.features |= vd::kFeatureGsi;
@@ -119,6 +119,7 @@ const nicdrv::Device& RdmaDevice::engine() const { return *impl_->engine; }
 // ---- DeviceModel -----------------------------------------------------------------------------------
 DeviceModel::DeviceModel(std::shared_ptr<nicdrv::Device> e, vhost::EventLoop& l, RdmaDeviceOptions o)
     : engine(std::move(e)), loop(l), opts(o) {
+  if (auto g = nicdrv::preferred_gid(*engine); g.ok() && g->index <= 0xff) gid0_index = static_cast<std::uint8_t>(g->index);
   if (auto a = engine->query_device(); a.ok()) {
     engine_reports_writes = a->reports_writes;
     engine_reports_solicited = a->reports_solicited;
@@ -357,6 +358,12 @@ QpObj* DeviceModel::qp_of_completion(const nicdrv::WorkCompletion& wc) {
   if (it == qps.end()) return nullptr;
   if (static_cast<std::uint8_t>(wc.opcode) >= 128) ++it->second.rq_done;
   return &it->second;
+}
+
+nicdrv::AhAttr DeviceModel::engine_ah(const vd::AhWire& w) const {
+  auto a = nicdrv::ah_from_wire(w);
+  a.sgid_index = engine_sgid(a.sgid_index);
+  return a;
 }
 
 vd::Cqe DeviceModel::guest_cqe(const nicdrv::WorkCompletion& wc, const QpObj* qp) {

@@ -257,7 +257,7 @@ Status DeviceState::Impl::load_state(std::span<const std::uint8_t> blob) {
     if (!r.get(h) || !r.get(pd) || !r.get(wire)) return fail(bad("truncated AH"));
     auto pit = d.pds.find(pd);
     if (!fresh(h, d.ahs.count(h) != 0) || pit == d.pds.end()) return fail(bad(fmt::format("AH {}", h)));
-    auto ah = pit->second.eng->create_ah(nicdrv::ah_from_wire(wire));
+    auto ah = pit->second.eng->create_ah(d.engine_ah(wire));
     if (!ah) return fail(ah.error());
     d.ahs[h] = AhObj{pd, wire, std::move(*ah)};
     ++pit->second.users;

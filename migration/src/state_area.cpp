@@ -154,7 +154,7 @@ Status DeviceState::Impl::save_state_to_guest() {
     return std::move(blob).error();
   }
   h.need = sizeof h + blob->size();
-  if (auto gid = d.engine->query_gid(0, 1); gid) std::memcpy(h.gid, gid->gid.raw.data(), sizeof h.gid);
+  if (auto gid = d.engine->query_gid(d.gid0_index, 1); gid) std::memcpy(h.gid, gid->gid.raw.data(), sizeof h.gid);
   if (h.need > state_area->writable) {
     h.status = static_cast<std::uint32_t>(vd::StateAreaStatus::too_small);
     (void)write_state_area(h, nullptr, 0);
@@ -232,7 +232,7 @@ Result<bool> DeviceState::Impl::load_state_from_guest() {
     return make_error(Errc::invalid_argument, fmt::format("the guest's MAC is {} but this vrdmad serves MAC {}: start it "
                                                           "with --mac {}", mac_text(h.mac), mac_text(d.opts.mac),
                                                           mac_text(h.mac)));
-  if (auto gid = d.engine->query_gid(0, 1); gid && std::memcmp(h.gid, gid->gid.raw.data(), sizeof h.gid) != 0)
+  if (auto gid = d.engine->query_gid(d.gid0_index, 1); gid && std::memcmp(h.gid, gid->gid.raw.data(), sizeof h.gid) != 0)
     return make_error(Errc::invalid_argument, fmt::format("the guest's GID is {} but this vrdmad's engine has GID {}: "
                                                           "start it with --engine on the guest's own address",
                                                           gid_text(h.gid), gid->gid.str()));

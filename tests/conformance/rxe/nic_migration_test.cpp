@@ -391,7 +391,8 @@ BOOST_AUTO_TEST_CASE(qps_connected_inside_the_guest_keep_their_data_across_moves
   BOOST_TEST(test::check_pattern(p.b.buf.data(), kSlot, 77));
 }
 
-// An SRQ on the NIC moves with its receives (the device holds a copy of each receive it posted
+// An SRQ on the NIC moves with its receives (first: the device's GID 0 is rxe0's IPv4 one). The
+// device holds a copy of each receive it posted
 // to the NIC's SRQ until its completion: a NIC cannot give them back, and the guest may reuse a
 // slot of the SRQ's ring once the device took it). Two QPs share one SRQ of 16 receives, each
 // with a sender QP of the same device; SEND i goes to QP i % 2 and must fill receive i (the NIC
@@ -403,6 +404,15 @@ BOOST_AUTO_TEST_CASE(an_srq_on_the_nic_moves_with_its_receives) {
   if (socks.empty()) return;
   auto dev = open_pv(socks[0]);
   const auto o = options();
+  // The device's GID 0 is its address, rxe0's RoCEv2 IPv4 GID, though rxe lists its link-local
+  // IPv6 GID first (a guest kernel driver takes GID 0 as the address to bind a netdev to).
+  auto g0 = dev->query_gid(0);
+  auto gi = dev->query_gid(o.gid_index);
+  VRDMA_REQUIRE_OK(g0);
+  VRDMA_REQUIRE_OK(gi);
+  BOOST_TEST(g0->gid.is_ipv4_mapped(), "the device's GID 0 is " << g0->gid.str());
+  BOOST_TEST((g0->type == GidType::roce_v2));
+  BOOST_TEST((g0->gid == gi->gid), g0->gid.str() << " vs GID " << int{o.gid_index} << " " << gi->gid.str());
   auto ea = test::make_endpoint(dev, o);
   auto eb = test::make_endpoint(dev, o);
   VRDMA_REQUIRE_OK(ea);

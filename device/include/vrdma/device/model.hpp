@@ -369,6 +369,14 @@ struct DeviceModel {
     return it == qpn_to_guest.end() ? engine_qpn : it->second;
   }
   [[nodiscard]] bool guest_name_taken(std::uint32_t qpn_or_key, bool qpn) const;
+  // The guest's GID 0 is the device's address: the engine's RoCEv2 IPv4 GID (nicdrv::
+  // preferred_gid; a NIC such as rxe lists its link-local IPv6 GID first, which a guest kernel
+  // driver cannot take as the device's address), at the engine's index gid0_index (set at
+  // construction). The guest's other GID indexes are the engine's own.
+  std::uint8_t gid0_index = 0;
+  [[nodiscard]] std::uint8_t engine_sgid(std::uint8_t guest) const { return guest == 0 ? gid0_index : guest; }
+  // An address handle as the guest wrote it, for the engine (its GID index translated).
+  [[nodiscard]] nicdrv::AhAttr engine_ah(const vd::AhWire& w) const;
   // A completion as the guest sees it: its QPN, and for a receive from an SRQ the device keeps
   // (SrqObj::held) the guest's wr_id for the engine's tag; that receive is no longer held.
   // `qp`: the completion's QP (qp_of_completion), or null.
