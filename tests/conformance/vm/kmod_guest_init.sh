@@ -64,8 +64,10 @@ if [ -n "$CASES" ]; then
   PEER=$(arg vrdma.peer); PORT=$(arg vrdma.port); PORT=${PORT:-18600}; TMO=$(arg vrdma.timeout); TMO=${TMO:-120}
   ROLE=$(arg vrdma.role) MTU=$(arg vrdma.mtu) PAR=$(arg vrdma.parallel)
   # UCX: its shared-memory pools want /dev/shm, its 8 MiB registration pools locked memory.
-  UCX_ENV="UCX_NET_DEVICES=vrdma0:1 UCX_TLS=rc_verbs,ud_verbs,self UCX_RC_VERBS_RX_QUEUE_LEN=256 UCX_RC_VERBS_TX_QUEUE_LEN=256 UCX_UD_VERBS_RX_QUEUE_LEN=256 UCX_UD_VERBS_TX_QUEUE_LEN=128"
-  case $CASES in *ucx_*) mkdir -p /dev/shm; mount -t tmpfs none /dev/shm 2>/dev/null; chmod 1777 /dev/shm; ulimit -l unlimited ;; esac
+  # UCX 1.18 (Debian 13): a weak fence (its strong one wants a flush rkey, mlx5's), and stdin a
+  # terminal (/dev/ptmx; with stdin not a tty ucx_perftest takes itself for an MPI job).
+  UCX_ENV="UCX_NET_DEVICES=vrdma0:1 UCX_TLS=rc_verbs,ud_verbs,self UCX_FENCE_MODE=weak UCX_WARN_UNUSED_ENV_VARS=n UCX_RC_VERBS_RX_QUEUE_LEN=256 UCX_RC_VERBS_TX_QUEUE_LEN=256 UCX_UD_VERBS_RX_QUEUE_LEN=256 UCX_UD_VERBS_TX_QUEUE_LEN=128"
+  case $CASES in *ucx_*) mkdir -p /dev/shm /dev/pts; mount -t tmpfs none /dev/shm 2>/dev/null; mount -t devpts devpts /dev/pts 2>/dev/null; chmod 1777 /dev/shm; ulimit -l unlimited ;; esac
   [ "$ROLE" = server ] && PAR=1
   # nvme/MIB/SECONDS: NVMe over Fabrics on the kernel's verbs: the guest's nvmet-rdma target (a
   # file namespace) on the device's address, Debian's nvme connect -t rdma to it, then rounds of
@@ -106,7 +108,7 @@ if [ -n "$CASES" ]; then
         cmd="rping -s -a $IP -C $4 -S $3 -V -p $P"
         [ "$ROLE" = server ] || cmd="rping -c -a $RP -I $IP -C $4 -S $3 -V -p $P" to="" ;;
       ucmatose) cmd="ucmatose -b $IP -C $4 -S $3 -p $P" to=${RP:+-s $RP} ;;
-      ucx_*) cmd="env $UCX_ENV ucx_perftest -t ${2#ucx_} -s $3 -n $4 -p $P" ;;
+      ucx_*) cmd="env $UCX_ENV ucx_perftest -t ${2#ucx_} -s $3 -n $4 -p $P < /dev/ptmx" ;;
       ibv_ud_pingpong) cmd="$2 -d vrdma0 -g $G -s $3 -n $4 -p $P -c" ;;  # UD: the port's MTU
       ibv_*_pingpong) cmd="$2 -d vrdma0 -g $G -s $3 -n $4 -p $P -c${MTU:+ -m $MTU}" ;;
       *+R) cmd="${2%+R} -R -d vrdma0 -x $G -F -s $3 -n $4 -p $P" to=$RP ;;

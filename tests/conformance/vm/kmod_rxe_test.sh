@@ -72,7 +72,7 @@ KERNEL=$RXE_KERNEL
 # The rxe guest answers perftest's TCP exchange on a second address, reached through the host
 # (the vrdma guest's NIC is on tap1, 10.77.10.0/24); its RoCE traffic stays on 10.77.0.0/24.
 after_boot() {
-  guest_run "$work/net.out" 20 "ip addr add $PEERTCP/24 dev eth0 && ip route add 10.77.10.0/24 via $HOST src $PEERTCP && mkdir -p /dev/shm && mount -t tmpfs none /dev/shm && rdma link show" ||
+  guest_run "$work/net.out" 20 "ip addr add $PEERTCP/24 dev eth0 && ip route add 10.77.10.0/24 via $HOST src $PEERTCP && mkdir -p /dev/shm /dev/pts && mount -t tmpfs none /dev/shm && { mount -t devpts devpts /dev/pts 2>/dev/null; true; } && rdma link show" ||
     { echo "FAIL: the rxe guest's second address"; cat "$work/net.out"; exit 1; }
 }
 rig_net
@@ -97,7 +97,7 @@ CASES+=",ib_send_bw+R/4096/400,ib_write_bw+R/65536/200,ib_read_bw+R/65536/200,ib
 CASES+=",rping/64/100,rping/4096/100,rping/65535/40,ucmatose/4096/100"
 # UCX (when the host has ucx-utils): ucx_perftest's put bandwidth and tag latency; on rxe as ours
 # (kmod_guest_init.sh), over rc_verbs wired up through ud_verbs.
-RXE_UCX_ENV="UCX_NET_DEVICES=rxe0:1 UCX_TLS=rc_verbs,ud_verbs,self UCX_UD_VERBS_ETH_DGID_CHECK=n"
+RXE_UCX_ENV="UCX_NET_DEVICES=rxe0:1 UCX_TLS=rc_verbs,ud_verbs,self UCX_UD_VERBS_ETH_DGID_CHECK=n UCX_FENCE_MODE=weak UCX_WARN_UNUSED_ENV_VARS=n"
 HAVE_UCX=$(command -v ucx_perftest || true)
 [ -z "$HAVE_UCX" ] || CASES+=",ucx_ucp_put_bw/65536/200,ucx_tag_lat/64/200"
 # rxe's packet counters, and the ICRC complaints in its log (as rxe_test.sh counts them).
@@ -122,7 +122,7 @@ rxe_cmd() {
       cmd="ucmatose -b $GUEST -C $iters -S $size -p $p"
       [ "$role" = server ] || cmd+=" -s $DEVIP" ;;
     ucx_*)  # the server takes the test from its client
-      cmd="env $RXE_UCX_ENV ucx_perftest -p $p"
+      cmd="env $RXE_UCX_ENV ucx_perftest -p $p < /dev/ptmx"  # stdin a terminal: see kmod_guest_init.sh
       [ "$role" = server ] || cmd+=" -t ${tool#ucx_} -s $size -n $iters" ;;
     ibv_ud_pingpong) cmd="$tool -d rxe0 -g 1 -s $size -n $iters -p $p -c" ;;
     ibv_*_pingpong) cmd="$tool -d rxe0 -g 1 -s $size -n $iters -p $p -c -m $mtu" ;;
