@@ -21,6 +21,7 @@ SRC=$(readlink -f "$1") VRDMAD=$(readlink -f "$2")
 HERE=$SRC/tests/conformance/rxe
 . "$SRC/tests/conformance/serial_lib.sh"
 . "$SRC/tests/conformance/vm/kmod_lib.sh"
+. "$SRC/tests/conformance/vm/nested_lib.sh"  # nested_build, nested_qemu
 rig_require
 T0=$(date +%s)
 work=$(mktemp -d)
@@ -29,33 +30,15 @@ ITERS=${ITERS:-10000}
 . "$HERE/peer_rig.sh"
 cleanup() { rig_cleanup; if [ -n "${KEEP_WORK:-}" ]; then echo "work dir kept: $work"; else rm -rf "$work"; fi; }
 trap cleanup EXIT
-guest_build "$HERE/make_guest.sh"
-RXE_KERNEL=$KERNEL RXE_INITRD=$INITRD
-mkdir -p "$work/k"
-kmod_guest "$work/k" "ibv_rc_pingpong"
-KMOD_KERNEL=$KERNEL KMOD_INITRD=$INITRD
-KERNEL=$RXE_KERNEL
 # The nested guest's /init: the local pair (a later cpio replaces kmod_guest_init.sh).
 mkdir -p "$work/pinit"; cp "$SRC/tests/conformance/vm/kmod_pair_init.sh" "$work/pinit/init"; chmod +x "$work/pinit/init"
 (cd "$work/pinit" && echo init | cpio -o -H newc --quiet | gzip -1) > "$work/pinit.cpio.gz"
-ov="$work/overlay"; mkdir -p "$ov/opt/vrdma" "$ov/opt/nest" "$ov/usr/bin"
-strip --strip-debug -o "$ov/opt/vrdma/vrdmad" "$VRDMAD"
-qemu=$(command -v qemu-system-x86_64); cp "$qemu" "$ov/usr/bin/"
-mods=/usr/lib/x86_64-linux-gnu/qemu
-for f in $(for b in "$VRDMAD" "$qemu" "$mods/accel-tcg-x86_64.so"; do ldd "$b" | awk '/=>/ {print $3} /^\t\/lib/ {print $1}'; done | sort -u) \
-  "$mods/accel-tcg-x86_64.so" /usr/share/seabios/bios-256k.bin /usr/share/qemu/kvmvapic.bin /usr/share/qemu/linuxboot_dma.bin; do
-  mkdir -p "$ov/$(dirname "$f")"; cp -L "$f" "$ov/$f"
-done
-cp "$KMOD_KERNEL" "$ov/opt/nest/kernel"
-cat "$KMOD_INITRD" "$work/pinit.cpio.gz" > "$ov/opt/nest/initrd"
-(cd "$ov" && find . | cpio -o -H newc --quiet | gzip -1) > "$work/overlay.cpio.gz"
-cat "$RXE_INITRD" "$work/overlay.cpio.gz" > "$work/initrd"
-GUEST_INITRD="$work/initrd"
+nested_build "ibv_rc_pingpong" "$work/pinit.cpio.gz"
 after_boot() { :; }
 rig_net
 guest_boot || exit 1
 echo "rxe guest ready after $(($(date +%s) - T0)) s"
-Q="qemu-system-x86_64 -accel tcg -cpu max -m 512 -smp 1 -display none -vga none -nodefaults -no-reboot -object memory-backend-memfd,id=mem,size=512M,share=on -numa node,memdev=mem -kernel /opt/nest/kernel -initrd /opt/nest/initrd -append 'console=ttyS0 quiet panic=-1 no_timer_check vrdma.ip=$GUEST vrdma.iters=$ITERS' -netdev user,id=n1 -device virtio-net-pci,netdev=n1,romfile= -device vhost-user-blk-pci,chardev=vr,num-queues=4,queue-size=256"
+Q="$(nested_qemu 512) -append 'console=ttyS0 quiet panic=-1 no_timer_check vrdma.ip=$GUEST vrdma.iters=$ITERS'"
 guest_start "trap '' PIPE; rm -f /tmp/k?.sock /tmp/k?.ctl; mkfifo /tmp/ma.in /tmp/ma.out;" \
  "VRDMA_LOG=info /opt/vrdma/vrdmad --socket /tmp/ka.sock --engine verbs:rxe0 --control /tmp/ka.ctl 2>/tmp/va.log & VA=\$!;" \
  "VRDMA_LOG=info /opt/vrdma/vrdmad --socket /tmp/kb.sock --engine verbs:rxe0 --control /tmp/kb.ctl --incoming guest 2>/tmp/vb.log & VB=\$!;" \

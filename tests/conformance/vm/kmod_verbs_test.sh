@@ -32,6 +32,7 @@ SRC=$(readlink -f "$1") VRDMAD=$(readlink -f "$2") PERF=$(readlink -f "$3")
 HERE=$SRC/tests/conformance/rxe
 . "$SRC/tests/conformance/serial_lib.sh"  # skip, rig_require, guest_build, wait_serial
 . "$SRC/tests/conformance/vm/kmod_lib.sh"  # kmod_guest, pt_moved
+. "$SRC/tests/conformance/vm/nested_lib.sh"  # nested_build, nested_qemu
 rig_require
 T0=$(date +%s)
 work=$(mktemp -d)
@@ -64,32 +65,7 @@ for c in ${CASES//,/ }; do tools="$tools ${c%%/*}"; done
 tools=$(echo "$tools" | tr ' ' '\n' | sort -u | tr '\n' ' ')
 
 # ---- The guests: the rxe guest (cached), and the kernel-driver guest packed into it --------
-guest_build "$HERE/make_guest.sh"
-RXE_KERNEL=$KERNEL RXE_INITRD=$INITRD
-mkdir -p "$work/k"
-# shellcheck disable=SC2086
-kmod_guest "$work/k" "$tools"
-KMOD_KERNEL=$KERNEL KMOD_INITRD=$INITRD
-KERNEL=$RXE_KERNEL
-qemu=$(command -v qemu-system-x86_64)
-ov="$work/overlay"
-mkdir -p "$ov/opt/vrdma" "$ov/opt/nest" "$ov/usr/bin"
-strip --strip-debug -o "$ov/opt/vrdma/vrdmad" "$VRDMAD"
-cp "$qemu" "$ov/usr/bin/"
-# QEMU's libraries, its TCG (a module in Debian's build) and what it loads to boot a kernel.
-mods=$(dirname "$(readlink -f /usr/lib/x86_64-linux-gnu/qemu/accel-tcg-x86_64.so)")
-for f in $(for b in "$VRDMAD" "$qemu" "$mods/accel-tcg-x86_64.so"; do ldd "$b" | awk '/=>/ {print $3} /^\t\/lib/ {print $1}'; done | sort -u) \
-  "$mods/accel-tcg-x86_64.so" /usr/share/seabios/bios-256k.bin /usr/share/qemu/kvmvapic.bin /usr/share/qemu/linuxboot_dma.bin; do
-  [ -e "$f" ] || skip "$f is missing (qemu-system-x86 and seabios install it)"
-  mkdir -p "$ov/$(dirname "$f")"
-  cp -L "$f" "$ov/$f"
-done
-cp "$KMOD_KERNEL" "$ov/opt/nest/kernel"
-cp "$KMOD_INITRD" "$ov/opt/nest/initrd"
-(cd "$ov" && find . | cpio -o -H newc --quiet | gzip -1) > "$work/overlay.cpio.gz"
-cat "$RXE_INITRD" "$work/overlay.cpio.gz" > "$work/initrd"
-GUEST_INITRD="$work/initrd"
-echo "guests built after $(($(date +%s) - T0)) s (the rxe guest's initramfs with ours: $(($(stat -c %s "$work/initrd") >> 20)) MiB)"
+nested_build "$tools"
 
 after_boot() { :; }
 rig_net
@@ -120,10 +96,7 @@ append+=" vrdma.peer=$HOST vrdma.rdma_peer=$peers vrdma.rdma_mac=52:54:00:77:00:
 guest_start "rm -f /tmp/k.sock /tmp/k.ctl; VRDMA_LOG=info /opt/vrdma/vrdmad --socket /tmp/k.sock --engine verbs:rxe0 --control /tmp/k.ctl 2>/tmp/vrdmad.log & V=\$!;" \
   "i=0; while [ ! -S /tmp/k.sock ] && [ \$i -lt 100 ]; do sleep 0.1; i=\$((i+1)); done;" \
   "S0=\$(cat /sys/class/infiniband/rxe0/ports/1/hw_counters/sent_pkts) R0=\$(cat /sys/class/infiniband/rxe0/ports/1/hw_counters/rcvd_pkts);" \
-  "timeout 1300 qemu-system-x86_64 -accel tcg -cpu max -m 768 -smp 1 -display none -monitor none -vga none -nodefaults -no-reboot" \
-  "-object memory-backend-memfd,id=mem,size=768M,share=on -numa node,memdev=mem -kernel /opt/nest/kernel -initrd /opt/nest/initrd" \
-  "-append '$append' -serial file:/tmp/kcon.log -chardev socket,id=vr,path=/tmp/k.sock,reconnect=1" \
-  "-device vhost-user-blk-pci,chardev=vr,num-queues=4,queue-size=256 -netdev user,id=n1 -device virtio-net-pci,netdev=n1,romfile= > /tmp/kqemu.log 2>&1;" \
+  "timeout 1300 $(nested_qemu 768) -append '$append' -serial file:/tmp/kcon.log -chardev socket,id=vr,path=/tmp/k.sock,reconnect=1 > /tmp/kqemu.log 2>&1;" \
   "echo qemu-rc=\$?; echo COUNTERS \$((\$(cat /sys/class/infiniband/rxe0/ports/1/hw_counters/sent_pkts) - S0)) \$((\$(cat /sys/class/infiniband/rxe0/ports/1/hw_counters/rcvd_pkts) - R0));" \
   "kill \$V; wait \$V; echo vrdmad-rc=\$?; tr -d '\\r' < /tmp/kcon.log | grep -a -E '^VRDMA-|^guest:|rc=|bytes in|iters in|^ *[0-9]+ +[0-9]+ ' | cut -c1-300; cat /tmp/kqemu.log; echo '--- vrdmad:'; grep -v 'vhost-user\\|vring' /tmp/vrdmad.log | tail -40"
 guest_wait "$work/nested.out" 1400 || true
