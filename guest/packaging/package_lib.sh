@@ -1,4 +1,5 @@
-# Sourced by the package scripts here (make_dkms_deb.sh, make_provider_deb.sh).
+# Sourced by the package scripts (make_dkms_deb.sh and make_provider_deb.sh here, and
+# integration/packaging/make_host_deb.sh).
 # pkg_setup NAME USAGE ARG...: SOURCE_DIR and OUT_DIR from the ARGs (--help prints USAGE and
 # exits 0; anything but two arguments exits 2), as SRC and OUT (made); VER, the project's version
 # (CMakeLists.txt); STAGE, an empty staging folder (mode 0755, as dpkg-deb wants it) removed at exit.

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# cmake --install of the integration component into a DESTDIR: vrdmactl, the libvirt hook (which
-# execs the installed vrdmactl and reads the defaults file), vrdma@.service (which runs the
-# installed vrdmad), the defaults file, the man pages and bash completion, at the configured
-# prefix's places.
+# cmake --install of the integration component (the host's) and the guest component into a
+# DESTDIR: vrdmactl and vrdmad, the libvirt hook (which execs the installed vrdmactl and reads the
+# defaults file), vrdma@.service (which runs the installed vrdmad), the defaults file, the AppArmor
+# abstraction, the man pages and bash completion, at the configured prefix's places; then the same
+# with another prefix given at install time (--prefix /usr, as the package does): every path in
+# the hook and the unit is that prefix's, never the configure-time one.
 # Usage: install_test.sh BUILD_DIR PREFIX SYSCONFDIR SBINDIR
 set -uo pipefail
 B=$1 PREFIX=$2 ETC=$3 SBIN=$4
@@ -10,7 +12,12 @@ D=$(mktemp -d /tmp/lv9inst.XXXXXX)
 trap 'rm -rf "$D"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 DESTDIR=$D cmake --install "$B" --component integration >/dev/null || fail "cmake --install failed"
+DESTDIR=$D cmake --install "$B" --component guest >/dev/null || fail "cmake --install of the guest component failed"
 [ -x "$D$PREFIX/bin/vrdmactl" ] || fail "no $PREFIX/bin/vrdmactl"
+[ -x "$D$SBIN/vrdmad" ] || fail "the integration component does not install vrdmad in $SBIN"
+[ -x "$D$SBIN/pvverbs-bind" ] || fail "the guest component does not install pvverbs-bind in $SBIN"
+grep -q "^  /run/vrdma/\*.sock rw,$" "$D$ETC/apparmor.d/abstractions/vrdma-qemu" ||
+  fail "no AppArmor rule for QEMU to reach /run/vrdma/*.sock"
 u=$("$D$PREFIX/bin/vrdmactl" --help 2>&1)
 echo "$u" | grep -q "^  migrate  *live-migrate a libvirt domain" || fail "the installed vrdmactl does not run: $u"
 H=$D$ETC/libvirt/hooks/qemu.d/vrdma
@@ -49,3 +56,20 @@ comp() {  # WORDS...: what completing the last word offers
 comp vrdmactl "" | grep -qw migrate || fail "completing 'vrdmactl ' does not offer migrate: $(comp vrdmactl "")"
 comp vrdmactl vf "" | grep -qw reconcile || fail "completing 'vrdmactl vf ' does not offer reconcile"
 echo "install layout ok under $PREFIX"
+
+# The prefix given at install time decides: /usr puts the configuration in /etc, as Debian's
+# packages have it.
+U2=$(mktemp -d /tmp/lv9inst.XXXXXX)
+trap 'rm -rf "$D" "$U2"' EXIT
+DESTDIR=$U2 cmake --install "$B" --component integration --prefix /usr >/dev/null || fail "cmake --install --prefix /usr failed"
+H=$U2/etc/libvirt/hooks/qemu.d/vrdma
+[ -x "$H" ] || fail "--prefix /usr: no executable /etc/libvirt/hooks/qemu.d/vrdma"
+grep -q '^exec /usr/bin/vrdmactl hook qemu "\$@"$' "$H" || fail "--prefix /usr: the hook does not exec /usr/bin/vrdmactl: $(tail -1 "$H")"
+grep -q '\. /etc/default/vrdma' "$H" || fail "--prefix /usr: the hook does not read /etc/default/vrdma"
+grep -q '^ExecStart=/usr/sbin/vrdmad --supervise \$VRDMAD_ARGS$' "$U2/usr/lib/systemd/system/vrdma@.service" ||
+  fail "--prefix /usr: the unit does not run /usr/sbin/vrdmad"
+[ -f "$U2/etc/default/vrdma" ] && [ -x "$U2/usr/sbin/vrdmad" ] && [ -f "$U2/usr/share/doc/vrdma/integration.md" ] ||
+  fail "--prefix /usr: no /etc/default/vrdma, /usr/sbin/vrdmad or /usr/share/doc/vrdma/integration.md"
+! grep -rq "$PREFIX/" "$H" "$U2/usr/lib/systemd/system/vrdma@.service" "$U2/etc/apparmor.d/abstractions/vrdma-qemu" ||
+  [ "$PREFIX" = /usr ] || fail "--prefix /usr: a path of the configure-time prefix $PREFIX is left"
+echo "install layout ok under /usr (prefix given at install time)"
