@@ -23,6 +23,13 @@
 #   LV_NET         first three octets of the veth subnet (default 10.99.9)
 #   LV_START_TIMEOUT  seconds each libvirtd has to answer (default 180: the first start on a
 #                  machine probes QEMU's capabilities)
+#   LV_STOCK=1     hosts as Debian sets libvirt up: qemu.conf's user, group, dynamic_ownership,
+#                  remember_owner and security driver stay at their defaults (QEMU runs as
+#                  libvirt-qemu), the machine's /etc/libvirt/hooks/qemu.d/ (an installed package's
+#                  hooks) is kept, and each host has a /run of its own ($LV_X_DIR/run, empty at
+#                  boot, then `systemd-tmpfiles --create --prefix /run` as a boot runs it). CMD may
+#                  reboot a host: `$LV_REBOOT a|b` (its domains must be gone) stops its daemons,
+#                  empties its /run, runs tmpfiles, starts the daemons and waits for libvirtd.
 # Exits with CMD's status; 77 (with a sentence) when libvirt, QEMU or root is missing.
 set -uo pipefail
 
@@ -38,7 +45,9 @@ for t in libvirtd virtlogd virsh qemu-system-x86_64 unshare nsenter ip; do
 done
 
 ROOT=$(mktemp -d /tmp/${PREFIX}rig.XXXXXX)
-CAPS_CACHE=${VRDMA_RIG_CACHE:-/var/cache/vrdma-rig}/libvirt-caps
+# libvirt's probe of QEMU (~15-30 s each) is kept between runs, one per way of running QEMU
+# (libvirt finds a probe made for another user no longer valid and probes again).
+CAPS_CACHE=${VRDMA_RIG_CACHE:-/var/cache/vrdma-rig}/libvirt-caps${LV_STOCK:+-stock}
 # The holders create /run/libvirt as a mount point when the machine has none; removed at the end.
 RUN_LIBVIRT_MADE=0
 [ -d /run/libvirt ] || RUN_LIBVIRT_MADE=1
@@ -111,7 +120,9 @@ prepare_host() {
   # libvirtd probes QEMU's capabilities at start (~15 s under TCG-only hosts); the probe from an
   # earlier run is reused (libvirt itself checks that QEMU and libvirtd have not changed).
   [ -d "$CAPS_CACHE/qemu" ] && cp -a "$CAPS_CACHE/qemu" "$R/var/cache/libvirt/"
-  rm -f "$R"/etc/libvirt/qemu/*.xml "$R"/etc/libvirt/qemu/networks/autostart/* "$R"/etc/libvirt/hooks/*
+  rm -f "$R"/etc/libvirt/qemu/*.xml "$R"/etc/libvirt/qemu/networks/autostart/*
+  # The test's own hook (LV_HOOK) only; an installed package's hooks/qemu.d/ stays in stock hosts.
+  if [ -n "${LV_STOCK:-}" ]; then rm -f "$R"/etc/libvirt/hooks/qemu; else rm -rf "$R"/etc/libvirt/hooks/*; fi
   rm -rf "$R"/etc/libvirt/qemu/autostart
   cat >> "$R/etc/libvirt/libvirtd.conf" <<EOF
 
@@ -123,19 +134,24 @@ auth_tcp = "none"
 host_uuid = "$(cat /proc/sys/kernel/random/uuid)"
 log_outputs = "3:file:/var/log/libvirt/libvirtd.log"
 EOF
+  # No systemd here to hand out cgroups, and QEMU's own mount namespace would hide the rig's
+  # private folders from it: both off in every host. The rest is the stock configuration's, or
+  # (without LV_STOCK) QEMU as root with no relabelling.
   cat >> "$R/etc/libvirt/qemu.conf" <<EOF
 
 # --- two_hosts.sh host $h ---
 cgroup_controllers = [ ]
 namespaces = [ ]
+migration_address = "$ip"
+migration_port_min = 49300
+migration_port_max = 49339
+EOF
+  [ -n "${LV_STOCK:-}" ] || cat >> "$R/etc/libvirt/qemu.conf" <<EOF
 user = "root"
 group = "root"
 dynamic_ownership = 0
 remember_owner = 0
 security_driver = "none"
-migration_address = "$ip"
-migration_port_min = 49300
-migration_port_max = 49339
 EOF
   if [ -n "${LV_HOOK:-}" ]; then
     mkdir -p "$R/etc/libvirt/hooks"
@@ -147,28 +163,50 @@ EOF
   # as children so that their end is seen.
   cat > "$R/holder.sh" <<'EOF'
 #!/usr/bin/env bash
-R=$1; NAME=$2
-for d in etc/libvirt run/libvirt var/lib/libvirt var/log/libvirt var/cache/libvirt; do
+R=$1; NAME=$2; STOCK=$3
+DIRS="etc/libvirt run/libvirt var/lib/libvirt var/log/libvirt var/cache/libvirt"
+# A stock host has a /run of its own (what libvirt, the package's tmpfiles.d and the backends
+# keep there), empty at each boot as a tmpfs is.
+[ -n "$STOCK" ] && DIRS="etc/libvirt run var/lib/libvirt var/log/libvirt var/cache/libvirt"
+for d in $DIRS; do
   mkdir -p "/$d"
   mount --bind "$R/$d" "/$d" || { echo "holder: cannot bind $R/$d on /$d" >&2; exit 1; }
 done
 hostname "$NAME"
 ip link set lo up
+# Debian's udev makes /dev/kvm root:kvm 0660 (libvirt-qemu is in group kvm); this machine has no
+# udev and leaves it root's alone, so a stock libvirt finds KVM present at each probe of QEMU but
+# not usable by QEMU's user, calls its probe outdated and probes again at every look (~4-30 s
+# each, inside every migration). A stock host gets the node as Debian has it.
+if [ -n "$STOCK" ] && [ -c /dev/kvm ] && getent group kvm > /dev/null; then
+  mknod "$R/kvm" c $((0x$(stat -c %t /dev/kvm))) $((0x$(stat -c %T /dev/kvm))) && chown root:kvm "$R/kvm" &&
+    chmod 0660 "$R/kvm" && mount --bind "$R/kvm" /dev/kvm || { echo "holder: cannot give /dev/kvm Debian's owner and mode" >&2; exit 1; }
+fi
 # libvirtd binds its TCP listener to the host's veth address: wait for the go (the veth is up)
 for ((i = 0; i < 600; i++)); do [ -e "$R/go" ] && break; sleep 0.1; done
 [ -e "$R/go" ] || { echo "holder: no go within 60 s" >&2; exit 1; }
-virtlogd -p "$R/virtlogd.pidfile" > "$R/virtlogd.out" 2>&1 &
-echo $! > "$R/virtlogd.pid"
-libvirtd --listen -p "$R/libvirtd.pidfile" > "$R/libvirtd.out" 2>&1 &
-echo $! > "$R/libvirtd.pid"
-wait
+while :; do
+  if [ -n "$STOCK" ]; then
+    mkdir -p /run/libvirt
+    systemd-tmpfiles --create --prefix /run > "$R/tmpfiles.out" 2>&1
+  fi
+  virtlogd -p "$R/virtlogd.pidfile" > "$R/virtlogd.out" 2>&1 &
+  echo $! > "$R/virtlogd.pid"
+  libvirtd --listen -p "$R/libvirtd.pidfile" > "$R/libvirtd.out" 2>&1 &
+  echo $! > "$R/libvirtd.pid"
+  wait
+  # LV_REBOOT stopped the daemons: a new boot with an empty /run.
+  [ -e "$R/reboot" ] || break
+  find /run -mindepth 1 -delete
+  rm -f "$R/reboot"
+done
 EOF
   chmod +x "$R/holder.sh"
 }
 
 start_host() {
   local h=$1
-  unshare -m -u -n --propagation private "$ROOT/$h/holder.sh" "$ROOT/$h" "$PREFIX-$h" &
+  unshare -m -u -n --propagation private "$ROOT/$h/holder.sh" "$ROOT/$h" "$PREFIX-$h" "${LV_STOCK:-}" &
   HOLDERS+=("$!")
   local i
   for i in $(seq 50); do
@@ -216,15 +254,41 @@ nsenter -t "$PA" -n sh -c "ip addr add $NET.1/24 dev ${PREFIX}a && ip link set $
 nsenter -t "$PB" -n sh -c "ip addr add $NET.2/24 dev ${PREFIX}b && ip link set ${PREFIX}b up" || exit 1
 
 # Host a's daemons first: when no earlier run left a capabilities probe, b reuses a's instead
-# of probing at the same time on the same cores.
+# of probing at the same time on the same cores. A stock host probes the guests' emulator only
+# when a domain first needs it (at a migration's prepare on b, adding its half minute to the
+# move): a asks for it now, and b gets a's.
 touch "$ROOT/a/go"
 wait_libvirtd a
+if [ -n "${LV_STOCK:-}" ]; then
+  timeout 120 virsh -q -c "qemu+unix:///system?socket=$ROOT/a/run/libvirt/libvirt-sock" domcapabilities \
+    --emulatorbin /usr/bin/qemu-system-x86_64 --arch x86_64 --virttype qemu > /dev/null ||
+    log "host a could not probe /usr/bin/qemu-system-x86_64 ahead"
+  rm -rf "$ROOT/b/var/cache/libvirt/qemu"
+fi
 if [ ! -d "$ROOT/b/var/cache/libvirt/qemu/capabilities" ] && [ -d "$ROOT/a/var/cache/libvirt/qemu/capabilities" ]; then
   cp -a "$ROOT/a/var/cache/libvirt/qemu" "$ROOT/b/var/cache/libvirt/"
 fi
 touch "$ROOT/b/go"
 wait_libvirtd b
 
+# LV_REBOOT HOST: the host's daemons stop, its holder empties its /run and starts them again.
+cat > "$ROOT/reboot.sh" <<EOF
+#!/usr/bin/env bash
+R=$ROOT/\$1
+[ -n "${LV_STOCK:-}" ] || { echo "two_hosts: LV_REBOOT needs LV_STOCK=1 hosts" >&2; exit 2; }
+old=\$(cat "\$R/libvirtd.pid")
+touch "\$R/reboot"
+kill "\$old" "\$(cat "\$R/virtlogd.pid")" 2>/dev/null
+for _ in \$(seq 600); do
+  [ ! -e "\$R/reboot" ] && [ "\$(cat "\$R/libvirtd.pid" 2>/dev/null)" != "\$old" ] &&
+    timeout 10 virsh -q -c "qemu+unix:///system?socket=\$R/run/libvirt/libvirt-sock" version >/dev/null 2>&1 && exit 0
+  sleep 0.2
+done
+echo "two_hosts: host \$1's libvirtd did not come back within 120 s of the reboot" >&2
+exit 1
+EOF
+chmod +x "$ROOT/reboot.sh"
+export LV_REBOOT=$ROOT/reboot.sh
 export LV_ROOT=$ROOT LV_A_DIR=$ROOT/a LV_B_DIR=$ROOT/b LV_A_PID=$PA LV_B_PID=$PB
 export LV_A_IP=$NET.1 LV_B_IP=$NET.2
 export LV_A_URI="qemu+unix:///system?socket=$ROOT/a/run/libvirt/libvirt-sock"
