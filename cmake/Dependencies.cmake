@@ -10,6 +10,7 @@ find_package(SQLite3 REQUIRED)
 pkg_check_modules(IBVERBS REQUIRED IMPORTED_TARGET libibverbs)
 pkg_check_modules(RDMACM REQUIRED IMPORTED_TARGET librdmacm)
 pkg_check_modules(LIBNL REQUIRED IMPORTED_TARGET libnl-3.0 libnl-route-3.0)
+pkg_check_modules(LIBCAP REQUIRED IMPORTED_TARGET libcap)
 
 # Boost.Test test helper: vrdma_add_test(name SOURCES ... LIBS ... [LABELS ...] [TIMEOUT s] [ARGS ...])
 # ARGS go to the test binary (e.g. --run_test=!case to leave a case out).

@@ -45,6 +45,7 @@
 
 #include "control_socket.hpp"
 #include "stats.hpp"
+#include "privileges.hpp"
 #include "supervise.hpp"
 
 using namespace vrdma;
@@ -122,6 +123,10 @@ int main(int argc, char** argv) {
   app.add_flag("--supervise", supervised,
                "keep a parent process that starts the backend again (with --incoming guest) when it crashes or is "
                "killed, at most 5 times a minute");
+  bool keep_privileges = false;
+  app.add_flag("--keep-privileges", keep_privileges,
+               "keep every capability it starts with; by default, once set up, it keeps only CAP_NET_ADMIN, "
+               "CAP_NET_RAW and CAP_IPC_LOCK and can gain no others (no new privileges)");
   std::string migration_engine;
   app.add_option("--migration-engine", migration_engine,
                  "RDMA engine on the migration network (verbs:<ibdev> of the migration VF, or soft:<host address>): "
@@ -375,6 +380,15 @@ int main(int argc, char** argv) {
     }
   }
 
+  // Setup is done (engine, sockets, listeners): keep only what serving needs.
+  if (!keep_privileges) {
+    auto held = vrdmad::drop_privileges();
+    if (!held) {
+      log::error("vrdmad: {} (--keep-privileges runs without dropping them)", held.error().message);
+      return 1;
+    }
+    log::info("vrdmad: {}", *held);
+  }
   log::info("vrdmad: serving {} on engine {}{}{}", sock, engine_name, control.empty() ? "" : ", control " + control,
             incoming.empty() ? "" : ", waiting for an incoming guest on " + incoming);
   auto st = poll_us == 0 ? loop->run()

@@ -3,7 +3,7 @@
 set -euo pipefail
 PKGS=(build-essential cmake ninja-build pkg-config clang libclang-rt-14-dev
       libboost-test-dev libibverbs-dev librdmacm-dev ibverbs-providers
-      libnl-3-dev libnl-route-3-dev libsqlite3-dev zlib1g-dev libisal-dev
+      libnl-3-dev libnl-route-3-dev libsqlite3-dev zlib1g-dev libisal-dev libcap-dev
       nlohmann-json3-dev libcli11-dev libfmt-dev
       iproute2 ethtool nftables tshark python3 python3-scapy iperf3 gnuplot-nox help2man man-db libvirt-clients libvirt-daemon-system libvirt-dev
       qemu-system-x86 busybox-static kmod cpio

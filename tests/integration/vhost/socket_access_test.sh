@@ -2,7 +2,10 @@
 # vrdmad's vhost-user socket under stock libvirt (issue 27): with --socket-group the socket is
 # root:GROUP mode 0660, so QEMU running as that group's user connects and another user cannot;
 # a second vrdmad on the live socket refuses to start with a sentence and the first one keeps
-# serving. Real users (libvirt-qemu from Debian's libvirt, nobody), setpriv, a network namespace.
+# serving. Once set up, vrdmad (started as root, as the hook starts it) holds only CAP_NET_ADMIN,
+# CAP_NET_RAW and CAP_IPC_LOCK, in every set including the bounding one, with no-new-privileges; with
+# --keep-privileges it keeps what it started with. Real users (libvirt-qemu from Debian's
+# libvirt, nobody), setpriv, a network namespace.
 # Usage: socket_access_test.sh VRDMAD
 set -uo pipefail
 VRDMAD=$1
@@ -23,6 +26,12 @@ ip netns exec $NS "$VRDMAD" --socket "$W/g1.sock" --control "$W/g1.ctl" --engine
 pid=$!
 for _ in $(seq 100); do [ -S "$W/g1.ctl" ] && break; sleep 0.1; done
 [ -S "$W/g1.sock" ] || { cat "$W/g1.log"; echo "FAIL: vrdmad did not start"; exit 1; }
+# CAP_NET_ADMIN (12), CAP_NET_RAW (13) and CAP_IPC_LOCK (14): 0x7000.
+status() { grep -E "^($2):" "/proc/$1/status" | tr -s '\t ' ' ' | tr '\n' ' '; }
+caps=$(status "$pid" "CapEff|CapPrm|CapInh|CapBnd|CapAmb|NoNewPrivs")
+[ "$caps" = "CapInh: 0000000000000000 CapPrm: 0000000000007000 CapEff: 0000000000007000 CapBnd: 0000000000007000 CapAmb: 0000000000000000 NoNewPrivs: 1 " ] ||
+  fail "vrdmad's privileges after setup: $caps"
+grep -q "vrdmad: capabilities cap_net_admin,cap_net_raw,cap_ipc_lock=ep, no new privileges" "$W/g1.log" || fail "vrdmad did not log what it kept"
 [ "$(stat -c '%U:%G %a' "$W/g1.sock")" = "root:libvirt-qemu 660" ] ||
   fail "the socket is $(stat -c '%U:%G %a' "$W/g1.sock"), not root:libvirt-qemu 660"
 connect='import socket,sys
@@ -47,5 +56,12 @@ out=$(setpriv --reuid=libvirt-qemu --regid=libvirt-qemu --clear-groups /usr/bin/
 err=$(ip netns exec $NS "$VRDMAD" --socket "$W/g2.sock" --engine soft:127.0.0.1 --socket-group no-such-group 2>&1)
 [ $? = 1 ] && echo "$err" | grep -q "there is no group no-such-group on this host" || fail "an unknown group: $err"
 [ ! -e "$W/g2.sock" ] || fail "vrdmad left a socket behind after refusing its group"
-[ $fails = 0 ] && echo "socket access ok"
+# --keep-privileges: what it started with (root's full set here).
+ip netns exec $NS "$VRDMAD" --socket "$W/g3.sock" --control "$W/g3.ctl" --engine soft:127.0.0.1 --keep-privileges 2>"$W/g3.log" &
+kpid=$!
+for _ in $(seq 100); do [ -S "$W/g3.ctl" ] && break; sleep 0.1; done
+[ "$(status "$kpid" CapEff)" = "$(status $$ CapEff)" ] || fail "--keep-privileges: $(status "$kpid" "CapEff|CapBnd")"
+grep -q "no new privileges" "$W/g3.log" && fail "--keep-privileges still dropped them"
+kill "$kpid"; wait "$kpid" 2>/dev/null
+[ $fails = 0 ] && echo "socket access and privileges ok"
 [ $fails = 0 ]
