@@ -45,8 +45,8 @@ for t in libvirtd virtlogd virsh qemu-system-x86_64 unshare nsenter ip; do
 done
 
 ROOT=$(mktemp -d /tmp/${PREFIX}rig.XXXXXX)
-# libvirt's probe of QEMU (~15-30 s each) is kept between runs, one per way of running QEMU
-# (libvirt finds a probe made for another user no longer valid and probes again).
+# libvirt's probe of QEMU (~15-30 s each) is kept between runs, one per kind of host (a stock
+# host probes as libvirt-qemu with /dev/kvm open to it, the others as root).
 CAPS_CACHE=${VRDMA_RIG_CACHE:-/var/cache/vrdma-rig}/libvirt-caps${LV_STOCK:+-stock}
 # The holders create /run/libvirt as a mount point when the machine has none; removed at the end.
 RUN_LIBVIRT_MADE=0
