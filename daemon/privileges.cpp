@@ -12,7 +12,7 @@ namespace vrdma::vrdmad {
 
 namespace {
 
-constexpr cap_value_t kKeep[] = {CAP_NET_ADMIN, CAP_NET_RAW, CAP_IPC_LOCK};
+constexpr cap_value_t kKeep[] = {CAP_CHOWN, CAP_NET_ADMIN, CAP_NET_RAW, CAP_IPC_LOCK};
 
 bool kept(cap_value_t c) {
   for (auto k : kKeep)

@@ -11,11 +11,13 @@
 
 namespace vrdma::vrdmad {
 
-// Drops every capability but CAP_NET_ADMIN (a move turns ARP and IPv6 off and on on the interface
+// Drops every capability but CAP_CHOWN (the vhost-user socket's group, --socket-group),
+// CAP_NET_ADMIN (a move turns ARP and IPv6 off and on on the interface
 // that announces the guest's address), CAP_NET_RAW (the soft engine's raw socket, the gratuitous
 // ARP after a move) and CAP_IPC_LOCK (pinning guest memory for a NIC's memory registrations) from the
 // effective, permitted, inheritable, ambient and bounding sets, and sets no-new-privileges. Called
-// once setup is done (engine, sockets, listeners). A process without capabilities (not root)
+// before any RDMA device is opened (the kernel ties a uverbs file to the credentials that opened
+// it: a later change makes its write() commands fail with EACCES). A process without capabilities (not root)
 // loses nothing and gets no-new-privileges. Returns what the process now holds, in words.
 Result<std::string> drop_privileges();
 

@@ -125,8 +125,8 @@ int main(int argc, char** argv) {
                "killed, at most 5 times a minute");
   bool keep_privileges = false;
   app.add_flag("--keep-privileges", keep_privileges,
-               "keep every capability it starts with; by default, once set up, it keeps only CAP_NET_ADMIN, "
-               "CAP_NET_RAW and CAP_IPC_LOCK and can gain no others (no new privileges)");
+               "keep every capability it starts with; by default, before it opens its engine, it keeps only "
+               "CAP_CHOWN, CAP_NET_ADMIN, CAP_NET_RAW and CAP_IPC_LOCK and can gain no others (no new privileges)");
   std::string migration_engine;
   app.add_option("--migration-engine", migration_engine,
                  "RDMA engine on the migration network (verbs:<ibdev> of the migration VF, or soft:<host address>): "
@@ -193,6 +193,17 @@ int main(int argc, char** argv) {
   if (auto st = vhost::claim_socket_path(sock); !st.ok()) {
     log::error("vrdmad: cannot serve {}: {}", sock, st.error().message);
     return 1;
+  }
+  // Keep only what serving needs, before any RDMA device is open: the kernel refuses a uverbs
+  // or rdma_cm file's write() commands (posting on rxe, for one) from credentials other than
+  // those that opened it (ib_safe_file_access: "changed security contexts after opening").
+  if (!keep_privileges) {
+    auto held = vrdmad::drop_privileges();
+    if (!held) {
+      log::error("vrdmad: {} (--keep-privileges runs without dropping them)", held.error().message);
+      return 1;
+    }
+    log::info("vrdmad: {}", *held);
   }
   auto engine = nicdrv::open_device(engine_name);
   if (!engine) {
@@ -380,15 +391,6 @@ int main(int argc, char** argv) {
     }
   }
 
-  // Setup is done (engine, sockets, listeners): keep only what serving needs.
-  if (!keep_privileges) {
-    auto held = vrdmad::drop_privileges();
-    if (!held) {
-      log::error("vrdmad: {} (--keep-privileges runs without dropping them)", held.error().message);
-      return 1;
-    }
-    log::info("vrdmad: {}", *held);
-  }
   log::info("vrdmad: serving {} on engine {}{}{}", sock, engine_name, control.empty() ? "" : ", control " + control,
             incoming.empty() ? "" : ", waiting for an incoming guest on " + incoming);
   auto st = poll_us == 0 ? loop->run()

@@ -8,8 +8,8 @@
 # (vrdma-stream over pv:pci) to a soft-engine peer across a switch dropping 1 % of RoCE packets
 # while it moves a -> b with virsh migrate; host a then reboots (its daemons stop, its /run is
 # emptied, tmpfiles.d makes /run/vrdma again) and the guest moves back b -> a with vrdmactl
-# migrate, guest memory compared after each move. The serving vrdmad holds CAP_NET_ADMIN,
-# CAP_NET_RAW and CAP_IPC_LOCK only. Then dpkg --purge takes everything back.
+# migrate, guest memory compared after each move. The serving vrdmad holds CAP_CHOWN,
+# CAP_NET_ADMIN, CAP_NET_RAW and CAP_IPC_LOCK only. Then dpkg --purge takes everything back.
 # AppArmor: this kernel has none, so the abstraction is installed and wired (checked) but not
 # enforced here.
 # Usage: vm_libvirt_stock_test.sh BUILD_DIR VRDMA_PERF PVVERBS_BIND VRDMA_STREAM VRDMA_MEMCMP
@@ -108,12 +108,12 @@ inner() {
   [ "$(qemu_user "$LV_A_DIR")" = libvirt-qemu ] || fail "QEMU on host a runs as '$(qemu_user "$LV_A_DIR")', not libvirt-qemu"
   [ "$(owner_mode "$SOCK_A")" = "root:libvirt-qemu 660" ] || fail "vrdmad's socket on host a is $(owner_mode "$SOCK_A"), not root:libvirt-qemu 660"
   [ "$(readlink "/proc/$(cat "$SOCK_A.pid")/exe")" = /usr/sbin/vrdmad ] || fail "the hook did not start the installed /usr/sbin/vrdmad"
-  # The backend serving (the supervisor's child) keeps CAP_NET_ADMIN, CAP_NET_RAW and CAP_IPC_LOCK only.
+  # The backend serving (the supervisor's child) keeps CAP_CHOWN, CAP_NET_ADMIN, CAP_NET_RAW and CAP_IPC_LOCK only.
   srv=$(pgrep -P "$(cat "$SOCK_A.pid")" | head -1)
   caps=$(grep -E '^(CapEff|CapBnd|NoNewPrivs):' "/proc/$srv/status" 2>/dev/null | tr -s '\t ' ' ' | tr '\n' ' ')
-  [ "$caps" = "CapEff: 0000000000007000 CapBnd: 0000000000007000 NoNewPrivs: 1 " ] ||
-    fail "the serving vrdmad ($srv) holds more than CAP_NET_ADMIN, CAP_NET_RAW and CAP_IPC_LOCK: $caps"
-  echo "host a: QEMU as libvirt-qemu, vrdmad's socket $(owner_mode "$SOCK_A"), /usr/sbin/vrdmad from the package's hook, holding cap_net_admin,cap_net_raw,cap_ipc_lock only"
+  [ "$caps" = "CapEff: 0000000000007001 CapBnd: 0000000000007001 NoNewPrivs: 1 " ] ||
+    fail "the serving vrdmad ($srv) holds more than CAP_CHOWN, CAP_NET_ADMIN, CAP_NET_RAW and CAP_IPC_LOCK: $caps"
+  echo "host a: QEMU as libvirt-qemu, vrdmad's socket $(owner_mode "$SOCK_A"), /usr/sbin/vrdmad from the package's hook, holding cap_chown,cap_net_admin,cap_net_raw,cap_ipc_lock only"
   progress() { tr -d '\r' < "$W/console.log" 2>/dev/null | sed -n 's/^VRDMA-STREAM progress \([0-9]*\)/\1/p' | tail -1; }
   wait_progress() {  # N SECONDS
     for _ in $(seq $(($2 * 10))); do

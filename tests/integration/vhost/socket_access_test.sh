@@ -2,8 +2,8 @@
 # vrdmad's vhost-user socket under stock libvirt (issue 27): with --socket-group the socket is
 # root:GROUP mode 0660, so QEMU running as that group's user connects and another user cannot;
 # a second vrdmad on the live socket refuses to start with a sentence and the first one keeps
-# serving. Once set up, vrdmad (started as root, as the hook starts it) holds only CAP_NET_ADMIN,
-# CAP_NET_RAW and CAP_IPC_LOCK, in every set including the bounding one, with no-new-privileges; with
+# serving. Once set up, vrdmad (started as root, as the hook starts it) holds only CAP_CHOWN,
+# CAP_NET_ADMIN, CAP_NET_RAW and CAP_IPC_LOCK, in every set including the bounding one, with no-new-privileges; with
 # --keep-privileges it keeps what it started with. Real users (libvirt-qemu from Debian's
 # libvirt, nobody), setpriv, a network namespace.
 # Usage: socket_access_test.sh VRDMAD
@@ -26,12 +26,12 @@ ip netns exec $NS "$VRDMAD" --socket "$W/g1.sock" --control "$W/g1.ctl" --engine
 pid=$!
 for _ in $(seq 100); do [ -S "$W/g1.ctl" ] && break; sleep 0.1; done
 [ -S "$W/g1.sock" ] || { cat "$W/g1.log"; echo "FAIL: vrdmad did not start"; exit 1; }
-# CAP_NET_ADMIN (12), CAP_NET_RAW (13) and CAP_IPC_LOCK (14): 0x7000.
+# CAP_CHOWN (0), CAP_NET_ADMIN (12), CAP_NET_RAW (13) and CAP_IPC_LOCK (14): 0x7001.
 status() { grep -E "^($2):" "/proc/$1/status" | tr -s '\t ' ' ' | tr '\n' ' '; }
 caps=$(status "$pid" "CapEff|CapPrm|CapInh|CapBnd|CapAmb|NoNewPrivs")
-[ "$caps" = "CapInh: 0000000000000000 CapPrm: 0000000000007000 CapEff: 0000000000007000 CapBnd: 0000000000007000 CapAmb: 0000000000000000 NoNewPrivs: 1 " ] ||
+[ "$caps" = "CapInh: 0000000000000000 CapPrm: 0000000000007001 CapEff: 0000000000007001 CapBnd: 0000000000007001 CapAmb: 0000000000000000 NoNewPrivs: 1 " ] ||
   fail "vrdmad's privileges after setup: $caps"
-grep -q "vrdmad: capabilities cap_net_admin,cap_net_raw,cap_ipc_lock=ep, no new privileges" "$W/g1.log" || fail "vrdmad did not log what it kept"
+grep -q "vrdmad: capabilities cap_chown,cap_net_admin,cap_net_raw,cap_ipc_lock=ep, no new privileges" "$W/g1.log" || fail "vrdmad did not log what it kept"
 [ "$(stat -c '%U:%G %a' "$W/g1.sock")" = "root:libvirt-qemu 660" ] ||
   fail "the socket is $(stat -c '%U:%G %a' "$W/g1.sock"), not root:libvirt-qemu 660"
 connect='import socket,sys
