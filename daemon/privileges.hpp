@@ -1,4 +1,4 @@
-// vrdmad's privileges after setup (docs/virtio-rdma.md "What vrdmad keeps"): a backend started as
+// vrdmad's privileges once it starts serving (docs/virtio-rdma.md "What vrdmad keeps"): a backend started as
 // root by the libvirt hook keeps only the capabilities its serving needs, and can never gain any
 // again (no new privileges, a bounding set as small), so that a guest or frontend that found a
 // flaw in it would hold a process that cannot load modules, trace others, override file
